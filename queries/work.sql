@@ -1,0 +1,72 @@
+-- name: ClaimJobs :many
+-- Claims up to @max runnable jobs of a queue and counts their attempt. This
+-- statement commits on its own, before any handler runs, so the attempt stays
+-- counted whatever happens to the worker afterwards. owner_pid names this
+-- session: the job transaction that follows runs on the same connection.
+WITH claimable AS (
+    SELECT q.id FROM pgtask.jobs q
+     WHERE q.queue = @queue AND q.status = 'queued' AND q.is_head
+     ORDER BY q.priority, q.id
+     LIMIT @max
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE pgtask.jobs j
+   SET status = 'started', attempts = j.attempts + 1, started_at = now(),
+       owner_pid = pg_backend_pid()
+  FROM claimable c
+ WHERE j.id = c.id
+RETURNING j.id, j.queue, j.kind, j.group_key, j.payload, j.priority,
+          j.attempts, j.max_attempts, j.created_at;
+
+-- name: HoldJobs :many
+-- First statement of the job transaction: locks the claimed rows for as long as
+-- the handlers run. The lock is what tells everyone else the jobs are alive.
+SELECT id FROM pgtask.jobs
+ WHERE id = ANY(@ids::bigint[]) AND status = 'started' AND owner_pid = pg_backend_pid()
+ ORDER BY id
+   FOR UPDATE;
+
+-- name: SetIdleTimeout :exec
+-- Bounds how long the job transaction may sit idle, so a worker that hangs
+-- (rather than dies) still releases its jobs.
+SELECT set_config('idle_in_transaction_session_timeout', @timeout::text, true);
+
+-- name: CompleteJob :one
+SELECT pgtask.complete_job(@id, @attempt, @result) AS recorded;
+
+-- name: FailJob :one
+-- The status is empty when the job was not the caller's started attempt.
+SELECT COALESCE(pgtask.fail_job(@id, @attempt, @error, sqlc.narg(retry_in_us))::text, '')::text AS status;
+
+-- name: ReleaseJobs :execrows
+-- Gives back claimed jobs whose handler never started (shutdown, or a batch
+-- cut short): their attempt is returned, since nothing ran.
+UPDATE pgtask.jobs
+   SET status = 'queued', attempts = attempts - 1, owner_pid = NULL
+ WHERE id = ANY(@ids::bigint[]) AND status = 'started' AND owner_pid = @owner_pid::integer;
+
+-- name: RescueOrphans :many
+SELECT r.id::bigint AS id FROM pgtask.rescue_orphans(@max) AS r(id);
+
+-- name: PromoteScheduled :one
+SELECT pgtask.promote_scheduled(@max) AS moved;
+
+-- name: TerminateBackend :one
+SELECT pg_terminate_backend(@pid) AS terminated;
+
+-- name: Listen :exec
+LISTEN pgtask;
+
+-- name: BackendPID :one
+SELECT pg_backend_pid() AS pid;
+
+-- name: SavepointJob :exec
+-- Each job of a batch runs between these, so a failed job's writes roll back
+-- alone and the batch's other jobs commit.
+SAVEPOINT pgtask_job;
+
+-- name: ReleaseJobSavepoint :exec
+RELEASE SAVEPOINT pgtask_job;
+
+-- name: RollbackJobSavepoint :exec
+ROLLBACK TO SAVEPOINT pgtask_job;

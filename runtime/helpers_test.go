@@ -1,0 +1,179 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/gen"
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/pgtasktest"
+)
+
+// bundle is what most tests need: a database of their own and a pool on it.
+type bundle struct {
+	url  string
+	pool *pgxpool.Pool
+	q    *gen.Queries
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	url := pgtasktest.NewDatabase(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return &bundle{url: url, pool: pool, q: gen.New(pool)}
+}
+
+// testLogger shows worker logs only with -v, where they help to read a failure.
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("test", t.Name())
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// startWorker runs a worker on url until the test ends.
+func startWorker(t *testing.T, url string, cfg runtime.Config, regs ...runtime.Registration) *runtime.Worker {
+	t.Helper()
+	w, stop := newWorker(t, url, cfg, regs...)
+	t.Cleanup(stop)
+	return w
+}
+
+// newWorker starts a worker and returns a stop function that cancels Run and
+// waits for it to return.
+func newWorker(t *testing.T, url string, cfg runtime.Config, regs ...runtime.Registration) (*runtime.Worker, func()) {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	if cfg.MaintenanceInterval == 0 {
+		cfg.MaintenanceInterval = 50 * time.Millisecond
+	}
+	w, err := runtime.NewWorker(context.Background(), pc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range regs {
+		if err := w.Register(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	return w, func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("worker Run: %v", err)
+			}
+			w.Close()
+		})
+	}
+}
+
+func mustJSON(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func enqueue(t *testing.T, db runtime.DB, kind string, payload any, opts ...runtime.EnqueueOption) runtime.JobID {
+	t.Helper()
+	req := runtime.EnqueueRequest{Kind: kind, Payload: mustJSON(t, payload)}
+	req.Apply(opts...)
+	id, err := runtime.Enqueue(context.Background(), db, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func (b *bundle) job(t *testing.T, id runtime.JobID) gen.PgtaskJob {
+	t.Helper()
+	j, err := b.q.GetJob(context.Background(), int64(id))
+	if err != nil {
+		t.Fatalf("get job %d: %v", id, err)
+	}
+	return j
+}
+
+// waitStatus waits until job id reaches one of statuses and returns it.
+func (b *bundle) waitStatus(t *testing.T, id runtime.JobID, timeout time.Duration, statuses ...gen.PgtaskJobStatus) gen.PgtaskJob {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		j := b.job(t, id)
+		if slices.Contains(statuses, j.Status) {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %d is %s after %s, want one of %v (errors %s)", id, j.Status, timeout, statuses, j.Errors)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitQueueDone waits until no job of queue is unfinished and returns its jobs.
+func (b *bundle) waitQueueDone(t *testing.T, queue string, timeout time.Duration) []gen.PgtaskJob {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		jobs, err := b.q.ListJobs(context.Background(), queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending := 0
+		for _, j := range jobs {
+			switch j.Status {
+			case gen.PgtaskJobStatusScheduled, gen.PgtaskJobStatusQueued, gen.PgtaskJobStatusStarted:
+				pending++
+			}
+		}
+		if pending == 0 {
+			return jobs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s still has %d unfinished of %d jobs after %s", queue, pending, len(jobs), timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type jobErrors []struct {
+	Attempt int    `json:"attempt"`
+	Error   string `json:"error"`
+	Panic   bool   `json:"panic"`
+	Stack   string `json:"stack"`
+	At      string `json:"at"`
+}
+
+func errorsOf(t *testing.T, j gen.PgtaskJob) jobErrors {
+	t.Helper()
+	var e jobErrors
+	if err := json.Unmarshal(j.Errors, &e); err != nil {
+		t.Fatalf("job %d errors %s: %v", j.ID, j.Errors, err)
+	}
+	return e
+}

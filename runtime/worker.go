@@ -1,0 +1,272 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Handler runs one job. Returning nil succeeds the job; an error fails the
+// attempt (see NoRetry and RetryAfter); a panic is recovered and fails it too.
+type Handler func(ctx context.Context, job *Job) error
+
+// Registration ties a kind to its handler and the handler's limits.
+type Registration struct {
+	Kind    string
+	Handler Handler
+	// Timeout bounds one attempt; its context is cancelled then. Default:
+	// Config.DefaultTimeout.
+	Timeout time.Duration
+	// Backoff spaces retries. Zero value: DefaultBackoff.
+	Backoff Backoff
+}
+
+// QueueConfig says how a worker serves one queue.
+type QueueConfig struct {
+	// Concurrency is how many jobs of the queue run at once; each holds one
+	// database connection while it runs. Default 10.
+	Concurrency int
+	// BatchSize is how many jobs one claim takes. The jobs of a batch run one
+	// after another in one transaction, each in its own savepoint, and commit
+	// together: fewer round trips and commits for short jobs, at the price of
+	// a batch's jobs waiting for each other. Default 1.
+	BatchSize int
+}
+
+// Config configures a Worker. The zero value serves the default queue with
+// ten concurrent jobs.
+type Config struct {
+	Queues map[string]QueueConfig
+	Logger *slog.Logger // default slog.Default()
+	// DefaultTimeout bounds an attempt of a kind registered without a
+	// Timeout. Default 1 minute.
+	DefaultTimeout time.Duration
+	// PollInterval is how often an idle worker looks for jobs when no
+	// notification came. Default 1s.
+	PollInterval time.Duration
+	// MaintenanceInterval is how often the worker moves due scheduled jobs to
+	// their queue and requeues jobs of dead workers. Default 250ms.
+	MaintenanceInterval time.Duration
+	// ShutdownGrace is how long running jobs may go on after Run's context
+	// is cancelled before their contexts are cancelled too. Default 10s.
+	ShutdownGrace time.Duration
+	// AbandonGrace is how long a handler may run past its timeout before the
+	// worker gives up on it: it ends the job's database session, records the
+	// timeout and moves on. Default 5s.
+	AbandonGrace time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if len(c.Queues) == 0 {
+		c.Queues = map[string]QueueConfig{DefaultQueue: {}}
+	}
+	queues := make(map[string]QueueConfig, len(c.Queues))
+	for name, q := range c.Queues {
+		if q.Concurrency <= 0 {
+			q.Concurrency = 10
+		}
+		if q.BatchSize <= 0 {
+			q.BatchSize = 1
+		}
+		queues[name] = q
+	}
+	c.Queues = queues
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.DefaultTimeout <= 0 {
+		c.DefaultTimeout = time.Minute
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Second
+	}
+	if c.MaintenanceInterval <= 0 {
+		c.MaintenanceInterval = 250 * time.Millisecond
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = 10 * time.Second
+	}
+	if c.AbandonGrace <= 0 {
+		c.AbandonGrace = 5 * time.Second
+	}
+	return c
+}
+
+// extraConns are the pooled connections a worker needs beside its running
+// jobs: one for maintenance and bookkeeping. The listener has its own.
+const extraConns = 1
+
+// Worker claims and runs jobs. Create it with NewWorker, register handlers,
+// then call Run.
+type Worker struct {
+	cfg  Config
+	log  *slog.Logger
+	pool *pgxpool.Pool
+	// listenConfig makes the listener's connection, outside the pool. It keeps
+	// pgx's default reaction to a cancelled context (close the connection at
+	// once), which is right for a connection that only waits.
+	listenConfig *pgx.ConnConfig
+
+	mu       sync.RWMutex
+	handlers map[string]*Registration
+	started  atomic.Bool
+
+	queues map[string]*queue
+}
+
+type queue struct {
+	name string
+	cfg  QueueConfig
+	// wake holds at most one pending wake-up; an idle runner takes it.
+	wake chan struct{}
+}
+
+func (q *queue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// NewWorker creates a worker with a connection pool of its own, built from
+// poolConfig (see pgxpool.ParseConfig). The pool is sized to the worker:
+// MaxConns is raised to the total concurrency plus one, and one more
+// connection outside the pool listens for notifications. A cancelled handler
+// query is cancelled on the server instead of closing the connection, so the
+// job's transaction survives to record the failure.
+func NewWorker(ctx context.Context, poolConfig *pgxpool.Config, cfg Config) (*Worker, error) {
+	if poolConfig == nil {
+		return nil, errors.New("new worker: pool config is nil")
+	}
+	cfg = cfg.withDefaults()
+	w := &Worker{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		handlers: map[string]*Registration{},
+		queues:   map[string]*queue{},
+	}
+	need := extraConns
+	for name, qc := range cfg.Queues {
+		if name == "" {
+			return nil, errors.New("new worker: a queue name is empty")
+		}
+		w.queues[name] = &queue{name: name, cfg: qc, wake: make(chan struct{}, 1)}
+		need += qc.Concurrency
+	}
+	pc := poolConfig.Copy()
+	w.listenConfig = pc.ConnConfig.Copy()
+	if int(pc.MaxConns) < need {
+		pc.MaxConns = int32(need)
+	}
+	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
+		pc.ConnConfig.RuntimeParams["application_name"] = "pgtask worker"
+	}
+	pc.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{
+			Conn:               c,
+			CancelRequestDelay: 0,
+			DeadlineDelay:      5 * time.Second,
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("new worker: create pool: %w", err)
+	}
+	w.pool = pool
+	return w, nil
+}
+
+// Pool is the worker's connection pool. Enqueueing through it is fine, but
+// every connection it lends out is one fewer for running jobs.
+func (w *Worker) Pool() *pgxpool.Pool { return w.pool }
+
+// Close closes the worker's pool. Call it after Run has returned.
+func (w *Worker) Close() { w.pool.Close() }
+
+// Register adds a handler. It fails for a kind registered twice and after
+// Run has started.
+func (w *Worker) Register(r Registration) error {
+	if r.Kind == "" {
+		return errors.New("register: kind is empty")
+	}
+	if r.Handler == nil {
+		return fmt.Errorf("register %s: handler is nil", r.Kind)
+	}
+	if w.started.Load() {
+		return fmt.Errorf("register %s: the worker is already running", r.Kind)
+	}
+	if r.Timeout <= 0 {
+		r.Timeout = w.cfg.DefaultTimeout
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, dup := w.handlers[r.Kind]; dup {
+		return fmt.Errorf("register %s: kind already has a handler", r.Kind)
+	}
+	w.handlers[r.Kind] = &r
+	return nil
+}
+
+func (w *Worker) handler(kind string) *Registration {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.handlers[kind]
+}
+
+func (w *Worker) kinds() []string {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return slices.Sorted(maps.Keys(w.handlers))
+}
+
+// Run works jobs until ctx is cancelled, then stops claiming, gives running
+// jobs ShutdownGrace to finish, cancels the rest (their failure is recorded
+// and they are retried) and returns. Jobs that were claimed but not started
+// are handed back untouched. Database errors do not stop Run: it logs them
+// and retries, so a database restart is survived.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("run: the worker is already running")
+	}
+	// hard outlives ctx by the shutdown grace: running jobs use it.
+	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHard()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(w.cfg.ShutdownGrace, cancelHard)
+		context.AfterFunc(hard, func() { t.Stop() })
+	})
+	defer stop()
+
+	w.log.Info("pgtask worker starting", "queues", slices.Sorted(maps.Keys(w.queues)), "kinds", w.kinds())
+	var wg sync.WaitGroup
+	wg.Go(func() { w.listen(ctx) })
+	wg.Go(func() { w.maintain(ctx) })
+	for _, q := range w.queues {
+		for range q.cfg.Concurrency {
+			r := &runner{w: w, q: q}
+			wg.Go(func() { r.loop(ctx, hard) })
+		}
+	}
+	wg.Wait()
+	w.log.Info("pgtask worker stopped")
+	return nil
+}
+
+// wakeAll wakes one idle runner of every queue, after notifications may have
+// been lost.
+func (w *Worker) wakeAll() {
+	for _, q := range w.queues {
+		q.signal()
+	}
+}

@@ -1,0 +1,316 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/gen"
+	"github.com/pgtask/pgtask/runtime"
+)
+
+var fastRetry = runtime.Backoff{Min: 10 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: -1}
+
+func TestJobSucceedsWithResult(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+		Kind: "double",
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			in, err := runtime.DecodePayload[struct{ N int }](job)
+			if err != nil {
+				return err
+			}
+			return job.SetResult(map[string]int{"n": in.N * 2})
+		},
+	})
+	id := enqueue(t, b.pool, "double", map[string]int{"N": 21})
+	j := b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	if string(j.Result) != `{"n": 42}` {
+		t.Errorf("result = %s, want {\"n\": 42}", j.Result)
+	}
+	if j.Attempts != 1 || j.FinishedAt == nil || j.OwnerPid.Valid {
+		t.Errorf("attempts=%d finished_at=%v owner=%v; want 1, set, cleared", j.Attempts, j.FinishedAt, j.OwnerPid)
+	}
+}
+
+func TestFailuresRetryThenFail(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int32
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+		Kind:    "flaky",
+		Backoff: fastRetry,
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			calls.Add(1)
+			return errors.New("boom " + job.Kind)
+		},
+	})
+	id := enqueue(t, b.pool, "flaky", map[string]int{}, runtime.WithMaxAttempts(3))
+	j := b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusFailed)
+	if j.Attempts != 3 || calls.Load() != 3 {
+		t.Fatalf("attempts=%d calls=%d, want 3 and 3", j.Attempts, calls.Load())
+	}
+	errs := errorsOf(t, j)
+	if len(errs) != 3 {
+		t.Fatalf("error history has %d entries, want 3: %s", len(errs), j.Errors)
+	}
+	for i, e := range errs {
+		if e.Attempt != i+1 || e.Error != "boom flaky" || e.At == "" {
+			t.Errorf("error %d = %+v", i, e)
+		}
+	}
+}
+
+func TestNoRetryFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+		Kind: "final",
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			return runtime.NoRetry(errors.New("card declined"))
+		},
+	})
+	id := enqueue(t, b.pool, "final", map[string]int{}, runtime.WithMaxAttempts(5))
+	j := b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusFailed)
+	if j.Attempts != 1 {
+		t.Fatalf("attempts = %d, want 1", j.Attempts)
+	}
+	if e := errorsOf(t, j); len(e) != 1 || e[0].Error != "card declined" {
+		t.Fatalf("errors = %s", j.Errors)
+	}
+}
+
+func TestPanicIsAFailedAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+		Kind:    "panics",
+		Backoff: fastRetry,
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			if job.Attempt == 1 {
+				panic("nil map somewhere")
+			}
+			return nil
+		},
+	})
+	id := enqueue(t, b.pool, "panics", map[string]int{})
+	j := b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	errs := errorsOf(t, j)
+	if j.Attempts != 2 || len(errs) != 1 || !errs[0].Panic || errs[0].Error != "panic: nil map somewhere" ||
+		!strings.Contains(errs[0].Stack, "worker_test.go") {
+		t.Fatalf("attempts=%d errors=%s", j.Attempts, j.Errors)
+	}
+}
+
+func TestUnknownKindFailsAndWorkerGoesOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+		Kind:    "known",
+		Handler: func(ctx context.Context, job *runtime.Job) error { return nil },
+	})
+	bad := enqueue(t, b.pool, "unknown_kind", map[string]int{}, runtime.WithMaxAttempts(1))
+	good := enqueue(t, b.pool, "known", map[string]int{})
+	j := b.waitStatus(t, bad, 10*time.Second, gen.PgtaskJobStatusFailed)
+	if e := errorsOf(t, j); len(e) != 1 || !strings.Contains(e[0].Error, `no handler for kind "unknown_kind"`) ||
+		!strings.Contains(e[0].Error, "[known]") {
+		t.Fatalf("errors = %s", j.Errors)
+	}
+	b.waitStatus(t, good, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+}
+
+func TestPayloadThatDoesNotDecodeFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	type payload struct {
+		N int `json:"n"`
+	}
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+		Kind: "typed",
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			_, err := runtime.DecodePayload[payload](job)
+			return err
+		},
+	})
+	bad := enqueue(t, b.pool, "typed", map[string]string{"n": "not a number"}, runtime.WithMaxAttempts(5))
+	good := enqueue(t, b.pool, "typed", map[string]int{"n": 1})
+	j := b.waitStatus(t, bad, 10*time.Second, gen.PgtaskJobStatusFailed)
+	if e := errorsOf(t, j); j.Attempts != 1 || len(e) != 1 || !strings.Contains(e[0].Error, "decode payload of job") {
+		t.Fatalf("attempts=%d errors=%s", j.Attempts, j.Errors)
+	}
+	b.waitStatus(t, good, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+}
+
+// The handler's writes through the job's transaction commit if and only if
+// the attempt succeeds. The write here is a follow-up job enqueued in the
+// job's transaction.
+func TestHandlerWritesCommitOnlyWithSuccess(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	fail := func(ctx context.Context, job *runtime.Job) error { return errors.New("failed after writing") }
+	outcomes := map[int]func(ctx context.Context, job *runtime.Job) error{
+		1: fail,
+		2: func(ctx context.Context, job *runtime.Job) error { panic("panicked after writing") },
+		3: func(ctx context.Context, job *runtime.Job) error {
+			<-ctx.Done() // times out after writing
+			return ctx.Err()
+		},
+		4: func(ctx context.Context, job *runtime.Job) error { return nil },
+	}
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+		Kind:    "writer",
+		Backoff: fastRetry,
+		Timeout: 300 * time.Millisecond,
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			if _, err := runtime.Enqueue(ctx, job.Tx(), runtime.EnqueueRequest{
+				Kind:           "effect",
+				Payload:        mustJSON(t, map[string]int{"attempt": job.Attempt}),
+				EnqueueOptions: runtime.EnqueueOptions{Queue: "effects"},
+			}); err != nil {
+				return err
+			}
+			return outcomes[job.Attempt](ctx, job)
+		},
+	})
+	id := enqueue(t, b.pool, "writer", map[string]int{})
+	j := b.waitStatus(t, id, 20*time.Second, gen.PgtaskJobStatusSucceeded)
+	if j.Attempts != 4 {
+		t.Fatalf("attempts = %d, want 4 (errors %s)", j.Attempts, j.Errors)
+	}
+	effects, err := b.q.ListJobs(context.Background(), "effects")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(effects) != 1 || string(effects[0].Payload) != `{"attempt": 4}` {
+		t.Fatalf("effects = %+v, want exactly the one written by attempt 4", effects)
+	}
+	if e := errorsOf(t, j); len(e) != 3 || !strings.Contains(e[2].Error, "timed out after 300ms") {
+		t.Fatalf("errors = %s", j.Errors)
+	}
+}
+
+func TestHandlerCannotEndTheJobTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	got := make(chan [2]error, 1)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+		Kind: "ender",
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			got <- [2]error{job.Tx().Commit(ctx), job.Tx().Rollback(ctx)}
+			return nil
+		},
+	})
+	id := enqueue(t, b.pool, "ender", map[string]int{})
+	b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	errs := <-got
+	for _, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "committed or rolled back by the worker") {
+			t.Errorf("Commit/Rollback on the job's transaction = %v, want a refusal", err)
+		}
+	}
+}
+
+// A handler that swallows a failed statement leaves its transaction aborted;
+// the job must fail rather than report success.
+func TestIgnoredStatementErrorFailsTheJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+		Kind: "sloppy",
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			// An invalid payload type makes the insert fail inside the database.
+			_, _ = gen.New(job.Tx()).InsertJobs(ctx, gen.InsertJobsParams{
+				Kinds: []string{""}, Queues: []string{"q"}, GroupKeys: []string{""},
+				Payloads: []json.RawMessage{json.RawMessage(`1`)}, Priorities: []int16{0},
+				MaxAttempts: []int32{1}, FailBlocksGroup: []bool{false}, RunAt: []string{""}, DelayUs: []int64{0},
+			})
+			return nil
+		},
+	})
+	id := enqueue(t, b.pool, "sloppy", map[string]int{}, runtime.WithMaxAttempts(1))
+	j := b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusFailed)
+	if e := errorsOf(t, j); len(e) != 1 || !strings.Contains(e[0].Error, "returned success but its transaction failed") {
+		t.Fatalf("errors = %s", j.Errors)
+	}
+}
+
+func TestTimeoutAndAbandon(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	startWorker(t, b.url, runtime.Config{AbandonGrace: 200 * time.Millisecond}, runtime.Registration{
+		Kind:    "stubborn",
+		Timeout: 200 * time.Millisecond,
+		Backoff: fastRetry,
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			if job.Attempt == 1 {
+				<-release // ignores its context
+			}
+			return nil
+		},
+	}, runtime.Registration{
+		Kind:    "other",
+		Handler: func(ctx context.Context, job *runtime.Job) error { return nil },
+	})
+	id := enqueue(t, b.pool, "stubborn", map[string]int{})
+	j := b.waitStatus(t, id, 15*time.Second, gen.PgtaskJobStatusSucceeded)
+	if e := errorsOf(t, j); j.Attempts != 2 || len(e) != 1 || !strings.Contains(e[0].Error, "abandoned") {
+		t.Fatalf("attempts=%d errors=%s", j.Attempts, j.Errors)
+	}
+	// The worker still works.
+	b.waitStatus(t, enqueue(t, b.pool, "other", map[string]int{}), 10*time.Second, gen.PgtaskJobStatusSucceeded)
+}
+
+func TestNotificationWakesIdleWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan time.Time, 1)
+	startWorker(t, b.url, runtime.Config{PollInterval: time.Hour}, runtime.Registration{
+		Kind: "ping",
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			started <- time.Now()
+			return nil
+		},
+	})
+	time.Sleep(300 * time.Millisecond) // let the worker go idle and listen
+	at := time.Now()
+	enqueue(t, b.pool, "ping", map[string]int{})
+	select {
+	case s := <-started:
+		t.Logf("notified worker started the job %s after the enqueue", s.Sub(at))
+	case <-time.After(10 * time.Second):
+		t.Fatal("an idle worker polling once an hour did not start the job: the notification did not wake it")
+	}
+}
+
+func TestDelayedJobWaitsForItsTime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan time.Time, 1)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+		Kind: "later",
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			started <- time.Now()
+			return nil
+		},
+	})
+	at := time.Now()
+	id := enqueue(t, b.pool, "later", map[string]int{}, runtime.WithDelay(700*time.Millisecond))
+	if j := b.job(t, id); j.Status != gen.PgtaskJobStatusScheduled {
+		t.Fatalf("status = %s, want scheduled", j.Status)
+	}
+	select {
+	case s := <-started:
+		if d := s.Sub(at); d < 600*time.Millisecond {
+			t.Fatalf("started %s after enqueue, before its 700ms delay", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("delayed job never started")
+	}
+}
