@@ -13,6 +13,21 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const advanceGroups = `-- name: AdvanceGroups :exec
+SELECT pgtask.advance_groups($1, $2::text[])
+`
+
+type AdvanceGroupsParams struct {
+	Queue     string
+	GroupKeys []string
+}
+
+// After a batch's jobs are recorded: moves their groups on, in key order.
+func (q *Queries) AdvanceGroups(ctx context.Context, arg AdvanceGroupsParams) error {
+	_, err := q.db.Exec(ctx, advanceGroups, arg.Queue, arg.GroupKeys)
+	return err
+}
+
 const backendPID = `-- name: BackendPID :one
 SELECT pg_backend_pid() AS pid
 `

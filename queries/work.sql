@@ -70,3 +70,7 @@ RELEASE SAVEPOINT pgtask_job;
 
 -- name: RollbackJobSavepoint :exec
 ROLLBACK TO SAVEPOINT pgtask_job;
+
+-- name: AdvanceGroups :exec
+-- After a batch's jobs are recorded: moves their groups on, in key order.
+SELECT pgtask.advance_groups(@queue, @group_keys::text[]);

@@ -149,6 +149,7 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 		r.w.log.Warn("pgtask: some claimed jobs changed before they could be locked", "claimed", ids, "held", held)
 	}
 	pid := conn.Conn().PgConn().PID()
+	var groups []string
 	for i, row := range rows {
 		if !slices.Contains(held, row.ID) {
 			continue
@@ -170,6 +171,15 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 				r.releaseAfterAbandon(book, rows[i+1:], pid)
 			}
 			return err
+		}
+		if row.GroupKey != nil {
+			groups = append(groups, *row.GroupKey)
+		}
+	}
+	if len(groups) > 0 {
+		// Once per batch and in key order, like enqueueing: see advance_groups.
+		if err := qtx.AdvanceGroups(bctx, gen.AdvanceGroupsParams{Queue: r.q.name, GroupKeys: groups}); err != nil {
+			return fmt.Errorf("advance groups: %w", err)
 		}
 	}
 	if err := tx.Commit(bctx); err != nil {

@@ -87,18 +87,26 @@ CREATE TRIGGER jobs_notify_inserted
     REFERENCING NEW TABLE AS inserted
     FOR EACH STATEMENT EXECUTE FUNCTION pgtask.notify_inserted();
 
--- Called when a group's head stops being pending. Locking the group row first
--- waits for transactions that are enqueueing into the group right now; the next
--- statement takes a new snapshot (this function is volatile) and so sees their
--- jobs. Without that wait a job committed a moment later could be left headless.
+-- Moves a group on when its head has finished: the next pending job becomes
+-- the head, or the group's row goes away. A head that is still pending (a
+-- retry waiting out its backoff) or that failed and blocks the group stays.
+--
+-- Locking the group row first waits for transactions that are enqueueing into
+-- the group right now; the next statement takes a new snapshot (the function
+-- is volatile) and so sees their jobs. Without that wait a job committed a
+-- moment later could be left without a head.
 CREATE FUNCTION pgtask.advance_group(p_queue text, p_group_key text) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
+    head bigint;
     next_id bigint;
 BEGIN
-    PERFORM 1 FROM pgtask.queue_groups
-      WHERE queue = p_queue AND group_key = p_group_key
-      FOR UPDATE;
+    SELECT head_id INTO head FROM pgtask.queue_groups
+     WHERE queue = p_queue AND group_key = p_group_key
+       FOR UPDATE;
+    IF FOUND AND EXISTS (SELECT 1 FROM pgtask.jobs WHERE id = head AND is_head) THEN
+        RETURN head;
+    END IF;
 
     SELECT id INTO next_id FROM pgtask.jobs
      WHERE queue = p_queue AND group_key = p_group_key
@@ -121,33 +129,39 @@ BEGIN
 END;
 $$;
 
--- Records a successful attempt. Returns false when the job is not the started
--- attempt the caller ran (it was rescued or changed meanwhile): nothing changes then.
-CREATE FUNCTION pgtask.complete_job(p_id bigint, p_attempt integer, p_result jsonb) RETURNS boolean
+-- Advances several groups of a queue, in key order: the order in which
+-- enqueueing locks group rows, so the two cannot deadlock. A worker calls it
+-- once per batch, after recording every job of the batch.
+CREATE FUNCTION pgtask.advance_groups(p_queue text, p_group_keys text[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    j pgtask.jobs;
+    k text;
+BEGIN
+    FOR k IN SELECT DISTINCT g FROM unnest(p_group_keys) g WHERE g IS NOT NULL ORDER BY 1 LOOP
+        PERFORM pgtask.advance_group(p_queue, k);
+    END LOOP;
+END;
+$$;
+
+-- Records a successful attempt. Returns false when the job is not the started
+-- attempt the caller ran (it was rescued or changed meanwhile): nothing changes
+-- then. The caller advances the job's group afterwards (advance_groups).
+CREATE FUNCTION pgtask.complete_job(p_id bigint, p_attempt integer, p_result jsonb) RETURNS boolean
+LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE pgtask.jobs
        SET status = 'succeeded', result = p_result, finished_at = now(),
            is_head = false, owner_pid = NULL
-     WHERE id = p_id AND status = 'started' AND attempts = p_attempt
-    RETURNING * INTO j;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    IF j.group_key IS NOT NULL THEN
-        PERFORM pgtask.advance_group(j.queue, j.group_key);
-    END IF;
-    RETURN true;
+     WHERE id = p_id AND status = 'started' AND attempts = p_attempt;
+    RETURN FOUND;
 END;
 $$;
 
 -- Records a failed attempt. p_retry_in_us is the backoff before the next
 -- attempt in microseconds, or NULL for "do not retry". A job out of attempts
--- fails for good; its group then moves on or stays blocked, as the job says.
--- Returns the job's new status, or NULL when the job is not the started
--- attempt the caller ran.
+-- fails for good; its group then moves on (once the caller advances it) or
+-- stays blocked, as the job says. Returns the job's new status, or NULL when
+-- the job is not the started attempt the caller ran.
 CREATE FUNCTION pgtask.fail_job(p_id bigint, p_attempt integer, p_error jsonb, p_retry_in_us bigint)
 RETURNS pgtask.job_status
 LANGUAGE plpgsql AS $$
@@ -168,9 +182,6 @@ BEGIN
                errors = errors || jsonb_build_array(p_error || jsonb_build_object('at', now())),
                is_head = (group_key IS NOT NULL AND fail_blocks_group)
          WHERE id = p_id;
-        IF j.group_key IS NOT NULL AND NOT j.fail_blocks_group THEN
-            PERFORM pgtask.advance_group(j.queue, j.group_key);
-        END IF;
         RETURN 'failed';
     END IF;
 
@@ -199,9 +210,12 @@ CREATE FUNCTION pgtask.rescue_orphans(p_limit integer) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     o record;
+    g record;
+    queues text[] := '{}';
+    keys text[] := '{}';
 BEGIN
     FOR o IN
-        SELECT j.id, j.attempts, j.owner_pid
+        SELECT j.id, j.attempts, j.owner_pid, j.queue, j.group_key
           FROM pgtask.jobs j
          WHERE j.status = 'started'
            AND NOT EXISTS (
@@ -216,7 +230,13 @@ BEGIN
             'attempt', o.attempts,
             'error', format('worker lost: its database session (pid %s) ended during the attempt', o.owner_pid)),
             0);
+        queues := queues || o.queue;
+        keys := keys || o.group_key;
         RETURN NEXT o.id;
+    END LOOP;
+    -- Groups in (queue, key) order, as enqueueing locks them.
+    FOR g IN SELECT DISTINCT q, k FROM unnest(queues, keys) AS t(q, k) WHERE k IS NOT NULL ORDER BY 1, 2 LOOP
+        PERFORM pgtask.advance_group(g.q, g.k);
     END LOOP;
 END;
 $$;

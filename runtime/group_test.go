@@ -1,0 +1,259 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/gen"
+	"github.com/pgtask/pgtask/runtime"
+)
+
+type seqPayload struct {
+	Group string `json:"g"`
+	Seq   int    `json:"seq"`
+}
+
+// startLog records handler starts and checks, while handlers run, that no two
+// jobs of a group are inside a handler at once.
+type startLog struct {
+	mu        sync.Mutex
+	starts    map[string][]int // group -> seq of every attempt, in start order
+	running   map[string]int
+	overlaps  []string
+	active    int
+	maxActive int
+	groupsAt  int // most distinct groups running at once
+}
+
+func newStartLog() *startLog {
+	return &startLog{starts: map[string][]int{}, running: map[string]int{}}
+}
+
+func (l *startLog) begin(p seqPayload) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.starts[p.Group] = append(l.starts[p.Group], p.Seq)
+	l.active++
+	l.maxActive = max(l.maxActive, l.active)
+	if p.Group == "" {
+		return
+	}
+	l.running[p.Group]++
+	if l.running[p.Group] > 1 {
+		l.overlaps = append(l.overlaps, fmt.Sprintf("group %s: seq %d started while another job of the group ran", p.Group, p.Seq))
+	}
+	busy := 0
+	for _, n := range l.running {
+		if n > 0 {
+			busy++
+		}
+	}
+	l.groupsAt = max(l.groupsAt, busy)
+}
+
+func (l *startLog) end(p seqPayload) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.active--
+	if p.Group != "" {
+		l.running[p.Group]--
+	}
+}
+
+// checkOrder asserts that each group's attempts started in enqueue order: the
+// seq numbers never go down (a retried job repeats its seq before the next).
+func (l *startLog) checkOrder(t *testing.T, groups, perGroup int) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, o := range l.overlaps {
+		t.Error(o)
+	}
+	for g := range groups {
+		key := fmt.Sprintf("g%d", g)
+		seqs := l.starts[key]
+		seen := map[int]bool{}
+		for i, s := range seqs {
+			if i > 0 && s < seqs[i-1] {
+				t.Errorf("group %s started seq %d after seq %d: %v", key, s, seqs[i-1], seqs)
+				break
+			}
+			seen[s] = true
+		}
+		if len(seen) != perGroup {
+			t.Errorf("group %s ran %d distinct jobs, want %d", key, len(seen), perGroup)
+		}
+	}
+}
+
+// Several workers (each its own pool, as separate processes would have) with
+// different batch sizes race over grouped and ungrouped jobs, some of which
+// fail and wait out a retry.
+func TestGroupsRunOneAtATimeInEnqueueOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const groups, perGroup, ungrouped = 30, 20, 150
+	log := newStartLog()
+	handler := func(ctx context.Context, job *runtime.Job) error {
+		p, err := runtime.DecodePayload[seqPayload](job)
+		if err != nil {
+			return err
+		}
+		if p.Group != job.Group {
+			return runtime.NoRetry(fmt.Errorf("job group %q, payload group %q", job.Group, p.Group))
+		}
+		log.begin(p)
+		defer log.end(p)
+		time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+		if p.Seq%7 == 3 && job.Attempt == 1 {
+			return errors.New("first attempt fails; the group must wait for the retry")
+		}
+		return nil
+	}
+	for _, batch := range []int{1, 4, 8} {
+		startWorker(t, b.url, runtime.Config{
+			Queues: map[string]runtime.QueueConfig{"fifo": {Concurrency: 5, BatchSize: batch}},
+		}, runtime.Registration{Kind: "seq", Handler: handler, Backoff: fastRetry})
+	}
+
+	// One producer, in order per group: some jobs singly, most in batches
+	// that mix groups.
+	ctx := context.Background()
+	var batch []runtime.EnqueueRequest
+	flush := func() {
+		if _, err := runtime.EnqueueMany(ctx, b.pool, batch); err != nil {
+			t.Fatal(err)
+		}
+		batch = batch[:0]
+	}
+	next := make([]int, groups)
+	for n := 0; n < groups*perGroup; n++ {
+		g := rand.IntN(groups)
+		for next[g] == perGroup {
+			g = (g + 1) % groups
+		}
+		key := fmt.Sprintf("g%d", g)
+		req := runtime.EnqueueRequest{Kind: "seq", Payload: mustJSON(t, seqPayload{Group: key, Seq: next[g]})}
+		req.Apply(runtime.WithQueue("fifo"), runtime.WithGroup(key))
+		next[g]++
+		if n%5 == 0 {
+			flush()
+			if _, err := runtime.Enqueue(ctx, b.pool, req); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		batch = append(batch, req)
+		if n%10 == 1 {
+			req := runtime.EnqueueRequest{Kind: "seq", Payload: mustJSON(t, seqPayload{Seq: n})}
+			req.Apply(runtime.WithQueue("fifo"))
+			batch = append(batch, req)
+		}
+		if len(batch) >= 25 {
+			flush()
+		}
+	}
+	for n := range ungrouped - groups*perGroup/10 {
+		req := runtime.EnqueueRequest{Kind: "seq", Payload: mustJSON(t, seqPayload{Seq: -n})}
+		req.Apply(runtime.WithQueue("fifo"))
+		batch = append(batch, req)
+	}
+	flush()
+
+	jobs := b.waitQueueDone(t, "fifo", 90*time.Second)
+	if len(jobs) != groups*perGroup+ungrouped {
+		t.Fatalf("%d jobs in the queue, want %d", len(jobs), groups*perGroup+ungrouped)
+	}
+	for _, j := range jobs {
+		if j.Status != gen.PgtaskJobStatusSucceeded {
+			t.Fatalf("job %d is %s: %s", j.ID, j.Status, j.Errors)
+		}
+	}
+	log.checkOrder(t, groups, perGroup)
+	if log.groupsAt < 2 || log.maxActive < 4 {
+		t.Errorf("at most %d groups and %d jobs ran at once; groups and ungrouped jobs should run in parallel", log.groupsAt, log.maxActive)
+	}
+	groupsLeft, err := b.q.CountJobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("most jobs at once: %d, most groups at once: %d, final counts: %+v", log.maxActive, log.groupsAt, groupsLeft)
+}
+
+// A job waiting for its retry keeps its place: nothing behind it in the
+// group starts. A final failure either lets the group move on (default) or
+// blocks it until the job is retried or cancelled.
+func TestFinalFailureSkipsOrBlocksTheGroup(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var order []string
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+		Kind:    "step",
+		Backoff: runtime.Backoff{Min: 150 * time.Millisecond, Max: 150 * time.Millisecond, Jitter: -1},
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			p, err := runtime.DecodePayload[struct{ Name string }](job)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			order = append(order, p.Name)
+			mu.Unlock()
+			if p.Name[0] == 'x' && job.Attempt == 1 || p.Name == "x2" {
+				return errors.New("fails")
+			}
+			return nil
+		},
+	})
+	step := func(name, group string, opts ...runtime.EnqueueOption) runtime.JobID {
+		return enqueue(t, b.pool, "step", map[string]string{"Name": name}, append(opts, runtime.WithGroup(group))...)
+	}
+	// Group a: x1 fails once and retries; a2 waits for it. x2 fails for good;
+	// a3 runs after it.
+	step("x1", "a", runtime.WithMaxAttempts(3))
+	step("a2", "a")
+	x2 := step("x2", "a", runtime.WithMaxAttempts(2))
+	a3 := step("a3", "a")
+	b.waitStatus(t, a3, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	if j := b.job(t, x2); j.Status != gen.PgtaskJobStatusFailed || j.Attempts != 2 {
+		t.Fatalf("x2: %s after %d attempts", j.Status, j.Attempts)
+	}
+	mu.Lock()
+	got := fmt.Sprint(order)
+	mu.Unlock()
+	if want := "[x1 x1 a2 x2 x2 a3]"; got != want {
+		t.Fatalf("start order %s, want %s", got, want)
+	}
+
+	// Group b: xb blocks the group when it fails for good.
+	xb := step("xb", "b", runtime.WithMaxAttempts(1), runtime.WithFailBlocksGroup(true))
+	b2 := step("b2", "b")
+	b.waitStatus(t, xb, 10*time.Second, gen.PgtaskJobStatusFailed)
+	time.Sleep(300 * time.Millisecond)
+	if j := b.job(t, b2); j.Status != gen.PgtaskJobStatusQueued || j.IsHead {
+		t.Fatalf("b2 behind a blocking failure is %s (head %v), want queued and waiting", j.Status, j.IsHead)
+	}
+	// A retry gives the blocker a fresh set of attempts: it runs again (and
+	// fails again, as x-jobs fail their first attempt). Cancelling it then
+	// lets the group move on.
+	if ok, err := b.q.RetryJob(ctx, int64(xb)); err != nil || !ok {
+		t.Fatalf("retry: %v %v", ok, err)
+	}
+	b.waitStatus(t, xb, 10*time.Second, gen.PgtaskJobStatusFailed)
+	if ok, err := b.q.CancelJob(ctx, int64(xb)); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	b.waitStatus(t, b2, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	if j := b.job(t, xb); j.Status != gen.PgtaskJobStatusCancelled {
+		t.Fatalf("xb is %s, want cancelled", j.Status)
+	}
+	if _, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "b"}); err == nil {
+		t.Fatal("the drained group b still has a row")
+	}
+}
