@@ -36,7 +36,7 @@ var shared struct {
 func sharedServer(ctx context.Context) (*Server, string, error) {
 	shared.once.Do(func() {
 		shared.server, shared.err = Discover(ctx, DiscoverOptions{Logf: func(format string, args ...any) {
-			fmt.Fprintf(os.Stderr, "pgtasktest: "+format+"\n", args...)
+			fmt.Fprintf(os.Stderr, format+"\n", args...)
 		}})
 		if shared.err != nil {
 			return

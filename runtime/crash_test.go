@@ -1,0 +1,175 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/gen"
+	"github.com/pgtask/pgtask/runtime"
+)
+
+const workerProcessEnv = "PGTASK_TEST_WORKER_PROCESS_URL"
+
+// TestWorkerProcess is not a test: the crash tests run the test binary again
+// with this test selected to get a worker in a process they can kill.
+func TestWorkerProcess(t *testing.T) {
+	url := os.Getenv(workerProcessEnv)
+	if url == "" {
+		t.Skip("helper process for the crash tests")
+	}
+	_, stop := newWorker(t, url, runtime.Config{Queues: map[string]runtime.QueueConfig{"crash": {Concurrency: 2}}},
+		runtime.Registration{Kind: "hang", Handler: func(ctx context.Context, job *runtime.Job) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}},
+		runtime.Registration{Kind: "suicide", Handler: func(ctx context.Context, job *runtime.Job) error {
+			return syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}},
+	)
+	defer stop()
+	time.Sleep(time.Minute) // until the parent kills it
+}
+
+func startWorkerProcess(t *testing.T, url string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), workerProcessEnv+"="+url)
+	if testing.Verbose() {
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill() //nolint:errcheck // may be dead already
+		cmd.Wait()         //nolint:errcheck // killed on purpose
+	})
+	return cmd
+}
+
+// A worker process killed with SIGKILL mid-handler: its job is runnable again
+// within about a second, without waiting out any timeout, with the attempt
+// counted; its group then goes on in order.
+func TestKilledWorkerJobIsRequeuedAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hang := enqueue(t, b.pool, "hang", map[string]int{}, runtime.WithQueue("crash"), runtime.WithGroup("g"))
+	after := enqueue(t, b.pool, "after", map[string]int{}, runtime.WithQueue("crash"), runtime.WithGroup("g"))
+
+	child := startWorkerProcess(t, b.url)
+	b.waitStatus(t, hang, 30*time.Second, gen.PgtaskJobStatusStarted)
+	time.Sleep(200 * time.Millisecond) // well inside the handler
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	child.Wait() //nolint:errcheck // killed on purpose
+
+	// Something must notice: a worker in this process, maintenance only (no
+	// handler for the job yet, it serves another queue).
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"elsewhere": {}}})
+	j := b.waitStatus(t, hang, 10*time.Second, gen.PgtaskJobStatusQueued)
+	requeued := time.Since(killed)
+	t.Logf("requeued %s after SIGKILL", requeued)
+	if requeued > 3*time.Second {
+		t.Errorf("requeued %s after the worker died, want about a second", requeued)
+	}
+	if e := errorsOf(t, j); j.Attempts != 1 || len(e) != 1 || !strings.Contains(e[0].Error, "worker lost") {
+		t.Fatalf("attempts=%d errors=%s", j.Attempts, j.Errors)
+	}
+	if !j.IsHead {
+		t.Fatal("the requeued job lost its place at the head of its group")
+	}
+
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"crash": {}}},
+		runtime.Registration{Kind: "hang", Handler: func(ctx context.Context, job *runtime.Job) error { return nil }},
+		runtime.Registration{Kind: "after", Handler: func(ctx context.Context, job *runtime.Job) error { return nil }},
+	)
+	a := b.waitStatus(t, after, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	h := b.job(t, hang)
+	if h.Status != gen.PgtaskJobStatusSucceeded || h.Attempts != 2 {
+		t.Fatalf("hang: %s after %d attempts", h.Status, h.Attempts)
+	}
+	if a.StartedAt.Before(*h.FinishedAt) {
+		t.Fatalf("the next job of the group started at %s, before its head finished at %s", a.StartedAt, h.FinishedAt)
+	}
+}
+
+// A job that kills its worker on every attempt ends failed after its
+// attempts, instead of killing workers forever; its group moves on.
+func TestPoisonJobEndsFailed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	poison := enqueue(t, b.pool, "suicide", map[string]int{}, runtime.WithQueue("crash"), runtime.WithGroup("p"), runtime.WithMaxAttempts(3))
+	behind := enqueue(t, b.pool, "behind", map[string]int{}, runtime.WithQueue("crash"), runtime.WithGroup("p"))
+
+	deaths := 0
+	for deaths < 6 && b.job(t, poison).Status != gen.PgtaskJobStatusFailed {
+		child := startWorkerProcess(t, b.url)
+		done := make(chan error, 1)
+		go func() { done <- child.Wait() }()
+		tick := time.NewTicker(50 * time.Millisecond)
+		deadline := time.After(30 * time.Second)
+	wait:
+		for {
+			select {
+			case err := <-done:
+				var exit *exec.ExitError
+				if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+					t.Fatalf("worker process ended with %v, want killed by its poison job", err)
+				}
+				deaths++
+				break wait
+			case <-tick.C:
+				// A worker that rescued the last attempt and found the job
+				// out of attempts stays alive: done.
+				if b.job(t, poison).Status == gen.PgtaskJobStatusFailed {
+					child.Process.Kill() //nolint:errcheck // idle worker
+					<-done
+					break wait
+				}
+			case <-deadline:
+				t.Fatalf("worker process did not pick the poison job up: %+v", b.job(t, poison))
+			}
+		}
+		tick.Stop()
+	}
+	// The last death is only recorded once some worker rescues it.
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"crash": {}}},
+		runtime.Registration{Kind: "behind", Handler: func(ctx context.Context, job *runtime.Job) error { return nil }})
+	j := b.waitStatus(t, poison, 10*time.Second, gen.PgtaskJobStatusFailed)
+	if deaths != 3 || j.Attempts != 3 || len(errorsOf(t, j)) != 3 {
+		t.Fatalf("deaths=%d attempts=%d errors=%s; want 3 of each", deaths, j.Attempts, j.Errors)
+	}
+	b.waitStatus(t, behind, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+}
+
+// The job's database session is killed under it (pg_terminate_backend): the
+// worker process lives on, the attempt is counted and the job runs again.
+func TestTerminatedSessionRequeuesJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+		Kind: "terminated",
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			if job.Attempt == 1 {
+				pid := job.Tx().Conn().PgConn().PID()
+				if _, err := b.q.TerminateBackend(ctx, int32(pid)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	})
+	id := enqueue(t, b.pool, "terminated", map[string]int{})
+	j := b.waitStatus(t, id, 15*time.Second, gen.PgtaskJobStatusSucceeded)
+	if e := errorsOf(t, j); j.Attempts != 2 || len(e) != 1 || !strings.Contains(e[0].Error, "worker lost") {
+		t.Fatalf("attempts=%d errors=%s", j.Attempts, j.Errors)
+	}
+}

@@ -1,0 +1,157 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/gen"
+	"github.com/pgtask/pgtask/runtime"
+)
+
+func (b *bundle) countJobs(t *testing.T) int64 {
+	t.Helper()
+	counts, err := b.q.CountJobs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, c := range counts {
+		n += c.Jobs
+	}
+	return n
+}
+
+func TestEnqueueRefusesBadRequestsAndInsertsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ok := runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`)}
+	cases := []struct {
+		name string
+		req  runtime.EnqueueRequest
+		want string
+	}{
+		{"empty kind", runtime.EnqueueRequest{Payload: json.RawMessage(`{}`)}, "kind is empty"},
+		{"no payload", runtime.EnqueueRequest{Kind: "k"}, "payload is empty"},
+		{"malformed JSON", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{"a":`)}, "not valid JSON"},
+		{"scalar JSON", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(` 42`)}, "must be a JSON object or array"},
+		{"JSON null", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`null`)}, "must be a JSON object or array"},
+		{"NUL in a string", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{"a":"x\u0000y"}`)}, `contains \u0000`},
+		{"huge payload", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{"a":"` + strings.Repeat("x", runtime.MaxPayloadBytes) + `"}`)}, "more than the"},
+		{"negative attempts", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`), EnqueueOptions: runtime.EnqueueOptions{MaxAttempts: -1}}, "max attempts -1 is out of range"},
+		{"negative delay", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`), EnqueueOptions: runtime.EnqueueOptions{Delay: -time.Second}}, "delay -1s is negative"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// The bad request sits between good ones: the whole batch is refused.
+			_, err := runtime.EnqueueMany(context.Background(), b.pool, []runtime.EnqueueRequest{ok, c.req, ok})
+			var ee *runtime.EnqueueError
+			if !errors.As(err, &ee) || ee.Index != 1 || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want an EnqueueError for item 1 containing %q", err, c.want)
+			}
+		})
+	}
+	if n := b.countJobs(t); n != 0 {
+		t.Fatalf("%d jobs inserted by refused requests", n)
+	}
+}
+
+func TestEnqueueDefaultsAndOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var reqs []runtime.EnqueueRequest
+	for i := range 5 {
+		r := runtime.EnqueueRequest{Kind: "k", Payload: mustJSON(t, map[string]int{"i": i})}
+		if i%2 == 0 {
+			r.Apply(runtime.WithGroup("g"))
+		}
+		reqs = append(reqs, r)
+	}
+	ids, err := runtime.EnqueueMany(ctx, b.pool, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		j := b.job(t, id)
+		var got map[string]int
+		if err := json.Unmarshal(j.Payload, &got); err != nil || got["i"] != i {
+			t.Errorf("id %d has payload %s, want item %d's", id, j.Payload, i)
+		}
+		if i > 0 && id <= ids[i-1] {
+			t.Errorf("ids not increasing: %v", ids)
+		}
+		if j.Queue != runtime.DefaultQueue || j.MaxAttempts != runtime.DefaultMaxAttempts || j.Status != gen.PgtaskJobStatusQueued {
+			t.Errorf("job %d: queue %q max attempts %d status %s", id, j.Queue, j.MaxAttempts, j.Status)
+		}
+		// Ungrouped jobs and the first job of the new group are heads.
+		if wantHead := i%2 == 1 || i == 0; j.IsHead != wantHead {
+			t.Errorf("item %d is_head = %v, want %v", i, j.IsHead, wantHead)
+		}
+	}
+	g, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"})
+	if err != nil || g.HeadID != int64(ids[0]) {
+		t.Fatalf("group g: %+v, %v; want head %d", g, err, ids[0])
+	}
+	// A job scheduled for later is not runnable yet.
+	later := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithRunAt(time.Now().Add(time.Hour)))
+	if j := b.job(t, later); j.Status != gen.PgtaskJobStatusScheduled {
+		t.Fatalf("job for an hour from now is %s", j.Status)
+	}
+}
+
+// Enqueueing in the caller's transaction: the job exists, and runs, only if
+// that transaction commits.
+func TestEnqueueJoinsTheCallersTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ran := make(chan runtime.JobID, 2)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+		Kind:    "tx",
+		Handler: func(ctx context.Context, job *runtime.Job) error { ran <- job.ID; return nil },
+	})
+
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rolledBack := enqueue(t, tx, "tx", map[string]int{}, runtime.WithGroup("g"))
+	time.Sleep(300 * time.Millisecond) // a worker must not see it meanwhile
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx, err = b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := enqueue(t, tx, "tx", map[string]int{}, runtime.WithGroup("g"))
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.waitStatus(t, committed, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	if got := <-ran; got != committed {
+		t.Fatalf("ran job %d, want %d", got, committed)
+	}
+	if _, err := b.q.GetJob(ctx, int64(rolledBack)); err == nil {
+		t.Fatal("the rolled-back job exists")
+	}
+	select {
+	case id := <-ran:
+		t.Fatalf("job %d ran as well", id)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// Enqueueing into a database without pgtask's schema says what is missing.
+func TestEnqueueWithoutSchemaSaysSo(t *testing.T) {
+	t.Parallel()
+	empty := emptyPool(t)
+	_, err := runtime.Enqueue(context.Background(), empty, runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`)})
+	if err == nil || !strings.Contains(err.Error(), "enqueue 1 job(s)") || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("err = %v", err)
+	}
+}

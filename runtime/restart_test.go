@@ -1,0 +1,105 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/gen"
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/pgtasktest"
+)
+
+// The database restarts while workers run: they reconnect, and every job
+// still runs to success, groups in order. The restart happens on a cluster of
+// the test's own, never the shared server.
+func TestDatabaseRestartIsSurvived(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cluster, err := pgtasktest.StartCluster(ctx, pgtasktest.ClusterOptions{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cluster.Close() }) //nolint:errcheck // best effort
+	url := cluster.URL("postgres")
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := runtime.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{url: url, pool: pool, q: gen.New(pool)}
+
+	const groups, perGroup, ungrouped = 20, 15, 100
+	var reqs []runtime.EnqueueRequest
+	for s := range perGroup {
+		for g := range groups {
+			key := fmt.Sprintf("g%d", g)
+			req := runtime.EnqueueRequest{Kind: "seq", Payload: mustJSON(t, seqPayload{Group: key, Seq: s})}
+			req.Apply(runtime.WithGroup(key))
+			reqs = append(reqs, req)
+		}
+	}
+	for n := range ungrouped {
+		reqs = append(reqs, runtime.EnqueueRequest{Kind: "seq", Payload: mustJSON(t, seqPayload{Seq: n})})
+	}
+	if _, err := runtime.EnqueueMany(ctx, pool, reqs); err != nil {
+		t.Fatal(err)
+	}
+
+	log := newStartLog()
+	startWorker(t, url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 4, BatchSize: 3}}},
+		runtime.Registration{Kind: "seq", Handler: func(ctx context.Context, job *runtime.Job) error {
+			p, err := runtime.DecodePayload[seqPayload](job)
+			if err != nil {
+				return err
+			}
+			log.begin(p)
+			defer log.end(p)
+			time.Sleep(5 * time.Millisecond)
+			return nil
+		}})
+
+	// Restart once about a third of the jobs are done.
+	for {
+		counts, err := b.q.CountJobs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := int64(0)
+		for _, c := range counts {
+			if c.Status == gen.PgtaskJobStatusSucceeded {
+				done = c.Jobs
+			}
+		}
+		if done > int64(len(reqs)/3) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cluster.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("database restarted")
+
+	jobs := b.waitQueueDone(t, runtime.DefaultQueue, 90*time.Second)
+	retried := 0
+	for _, j := range jobs {
+		if j.Status != gen.PgtaskJobStatusSucceeded {
+			t.Fatalf("job %d is %s: %s", j.ID, j.Status, j.Errors)
+		}
+		if j.Attempts > 1 {
+			retried++
+		}
+	}
+	if len(jobs) != len(reqs) {
+		t.Fatalf("%d jobs, want %d", len(jobs), len(reqs))
+	}
+	log.checkOrder(t, groups, perGroup)
+	t.Logf("%d jobs succeeded, %d of them needed another attempt after the restart", len(jobs), retried)
+}
