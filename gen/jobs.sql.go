@@ -47,6 +47,16 @@ func (q *Queries) AdvisoryUnlockShared(ctx context.Context, key int64) error {
 	return err
 }
 
+const analyzeJobs = `-- name: AnalyzeJobs :exec
+ANALYZE pgtask.jobs
+`
+
+// Refreshes the planner's statistics after a bulk load (benchmarks, imports).
+func (q *Queries) AnalyzeJobs(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, analyzeJobs)
+	return err
+}
+
 const cancelJob = `-- name: CancelJob :one
 SELECT pgtask.cancel_job($1) AS cancelled
 `

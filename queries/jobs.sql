@@ -37,3 +37,7 @@ SELECT queue, status, count(*)::bigint AS jobs
 -- name: ListJobs :many
 -- A queue's jobs in id order, for inspection and tests.
 SELECT * FROM pgtask.jobs WHERE queue = @queue ORDER BY id;
+
+-- name: AnalyzeJobs :exec
+-- Refreshes the planner's statistics after a bulk load (benchmarks, imports).
+ANALYZE pgtask.jobs;

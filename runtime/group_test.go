@@ -242,16 +242,17 @@ func TestFinalFailureSkipsOrBlocksTheGroup(t *testing.T) {
 	// A retry gives the blocker a fresh set of attempts: it runs again (and
 	// fails again, as x-jobs fail their first attempt). Cancelling it then
 	// lets the group move on.
-	if ok, err := b.q.RetryJob(ctx, int64(xb)); err != nil || !ok {
+	if ok, err := runtime.RetryJob(ctx, b.pool, xb); err != nil || !ok {
 		t.Fatalf("retry: %v %v", ok, err)
 	}
 	b.waitStatus(t, xb, 10*time.Second, gen.PgtaskJobStatusFailed)
-	if ok, err := b.q.CancelJob(ctx, int64(xb)); err != nil || !ok {
+	if ok, err := runtime.CancelJob(ctx, b.pool, xb); err != nil || !ok {
 		t.Fatalf("cancel: %v %v", ok, err)
 	}
 	b.waitStatus(t, b2, 10*time.Second, gen.PgtaskJobStatusSucceeded)
-	if j := b.job(t, xb); j.Status != gen.PgtaskJobStatusCancelled {
-		t.Fatalf("xb is %s, want cancelled", j.Status)
+	info, err := runtime.GetJob(ctx, b.pool, xb)
+	if err != nil || info.Status != runtime.StatusCancelled || len(info.Errors) != 2 || info.Errors[1].At.IsZero() {
+		t.Fatalf("xb: %+v, %v; want cancelled with two failed attempts on record", info, err)
 	}
 	if _, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "b"}); err == nil {
 		t.Fatal("the drained group b still has a row")

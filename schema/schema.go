@@ -3,6 +3,8 @@
 // them to type the queries in queries/.
 package schema
 
+//go:generate go -C ../tools tool sqlc generate -f ../sqlc.yaml
+
 import "embed"
 
 // FS holds the migration files.

@@ -1,0 +1,93 @@
+// Package cli implements the pgtask command; main only wires it to the
+// process, so tests call Run directly.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtask/pgtask/runtime"
+)
+
+const usage = `usage: pgtask <command> [flags]
+
+commands:
+  migrate   apply pgtask's schema migrations to a database
+  help      show this text
+
+Run 'pgtask <command> -h' for a command's flags.
+`
+
+// Run runs the command in args and returns the process exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "migrate":
+		err = migrate(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "pgtask: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	case err != nil:
+		fmt.Fprintf(stderr, "pgtask %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+// errUsage means the flags were wrong; the flag package has said why.
+var errUsage = errors.New("usage")
+
+func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pgtask migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("database-url", os.Getenv("DATABASE_URL"), "database to migrate (default $DATABASE_URL)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "pgtask migrate: unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	if *url == "" {
+		return errors.New("no database: set DATABASE_URL or pass -database-url")
+	}
+	conn, err := pgx.Connect(ctx, *url)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	applied, err := runtime.Migrate(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintln(stdout, "pgtask schema is up to date")
+		return nil
+	}
+	for _, v := range applied {
+		fmt.Fprintf(stdout, "applied migration %04d\n", v)
+	}
+	return nil
+}
