@@ -53,15 +53,25 @@ type PanicError struct {
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
 
 // EnqueueError reports a request that was refused before anything was
-// inserted. Index is the request's position in an EnqueueMany batch.
+// inserted. Index is the request's position in its batch (0 for a single
+// Enqueue).
 type EnqueueError struct {
 	Index int
 	Kind  string
 	Err   error
+	batch bool
 }
 
 func (e *EnqueueError) Error() string {
-	return fmt.Sprintf("enqueue %s (item %d): %v", e.Kind, e.Index, e.Err)
+	what := "enqueue " + e.Kind
+	var ve *ValidationError
+	if errors.As(e.Err, &ve) {
+		what = "enqueue" // the validation error names the kind
+	}
+	if e.batch {
+		return fmt.Sprintf("%s (item %d of the batch): %v", what, e.Index, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", what, e.Err)
 }
 
 func (e *EnqueueError) Unwrap() error { return e.Err }

@@ -1,12 +1,12 @@
-// Quickstart: a worker and a producer in one process. Emails to the same
-// account go out one at a time, in order; image resizes run in parallel; a
-// sum returns a result. It finds a database as the README says, works the
-// jobs, prints what happens and exits.
+// Quickstart: a worker and a producer in one process, using the typed
+// functions generated from package tasks. Emails to the same account go out
+// one at a time, in order; image resizes run in parallel; a sum returns a
+// typed result. It finds a database as the README says, works the jobs,
+// prints what happens and exits.
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/examples/quickstart/tasks"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/pgtasktest"
 )
@@ -28,21 +29,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
-}
-
-type sendEmail struct {
-	AccountID int64  `json:"account_id"`
-	To        string `json:"to"`
-	Subject   string `json:"subject"`
-}
-
-type resizeImage struct {
-	URL   string `json:"url"`
-	Width int    `json:"width"`
-}
-
-type add struct {
-	A, B int
 }
 
 func run(ctx context.Context) error {
@@ -79,62 +65,69 @@ func run(ctx context.Context) error {
 	say := func(format string, args ...any) {
 		fmt.Printf("%6.3fs  "+format+"\n", append([]any{time.Since(start).Seconds()}, args...)...)
 	}
-	must(worker.Register(runtime.Registration{Kind: "send_email", Handler: func(ctx context.Context, job *runtime.Job) error {
-		e, err := runtime.DecodePayload[sendEmail](job)
-		if err != nil {
-			return err
-		}
+	must(tasks.HandleSendEmail(worker, func(ctx context.Context, job *runtime.Job, e tasks.SendEmail) error {
 		if e.Subject == "flaky" && job.Attempt == 1 {
-			say("email to %s failed on attempt 1; its account waits for the retry", e.To)
+			say("email to %s failed on attempt 1; account %d waits for its retry", e.To, e.AccountID)
 			return errors.New("smtp: temporary failure")
 		}
 		time.Sleep(20 * time.Millisecond)
-		say("sent %-20q to %s (account %d, attempt %d)", e.Subject, e.To, e.AccountID, job.Attempt)
+		say("sent %-16q to %s (account %d, attempt %d)", e.Subject, e.To, e.AccountID, job.Attempt)
 		done.Add(1)
 		return nil
-	}, Backoff: runtime.Backoff{Min: 200 * time.Millisecond}}))
-	must(worker.Register(runtime.Registration{Kind: "resize_image", Handler: func(ctx context.Context, job *runtime.Job) error {
-		img, err := runtime.DecodePayload[resizeImage](job)
-		if err != nil {
-			return err
-		}
+	}))
+	must(tasks.HandleResizeImage(worker, func(ctx context.Context, job *runtime.Job, img tasks.ResizeImage) error {
 		time.Sleep(50 * time.Millisecond)
 		say("resized %s to %dpx", img.URL, img.Width)
 		done.Add(1)
 		return nil
-	}}))
-	must(worker.Register(runtime.Registration{Kind: "add", Handler: func(ctx context.Context, job *runtime.Job) error {
-		in, err := runtime.DecodePayload[add](job)
-		if err != nil {
-			return err
-		}
+	}))
+	must(tasks.HandleAdd(worker, func(ctx context.Context, job *runtime.Job, in tasks.Add) (tasks.Sum, error) {
 		done.Add(1)
-		return job.SetResult(in.A + in.B)
-	}}))
+		return tasks.Sum{Value: in.A + in.B}, nil
+	}))
 
 	runCtx, stopWorker := context.WithCancel(ctx)
 	defer stopWorker()
 	ran := make(chan error, 1)
 	go func() { ran <- worker.Run(runCtx) }()
 
-	var reqs []runtime.EnqueueRequest
+	// Emails: two accounts, four each, in one statement. Each account's
+	// emails go out in this order, one at a time.
+	var emails []tasks.SendEmail
 	for _, subject := range []string{"welcome", "flaky", "your invoice", "weekly digest"} {
 		for account := int64(1); account <= 2; account++ {
-			reqs = append(reqs, request("send_email", sendEmail{AccountID: account, To: fmt.Sprintf("user%d@example.com", account), Subject: subject},
-				runtime.WithQueue("emails"), runtime.WithGroup(fmt.Sprint(account))))
+			emails = append(emails, tasks.SendEmail{AccountID: account, To: fmt.Sprintf("user%d@example.com", account), Subject: subject})
 		}
 	}
-	for i := range 4 {
-		reqs = append(reqs, request("resize_image", resizeImage{URL: fmt.Sprintf("https://img.example.com/%d.png", i), Width: 640}))
-	}
-	if _, err := runtime.EnqueueMany(ctx, pool, reqs); err != nil {
+	if _, err := tasks.EnqueueSendEmailMany(ctx, pool, emails); err != nil {
 		return err
 	}
-	sum, err := runtime.Enqueue(ctx, pool, request("add", add{A: 40, B: 2}))
+	// Resizes, enqueued inside a transaction: they exist once it commits.
+	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return err
 	}
-	total := int32(len(reqs) + 1)
+	for i := range 4 {
+		img := tasks.ResizeImage{URL: fmt.Sprintf("https://img.example.com/%d.png", i), Width: 640}
+		if _, err := tasks.EnqueueResizeImage(ctx, tx, img); err != nil {
+			tx.Rollback(ctx) //nolint:errcheck // the enqueue error is the one to report
+			return err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	sum, err := tasks.EnqueueAdd(ctx, pool, tasks.Add{A: 40, B: 2})
+	if err != nil {
+		return err
+	}
+	// An invalid email is refused before anything is inserted.
+	_, err = tasks.EnqueueSendEmail(ctx, pool, tasks.SendEmail{AccountID: 3, To: "not an address", Subject: "hi"})
+	say("refused: %v", err)
+	if err == nil {
+		return errors.New("an invalid email was accepted")
+	}
+	total := int32(len(emails) + 4 + 1)
 	say("enqueued %d jobs", total)
 
 	for done.Load() < total {
@@ -144,28 +137,24 @@ func run(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	var info *runtime.JobInfo
-	for info == nil || !info.Status.Finished() {
-		if info, err = runtime.GetJob(ctx, pool, sum); err != nil {
+	for {
+		result, status, err := tasks.GetAddResult(ctx, pool, sum)
+		if errors.Is(err, runtime.ErrNoResult) && !status.Finished() {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err != nil {
 			return err
 		}
-		time.Sleep(10 * time.Millisecond)
+		say("add job %d %s: 40 + 2 = %d", sum, status, result.Value)
+		break
 	}
-	say("add job %d %s with result %s", sum, info.Status, info.Result)
 	stopWorker()
 	if err := <-ran; err != nil {
 		return err
 	}
 	say("all %d jobs done; worker stopped", total)
 	return nil
-}
-
-func request(kind string, payload any, opts ...runtime.EnqueueOption) runtime.EnqueueRequest {
-	b, err := json.Marshal(payload)
-	must(err)
-	r := runtime.EnqueueRequest{Kind: kind, Payload: b}
-	r.Apply(opts...)
-	return r
 }
 
 // database finds a server (DATABASE_URL, then localhost:5432, then a

@@ -9,8 +9,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtask/pgtask/cmd/pgtask/internal/codegen"
 
 	"github.com/pgtask/pgtask/runtime"
 )
@@ -18,6 +22,8 @@ import (
 const usage = `usage: pgtask <command> [flags]
 
 commands:
+  gen       generate typed Enqueue/Handle functions for the tasks in a package
+            (what //go:generate go run github.com/pgtask/pgtask/cmd/pgtask gen runs)
   migrate   apply pgtask's schema migrations to a database
   help      show this text
 
@@ -32,6 +38,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var err error
 	switch args[0] {
+	case "gen":
+		err = gen(args[1:], stdout, stderr)
 	case "migrate":
 		err = migrate(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
@@ -46,6 +54,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
+	case errors.As(err, new(codegen.Errors)), errors.As(err, new(codegen.Error)):
+		// file:line: message, one per line, as compilers print them.
+		fmt.Fprintln(stderr, err)
+		return 1
 	case err != nil:
 		fmt.Fprintf(stderr, "pgtask %s: %v\n", args[0], err)
 		return 1
@@ -55,6 +67,42 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // errUsage means the flags were wrong; the flag package has said why.
 var errUsage = errors.New("usage")
+
+func gen(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pgtask gen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: pgtask gen [-o file] [package dir]\n\nGenerates the typed task functions of the package in dir (default: the current directory).")
+		fs.PrintDefaults()
+	}
+	out := fs.String("o", codegen.DefaultOutput, "name of the generated file in the package directory")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 1 {
+		fmt.Fprintf(stderr, "pgtask gen: want at most one package directory, got %d\n", fs.NArg())
+		return errUsage
+	}
+	dir := "."
+	if fs.NArg() == 1 {
+		dir = fs.Arg(0)
+	}
+	if *out != filepath.Base(*out) || !strings.HasSuffix(*out, ".go") || strings.HasSuffix(*out, "_test.go") {
+		fmt.Fprintf(stderr, "pgtask gen: -o %q: want a file name ending in .go (not _test.go), without a directory\n", *out)
+		return errUsage
+	}
+	wrote, err := codegen.Write(dir, *out)
+	if err != nil {
+		return err
+	}
+	if wrote {
+		fmt.Fprintf(stdout, "pgtask gen: wrote %s\n", filepath.Join(dir, *out))
+	}
+	return nil
+}
 
 func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("pgtask migrate", flag.ContinueOnError)

@@ -1,0 +1,309 @@
+package codegen
+
+import (
+	"fmt"
+	"go/ast"
+	"go/token"
+	"go/types"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+
+	"golang.org/x/tools/go/packages"
+)
+
+const runtimePath = "github.com/pgtask/pgtask/runtime"
+
+// task is one declared task, ready to render.
+type task struct {
+	Name     string // the Go type
+	Pos      token.Position
+	settings settings
+	Group    *groupField
+	Result   types.Type // nil unless the task embeds runtime.TaskWithResult[R]
+}
+
+// groupKind says how a group field becomes the text key.
+type groupKind int
+
+const (
+	groupString   groupKind = iota // string(v)
+	groupSigned                    // strconv.FormatInt(int64(v), 10)
+	groupUnsigned                  // strconv.FormatUint(uint64(v), 10)
+	groupStringer                  // v.String()
+)
+
+type groupField struct {
+	Name string
+	Kind groupKind
+}
+
+// Error is a problem in a task declaration, at a source position.
+type Error struct {
+	Pos token.Position
+	Msg string
+}
+
+func (e Error) Error() string { return fmt.Sprintf("%s:%d: %s", e.Pos.Filename, e.Pos.Line, e.Msg) }
+
+// Errors is every problem found in a package, in source order.
+type Errors []Error
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// loaded is a type-checked package and its tasks.
+type loaded struct {
+	Path  string
+	Name  string
+	Tasks []task
+}
+
+// load type-checks the package in dir, without the generated file (which may
+// be stale or broken), and collects its tasks. It never runs the package's code.
+func load(dir, outName string) (*loaded, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &packages.Config{
+		Mode: packages.NeedName | packages.NeedFiles | packages.NeedSyntax |
+			packages.NeedTypes | packages.NeedTypesInfo,
+		Dir:   abs,
+		Tests: false,
+	}
+	out := filepath.Join(abs, outName)
+	if src, err := os.ReadFile(out); err == nil {
+		// Type-check as if the generated file were empty: it is about to be
+		// replaced, and a stale one must not stop generation.
+		cfg.Overlay = map[string][]byte{out: []byte("package " + packageClause(src) + "\n")}
+	}
+	pkgs, err := packages.Load(cfg, ".")
+	if err != nil {
+		return nil, fmt.Errorf("load package in %s: %w", dir, err)
+	}
+	if len(pkgs) != 1 {
+		return nil, fmt.Errorf("load package in %s: found %d packages", dir, len(pkgs))
+	}
+	pkg := pkgs[0]
+	if len(pkg.Errors) > 0 {
+		var es []string
+		for _, e := range pkg.Errors {
+			es = append(es, e.Error())
+		}
+		return nil, fmt.Errorf("package %s does not compile:\n%s", pkg.PkgPath, strings.Join(es, "\n"))
+	}
+	l := &loaded{Path: pkg.PkgPath, Name: pkg.Name}
+	var errs Errors
+	for _, file := range pkg.Syntax {
+		for _, decl := range file.Decls {
+			gen, ok := decl.(*ast.GenDecl)
+			if !ok || gen.Tok != token.TYPE {
+				continue
+			}
+			for _, spec := range gen.Specs {
+				ts := spec.(*ast.TypeSpec)
+				t, found, es := inspect(pkg, ts)
+				errs = append(errs, es...)
+				if found && len(es) == 0 {
+					l.Tasks = append(l.Tasks, t)
+				}
+			}
+		}
+	}
+	errs = append(errs, duplicateKinds(l.Tasks)...)
+	if len(errs) > 0 {
+		sort.SliceStable(errs, func(i, j int) bool {
+			a, b := errs[i].Pos, errs[j].Pos
+			return a.Filename < b.Filename || a.Filename == b.Filename && a.Line < b.Line
+		})
+		return nil, errs
+	}
+	if len(l.Tasks) == 0 {
+		return nil, fmt.Errorf("package %s declares no tasks: a task is a struct that embeds %s.Task", pkg.PkgPath, runtimePath)
+	}
+	sort.Slice(l.Tasks, func(i, j int) bool { return l.Tasks[i].Name < l.Tasks[j].Name })
+	return l, nil
+}
+
+// packageClause returns the package name in a Go file, or "main" when unreadable.
+func packageClause(src []byte) string {
+	for _, line := range strings.Split(string(src), "\n") {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "package "); ok {
+			return strings.TrimSpace(name)
+		}
+	}
+	return "main"
+}
+
+// inspect reports whether ts declares a task, and what is wrong with it.
+func inspect(pkg *packages.Package, ts *ast.TypeSpec) (task, bool, Errors) {
+	pos := func(p token.Pos) token.Position { return pkg.Fset.Position(p) }
+	if _, ok := ts.Type.(*ast.StructType); !ok {
+		return task{}, false, nil
+	}
+	obj := pkg.TypesInfo.Defs[ts.Name]
+	if obj == nil {
+		return task{}, false, nil
+	}
+	strct, ok := obj.Type().Underlying().(*types.Struct)
+	if !ok {
+		return task{}, false, nil
+	}
+
+	t := task{Name: ts.Name.Name, Pos: pos(ts.Pos())}
+	var errs Errors
+	fail := func(p token.Pos, format string, args ...any) {
+		errs = append(errs, Error{Pos: pos(p), Msg: fmt.Sprintf(format, args...)})
+	}
+	marker := -1
+	for i := range strct.NumFields() {
+		f := strct.Field(i)
+		if !f.Embedded() {
+			continue
+		}
+		name, ptr := markerName(f.Type())
+		if name == "" {
+			continue
+		}
+		if marker >= 0 {
+			fail(f.Pos(), "%s embeds more than one task marker", ts.Name.Name)
+			continue
+		}
+		marker = i
+		if ptr {
+			fail(f.Pos(), "embed runtime.%s by value, not as a pointer", name)
+		}
+		if name == "TaskWithResult" {
+			t.Result = f.Type().(*types.Named).TypeArgs().At(0)
+		}
+	}
+	if marker < 0 {
+		return task{}, false, nil
+	}
+	if !ts.Name.IsExported() {
+		fail(ts.Pos(), "task type %s is unexported; the generated Enqueue%s and Handle%s must be exported, so export the type",
+			ts.Name.Name, upperFirst(ts.Name.Name), upperFirst(ts.Name.Name))
+	}
+	if ts.TypeParams != nil {
+		fail(ts.Pos(), "task type %s has type parameters; tasks must be concrete types", ts.Name.Name)
+	}
+
+	settings, err := parseTaskTag(reflect.StructTag(strct.Tag(marker)).Get("task"), ts.Name.Name)
+	if err != nil {
+		fail(strct.Field(marker).Pos(), "%s: %v", ts.Name.Name, err)
+	}
+	t.settings = settings
+
+	for i := range strct.NumFields() {
+		if i == marker {
+			continue
+		}
+		f := strct.Field(i)
+		tag, has := reflect.StructTag(strct.Tag(i)).Lookup("task")
+		if !has {
+			continue
+		}
+		if tag != "group" {
+			fail(f.Pos(), `field %s: task tag %q: on a field only task:"group" is allowed`, f.Name(), tag)
+			continue
+		}
+		if t.Group != nil {
+			fail(f.Pos(), "field %s: %s already has a group field, %s; a task has at most one", f.Name(), ts.Name.Name, t.Group.Name)
+			continue
+		}
+		if !f.Exported() {
+			fail(f.Pos(), "group field %s is unexported, so it is not in the JSON payload; export it", f.Name())
+			continue
+		}
+		kind, ok := groupKindOf(f.Type())
+		if !ok {
+			fail(f.Pos(), "group field %s has type %s; want a string or integer type, or a type with a String() string method",
+				f.Name(), types.TypeString(f.Type(), types.RelativeTo(pkg.Types)))
+			continue
+		}
+		t.Group = &groupField{Name: f.Name(), Kind: kind}
+	}
+	return t, true, errs
+}
+
+// markerName returns "Task" or "TaskWithResult" when typ is one of the
+// runtime's markers (ptr: as a pointer), or "" otherwise.
+func markerName(typ types.Type) (name string, ptr bool) {
+	if p, ok := typ.(*types.Pointer); ok {
+		typ, ptr = p.Elem(), true
+	}
+	named, ok := typ.(*types.Named)
+	if !ok {
+		return "", false
+	}
+	obj := named.Origin().Obj()
+	if obj.Pkg() == nil || obj.Pkg().Path() != runtimePath {
+		return "", false
+	}
+	switch obj.Name() {
+	case "Task", "TaskWithResult":
+		return obj.Name(), ptr
+	}
+	return "", false
+}
+
+func groupKindOf(typ types.Type) (groupKind, bool) {
+	if b, ok := typ.Underlying().(*types.Basic); ok {
+		switch {
+		case b.Info()&types.IsString != 0:
+			return groupString, true
+		case b.Info()&types.IsInteger != 0 && b.Info()&types.IsUnsigned != 0:
+			return groupUnsigned, true
+		case b.Info()&types.IsInteger != 0:
+			return groupSigned, true
+		}
+	}
+	if hasStringMethod(typ) {
+		return groupStringer, true
+	}
+	return 0, false
+}
+
+func hasStringMethod(typ types.Type) bool {
+	ms := types.NewMethodSet(typ)
+	for i := range ms.Len() {
+		fn, ok := ms.At(i).Obj().(*types.Func)
+		if !ok || fn.Name() != "String" {
+			continue
+		}
+		sig := fn.Type().(*types.Signature)
+		if sig.Params().Len() == 0 && sig.Results().Len() == 1 && types.Identical(sig.Results().At(0).Type(), types.Typ[types.String]) {
+			return true
+		}
+	}
+	return false
+}
+
+func duplicateKinds(tasks []task) Errors {
+	var errs Errors
+	first := map[string]task{}
+	for _, t := range tasks {
+		if prev, dup := first[t.settings.Kind]; dup {
+			errs = append(errs, Error{Pos: t.Pos, Msg: fmt.Sprintf("kind %q of %s is already the kind of %s (%s:%d); kinds must be unique",
+				t.settings.Kind, t.Name, prev.Name, filepath.Base(prev.Pos.Filename), prev.Pos.Line)})
+			continue
+		}
+		first[t.settings.Kind] = t
+	}
+	return errs
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}

@@ -1,0 +1,157 @@
+package codegen
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// settings are a task's declared options, from the tag on its embedded
+// runtime.Task field.
+type settings struct {
+	Kind            string
+	Queue           string
+	MaxAttempts     int
+	Priority        int16
+	Timeout         time.Duration
+	BackoffMin      time.Duration
+	BackoffMax      time.Duration
+	FailBlocksGroup bool
+}
+
+var validKind = regexp.MustCompile(`^[a-zA-Z0-9_.:/-]+$`)
+
+// parseTaskTag parses `task:"kind,option=value,..."`. The kind comes first
+// and may be omitted (",queue=x" or "queue=x"); it defaults to typeName in
+// snake_case.
+func parseTaskTag(tag, typeName string) (settings, error) {
+	s := settings{Kind: snakeCase(typeName)}
+	if tag == "" {
+		return s, nil
+	}
+	parts := strings.Split(tag, ",")
+	if first := strings.TrimSpace(parts[0]); !strings.Contains(first, "=") {
+		if first != "" {
+			s.Kind = first
+		}
+		parts = parts[1:]
+	}
+	if !validKind.MatchString(s.Kind) {
+		return s, fmt.Errorf("kind %q: use letters, digits and _ . : / -", s.Kind)
+	}
+	seen := map[string]bool{}
+	for _, part := range parts {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		key, value, ok := strings.Cut(part, "=")
+		if !ok {
+			return s, fmt.Errorf("option %q has no value; write %s=...", part, part)
+		}
+		if seen[key] {
+			return s, fmt.Errorf("option %s is given twice", key)
+		}
+		seen[key] = true
+		if err := s.set(key, value); err != nil {
+			return s, fmt.Errorf("option %s=%s: %w", key, value, err)
+		}
+	}
+	return s, nil
+}
+
+// options lists the tag's options for the "unknown option" message.
+const options = "queue, max_attempts, priority, timeout, backoff, on_fail"
+
+func (s *settings) set(key, value string) error {
+	switch key {
+	case "queue":
+		if value == "" {
+			return fmt.Errorf("queue name is empty")
+		}
+		s.Queue = value
+	case "max_attempts":
+		n, err := strconv.Atoi(value)
+		if err != nil || n < 1 || n > math.MaxInt32 {
+			return fmt.Errorf("want a whole number from 1 to %d", math.MaxInt32)
+		}
+		s.MaxAttempts = n
+	case "priority":
+		n, err := strconv.ParseInt(value, 10, 16)
+		if err != nil {
+			return fmt.Errorf("want a whole number from %d to %d", math.MinInt16, math.MaxInt16)
+		}
+		s.Priority = int16(n)
+	case "timeout":
+		d, err := positiveDuration(value)
+		if err != nil {
+			return err
+		}
+		s.Timeout = d
+	case "backoff":
+		// backoff=MIN or backoff=MIN..MAX
+		lo, hi, ranged := strings.Cut(value, "..")
+		min, err := positiveDuration(lo)
+		if err != nil {
+			return err
+		}
+		s.BackoffMin = min
+		if ranged {
+			max, err := positiveDuration(hi)
+			if err != nil {
+				return err
+			}
+			if max < min {
+				return fmt.Errorf("the maximum %s is below the minimum %s", max, min)
+			}
+			s.BackoffMax = max
+		}
+	case "on_fail":
+		switch value {
+		case "skip":
+			s.FailBlocksGroup = false
+		case "block":
+			s.FailBlocksGroup = true
+		default:
+			return fmt.Errorf("want skip (the group moves on) or block (the group waits for an operator)")
+		}
+	default:
+		return fmt.Errorf("unknown option (known: %s)", options)
+	}
+	return nil
+}
+
+func positiveDuration(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("want a duration such as 30s or 5m")
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("want a positive duration")
+	}
+	return d, nil
+}
+
+// snakeCase turns a Go type name into a kind: SendEmail -> send_email,
+// HTTPRequest -> http_request, ResizeV2 -> resize_v2.
+func snakeCase(name string) string {
+	runes := []rune(name)
+	var b strings.Builder
+	for i, r := range runes {
+		if unicode.IsUpper(r) {
+			prevLower := i > 0 && (unicode.IsLower(runes[i-1]) || unicode.IsDigit(runes[i-1]))
+			nextLower := i > 0 && i+1 < len(runes) && unicode.IsLower(runes[i+1]) && unicode.IsUpper(runes[i-1])
+			if prevLower || nextLower {
+				b.WriteByte('_')
+			}
+			b.WriteRune(unicode.ToLower(r))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
