@@ -95,6 +95,14 @@ func gen(args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	wrote, err := codegen.Write(dir, *out)
+	var es codegen.Errors
+	if errors.As(err, &es) && dir != "." {
+		// Positions come relative to the package; make them relative to here.
+		for i := range es {
+			es[i].Pos.Filename = filepath.Join(dir, es[i].Pos.Filename)
+		}
+		return es
+	}
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"go/types"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/dave/jennifer/jen"
 	"golang.org/x/tools/imports"
@@ -265,9 +266,19 @@ func multiline(elems []jen.Code) []jen.Code {
 	return append(out, jen.Line())
 }
 
+// lowerFirst lowers a name's leading capitals as Go style has it:
+// SendEmail -> sendEmail, HTTPRequest -> httpRequest, URL -> url.
 func lowerFirst(s string) string {
-	if s == "" {
-		return s
+	r := []rune(s)
+	n := 0
+	for n < len(r) && unicode.IsUpper(r[n]) {
+		n++
 	}
-	return strings.ToLower(s[:1]) + s[1:]
+	if n > 1 && n < len(r) {
+		n-- // the last capital starts the next word
+	}
+	for i := range n {
+		r[i] = unicode.ToLower(r[i])
+	}
+	return string(r)
 }

@@ -50,6 +50,7 @@ func parseTaskTag(tag, typeName string) (settings, error) {
 			continue
 		}
 		key, value, ok := strings.Cut(part, "=")
+		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
 		if !ok {
 			return s, fmt.Errorf("option %q has no value; write %s=...", part, part)
 		}

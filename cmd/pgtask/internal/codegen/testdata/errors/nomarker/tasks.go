@@ -1,0 +1,5 @@
+package nomarker
+
+type Plain struct {
+	Name string
+}

@@ -1,0 +1,43 @@
+package options
+
+import "github.com/pgtask/pgtask/runtime"
+
+type UnknownOption struct {
+	runtime.Task `task:"a,retries=3"`
+}
+
+type BadDuration struct {
+	runtime.Task `task:"b,timeout=soon"`
+}
+
+type NegativeTimeout struct {
+	runtime.Task `task:"c,timeout=-1s"`
+}
+
+type ZeroAttempts struct {
+	runtime.Task `task:"d,max_attempts=0"`
+}
+
+type BigPriority struct {
+	runtime.Task `task:"e,priority=40000"`
+}
+
+type BadPolicy struct {
+	runtime.Task `task:"f,on_fail=retry"`
+}
+
+type BackwardsBackoff struct {
+	runtime.Task `task:"g,backoff=1h..1s"`
+}
+
+type Twice struct {
+	runtime.Task `task:"h,queue=a,queue=b"`
+}
+
+type NoValue struct {
+	runtime.Task `task:"i,queue"`
+}
+
+type BadKind struct {
+	runtime.Task `task:"send email"`
+}

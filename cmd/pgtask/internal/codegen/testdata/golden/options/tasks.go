@@ -1,0 +1,39 @@
+// Package options covers every tag option and every kind of group field.
+package options
+
+import (
+	"fmt"
+
+	"github.com/pgtask/pgtask/runtime"
+)
+
+type AccountID uint32
+
+type Region struct{ Code string }
+
+func (r Region) String() string { return r.Code }
+
+// HTTPRequest gets its kind from its name: http_request.
+type HTTPRequest struct {
+	runtime.Task `task:",queue=outbound,priority=-5,backoff=500ms..2h,on_fail=block"`
+	Host         string `json:"host" task:"group"`
+	Path         string `json:"path"`
+}
+
+type Charge struct {
+	runtime.Task `task:"billing.charge,max_attempts=1,on_fail=skip,backoff=3s,timeout=90s"`
+	Account      AccountID `json:"account" task:"group"`
+	Cents        int64     `json:"cents" validate:"gt=0"`
+}
+
+type Rebalance struct {
+	runtime.Task `task:"rebalance,priority=7,timeout=1500ms"`
+	Region       Region `json:"region" task:"group"`
+}
+
+type Shard struct {
+	runtime.Task `task:"shard"`
+	N            int8 `json:"n" task:"group"`
+}
+
+var _ fmt.Stringer = Region{}
