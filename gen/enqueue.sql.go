@@ -10,43 +10,12 @@ import (
 	"encoding/json"
 )
 
-const insertJobs = `-- name: InsertJobs :many
-WITH input AS MATERIALIZED (
-    SELECT nextval(pg_get_serial_sequence('pgtask.jobs', 'id')) AS id, t.kind, t.queue, t.group_key, t.payload, t.priority, t.max_attempts, t.fail_blocks_group, t.run_at, t.delay_us
-      FROM (SELECT unnest($1::text[]) AS kind,
-                   unnest($2::text[]) AS queue,
-                   NULLIF(unnest($3::text[]), '') AS group_key,
-                   unnest($4::jsonb[]) AS payload,
-                   unnest($5::smallint[]) AS priority,
-                   unnest($6::integer[]) AS max_attempts,
-                   unnest($7::boolean[]) AS fail_blocks_group,
-                   NULLIF(unnest($8::text[]), '')::timestamptz AS run_at,
-                   unnest($9::bigint[]) AS delay_us) t
-), timed AS (
-    SELECT i.id, i.kind, i.queue, i.group_key, i.payload, i.priority, i.max_attempts, i.fail_blocks_group, i.run_at, i.delay_us, COALESCE(i.run_at, now() + i.delay_us * interval '1 microsecond') AS run_after
-      FROM input i
-), heads AS (
-    INSERT INTO pgtask.queue_groups AS g (queue, group_key, head_id)
-    SELECT queue, group_key, min(id)
-      FROM input
-     WHERE group_key IS NOT NULL
-     GROUP BY queue, group_key
-     ORDER BY queue, group_key
-    ON CONFLICT (queue, group_key) DO UPDATE SET head_id = g.head_id
-    RETURNING g.queue, g.group_key, g.head_id
-)
-INSERT INTO pgtask.jobs (
-    id, queue, kind, group_key, is_head, status, priority, payload,
-    max_attempts, fail_blocks_group, run_after
-)
-SELECT t.id, t.queue, t.kind, t.group_key,
-       t.group_key IS NULL OR h.head_id = t.id,
-       (CASE WHEN t.run_after > now() THEN 'scheduled' ELSE 'queued' END)::pgtask.job_status,
-       t.priority, t.payload, t.max_attempts, t.fail_blocks_group, t.run_after
-  FROM timed t
-  LEFT JOIN heads h ON h.queue = t.queue AND h.group_key = t.group_key
- ORDER BY t.id
-RETURNING id
+const insertJobs = `-- name: InsertJobs :one
+SELECT pgtask.enqueue_jobs(
+    $1::text[], $2::text[], $3::text[], $4::jsonb[],
+    $5::smallint[], $6::integer[], $7::boolean[],
+    $8::text[], $9::bigint[]
+)::bigint[] AS ids
 `
 
 type InsertJobsParams struct {
@@ -61,13 +30,11 @@ type InsertJobsParams struct {
 	DelayUs         []int64
 }
 
-// Inserts a batch of jobs in one statement. Ids are drawn in input order. For
-// each group in the batch the group row is created or locked (in key order, so
-// concurrent batches cannot deadlock on each other); the lock lasts until the
-// caller commits, which is what makes a worker finishing the group's head wait
-// for this job. A job is its group's head only when the group had none.
+// Inserts a batch of jobs in one round trip; see pgtask.enqueue_jobs. An
+// empty group key means an ungrouped job; an empty run_at means "now plus
+// the delay".
 func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, insertJobs,
+	row := q.db.QueryRow(ctx, insertJobs,
 		arg.Kinds,
 		arg.Queues,
 		arg.GroupKeys,
@@ -78,20 +45,7 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64
 		arg.RunAt,
 		arg.DelayUs,
 	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []int64{}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		items = append(items, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+	var ids []int64
+	err := row.Scan(&ids)
+	return ids, err
 }

@@ -102,6 +102,21 @@ func (q *Queries) CountJobs(ctx context.Context) ([]CountJobsRow, error) {
 	return items, nil
 }
 
+const countListeners = `-- name: CountListeners :one
+SELECT count(*)::bigint AS listeners
+  FROM pg_catalog.pg_stat_activity
+ WHERE datname = current_database() AND state = 'idle'
+   AND position('LISTEN pgtask' in query) > 0
+`
+
+// Sessions of this database waiting for pgtask's notifications.
+func (q *Queries) CountListeners(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, countListeners)
+	var listeners int64
+	err := row.Scan(&listeners)
+	return listeners, err
+}
+
 const databaseExists = `-- name: DatabaseExists :one
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_database WHERE datname = $1) AS exists
 `

@@ -13,19 +13,34 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const advanceGroups = `-- name: AdvanceGroups :exec
-SELECT pgtask.advance_groups($1, $2::text[])
+const advanceFinishedGroups = `-- name: AdvanceFinishedGroups :one
+SELECT pgtask.advance_finished_groups($1) AS moved
+`
+
+func (q *Queries) AdvanceFinishedGroups(ctx context.Context, max int32) (int32, error) {
+	row := q.db.QueryRow(ctx, advanceFinishedGroups, max)
+	var moved int32
+	err := row.Scan(&moved)
+	return moved, err
+}
+
+const advanceGroups = `-- name: AdvanceGroups :one
+SELECT pgtask.advance_groups($1, $2::text[], $3::integer)::text[] AS busy
 `
 
 type AdvanceGroupsParams struct {
-	Queue     string
-	GroupKeys []string
+	Queue      string
+	GroupKeys  []string
+	PatienceMs int32
 }
 
-// After a batch's jobs are recorded: moves their groups on, in key order.
-func (q *Queries) AdvanceGroups(ctx context.Context, arg AdvanceGroupsParams) error {
-	_, err := q.db.Exec(ctx, advanceGroups, arg.Queue, arg.GroupKeys)
-	return err
+// Moves a batch's groups on (see pgtask.advance_groups); returns the keys
+// that were busy with an enqueue in flight.
+func (q *Queries) AdvanceGroups(ctx context.Context, arg AdvanceGroupsParams) ([]string, error) {
+	row := q.db.QueryRow(ctx, advanceGroups, arg.Queue, arg.GroupKeys, arg.PatienceMs)
+	var busy []string
+	err := row.Scan(&busy)
+	return busy, err
 }
 
 const backendPID = `-- name: BackendPID :one

@@ -41,3 +41,10 @@ SELECT * FROM pgtask.jobs WHERE queue = @queue ORDER BY id;
 -- name: AnalyzeJobs :exec
 -- Refreshes the planner's statistics after a bulk load (benchmarks, imports).
 ANALYZE pgtask.jobs;
+
+-- name: CountListeners :one
+-- Sessions of this database waiting for pgtask's notifications.
+SELECT count(*)::bigint AS listeners
+  FROM pg_catalog.pg_stat_activity
+ WHERE datname = current_database() AND state = 'idle'
+   AND position('LISTEN pgtask' in query) > 0;

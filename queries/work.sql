@@ -71,6 +71,10 @@ RELEASE SAVEPOINT pgtask_job;
 -- name: RollbackJobSavepoint :exec
 ROLLBACK TO SAVEPOINT pgtask_job;
 
--- name: AdvanceGroups :exec
--- After a batch's jobs are recorded: moves their groups on, in key order.
-SELECT pgtask.advance_groups(@queue, @group_keys::text[]);
+-- name: AdvanceGroups :one
+-- Moves a batch's groups on (see pgtask.advance_groups); returns the keys
+-- that were busy with an enqueue in flight.
+SELECT pgtask.advance_groups(@queue, @group_keys::text[], @patience_ms::integer)::text[] AS busy;
+
+-- name: AdvanceFinishedGroups :one
+SELECT pgtask.advance_finished_groups(@max) AS moved;

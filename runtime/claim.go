@@ -27,9 +27,18 @@ type runner struct {
 	q *queue
 }
 
-// bookkeeping bounds the runner's own statements, which must not be cut short
-// by shutdown: they record what the handlers did.
+// bookkeeping bounds each of the runner's own statements. They are not cut
+// short by shutdown: they record what the handlers did.
 const bookkeeping = 30 * time.Second
+
+// afterCommitPatience is how long (ms) a runner, after committing, keeps
+// trying to advance groups that had an enqueue in flight. Maintenance
+// advances whatever is still left.
+const afterCommitPatience = 500
+
+func bookCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(parent), bookkeeping)
+}
 
 func (r *runner) loop(ctx, hard context.Context) {
 	backoff := 100 * time.Millisecond
@@ -61,71 +70,80 @@ func (r *runner) loop(ctx, hard context.Context) {
 }
 
 // runBatch claims up to BatchSize jobs and runs them. It returns how many it
-// claimed. An error means the connection could not be trusted any more and
-// was closed; jobs it held are then requeued by the rescuer, their attempt
-// counted.
+// claimed. When it errs after claiming, the connection could not be trusted
+// and was closed: the rescuer requeues what it held, attempts counted.
 func (r *runner) runBatch(ctx, hard context.Context) (int, error) {
-	book := context.WithoutCancel(ctx)
 	conn, err := r.w.pool.Acquire(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("acquire connection: %w", err)
 	}
-	broken, hijacked := true, false
-	defer func() {
-		if hijacked {
-			return
-		}
-		if broken {
-			// Closing the session releases its locks and makes the rescuer see
-			// the jobs' owner gone.
-			closeCtx, cancel := context.WithTimeout(book, time.Second)
-			conn.Conn().Close(closeCtx) //nolint:errcheck // the connection is being discarded
-			cancel()
-		}
-		conn.Release()
-	}()
-
-	q := gen.New(conn)
-	claimCtx, cancel := context.WithTimeout(book, bookkeeping)
-	rows, err := q.ClaimJobs(claimCtx, gen.ClaimJobsParams{Queue: r.q.name, Max: int32(r.q.cfg.BatchSize)})
+	cctx, cancel := bookCtx(ctx)
+	rows, err := gen.New(conn).ClaimJobs(cctx, gen.ClaimJobsParams{Queue: r.q.name, Max: int32(r.q.cfg.BatchSize)})
 	cancel()
 	if err != nil {
+		discard(conn)
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
 	if len(rows) == 0 {
-		broken = false
+		conn.Release()
 		return 0, nil
 	}
 	slices.SortFunc(rows, func(a, b gen.ClaimJobsRow) int {
 		return cmp.Or(cmp.Compare(a.Priority, b.Priority), cmp.Compare(a.ID, b.ID))
 	})
-	if err := r.runClaimed(ctx, hard, conn, rows); err != nil {
-		if errors.Is(err, errAbandoned) {
-			// The abandoned handler may still be using the connection: take
-			// it out of the pool and leave it alone. Its session is ended.
-			hijacked = true
-			conn.Hijack()
-			return len(rows), err
-		}
+
+	busy, err := r.runClaimed(ctx, hard, conn, rows)
+	var ab *abandonment
+	switch {
+	case errors.As(err, &ab):
+		// The abandoned handler may still use the connection: take it out of
+		// the pool and close it once the handler lets go. Its session has
+		// been ended already.
+		pc := conn.Hijack()
+		go func() {
+			<-ab.done
+			pc.Close(context.Background()) //nolint:errcheck // the session is gone
+		}()
+		return len(rows), err
+	case err != nil:
+		discard(conn)
 		return len(rows), err
 	}
-	broken = false
+	if len(busy) > 0 {
+		actx, cancel := bookCtx(ctx)
+		still, err := gen.New(conn).AdvanceGroups(actx, gen.AdvanceGroupsParams{Queue: r.q.name, GroupKeys: busy, PatienceMs: afterCommitPatience})
+		cancel()
+		if err != nil || len(still) > 0 {
+			r.w.log.Debug("pgtask: groups left for maintenance to advance", "queue", r.q.name, "groups", still, "error", err)
+		}
+	}
+	conn.Release()
 	return len(rows), nil
 }
 
-// runClaimed runs claimed jobs inside one transaction on conn.
-func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows []gen.ClaimJobsRow) error {
-	book := context.WithoutCancel(ctx)
-	bctx, cancel := context.WithTimeout(book, bookkeeping)
+// discard closes a pooled connection, which ends its session: that releases
+// its locks and shows the rescuer that the jobs it claimed lost their owner.
+func discard(conn *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	conn.Conn().Close(ctx) //nolint:errcheck // the connection is being thrown away
+	cancel()
+	conn.Release()
+}
+
+// runClaimed runs claimed jobs inside one transaction on conn and commits
+// it. It returns the batch's groups that could not be advanced before the
+// commit because an enqueue into them was in flight.
+func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows []gen.ClaimJobsRow) ([]string, error) {
+	bctx, cancel := bookCtx(ctx)
 	defer cancel()
 	tx, err := conn.Begin(bctx)
 	if err != nil {
-		return fmt.Errorf("begin job transaction: %w", err)
+		return nil, fmt.Errorf("begin job transaction: %w", err)
 	}
 	abandoned := false
 	defer func() {
 		if !abandoned {
-			tx.Rollback(book) //nolint:errcheck // a no-op after Commit
+			tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
 		}
 	}()
 
@@ -136,18 +154,21 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 		ids[i] = row.ID
 		longest = max(longest, r.timeout(row.Kind))
 	}
+	// The session idles in the transaction while a handler runs, never
+	// longer than the handler's timeout plus the abandon grace.
 	idle := longest + r.w.cfg.AbandonGrace + 10*time.Second
 	if err := qtx.SetIdleTimeout(bctx, strconv.FormatInt(idle.Milliseconds(), 10)); err != nil {
-		return fmt.Errorf("set idle timeout: %w", err)
+		return nil, fmt.Errorf("set idle timeout: %w", err)
 	}
 	held, err := qtx.HoldJobs(bctx, ids)
 	if err != nil {
-		return fmt.Errorf("lock claimed jobs: %w", err)
+		return nil, fmt.Errorf("lock claimed jobs: %w", err)
 	}
 	if len(held) != len(ids) {
 		// Only an operator's hand can get here; run what is still ours.
 		r.w.log.Warn("pgtask: some claimed jobs changed before they could be locked", "claimed", ids, "held", held)
 	}
+
 	pid := conn.Conn().PgConn().PID()
 	var groups []string
 	for i, row := range rows {
@@ -156,36 +177,40 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 		}
 		if ctx.Err() != nil {
 			// Shutting down: hand back what has not started.
-			rest := make([]int64, 0, len(rows)-i)
-			for _, left := range rows[i:] {
-				rest = append(rest, left.ID)
-			}
-			if _, err := qtx.ReleaseJobs(bctx, gen.ReleaseJobsParams{Ids: rest, OwnerPid: int32(pid)}); err != nil {
-				return fmt.Errorf("release unstarted jobs: %w", err)
+			rctx, cancel := bookCtx(ctx)
+			_, err := qtx.ReleaseJobs(rctx, gen.ReleaseJobsParams{Ids: ids[i:], OwnerPid: int32(pid)})
+			cancel()
+			if err != nil {
+				return nil, fmt.Errorf("release unstarted jobs: %w", err)
 			}
 			break
 		}
-		if err := r.runOne(hard, tx, row, pid); err != nil {
+		if err := r.runOne(hard, tx, row); err != nil {
 			if errors.Is(err, errAbandoned) {
 				abandoned = true
-				r.releaseAfterAbandon(book, rows[i+1:], pid)
+				r.afterAbandon(ctx, row, ids[i+1:], pid)
 			}
-			return err
+			return nil, err
 		}
 		if row.GroupKey != nil {
 			groups = append(groups, *row.GroupKey)
 		}
 	}
+
+	fctx, cancel := bookCtx(ctx)
+	defer cancel()
+	var busy []string
 	if len(groups) > 0 {
-		// Once per batch and in key order, like enqueueing: see advance_groups.
-		if err := qtx.AdvanceGroups(bctx, gen.AdvanceGroupsParams{Queue: r.q.name, GroupKeys: groups}); err != nil {
-			return fmt.Errorf("advance groups: %w", err)
+		// No patience here: this transaction holds its jobs' locks.
+		busy, err = qtx.AdvanceGroups(fctx, gen.AdvanceGroupsParams{Queue: r.q.name, GroupKeys: groups, PatienceMs: 0})
+		if err != nil {
+			return nil, fmt.Errorf("advance groups: %w", err)
 		}
 	}
-	if err := tx.Commit(bctx); err != nil {
-		return fmt.Errorf("commit job transaction: %w", err)
+	if err := tx.Commit(fctx); err != nil {
+		return nil, fmt.Errorf("commit job transaction: %w", err)
 	}
-	return nil
+	return busy, nil
 }
 
 func (r *runner) timeout(kind string) time.Duration {
@@ -197,8 +222,7 @@ func (r *runner) timeout(kind string) time.Duration {
 
 // runOne runs one claimed job in a savepoint of tx and records its outcome in
 // tx. It returns an error only when the transaction can no longer be used.
-func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.ClaimJobsRow, pid uint32) error {
-	book := context.WithoutCancel(hard)
+func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.ClaimJobsRow) error {
 	job := &Job{
 		ID:          JobID(row.ID),
 		Kind:        row.Kind,
@@ -213,36 +237,42 @@ func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.ClaimJobsRow, p
 		job.Group = *row.GroupKey
 	}
 	log := r.w.log.With("job_id", row.ID, "kind", row.Kind, "queue", row.Queue, "attempt", row.Attempts)
-
-	reg := r.w.handler(row.Kind)
 	q := gen.New(tx)
-	if err := q.SavepointJob(book); err != nil {
+
+	sctx, cancel := bookCtx(hard)
+	err := q.SavepointJob(sctx)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("job %d: savepoint: %w", row.ID, err)
 	}
 	job.tx = jobTx{tx}
 	start := time.Now()
 
+	reg := r.w.handler(row.Kind)
 	var outcome error
 	if reg == nil {
 		// Retried like any failure: a newer worker may know the kind.
 		outcome = fmt.Errorf("no handler for kind %q in this worker (it handles %v)", row.Kind, r.w.kinds())
 	} else {
-		var abandoned bool
-		outcome, abandoned = r.call(hard, reg, job)
-		if abandoned {
-			return r.abandon(book, job, pid, outcome, log)
+		var done <-chan error
+		outcome, done = r.call(hard, reg, job)
+		if done != nil {
+			log.Error("pgtask: abandoning a handler that ignores its context", "error", outcome)
+			return &abandonment{job: job.ID, outcome: outcome, done: done}
 		}
 	}
+
+	ctx, cancel := bookCtx(hard)
+	defer cancel()
 	if outcome == nil {
-		if err := q.ReleaseJobSavepoint(book); err != nil {
+		if err := q.ReleaseJobSavepoint(ctx); err != nil {
 			// Typically a statement the handler ran failed and it ignored
 			// the error: the transaction is aborted.
 			outcome = fmt.Errorf("the handler returned success but its transaction failed: %w", err)
 		}
 	}
-
 	if outcome == nil {
-		recorded, err := q.CompleteJob(book, gen.CompleteJobParams{ID: row.ID, Attempt: row.Attempts, Result: job.result})
+		recorded, err := q.CompleteJob(ctx, gen.CompleteJobParams{ID: row.ID, Attempt: row.Attempts, Result: job.result})
 		if err != nil {
 			return fmt.Errorf("job %d: record success: %w", row.ID, err)
 		}
@@ -253,10 +283,10 @@ func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.ClaimJobsRow, p
 		return nil
 	}
 
-	if err := q.RollbackJobSavepoint(book); err != nil {
+	if err := q.RollbackJobSavepoint(ctx); err != nil {
 		return fmt.Errorf("job %d: roll back savepoint after %v: %w", row.ID, outcome, err)
 	}
-	status, err := r.recordFailure(book, q, job, reg, outcome, hard.Err() != nil)
+	status, err := r.recordFailure(ctx, q, job, reg, outcome, hard.Err() != nil)
 	if err != nil {
 		return err
 	}
@@ -303,10 +333,11 @@ func (r *runner) recordFailure(ctx context.Context, q *gen.Queries, job *Job, re
 }
 
 // call runs the handler with its timeout, recovering a panic. It gives up on
-// a handler that ignores its context for AbandonGrace past the timeout.
-func (r *runner) call(hard context.Context, reg *Registration, job *Job) (err error, abandoned bool) {
+// a handler that ignores its context for AbandonGrace past the timeout and
+// then returns the channel the handler's result will arrive on, if ever.
+func (r *runner) call(hard context.Context, reg *Registration, job *Job) (error, <-chan error) {
 	ctx, cancel := context.WithTimeout(hard, reg.Timeout)
-	defer cancel()
+	defer cancel() // an abandoned handler's context is past its deadline already
 	done := make(chan error, 1)
 	go func() {
 		defer func() {
@@ -316,65 +347,82 @@ func (r *runner) call(hard context.Context, reg *Registration, job *Job) (err er
 		}()
 		done <- reg.Handler(ctx, job)
 	}()
+	timedOut := func() bool { return errors.Is(ctx.Err(), context.DeadlineExceeded) && hard.Err() == nil }
 	select {
 	case err := <-done:
-		if err == nil && ctx.Err() != nil && hard.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			// Finished after its deadline: its writes may be cut, so it fails.
-			return fmt.Errorf("timed out after %s", reg.Timeout), false
+		if timedOut() {
+			// Finished after its deadline: its writes may be cut short, so
+			// the attempt fails whatever it returned.
+			return fmt.Errorf("timed out after %s: %w", reg.Timeout, nonNil(err, ctx.Err())), nil
 		}
-		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && hard.Err() == nil {
-			return fmt.Errorf("timed out after %s: %w", reg.Timeout, err), false
-		}
-		return err, false
+		return err, nil
 	case <-ctx.Done():
 	}
 	grace := time.NewTimer(r.w.cfg.AbandonGrace)
 	defer grace.Stop()
 	select {
 	case err := <-done:
-		if hard.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return fmt.Errorf("worker shut down during the attempt: %w", nonNil(err, ctx.Err())), false
+		if !timedOut() {
+			return fmt.Errorf("worker shut down during the attempt: %w", nonNil(err, ctx.Err())), nil
 		}
-		return fmt.Errorf("timed out after %s: %w", reg.Timeout, nonNil(err, ctx.Err())), false
+		return fmt.Errorf("timed out after %s: %w", reg.Timeout, nonNil(err, ctx.Err())), nil
 	case <-grace.C:
-		return fmt.Errorf("timed out after %s and ignored cancellation for %s; abandoned", reg.Timeout, r.w.cfg.AbandonGrace), true
+		return abandonedError(reg.Timeout, r.w.cfg.AbandonGrace), done
 	}
 }
 
-// abandon handles a handler that will not return: its goroutine may still use
-// the transaction, so the runner ends the session from another connection,
-// which releases the job's locks and rolls its writes back, and records the
-// failure there. The caller then discards the connection.
-func (r *runner) abandon(ctx context.Context, job *Job, pid uint32, outcome error, log interface{ Error(string, ...any) }) error {
-	log.Error("pgtask: abandoning a handler that ignores its context", "error", outcome)
-	q := gen.New(r.w.pool)
-	if _, err := q.TerminateBackend(ctx, int32(pid)); err != nil {
-		return fmt.Errorf("job %d: end abandoned session: %w", job.ID, err)
-	}
-	reg := r.w.handler(job.Kind)
-	if _, err := r.recordFailure(ctx, q, job, reg, outcome, false); err != nil {
-		// The rescuer will requeue it: the session is gone.
-		log.Error("pgtask: could not record the abandoned attempt", "error", err)
-	}
-	return fmt.Errorf("job %d: %w: %w", job.ID, errAbandoned, outcome)
+func abandonedError(timeout, grace time.Duration) error {
+	return fmt.Errorf("timed out after %s and ignored cancellation for %s; abandoned", timeout, grace)
 }
 
+// errAbandoned marks the error of a batch whose handler was abandoned.
 var errAbandoned = errors.New("handler abandoned")
 
-// releaseAfterAbandon hands back the jobs of a batch that never started,
-// from another connection, once the abandoned session is gone.
-func (r *runner) releaseAfterAbandon(ctx context.Context, rows []gen.ClaimJobsRow, pid uint32) {
-	if len(rows) == 0 {
+// abandonment is a handler the runner gave up on; done delivers its result
+// if it ever returns.
+type abandonment struct {
+	job     JobID
+	outcome error
+	done    <-chan error
+}
+
+func (a *abandonment) Error() string {
+	return fmt.Sprintf("job %d: %v: %v", a.job, errAbandoned, a.outcome)
+}
+
+func (a *abandonment) Unwrap() error { return errAbandoned }
+
+// afterAbandon cleans up after an abandoned handler, whose goroutine may still
+// use the job's transaction: from another connection it ends that session,
+// which rolls the handler's writes back and releases the locks; records the
+// failed attempt; moves the job's group on if that was its last attempt; and
+// hands back the batch's jobs that never started. Whatever fails here, the
+// rescuer and maintenance redo once the session is gone.
+func (r *runner) afterAbandon(ctx context.Context, row gen.ClaimJobsRow, rest []int64, pid uint32) {
+	bctx, cancel := bookCtx(ctx)
+	defer cancel()
+	q := gen.New(r.w.pool)
+	log := r.w.log.With("job_id", row.ID, "kind", row.Kind, "queue", row.Queue)
+	terminated, err := q.TerminateBackend(bctx, int32(pid))
+	if err != nil || !terminated {
+		log.Error("pgtask: could not end the abandoned handler's session; its jobs wait for idle_in_transaction_session_timeout",
+			"pid", pid, "error", err)
 		return
 	}
-	ids := make([]int64, len(rows))
-	for i, row := range rows {
-		ids[i] = row.ID
+	job := &Job{ID: JobID(row.ID), Kind: row.Kind, Attempt: int(row.Attempts)}
+	reason := abandonedError(r.timeout(row.Kind), r.w.cfg.AbandonGrace)
+	if _, err := r.recordFailure(bctx, q, job, r.w.handler(row.Kind), reason, false); err != nil {
+		log.Error("pgtask: could not record the abandoned attempt; the rescuer will", "error", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, bookkeeping)
-	defer cancel()
-	if _, err := gen.New(r.w.pool).ReleaseJobs(ctx, gen.ReleaseJobsParams{Ids: ids, OwnerPid: int32(pid)}); err != nil {
-		r.w.log.Error("pgtask: could not hand back the rest of an abandoned batch; the rescuer will requeue it", "jobs", ids, "error", err)
+	if row.GroupKey != nil {
+		if _, err := q.AdvanceGroups(bctx, gen.AdvanceGroupsParams{Queue: row.Queue, GroupKeys: []string{*row.GroupKey}, PatienceMs: afterCommitPatience}); err != nil {
+			log.Error("pgtask: could not advance the abandoned job's group; maintenance will", "error", err)
+		}
+	}
+	if len(rest) > 0 {
+		if _, err := q.ReleaseJobs(bctx, gen.ReleaseJobsParams{Ids: rest, OwnerPid: int32(pid)}); err != nil {
+			log.Error("pgtask: could not hand back the rest of an abandoned batch; the rescuer will", "jobs", rest, "error", err)
+		}
 	}
 }
 

@@ -120,7 +120,11 @@ func TestEnqueueJoinsTheCallersTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	rolledBack := enqueue(t, tx, "tx", map[string]int{}, runtime.WithGroup("g"))
-	time.Sleep(300 * time.Millisecond) // a worker must not see it meanwhile
+	select {
+	case id := <-ran:
+		t.Fatalf("job %d ran before its enqueueing transaction ended", id)
+	case <-time.After(300 * time.Millisecond):
+	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}

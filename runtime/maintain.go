@@ -11,8 +11,9 @@ import (
 const maintainBatch = 1000
 
 // maintain periodically moves due scheduled jobs (delayed jobs and retries
-// waiting out their backoff) to their queue, and requeues jobs whose worker's
-// session ended mid-attempt. Every worker does this; SKIP LOCKED keeps them
+// waiting out their backoff) to their queue, requeues jobs whose worker's
+// session ended mid-attempt, and moves on groups whose finished head was left
+// in place (an enqueue was in flight, or the worker died). Every worker does this; SKIP LOCKED keeps them
 // from getting in each other's way.
 func (w *Worker) maintain(ctx context.Context) {
 	t := time.NewTicker(w.cfg.MaintenanceInterval)
@@ -55,6 +56,9 @@ func (w *Worker) maintainOnce(ctx context.Context, q *gen.Queries) error {
 	}
 	if len(rescued) > 0 {
 		w.log.Warn("pgtask: requeued jobs whose worker died mid-attempt", "jobs", rescued)
+	}
+	if _, err := q.AdvanceFinishedGroups(ctx, maintainBatch); err != nil {
+		return err
 	}
 	return nil
 }

@@ -66,7 +66,10 @@ func TestDatabaseRestartIsSurvived(t *testing.T) {
 		}})
 
 	// Restart once about a third of the jobs are done.
-	for {
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		if time.Now().After(deadline) {
+			t.Fatal("a third of the jobs did not finish within 60s")
+		}
 		counts, err := b.q.CountJobs(ctx)
 		if err != nil {
 			t.Fatal(err)

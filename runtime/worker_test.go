@@ -278,7 +278,23 @@ func TestNotificationWakesIdleWorker(t *testing.T) {
 			return nil
 		},
 	})
-	time.Sleep(300 * time.Millisecond) // let the worker go idle and listen
+	// Wait until the worker listens and its runners have gone idle: from
+	// then on only a notification can wake them within the hour.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := b.q.CountListeners(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d listeners after 10s, want 1", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
 	at := time.Now()
 	enqueue(t, b.pool, "ping", map[string]int{})
 	select {

@@ -4,10 +4,17 @@
 -- started (claimed; attempts already counted and committed) -> succeeded,
 -- or back to scheduled/queued for a retry, or failed; cancelled by an operator.
 --
--- Grouped jobs run one at a time per (queue, group_key), in id order. Only the
--- group's head (is_head) may be claimed, and queue_groups serialises the two
--- places that decide who the head is: enqueueing into a group and finishing
--- its head both lock the group's row.
+-- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
+-- group's head (is_head) may be claimed. A head that finishes stays marked
+-- until its group is advanced: the next pending job becomes the head, or the
+-- group's row goes away. Group rows are locked like this:
+--   - enqueueing takes a shared lock (FOR KEY SHARE) on an existing group's
+--     row, or inserts the row, and keeps it until its transaction commits;
+--     enqueuers never wait for each other on an existing group;
+--   - advancing takes the row exclusively, but only with SKIP LOCKED: a group
+--     with an enqueue in flight is left for a moment later, since its new job
+--     is not visible yet. Advancing never waits for a lock held by someone who
+--     might wait for it, so enqueueing and working cannot deadlock.
 
 CREATE TYPE pgtask.job_status AS ENUM (
     'scheduled', 'queued', 'started', 'succeeded', 'failed', 'cancelled'
@@ -61,8 +68,14 @@ CREATE INDEX jobs_started ON pgtask.jobs (id)
 CREATE INDEX jobs_group_pending ON pgtask.jobs (queue, group_key, id)
     WHERE group_key IS NOT NULL AND status IN ('scheduled', 'queued');
 
+-- Heads that finished and whose group has not moved on yet (normally for a
+-- moment; longer when an enqueue into the group was in flight).
+CREATE INDEX jobs_finished_heads ON pgtask.jobs (queue, group_key)
+    WHERE is_head AND group_key IS NOT NULL
+      AND (status IN ('succeeded', 'cancelled') OR (status = 'failed' AND NOT fail_blocks_group));
+
 -- One row per group that has unfinished work. head_id is the job that runs next
--- (or is running, or failed and blocks the group).
+-- (or is running, or failed and blocks the group, or has just finished).
 CREATE TABLE pgtask.queue_groups (
     queue      text NOT NULL,
     group_key  text NOT NULL,
@@ -87,15 +100,87 @@ CREATE TRIGGER jobs_notify_inserted
     REFERENCING NEW TABLE AS inserted
     FOR EACH STATEMENT EXECUTE FUNCTION pgtask.notify_inserted();
 
--- Moves a group on when its head has finished: the next pending job becomes
--- the head, or the group's row goes away. A head that is still pending (a
--- retry waiting out its backoff) or that failed and blocks the group stays.
+-- Inserts a batch of jobs and returns their ids, in input order. Each group
+-- of the batch is visited once, in (queue, key) order: a new group's row is
+-- inserted with the batch's first job of it as head; an existing group's row
+-- is share-locked until the caller commits, so that no worker decides the
+-- group is empty while this job is invisible to it.
+CREATE FUNCTION pgtask.enqueue_jobs(
+    p_kinds text[], p_queues text[], p_group_keys text[], p_payloads jsonb[],
+    p_priorities smallint[], p_max_attempts integer[], p_fail_blocks_group boolean[],
+    p_run_at text[], p_delay_us bigint[]
+) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := coalesce(cardinality(p_kinds), 0);
+    ids bigint[];
+    heads bigint[] := '{}';
+    g record;
+BEGIN
+    IF n = 0 THEN
+        RETURN '{}';
+    END IF;
+    IF cardinality(p_queues) <> n OR cardinality(p_group_keys) <> n OR cardinality(p_payloads) <> n
+       OR cardinality(p_priorities) <> n OR cardinality(p_max_attempts) <> n
+       OR cardinality(p_fail_blocks_group) <> n OR cardinality(p_run_at) <> n OR cardinality(p_delay_us) <> n THEN
+        RAISE EXCEPTION 'pgtask.enqueue_jobs: the argument arrays differ in length';
+    END IF;
+
+    SELECT array_agg(nextval(pg_get_serial_sequence('pgtask.jobs', 'id')) ORDER BY i)
+      INTO ids FROM generate_series(1, n) i;
+
+    FOR g IN
+        SELECT t.q, t.k, min(t.id) AS first_id
+          FROM unnest(p_queues, p_group_keys, ids) AS t(q, k, id)
+         WHERE coalesce(t.k, '') <> ''
+         GROUP BY t.q, t.k
+         ORDER BY t.q, t.k
+    LOOP
+        LOOP
+            INSERT INTO pgtask.queue_groups (queue, group_key, head_id)
+            VALUES (g.q, g.k, g.first_id)
+            ON CONFLICT (queue, group_key) DO NOTHING;
+            IF FOUND THEN
+                heads := heads || g.first_id;
+                EXIT;
+            END IF;
+            PERFORM 1 FROM pgtask.queue_groups
+              WHERE queue = g.q AND group_key = g.k
+                FOR KEY SHARE;
+            EXIT WHEN FOUND;
+            -- The group drained and its row went away meanwhile: insert it anew.
+        END LOOP;
+    END LOOP;
+
+    INSERT INTO pgtask.jobs (
+        id, queue, kind, group_key, is_head, status, priority, payload,
+        max_attempts, fail_blocks_group, run_after
+    )
+    SELECT t.id, t.q, t.kind, NULLIF(t.k, ''),
+           t.k = '' OR t.id = ANY (heads),
+           CASE WHEN t.run_after > now() THEN 'scheduled' ELSE 'queued' END::pgtask.job_status,
+           t.priority, t.payload, t.max_attempts, t.blocks, t.run_after
+      FROM (SELECT u.id, u.q, u.kind, coalesce(u.k, '') AS k, u.payload, u.priority,
+                   u.max_attempts, u.blocks,
+                   COALESCE(NULLIF(u.run_at, '')::timestamptz,
+                                 now() + u.delay_us * interval '1 microsecond') AS run_after
+              FROM unnest(ids, p_queues, p_kinds, p_group_keys, p_payloads, p_priorities,
+                          p_max_attempts, p_fail_blocks_group, p_run_at, p_delay_us)
+                   AS u(id, q, kind, k, payload, priority, max_attempts, blocks, run_at, delay_us)) t
+     ORDER BY t.id;
+    RETURN ids;
+END;
+$$;
+
+-- Moves a group on if its head has finished: the next pending job becomes the
+-- head, or the group's row goes away. A head that is pending, running or
+-- blocking (failed with fail_blocks_group) stays. Returns false, changing
+-- nothing, when an enqueue into the group is in flight (see the top of this
+-- file); the caller tries again later.
 --
--- Locking the group row first waits for transactions that are enqueueing into
--- the group right now; the next statement takes a new snapshot (the function
--- is volatile) and so sees their jobs. Without that wait a job committed a
--- moment later could be left without a head.
-CREATE FUNCTION pgtask.advance_group(p_queue text, p_group_key text) RETURNS bigint
+-- The statements after the lock take new snapshots (the function is
+-- volatile), so they see every job committed before the lock was taken.
+CREATE FUNCTION pgtask.advance_group(p_queue text, p_group_key text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     head bigint;
@@ -103,55 +188,101 @@ DECLARE
 BEGIN
     SELECT head_id INTO head FROM pgtask.queue_groups
      WHERE queue = p_queue AND group_key = p_group_key
-       FOR UPDATE;
-    IF FOUND AND EXISTS (SELECT 1 FROM pgtask.jobs WHERE id = head AND is_head) THEN
-        RETURN head;
+       FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN NOT EXISTS (SELECT 1 FROM pgtask.queue_groups WHERE queue = p_queue AND group_key = p_group_key);
     END IF;
+    IF EXISTS (SELECT 1 FROM pgtask.jobs
+                WHERE id = head AND is_head
+                  AND (status IN ('scheduled', 'queued', 'started')
+                       OR (status = 'failed' AND fail_blocks_group))) THEN
+        RETURN true;
+    END IF;
+    UPDATE pgtask.jobs SET is_head = false WHERE id = head AND is_head;
 
+    -- Locked so that a job changed meanwhile (promoted, say) is read as it is now.
     SELECT id INTO next_id FROM pgtask.jobs
      WHERE queue = p_queue AND group_key = p_group_key
        AND status IN ('scheduled', 'queued')
      ORDER BY id
-     LIMIT 1;
-
+     LIMIT 1
+       FOR UPDATE;
     IF next_id IS NULL THEN
         DELETE FROM pgtask.queue_groups WHERE queue = p_queue AND group_key = p_group_key;
-        RETURN NULL;
+        RETURN true;
     END IF;
-
     UPDATE pgtask.jobs SET is_head = true WHERE id = next_id;
-    INSERT INTO pgtask.queue_groups (queue, group_key, head_id)
-    VALUES (p_queue, p_group_key, next_id)
-    ON CONFLICT (queue, group_key) DO UPDATE SET head_id = EXCLUDED.head_id;
+    UPDATE pgtask.queue_groups SET head_id = next_id WHERE queue = p_queue AND group_key = p_group_key;
     PERFORM pg_notify('pgtask', p_queue)
        FROM pgtask.jobs WHERE id = next_id AND status = 'queued';
-    RETURN next_id;
+    RETURN true;
 END;
 $$;
 
--- Advances several groups of a queue, in key order: the order in which
--- enqueueing locks group rows, so the two cannot deadlock. A worker calls it
--- once per batch, after recording every job of the batch.
-CREATE FUNCTION pgtask.advance_groups(p_queue text, p_group_keys text[]) RETURNS void
+-- Advances groups of a queue in key order and returns the keys it could not
+-- advance yet because an enqueue into them was in flight. With p_patience_ms
+-- above zero it retries those for up to that long, holding no group lock
+-- while it waits. A worker calls it without patience inside its job
+-- transaction, then with some patience after committing.
+CREATE FUNCTION pgtask.advance_groups(p_queue text, p_group_keys text[], p_patience_ms integer)
+RETURNS text[]
 LANGUAGE plpgsql AS $$
 DECLARE
+    pending text[];
+    busy text[];
     k text;
+    deadline timestamptz := clock_timestamp() + p_patience_ms * interval '1 millisecond';
 BEGIN
-    FOR k IN SELECT DISTINCT g FROM unnest(p_group_keys) g WHERE g IS NOT NULL ORDER BY 1 LOOP
-        PERFORM pgtask.advance_group(p_queue, k);
+    SELECT coalesce(array_agg(DISTINCT g ORDER BY g), '{}') INTO pending
+      FROM unnest(p_group_keys) g WHERE g IS NOT NULL;
+    LOOP
+        busy := '{}';
+        FOREACH k IN ARRAY pending LOOP
+            IF NOT pgtask.advance_group(p_queue, k) THEN
+                busy := busy || k;
+            END IF;
+        END LOOP;
+        IF cardinality(busy) = 0 OR clock_timestamp() >= deadline THEN
+            RETURN busy;
+        END IF;
+        pending := busy;
+        PERFORM pg_sleep(0.002);
     END LOOP;
+END;
+$$;
+
+-- Advances groups whose head finished but that did not move on: their worker
+-- died before it could, or an enqueue was in flight every time it tried.
+-- Returns how many groups moved on.
+CREATE FUNCTION pgtask.advance_finished_groups(p_limit integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    g record;
+    moved integer := 0;
+BEGIN
+    FOR g IN
+        SELECT DISTINCT queue, group_key FROM pgtask.jobs
+         WHERE is_head AND group_key IS NOT NULL
+           AND (status IN ('succeeded', 'cancelled') OR (status = 'failed' AND NOT fail_blocks_group))
+         LIMIT p_limit
+    LOOP
+        IF pgtask.advance_group(g.queue, g.group_key) THEN
+            moved := moved + 1;
+        END IF;
+    END LOOP;
+    RETURN moved;
 END;
 $$;
 
 -- Records a successful attempt. Returns false when the job is not the started
 -- attempt the caller ran (it was rescued or changed meanwhile): nothing changes
--- then. The caller advances the job's group afterwards (advance_groups).
+-- then. A grouped job stays its group's head until the group is advanced.
 CREATE FUNCTION pgtask.complete_job(p_id bigint, p_attempt integer, p_result jsonb) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE pgtask.jobs
-       SET status = 'succeeded', result = p_result, finished_at = now(),
-           is_head = false, owner_pid = NULL
+       SET status = 'succeeded', result = p_result, finished_at = clock_timestamp(),
+           is_head = (group_key IS NOT NULL), owner_pid = NULL
      WHERE id = p_id AND status = 'started' AND attempts = p_attempt;
     RETURN FOUND;
 END;
@@ -159,39 +290,39 @@ $$;
 
 -- Records a failed attempt. p_retry_in_us is the backoff before the next
 -- attempt in microseconds, or NULL for "do not retry". A job out of attempts
--- fails for good; its group then moves on (once the caller advances it) or
--- stays blocked, as the job says. Returns the job's new status, or NULL when
--- the job is not the started attempt the caller ran.
+-- fails for good; its group then moves on when advanced, or stays blocked, as
+-- the job says. A retry keeps its place at the head: the group waits.
+-- Returns the job's new status, or NULL when the job is not the started
+-- attempt the caller ran.
 CREATE FUNCTION pgtask.fail_job(p_id bigint, p_attempt integer, p_error jsonb, p_retry_in_us bigint)
 RETURNS pgtask.job_status
 LANGUAGE plpgsql AS $$
 DECLARE
     j pgtask.jobs;
     next_status pgtask.job_status;
+    entry jsonb := jsonb_build_array(p_error || jsonb_build_object('at', clock_timestamp()));
 BEGIN
     SELECT * INTO j FROM pgtask.jobs
      WHERE id = p_id AND status = 'started' AND attempts = p_attempt
-     FOR UPDATE;
+       FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
 
     IF p_retry_in_us IS NULL OR j.attempts >= j.max_attempts THEN
         UPDATE pgtask.jobs
-           SET status = 'failed', finished_at = now(), owner_pid = NULL,
-               errors = errors || jsonb_build_array(p_error || jsonb_build_object('at', now())),
-               is_head = (group_key IS NOT NULL AND fail_blocks_group)
+           SET status = 'failed', finished_at = clock_timestamp(), owner_pid = NULL,
+               errors = errors || entry, is_head = (group_key IS NOT NULL)
          WHERE id = p_id;
         RETURN 'failed';
     END IF;
 
-    -- A retry keeps is_head: the group waits for it.
     next_status := CASE WHEN p_retry_in_us > 0 THEN 'scheduled' ELSE 'queued' END;
     UPDATE pgtask.jobs
        SET status = next_status,
-           run_after = now() + p_retry_in_us * interval '1 microsecond',
+           run_after = clock_timestamp() + p_retry_in_us * interval '1 microsecond',
            owner_pid = NULL,
-           errors = errors || jsonb_build_array(p_error || jsonb_build_object('at', now()))
+           errors = errors || entry
      WHERE id = p_id;
     IF next_status = 'queued' AND j.is_head THEN
         PERFORM pg_notify('pgtask', j.queue);
@@ -210,7 +341,6 @@ CREATE FUNCTION pgtask.rescue_orphans(p_limit integer) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     o record;
-    g record;
     queues text[] := '{}';
     keys text[] := '{}';
 BEGIN
@@ -224,7 +354,7 @@ BEGIN
                   AND (a.backend_start IS NULL OR a.backend_start <= j.started_at))
          ORDER BY j.id
          LIMIT p_limit
-         FOR UPDATE OF j SKIP LOCKED
+           FOR UPDATE OF j SKIP LOCKED
     LOOP
         PERFORM pgtask.fail_job(o.id, o.attempts, jsonb_build_object(
             'attempt', o.attempts,
@@ -234,10 +364,9 @@ BEGIN
         keys := keys || o.group_key;
         RETURN NEXT o.id;
     END LOOP;
-    -- Groups in (queue, key) order, as enqueueing locks them.
-    FOR g IN SELECT DISTINCT q, k FROM unnest(queues, keys) AS t(q, k) WHERE k IS NOT NULL ORDER BY 1, 2 LOOP
-        PERFORM pgtask.advance_group(g.q, g.k);
-    END LOOP;
+    -- A job that ran out of attempts just now finished its group's head.
+    PERFORM pgtask.advance_group(t.q, t.k)
+       FROM (SELECT DISTINCT q, k FROM unnest(queues, keys) AS u(q, k) WHERE k IS NOT NULL ORDER BY 1, 2) t;
 END;
 $$;
 
@@ -251,10 +380,10 @@ DECLARE
 BEGIN
     WITH due AS (
         SELECT id FROM pgtask.jobs
-         WHERE status = 'scheduled' AND run_after <= now()
+         WHERE status = 'scheduled' AND run_after <= clock_timestamp()
          ORDER BY run_after
          LIMIT p_limit
-         FOR UPDATE SKIP LOCKED
+           FOR UPDATE SKIP LOCKED
     ), promoted AS (
         UPDATE pgtask.jobs j SET status = 'queued'
           FROM due WHERE j.id = due.id
@@ -269,19 +398,29 @@ END;
 $$;
 
 -- Cancels a job that has not started: a scheduled or queued one, or a failed
--- one that blocks its group. Returns false for running or finished jobs (a
--- running job's row is locked by its transaction, so SKIP LOCKED skips it).
+-- one that blocks its group. Returns false for running or finished jobs. The
+-- group's row is locked before the job's, the order advance_group uses.
 CREATE FUNCTION pgtask.cancel_job(p_id bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     j pgtask.jobs;
 BEGIN
-    SELECT * INTO j FROM pgtask.jobs WHERE id = p_id FOR UPDATE SKIP LOCKED;
+    SELECT * INTO j FROM pgtask.jobs WHERE id = p_id;
     IF NOT FOUND OR j.status NOT IN ('scheduled', 'queued', 'failed') THEN
         RETURN false;
     END IF;
+    IF j.group_key IS NOT NULL THEN
+        PERFORM 1 FROM pgtask.queue_groups
+          WHERE queue = j.queue AND group_key = j.group_key
+            FOR UPDATE;
+    END IF;
+    SELECT * INTO j FROM pgtask.jobs WHERE id = p_id FOR UPDATE;
+    IF j.status NOT IN ('scheduled', 'queued', 'failed') THEN
+        RETURN false; -- claimed or finished meanwhile
+    END IF;
     UPDATE pgtask.jobs
-       SET status = 'cancelled', finished_at = now(), is_head = false
+       SET status = 'cancelled', finished_at = clock_timestamp(),
+           is_head = (is_head AND group_key IS NOT NULL)
      WHERE id = p_id;
     IF j.group_key IS NOT NULL AND j.is_head THEN
         PERFORM pgtask.advance_group(j.queue, j.group_key);
@@ -292,17 +431,24 @@ $$;
 
 -- Puts a failed or cancelled job back in line with a fresh set of attempts;
 -- its error history stays. In a group it takes its place by id: a job that
--- blocks its group becomes runnable again, any other waits for the head.
+-- blocked its group becomes runnable again, any other waits for the head.
 CREATE FUNCTION pgtask.retry_job(p_id bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     j pgtask.jobs;
     head bigint;
 BEGIN
-    SELECT * INTO j FROM pgtask.jobs
-     WHERE id = p_id AND status IN ('failed', 'cancelled')
-     FOR UPDATE;
-    IF NOT FOUND THEN
+    SELECT * INTO j FROM pgtask.jobs WHERE id = p_id;
+    IF NOT FOUND OR j.status NOT IN ('failed', 'cancelled') THEN
+        RETURN false;
+    END IF;
+    IF j.group_key IS NOT NULL THEN
+        PERFORM 1 FROM pgtask.queue_groups
+          WHERE queue = j.queue AND group_key = j.group_key
+            FOR UPDATE;
+    END IF;
+    SELECT * INTO j FROM pgtask.jobs WHERE id = p_id FOR UPDATE;
+    IF j.status NOT IN ('failed', 'cancelled') THEN
         RETURN false;
     END IF;
     head := j.id;
@@ -318,6 +464,9 @@ BEGIN
      WHERE id = p_id;
     IF head = j.id THEN
         PERFORM pg_notify('pgtask', j.queue);
+    ELSE
+        -- The group's head may be one that finished; let it move on.
+        PERFORM pgtask.advance_group(j.queue, j.group_key);
     END IF;
     RETURN true;
 END;

@@ -1,0 +1,171 @@
+package runtime_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/gen"
+	"github.com/pgtask/pgtask/runtime"
+)
+
+// A caller's transaction enqueues into groups b then a and stays open while
+// workers finish the heads of a and b in one batch. Workers never wait for
+// an enqueuer's lock, so nothing deadlocks; the groups move on once the
+// caller commits.
+func TestOpenEnqueueTransactionDoesNotDeadlockWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	heads := []runtime.JobID{
+		enqueue(t, b.pool, "k", map[string]int{}, runtime.WithGroup("a")),
+		enqueue(t, b.pool, "k", map[string]int{}, runtime.WithGroup("b")),
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	later := []runtime.JobID{
+		enqueue(t, tx, "k", map[string]int{}, runtime.WithGroup("b")),
+		enqueue(t, tx, "k", map[string]int{}, runtime.WithGroup("a")),
+	}
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 2}}},
+		runtime.Registration{Kind: "k", Handler: func(ctx context.Context, job *runtime.Job) error { return nil }})
+	for _, id := range heads {
+		b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	}
+	time.Sleep(700 * time.Millisecond) // past the runner's patience: maintenance's turn
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range later {
+		if j := b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusSucceeded); j.Attempts != 1 {
+			t.Errorf("job %d took %d attempts: %s", id, j.Attempts, j.Errors)
+		}
+	}
+}
+
+// Handlers of two groups enqueue into each other's group through their job
+// transactions, from several runners with different batch sizes. Every job
+// must succeed at its first attempt: no deadlock aborts a job transaction.
+func TestHandlersEnqueueingAcrossGroupsDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const depth = 40
+	handler := func(ctx context.Context, job *runtime.Job) error {
+		p, err := runtime.DecodePayload[struct{ N int }](job)
+		if err != nil {
+			return err
+		}
+		if p.N >= depth {
+			return nil
+		}
+		other := map[string]string{"a": "z", "z": "a", "c": "y", "y": "c"}[job.Group]
+		_, err = runtime.Enqueue(ctx, job.Tx(), runtime.EnqueueRequest{
+			Kind: "ping", Payload: mustJSON(t, map[string]int{"N": p.N + 1}),
+			EnqueueOptions: runtime.EnqueueOptions{Queue: "ping", Group: other},
+		})
+		return err
+	}
+	for _, batch := range []int{1, 1, 3} {
+		startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"ping": {Concurrency: 2, BatchSize: batch}}},
+			runtime.Registration{Kind: "ping", Handler: handler})
+	}
+	for _, g := range []string{"a", "z", "c", "y"} {
+		enqueue(t, b.pool, "ping", map[string]int{"N": 0}, runtime.WithQueue("ping"), runtime.WithGroup(g))
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		jobs := b.waitQueueDone(t, "ping", time.Until(deadline))
+		if len(jobs) == 4*(depth+1) {
+			for _, j := range jobs {
+				if j.Status != gen.PgtaskJobStatusSucceeded || j.Attempts != 1 {
+					t.Fatalf("job %d: %s after %d attempts: %s", j.ID, j.Status, j.Attempts, j.Errors)
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d jobs, want %d", len(jobs), 4*(depth+1))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Cancelling the next job of a group while its head finishes: the group
+// must still move on past the cancelled job.
+func TestCancelRacingAGroupsAdvanceDoesNotStrandIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	release := make(chan struct{})
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{Kind: "k", Handler: func(ctx context.Context, job *runtime.Job) error {
+		if job.Attempt == 1 && strings.HasSuffix(string(job.Payload), `"first"}`) {
+			<-release
+		}
+		return nil
+	}})
+	first := enqueue(t, b.pool, "k", map[string]string{"n": "first"}, runtime.WithGroup("g"))
+	second := enqueue(t, b.pool, "k", map[string]string{"n": "second"}, runtime.WithGroup("g"))
+	third := enqueue(t, b.pool, "k", map[string]string{"n": "third"}, runtime.WithGroup("g"))
+	b.waitStatus(t, first, 10*time.Second, gen.PgtaskJobStatusStarted)
+
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := runtime.CancelJob(ctx, tx, second); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	close(release) // the head finishes while the cancel is uncommitted
+	b.waitStatus(t, first, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.waitStatus(t, third, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	if j := b.job(t, second); j.Status != gen.PgtaskJobStatusCancelled || j.IsHead {
+		t.Fatalf("second: %s head=%v", j.Status, j.IsHead)
+	}
+	waitGroupGone(t, b, runtime.DefaultQueue, "g")
+}
+
+func waitGroupGone(t *testing.T, b *bundle, queue, key string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := b.q.GetGroup(context.Background(), gen.GetGroupParams{Queue: queue, GroupKey: key}); err != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group %s/%s still has a row after its jobs finished", queue, key)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The abandoned attempt was the job's last: its group must still move on.
+func TestAbandonedLastAttemptMovesTheGroupOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	startWorker(t, b.url, runtime.Config{AbandonGrace: 100 * time.Millisecond}, runtime.Registration{
+		Kind:    "stubborn",
+		Timeout: 100 * time.Millisecond,
+		Handler: func(ctx context.Context, job *runtime.Job) error { <-release; return nil },
+	}, runtime.Registration{
+		Kind:    "next",
+		Handler: func(ctx context.Context, job *runtime.Job) error { return nil },
+	})
+	stuck := enqueue(t, b.pool, "stubborn", map[string]int{}, runtime.WithGroup("g"), runtime.WithMaxAttempts(1))
+	next := enqueue(t, b.pool, "next", map[string]int{}, runtime.WithGroup("g"))
+	j := b.waitStatus(t, stuck, 10*time.Second, gen.PgtaskJobStatusFailed)
+	if e := errorsOf(t, j); len(e) != 1 || !strings.Contains(e[0].Error, "abandoned") {
+		t.Fatalf("errors = %s", j.Errors)
+	}
+	b.waitStatus(t, next, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	waitGroupGone(t, b, runtime.DefaultQueue, "g")
+}
+
