@@ -168,4 +168,3 @@ func TestAbandonedLastAttemptMovesTheGroupOn(t *testing.T) {
 	b.waitStatus(t, next, 10*time.Second, gen.PgtaskJobStatusSucceeded)
 	waitGroupGone(t, b, runtime.DefaultQueue, "g")
 }
-
