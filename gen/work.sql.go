@@ -63,7 +63,7 @@ WITH claimable AS (
      FOR UPDATE SKIP LOCKED
 )
 UPDATE pgtask.jobs j
-   SET status = 'started', attempts = j.attempts + 1, started_at = now(),
+   SET status = 'started', attempts = j.attempts + 1, started_at = clock_timestamp(),
        owner_pid = pg_backend_pid()
   FROM claimable c
  WHERE j.id = c.id
@@ -139,6 +139,23 @@ func (q *Queries) CompleteJob(ctx context.Context, arg CompleteJobParams) (bool,
 	return recorded, err
 }
 
+const completeJobs = `-- name: CompleteJobs :one
+SELECT pgtask.complete_jobs($1::bigint[], $2::integer[], $3::jsonb[]) AS recorded
+`
+
+type CompleteJobsParams struct {
+	Ids      []int64
+	Attempts []int32
+	Results  []json.RawMessage
+}
+
+func (q *Queries) CompleteJobs(ctx context.Context, arg CompleteJobsParams) (int32, error) {
+	row := q.db.QueryRow(ctx, completeJobs, arg.Ids, arg.Attempts, arg.Results)
+	var recorded int32
+	err := row.Scan(&recorded)
+	return recorded, err
+}
+
 const failJob = `-- name: FailJob :one
 SELECT COALESCE(pgtask.fail_job($1, $2, $3, $4)::text, '')::text AS status
 `
@@ -164,16 +181,19 @@ func (q *Queries) FailJob(ctx context.Context, arg FailJobParams) (string, error
 }
 
 const holdJobs = `-- name: HoldJobs :many
-SELECT id FROM pgtask.jobs
- WHERE id = ANY($1::bigint[]) AND status = 'started' AND owner_pid = pg_backend_pid()
- ORDER BY id
-   FOR UPDATE
+SELECT h.id::bigint AS id FROM pgtask.hold_jobs($1::bigint[], $2::bigint) AS h(id)
 `
 
-// First statement of the job transaction: locks the claimed rows for as long as
-// the handlers run. The lock is what tells everyone else the jobs are alive.
-func (q *Queries) HoldJobs(ctx context.Context, ids []int64) ([]int64, error) {
-	rows, err := q.db.Query(ctx, holdJobs, ids)
+type HoldJobsParams struct {
+	Ids           []int64
+	IdleTimeoutMs int64
+}
+
+// First statement of the job transaction: locks the claimed rows for as long
+// as the handlers run (the lock tells everyone else the jobs are alive) and
+// sets the transaction's idle timeout.
+func (q *Queries) HoldJobs(ctx context.Context, arg HoldJobsParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, holdJobs, arg.Ids, arg.IdleTimeoutMs)
 	if err != nil {
 		return nil, err
 	}
@@ -283,17 +303,6 @@ SAVEPOINT pgtask_job
 // alone and the batch's other jobs commit.
 func (q *Queries) SavepointJob(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, savepointJob)
-	return err
-}
-
-const setIdleTimeout = `-- name: SetIdleTimeout :exec
-SELECT set_config('idle_in_transaction_session_timeout', $1::text, true)
-`
-
-// Bounds how long the job transaction may sit idle, so a worker that hangs
-// (rather than dies) still releases its jobs.
-func (q *Queries) SetIdleTimeout(ctx context.Context, timeout string) error {
-	_, err := q.db.Exec(ctx, setIdleTimeout, timeout)
 	return err
 }
 

@@ -11,7 +11,7 @@ WITH claimable AS (
      FOR UPDATE SKIP LOCKED
 )
 UPDATE pgtask.jobs j
-   SET status = 'started', attempts = j.attempts + 1, started_at = now(),
+   SET status = 'started', attempts = j.attempts + 1, started_at = clock_timestamp(),
        owner_pid = pg_backend_pid()
   FROM claimable c
  WHERE j.id = c.id
@@ -19,17 +19,13 @@ RETURNING j.id, j.queue, j.kind, j.group_key, j.payload, j.priority,
           j.attempts, j.max_attempts, j.created_at;
 
 -- name: HoldJobs :many
--- First statement of the job transaction: locks the claimed rows for as long as
--- the handlers run. The lock is what tells everyone else the jobs are alive.
-SELECT id FROM pgtask.jobs
- WHERE id = ANY(@ids::bigint[]) AND status = 'started' AND owner_pid = pg_backend_pid()
- ORDER BY id
-   FOR UPDATE;
+-- First statement of the job transaction: locks the claimed rows for as long
+-- as the handlers run (the lock tells everyone else the jobs are alive) and
+-- sets the transaction's idle timeout.
+SELECT h.id::bigint AS id FROM pgtask.hold_jobs(@ids::bigint[], @idle_timeout_ms::bigint) AS h(id);
 
--- name: SetIdleTimeout :exec
--- Bounds how long the job transaction may sit idle, so a worker that hangs
--- (rather than dies) still releases its jobs.
-SELECT set_config('idle_in_transaction_session_timeout', @timeout::text, true);
+-- name: CompleteJobs :one
+SELECT pgtask.complete_jobs(@ids::bigint[], @attempts::integer[], @results::jsonb[]) AS recorded;
 
 -- name: CompleteJob :one
 SELECT pgtask.complete_job(@id, @attempt, @result) AS recorded;

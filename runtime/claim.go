@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,11 +49,6 @@ func (r *runner) loop(ctx, hard context.Context) {
 			sleep(ctx, backoff)
 			backoff = min(backoff*2, 5*time.Second)
 			continue
-		case n >= r.q.cfg.BatchSize:
-			// A full batch: there is probably more; let an idle runner help.
-			r.q.signal()
-			backoff = 100 * time.Millisecond
-			continue
 		case n > 0:
 			backoff = 100 * time.Millisecond
 			continue
@@ -69,9 +63,12 @@ func (r *runner) loop(ctx, hard context.Context) {
 	}
 }
 
-// runBatch claims up to BatchSize jobs and runs them. It returns how many it
-// claimed. When it errs after claiming, the connection could not be trusted
-// and was closed: the rescuer requeues what it held, attempts counted.
+// runBatch claims up to BatchSize jobs and runs them; while there is work it
+// goes on with the next batch, claimed inside the previous batch's
+// transaction so one commit both records results and counts the next
+// attempts. It returns how many jobs it ran. When it errs after claiming,
+// the connection could not be trusted and was closed: the rescuer requeues
+// what it held, attempts counted.
 func (r *runner) runBatch(ctx, hard context.Context) (int, error) {
 	conn, err := r.w.pool.Acquire(ctx)
 	if err != nil {
@@ -84,41 +81,42 @@ func (r *runner) runBatch(ctx, hard context.Context) (int, error) {
 		discard(conn)
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
-	if len(rows) == 0 {
-		conn.Release()
-		return 0, nil
-	}
-	slices.SortFunc(rows, func(a, b gen.ClaimJobsRow) int {
-		return cmp.Or(cmp.Compare(a.Priority, b.Priority), cmp.Compare(a.ID, b.ID))
-	})
-
-	busy, err := r.runClaimed(ctx, hard, conn, rows)
-	var ab *abandonment
-	switch {
-	case errors.As(err, &ab):
-		// The abandoned handler may still use the connection: take it out of
-		// the pool and close it once the handler lets go. Its session has
-		// been ended already.
-		pc := conn.Hijack()
-		go func() {
-			<-ab.done
-			pc.Close(context.Background()) //nolint:errcheck // the session is gone
-		}()
-		return len(rows), err
-	case err != nil:
-		discard(conn)
-		return len(rows), err
-	}
-	if len(busy) > 0 {
-		actx, cancel := bookCtx(ctx)
-		still, err := gen.New(conn).AdvanceGroups(actx, gen.AdvanceGroupsParams{Queue: r.q.name, GroupKeys: busy, PatienceMs: afterCommitPatience})
-		cancel()
-		if err != nil || len(still) > 0 {
-			r.w.log.Debug("pgtask: groups left for maintenance to advance", "queue", r.q.name, "groups", still, "error", err)
+	ran := 0
+	for len(rows) > 0 {
+		ran += len(rows)
+		if len(rows) >= r.q.cfg.BatchSize {
+			// A full batch: there is probably more; let an idle runner help.
+			r.q.signal()
 		}
+		next, busy, err := r.runClaimed(ctx, hard, conn, rows)
+		var ab *abandonment
+		switch {
+		case errors.As(err, &ab):
+			// The abandoned handler may still use the connection: take it out
+			// of the pool and close it once the handler lets go. Its session
+			// has been ended already.
+			pc := conn.Hijack()
+			go func() {
+				<-ab.done
+				pc.Close(context.Background()) //nolint:errcheck // the session is gone
+			}()
+			return ran, err
+		case err != nil:
+			discard(conn)
+			return ran, err
+		}
+		if len(busy) > 0 {
+			actx, cancel := bookCtx(ctx)
+			still, err := gen.New(conn).AdvanceGroups(actx, gen.AdvanceGroupsParams{Queue: r.q.name, GroupKeys: busy, PatienceMs: afterCommitPatience})
+			cancel()
+			if err != nil || len(still) > 0 {
+				r.w.log.Debug("pgtask: groups left for maintenance to advance", "queue", r.q.name, "groups", still, "error", err)
+			}
+		}
+		rows = next
 	}
 	conn.Release()
-	return len(rows), nil
+	return ran, nil
 }
 
 // discard closes a pooled connection, which ends its session: that releases
@@ -130,15 +128,19 @@ func discard(conn *pgxpool.Conn) {
 	conn.Release()
 }
 
-// runClaimed runs claimed jobs inside one transaction on conn and commits
-// it. It returns the batch's groups that could not be advanced before the
-// commit because an enqueue into them was in flight.
-func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows []gen.ClaimJobsRow) ([]string, error) {
+// runClaimed runs claimed jobs inside one transaction on conn, records their
+// outcomes, advances their groups, claims the next batch unless shutting
+// down, and commits. It returns the next batch and the groups that could not
+// be advanced because an enqueue into them was in flight.
+func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows []gen.ClaimJobsRow) ([]gen.ClaimJobsRow, []string, error) {
+	slices.SortFunc(rows, func(a, b gen.ClaimJobsRow) int {
+		return cmp.Or(cmp.Compare(a.Priority, b.Priority), cmp.Compare(a.ID, b.ID))
+	})
 	bctx, cancel := bookCtx(ctx)
 	defer cancel()
 	tx, err := conn.Begin(bctx)
 	if err != nil {
-		return nil, fmt.Errorf("begin job transaction: %w", err)
+		return nil, nil, fmt.Errorf("begin job transaction: %w", err)
 	}
 	abandoned := false
 	defer func() {
@@ -157,12 +159,9 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 	// The session idles in the transaction while a handler runs, never
 	// longer than the handler's timeout plus the abandon grace.
 	idle := longest + r.w.cfg.AbandonGrace + 10*time.Second
-	if err := qtx.SetIdleTimeout(bctx, strconv.FormatInt(idle.Milliseconds(), 10)); err != nil {
-		return nil, fmt.Errorf("set idle timeout: %w", err)
-	}
-	held, err := qtx.HoldJobs(bctx, ids)
+	held, err := qtx.HoldJobs(bctx, gen.HoldJobsParams{Ids: ids, IdleTimeoutMs: idle.Milliseconds()})
 	if err != nil {
-		return nil, fmt.Errorf("lock claimed jobs: %w", err)
+		return nil, nil, fmt.Errorf("lock claimed jobs: %w", err)
 	}
 	if len(held) != len(ids) {
 		// Only an operator's hand can get here; run what is still ours.
@@ -170,6 +169,7 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 	}
 
 	pid := conn.Conn().PgConn().PID()
+	var done gen.CompleteJobsParams
 	var groups []string
 	for i, row := range rows {
 		if !slices.Contains(held, row.ID) {
@@ -181,16 +181,22 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 			_, err := qtx.ReleaseJobs(rctx, gen.ReleaseJobsParams{Ids: ids[i:], OwnerPid: int32(pid)})
 			cancel()
 			if err != nil {
-				return nil, fmt.Errorf("release unstarted jobs: %w", err)
+				return nil, nil, fmt.Errorf("release unstarted jobs: %w", err)
 			}
 			break
 		}
-		if err := r.runOne(hard, tx, row); err != nil {
+		result, ok, err := r.runOne(hard, tx, row)
+		if err != nil {
 			if errors.Is(err, errAbandoned) {
 				abandoned = true
 				r.afterAbandon(ctx, row, ids[i+1:], pid)
 			}
-			return nil, err
+			return nil, nil, err
+		}
+		if ok {
+			done.Ids = append(done.Ids, row.ID)
+			done.Attempts = append(done.Attempts, row.Attempts)
+			done.Results = append(done.Results, result)
 		}
 		if row.GroupKey != nil {
 			groups = append(groups, *row.GroupKey)
@@ -199,18 +205,37 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 
 	fctx, cancel := bookCtx(ctx)
 	defer cancel()
+	if len(done.Ids) > 0 {
+		recorded, err := qtx.CompleteJobs(fctx, done)
+		if err != nil {
+			return nil, nil, fmt.Errorf("record successes: %w", err)
+		}
+		if int(recorded) != len(done.Ids) {
+			return nil, nil, fmt.Errorf("recorded %d of %d successes: jobs %v changed under the worker", recorded, len(done.Ids), done.Ids)
+		}
+	}
 	var busy []string
 	if len(groups) > 0 {
 		// No patience here: this transaction holds its jobs' locks.
 		busy, err = qtx.AdvanceGroups(fctx, gen.AdvanceGroupsParams{Queue: r.q.name, GroupKeys: groups, PatienceMs: 0})
 		if err != nil {
-			return nil, fmt.Errorf("advance groups: %w", err)
+			return nil, nil, fmt.Errorf("advance groups: %w", err)
+		}
+	}
+	var next []gen.ClaimJobsRow
+	if ctx.Err() == nil {
+		// Claimed in this transaction, the next batch's attempts are counted
+		// by the same commit that records this batch's results; that commit
+		// also makes the heads this batch just promoted claimable at once.
+		next, err = qtx.ClaimJobs(fctx, gen.ClaimJobsParams{Queue: r.q.name, Max: int32(r.q.cfg.BatchSize)})
+		if err != nil {
+			return nil, nil, fmt.Errorf("claim next batch: %w", err)
 		}
 	}
 	if err := tx.Commit(fctx); err != nil {
-		return nil, fmt.Errorf("commit job transaction: %w", err)
+		return nil, nil, fmt.Errorf("commit job transaction: %w", err)
 	}
-	return busy, nil
+	return next, busy, nil
 }
 
 func (r *runner) timeout(kind string) time.Duration {
@@ -220,9 +245,11 @@ func (r *runner) timeout(kind string) time.Duration {
 	return r.w.cfg.DefaultTimeout
 }
 
-// runOne runs one claimed job in a savepoint of tx and records its outcome in
-// tx. It returns an error only when the transaction can no longer be used.
-func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.ClaimJobsRow) error {
+// runOne runs one claimed job of tx. A success is reported with its result
+// for the caller to record with the batch's others; a failure is recorded
+// here, its writes rolled back to the job's savepoint. It returns an error
+// only when the transaction can no longer be used.
+func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.ClaimJobsRow) (json.RawMessage, bool, error) {
 	job := &Job{
 		ID:          JobID(row.ID),
 		Kind:        row.Kind,
@@ -238,14 +265,8 @@ func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.ClaimJobsRow) e
 	}
 	log := r.w.log.With("job_id", row.ID, "kind", row.Kind, "queue", row.Queue, "attempt", row.Attempts)
 	q := gen.New(tx)
-
-	sctx, cancel := bookCtx(hard)
-	err := q.SavepointJob(sctx)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("job %d: savepoint: %w", row.ID, err)
-	}
-	job.tx = jobTx{tx}
+	jtx := &jobTx{Tx: tx, savepoint: q.SavepointJob}
+	job.tx = jtx
 	start := time.Now()
 
 	reg := r.w.handler(row.Kind)
@@ -258,40 +279,35 @@ func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.ClaimJobsRow) e
 		outcome, done = r.call(hard, reg, job)
 		if done != nil {
 			log.Error("pgtask: abandoning a handler that ignores its context", "error", outcome)
-			return &abandonment{job: job.ID, outcome: outcome, done: done}
+			return nil, false, &abandonment{job: job.ID, outcome: outcome, done: done}
 		}
 	}
 
 	ctx, cancel := bookCtx(hard)
 	defer cancel()
 	if outcome == nil {
-		if err := q.ReleaseJobSavepoint(ctx); err != nil {
-			// Typically a statement the handler ran failed and it ignored
-			// the error: the transaction is aborted.
-			outcome = fmt.Errorf("the handler returned success but its transaction failed: %w", err)
+		if !jtx.taken {
+			return job.result, true, nil
 		}
+		err := q.ReleaseJobSavepoint(ctx)
+		if err == nil {
+			return job.result, true, nil
+		}
+		// Typically a statement the handler ran failed and it ignored the
+		// error: the transaction is aborted.
+		outcome = fmt.Errorf("the handler returned success but its transaction failed: %w", err)
 	}
-	if outcome == nil {
-		recorded, err := q.CompleteJob(ctx, gen.CompleteJobParams{ID: row.ID, Attempt: row.Attempts, Result: job.result})
-		if err != nil {
-			return fmt.Errorf("job %d: record success: %w", row.ID, err)
+	if jtx.taken {
+		if err := q.RollbackJobSavepoint(ctx); err != nil {
+			return nil, false, fmt.Errorf("job %d: roll back savepoint after %v: %w", row.ID, outcome, err)
 		}
-		if !recorded {
-			return fmt.Errorf("job %d: not in the state this worker claimed it in", row.ID)
-		}
-		log.Debug("pgtask: job succeeded", "took", time.Since(start))
-		return nil
-	}
-
-	if err := q.RollbackJobSavepoint(ctx); err != nil {
-		return fmt.Errorf("job %d: roll back savepoint after %v: %w", row.ID, outcome, err)
 	}
 	status, err := r.recordFailure(ctx, q, job, reg, outcome, hard.Err() != nil)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	log.Warn("pgtask: job attempt failed", "error", outcome, "now", status, "took", time.Since(start))
-	return nil
+	return nil, false, nil
 }
 
 // recordFailure stores a failed attempt with its retry delay, or as final.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Job is the job a handler is running.
@@ -54,8 +55,90 @@ func DecodePayload[T any](job *Job) (T, error) {
 
 var errTxOwnedByWorker = errors.New("pgtask: the job's transaction is committed or rolled back by the worker, not the handler")
 
-// jobTx is the job's savepoint as handed to the handler: everything but ending it.
-type jobTx struct{ pgx.Tx }
+// jobTx is the job's transaction as handed to the handler: everything but
+// ending it. The savepoint that lets a failed job roll back alone is taken
+// on first use, so a handler that never touches the transaction costs no
+// round trip.
+type jobTx struct {
+	pgx.Tx
+	savepoint func(context.Context) error
+	taken     bool
+}
 
-func (t jobTx) Commit(context.Context) error   { return errTxOwnedByWorker }
-func (t jobTx) Rollback(context.Context) error { return errTxOwnedByWorker }
+func (t *jobTx) ensure(ctx context.Context) error {
+	if t.taken {
+		return nil
+	}
+	if err := t.savepoint(ctx); err != nil {
+		return fmt.Errorf("pgtask: job savepoint: %w", err)
+	}
+	t.taken = true
+	return nil
+}
+
+func (t *jobTx) Commit(context.Context) error   { return errTxOwnedByWorker }
+func (t *jobTx) Rollback(context.Context) error { return errTxOwnedByWorker }
+
+func (t *jobTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := t.ensure(ctx); err != nil {
+		return nil, err
+	}
+	return t.Tx.Begin(ctx)
+}
+
+func (t *jobTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := t.ensure(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return t.Tx.Exec(ctx, sql, args...)
+}
+
+func (t *jobTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.ensure(ctx); err != nil {
+		return nil, err
+	}
+	return t.Tx.Query(ctx, sql, args...)
+}
+
+func (t *jobTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := t.ensure(ctx); err != nil {
+		return errRow{err}
+	}
+	return t.Tx.QueryRow(ctx, sql, args...)
+}
+
+func (t *jobTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.ensure(ctx); err != nil {
+		return 0, err
+	}
+	return t.Tx.CopyFrom(ctx, table, columns, src)
+}
+
+func (t *jobTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := t.ensure(ctx); err != nil {
+		return nil, err
+	}
+	return t.Tx.Prepare(ctx, name, sql)
+}
+
+// SendBatch, LargeObjects and Conn cannot report a failed savepoint; a
+// connection that could not take one is broken, and the worker then rolls
+// the whole transaction back.
+func (t *jobTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	t.ensure(ctx) //nolint:errcheck // see above
+	return t.Tx.SendBatch(ctx, b)
+}
+
+func (t *jobTx) LargeObjects() pgx.LargeObjects {
+	t.ensure(context.Background()) //nolint:errcheck // see above
+	return t.Tx.LargeObjects()
+}
+
+func (t *jobTx) Conn() *pgx.Conn {
+	t.ensure(context.Background()) //nolint:errcheck // see above
+	return t.Tx.Conn()
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }

@@ -274,6 +274,39 @@ BEGIN
 END;
 $$;
 
+-- Locks a batch's claimed jobs for the job transaction (its first statement)
+-- and bounds how long that transaction may sit idle, so a worker that hangs
+-- rather than dies still releases its jobs. Returns the ids it locked: the
+-- jobs still started by this session.
+CREATE FUNCTION pgtask.hold_jobs(p_ids bigint[], p_idle_timeout_ms bigint) RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('idle_in_transaction_session_timeout', p_idle_timeout_ms::text, true);
+    RETURN QUERY
+        SELECT id FROM pgtask.jobs
+         WHERE id = ANY (p_ids) AND status = 'started' AND owner_pid = pg_backend_pid()
+         ORDER BY id
+           FOR UPDATE;
+END;
+$$;
+
+-- Records the successful attempts of a batch in one statement; see
+-- complete_job. Returns how many it recorded.
+CREATE FUNCTION pgtask.complete_jobs(p_ids bigint[], p_attempts integer[], p_results jsonb[]) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    recorded integer;
+BEGIN
+    UPDATE pgtask.jobs j
+       SET status = 'succeeded', result = d.result, finished_at = clock_timestamp(),
+           is_head = (j.group_key IS NOT NULL), owner_pid = NULL
+      FROM unnest(p_ids, p_attempts, p_results) AS d(id, attempt, result)
+     WHERE j.id = d.id AND j.status = 'started' AND j.attempts = d.attempt;
+    GET DIAGNOSTICS recorded = ROW_COUNT;
+    RETURN recorded;
+END;
+$$;
+
 -- Records a successful attempt. Returns false when the job is not the started
 -- attempt the caller ran (it was rescued or changed meanwhile): nothing changes
 -- then. A grouped job stays its group's head until the group is advanced.
