@@ -8,7 +8,6 @@ package gen
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -55,20 +54,7 @@ func (q *Queries) BackendPID(ctx context.Context) (int32, error) {
 }
 
 const claimJobs = `-- name: ClaimJobs :many
-WITH claimable AS (
-    SELECT q.id FROM pgtask.jobs q
-     WHERE q.queue = $1 AND q.status = 'queued' AND q.is_head
-     ORDER BY q.priority, q.id
-     LIMIT $2
-     FOR UPDATE SKIP LOCKED
-)
-UPDATE pgtask.jobs j
-   SET status = 'started', attempts = j.attempts + 1, started_at = clock_timestamp(),
-       owner_pid = pg_backend_pid()
-  FROM claimable c
- WHERE j.id = c.id
-RETURNING j.id, j.queue, j.kind, j.group_key, j.payload, j.priority,
-          j.attempts, j.max_attempts, j.created_at
+SELECT id, queue, kind, group_key, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid FROM pgtask.claim_jobs($1, $2)
 `
 
 type ClaimJobsParams struct {
@@ -76,41 +62,39 @@ type ClaimJobsParams struct {
 	Max   int32
 }
 
-type ClaimJobsRow struct {
-	ID          int64
-	Queue       string
-	Kind        string
-	GroupKey    *string
-	Payload     json.RawMessage
-	Priority    int16
-	Attempts    int32
-	MaxAttempts int32
-	CreatedAt   time.Time
-}
-
-// Claims up to @max runnable jobs of a queue and counts their attempt. This
-// statement commits on its own, before any handler runs, so the attempt stays
-// counted whatever happens to the worker afterwards. owner_pid names this
-// session: the job transaction that follows runs on the same connection.
-func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJobsRow, error) {
+// Claims up to @max jobs of a queue and counts their attempt (see
+// pgtask.claim_jobs). Run on its own, the statement commits before any
+// handler runs; run at the end of a job transaction, that transaction's
+// commit does. owner_pid names this session: the job transaction that
+// follows runs on the same connection.
+func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]PgtaskJob, error) {
 	rows, err := q.db.Query(ctx, claimJobs, arg.Queue, arg.Max)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []ClaimJobsRow{}
+	items := []PgtaskJob{}
 	for rows.Next() {
-		var i ClaimJobsRow
+		var i PgtaskJob
 		if err := rows.Scan(
 			&i.ID,
 			&i.Queue,
 			&i.Kind,
 			&i.GroupKey,
-			&i.Payload,
+			&i.IsHead,
+			&i.Status,
 			&i.Priority,
+			&i.Payload,
+			&i.Result,
+			&i.Errors,
 			&i.Attempts,
 			&i.MaxAttempts,
+			&i.FailBlocksGroup,
+			&i.RunAfter,
 			&i.CreatedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.OwnerPid,
 		); err != nil {
 			return nil, err
 		}

@@ -1,22 +1,10 @@
 -- name: ClaimJobs :many
--- Claims up to @max runnable jobs of a queue and counts their attempt. This
--- statement commits on its own, before any handler runs, so the attempt stays
--- counted whatever happens to the worker afterwards. owner_pid names this
--- session: the job transaction that follows runs on the same connection.
-WITH claimable AS (
-    SELECT q.id FROM pgtask.jobs q
-     WHERE q.queue = @queue AND q.status = 'queued' AND q.is_head
-     ORDER BY q.priority, q.id
-     LIMIT @max
-     FOR UPDATE SKIP LOCKED
-)
-UPDATE pgtask.jobs j
-   SET status = 'started', attempts = j.attempts + 1, started_at = clock_timestamp(),
-       owner_pid = pg_backend_pid()
-  FROM claimable c
- WHERE j.id = c.id
-RETURNING j.id, j.queue, j.kind, j.group_key, j.payload, j.priority,
-          j.attempts, j.max_attempts, j.created_at;
+-- Claims up to @max jobs of a queue and counts their attempt (see
+-- pgtask.claim_jobs). Run on its own, the statement commits before any
+-- handler runs; run at the end of a job transaction, that transaction's
+-- commit does. owner_pid names this session: the job transaction that
+-- follows runs on the same connection.
+SELECT * FROM pgtask.claim_jobs(@queue, @max);
 
 -- name: HoldJobs :many
 -- First statement of the job transaction: locks the claimed rows for as long

@@ -132,10 +132,10 @@ func discard(conn *pgxpool.Conn) {
 // outcomes, advances their groups, claims the next batch unless shutting
 // down, and commits. It returns the next batch and the groups that could not
 // be advanced because an enqueue into them was in flight.
-func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows []gen.ClaimJobsRow) ([]gen.ClaimJobsRow, []string, error) {
-	slices.SortFunc(rows, func(a, b gen.ClaimJobsRow) int {
-		return cmp.Or(cmp.Compare(a.Priority, b.Priority), cmp.Compare(a.ID, b.ID))
-	})
+func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows []gen.PgtaskJob) ([]gen.PgtaskJob, []string, error) {
+	// In id order: a group's run (its head, then the jobs behind it) runs in
+	// group order; the batch was already chosen by priority.
+	slices.SortFunc(rows, func(a, b gen.PgtaskJob) int { return cmp.Compare(a.ID, b.ID) })
 	bctx, cancel := bookCtx(ctx)
 	defer cancel()
 	tx, err := conn.Begin(bctx)
@@ -171,21 +171,26 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 	pid := conn.Conn().PgConn().PID()
 	var done gen.CompleteJobsParams
 	var groups []string
+	// stopped holds the groups whose run must not go on in this batch: a job
+	// failed and its group waits for the retry, or it blocks the group.
+	stopped := map[string]bool{}
+	var handBack []int64
 	for i, row := range rows {
 		if !slices.Contains(held, row.ID) {
 			continue
 		}
 		if ctx.Err() != nil {
 			// Shutting down: hand back what has not started.
-			rctx, cancel := bookCtx(ctx)
-			_, err := qtx.ReleaseJobs(rctx, gen.ReleaseJobsParams{Ids: ids[i:], OwnerPid: int32(pid)})
-			cancel()
-			if err != nil {
-				return nil, nil, fmt.Errorf("release unstarted jobs: %w", err)
+			for _, left := range rows[i:] {
+				handBack = append(handBack, left.ID)
 			}
 			break
 		}
-		result, ok, err := r.runOne(hard, tx, row)
+		if row.GroupKey != nil && stopped[*row.GroupKey] {
+			handBack = append(handBack, row.ID)
+			continue
+		}
+		result, status, err := r.runOne(hard, tx, row)
 		if err != nil {
 			if errors.Is(err, errAbandoned) {
 				abandoned = true
@@ -193,13 +198,24 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 			}
 			return nil, nil, err
 		}
-		if ok {
+		switch {
+		case status == StatusSucceeded:
 			done.Ids = append(done.Ids, row.ID)
 			done.Attempts = append(done.Attempts, row.Attempts)
 			done.Results = append(done.Results, result)
+		case row.GroupKey != nil && (status != StatusFailed || row.FailBlocksGroup):
+			stopped[*row.GroupKey] = true
 		}
 		if row.GroupKey != nil {
 			groups = append(groups, *row.GroupKey)
+		}
+	}
+	if len(handBack) > 0 {
+		rctx, cancel := bookCtx(ctx)
+		_, err := qtx.ReleaseJobs(rctx, gen.ReleaseJobsParams{Ids: handBack, OwnerPid: int32(pid)})
+		cancel()
+		if err != nil {
+			return nil, nil, fmt.Errorf("hand back unstarted jobs: %w", err)
 		}
 	}
 
@@ -222,7 +238,7 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 			return nil, nil, fmt.Errorf("advance groups: %w", err)
 		}
 	}
-	var next []gen.ClaimJobsRow
+	var next []gen.PgtaskJob
 	if ctx.Err() == nil {
 		// Claimed in this transaction, the next batch's attempts are counted
 		// by the same commit that records this batch's results; that commit
@@ -245,11 +261,12 @@ func (r *runner) timeout(kind string) time.Duration {
 	return r.w.cfg.DefaultTimeout
 }
 
-// runOne runs one claimed job of tx. A success is reported with its result
-// for the caller to record with the batch's others; a failure is recorded
-// here, its writes rolled back to the job's savepoint. It returns an error
-// only when the transaction can no longer be used.
-func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.ClaimJobsRow) (json.RawMessage, bool, error) {
+// runOne runs one claimed job of tx and returns the job's new status. A
+// success is returned with its result for the caller to record with the
+// batch's others; a failure is recorded here, its writes rolled back to the
+// job's savepoint. It returns an error only when the transaction can no
+// longer be used.
+func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.PgtaskJob) (json.RawMessage, Status, error) {
 	job := &Job{
 		ID:          JobID(row.ID),
 		Kind:        row.Kind,
@@ -279,7 +296,7 @@ func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.ClaimJobsRow) (
 		outcome, done = r.call(hard, reg, job)
 		if done != nil {
 			log.Error("pgtask: abandoning a handler that ignores its context", "error", outcome)
-			return nil, false, &abandonment{job: job.ID, outcome: outcome, done: done}
+			return nil, "", &abandonment{job: job.ID, outcome: outcome, done: done}
 		}
 	}
 
@@ -287,11 +304,11 @@ func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.ClaimJobsRow) (
 	defer cancel()
 	if outcome == nil {
 		if !jtx.taken {
-			return job.result, true, nil
+			return job.result, StatusSucceeded, nil
 		}
 		err := q.ReleaseJobSavepoint(ctx)
 		if err == nil {
-			return job.result, true, nil
+			return job.result, StatusSucceeded, nil
 		}
 		// Typically a statement the handler ran failed and it ignored the
 		// error: the transaction is aborted.
@@ -299,15 +316,15 @@ func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.ClaimJobsRow) (
 	}
 	if jtx.taken {
 		if err := q.RollbackJobSavepoint(ctx); err != nil {
-			return nil, false, fmt.Errorf("job %d: roll back savepoint after %v: %w", row.ID, outcome, err)
+			return nil, "", fmt.Errorf("job %d: roll back savepoint after %v: %w", row.ID, outcome, err)
 		}
 	}
 	status, err := r.recordFailure(ctx, q, job, reg, outcome, hard.Err() != nil)
 	if err != nil {
-		return nil, false, err
+		return nil, "", err
 	}
 	log.Warn("pgtask: job attempt failed", "error", outcome, "now", status, "took", time.Since(start))
-	return nil, false, nil
+	return nil, Status(status), nil
 }
 
 // recordFailure stores a failed attempt with its retry delay, or as final.
@@ -414,7 +431,7 @@ func (a *abandonment) Unwrap() error { return errAbandoned }
 // failed attempt; moves the job's group on if that was its last attempt; and
 // hands back the batch's jobs that never started. Whatever fails here, the
 // rescuer and maintenance redo once the session is gone.
-func (r *runner) afterAbandon(ctx context.Context, row gen.ClaimJobsRow, rest []int64, pid uint32) {
+func (r *runner) afterAbandon(ctx context.Context, row gen.PgtaskJob, rest []int64, pid uint32) {
 	bctx, cancel := bookCtx(ctx)
 	defer cancel()
 	q := gen.New(r.w.pool)

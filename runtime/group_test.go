@@ -187,14 +187,23 @@ func TestGroupsRunOneAtATimeInEnqueueOrder(t *testing.T) {
 
 // A job waiting for its retry keeps its place: nothing behind it in the
 // group starts. A final failure either lets the group move on (default) or
-// blocks it until the job is retried or cancelled.
+// blocks it until the job is retried or cancelled. With batches, a group's
+// following jobs are claimed with its head and must obey the same rules.
 func TestFinalFailureSkipsOrBlocksTheGroup(t *testing.T) {
-	t.Parallel()
+	for _, batch := range []int{1, 8} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			t.Parallel()
+			testSkipOrBlock(t, batch)
+		})
+	}
+}
+
+func testSkipOrBlock(t *testing.T, batch int) {
 	b := setup(t)
 	ctx := context.Background()
 	var mu sync.Mutex
 	var order []string
-	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {BatchSize: batch}}}, runtime.Registration{
 		Kind:    "step",
 		Backoff: runtime.Backoff{Min: 150 * time.Millisecond, Max: 150 * time.Millisecond, Jitter: -1},
 		Handler: func(ctx context.Context, job *runtime.Job) error {
@@ -214,6 +223,11 @@ func TestFinalFailureSkipsOrBlocksTheGroup(t *testing.T) {
 	step := func(name, group string, opts ...runtime.EnqueueOption) runtime.JobID {
 		return enqueue(t, b.pool, "step", map[string]string{"Name": name}, append(opts, runtime.WithGroup(group))...)
 	}
+	started := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprint(order)
+	}
 	// Group a: x1 fails once and retries; a2 waits for it. x2 fails for good;
 	// a3 runs after it.
 	step("x1", "a", runtime.WithMaxAttempts(3))
@@ -224,20 +238,20 @@ func TestFinalFailureSkipsOrBlocksTheGroup(t *testing.T) {
 	if j := b.job(t, x2); j.Status != gen.PgtaskJobStatusFailed || j.Attempts != 2 {
 		t.Fatalf("x2: %s after %d attempts", j.Status, j.Attempts)
 	}
-	mu.Lock()
-	got := fmt.Sprint(order)
-	mu.Unlock()
-	if want := "[x1 x1 a2 x2 x2 a3]"; got != want {
+	if got, want := started(), "[x1 x1 a2 x2 x2 a3]"; got != want {
 		t.Fatalf("start order %s, want %s", got, want)
 	}
 
-	// Group b: xb blocks the group when it fails for good.
+	// Group b: xb, the head, blocks the group when it fails for good.
+	mu.Lock()
+	order = nil
+	mu.Unlock()
 	xb := step("xb", "b", runtime.WithMaxAttempts(1), runtime.WithFailBlocksGroup(true))
 	b2 := step("b2", "b")
 	b.waitStatus(t, xb, 10*time.Second, gen.PgtaskJobStatusFailed)
 	time.Sleep(300 * time.Millisecond)
-	if j := b.job(t, b2); j.Status != gen.PgtaskJobStatusQueued || j.IsHead {
-		t.Fatalf("b2 behind a blocking failure is %s (head %v), want queued and waiting", j.Status, j.IsHead)
+	if j := b.job(t, b2); j.Status != gen.PgtaskJobStatusQueued || j.IsHead || j.Attempts != 0 {
+		t.Fatalf("b2 behind a blocking failure is %s (head %v, %d attempts), want queued, waiting, untried", j.Status, j.IsHead, j.Attempts)
 	}
 	// A retry gives the blocker a fresh set of attempts: it runs again (and
 	// fails again, as x-jobs fail their first attempt). Cancelling it then
@@ -254,7 +268,73 @@ func TestFinalFailureSkipsOrBlocksTheGroup(t *testing.T) {
 	if err != nil || info.Status != runtime.StatusCancelled || len(info.Errors) != 2 || info.Errors[1].At.IsZero() {
 		t.Fatalf("xb: %+v, %v; want cancelled with two failed attempts on record", info, err)
 	}
-	if _, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "b"}); err == nil {
-		t.Fatal("the drained group b still has a row")
+	if got, want := started(), "[xb xb b2]"; got != want {
+		t.Fatalf("start order %s, want %s", got, want)
 	}
+	waitGroupGone(t, b, runtime.DefaultQueue, "b")
+
+	// Group c: the blocker is not the head but runs right behind it (in one
+	// run when batches are larger than one): c3 must still wait.
+	mu.Lock()
+	order = nil
+	mu.Unlock()
+	c1 := step("c1", "c")
+	xc := step("xc", "c", runtime.WithMaxAttempts(1), runtime.WithFailBlocksGroup(true))
+	c3 := step("c3", "c")
+	b.waitStatus(t, c1, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	b.waitStatus(t, xc, 10*time.Second, gen.PgtaskJobStatusFailed)
+	time.Sleep(300 * time.Millisecond)
+	if j := b.job(t, c3); j.Status != gen.PgtaskJobStatusQueued || j.Attempts != 0 {
+		t.Fatalf("c3 behind a blocking failure is %s after %d attempts, want queued and untried", j.Status, j.Attempts)
+	}
+	if g, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "c"}); err != nil || g.HeadID != int64(xc) {
+		t.Fatalf("group c: %+v, %v; want its head to be the blocker %d", g, err, xc)
+	}
+	if ok, err := runtime.CancelJob(ctx, b.pool, xc); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	b.waitStatus(t, c3, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	if got, want := started(), "[c1 xc c3]"; got != want {
+		t.Fatalf("start order %s, want %s", got, want)
+	}
+}
+
+// One busy group worked by two workers with large batches: the group's runs
+// keep order and never overlap, through failures and retries.
+func TestHotGroupRunsInOrderWithBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 300
+	log := newStartLog()
+	handler := func(ctx context.Context, job *runtime.Job) error {
+		p, err := runtime.DecodePayload[seqPayload](job)
+		if err != nil {
+			return err
+		}
+		log.begin(p)
+		defer log.end(p)
+		if p.Seq%13 == 5 && job.Attempt == 1 {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	}
+	for range 2 {
+		startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"hot": {Concurrency: 2, BatchSize: 16}}},
+			runtime.Registration{Kind: "seq", Handler: handler, Backoff: fastRetry})
+	}
+	reqs := make([]runtime.EnqueueRequest, n)
+	for i := range reqs {
+		reqs[i] = runtime.EnqueueRequest{Kind: "seq", Payload: mustJSON(t, seqPayload{Group: "g0", Seq: i})}
+		reqs[i].Apply(runtime.WithQueue("hot"), runtime.WithGroup("g0"))
+	}
+	if _, err := runtime.EnqueueMany(context.Background(), b.pool, reqs); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range b.waitQueueDone(t, "hot", 60*time.Second) {
+		if j.Status != gen.PgtaskJobStatusSucceeded {
+			t.Fatalf("job %d is %s: %s", j.ID, j.Status, j.Errors)
+		}
+	}
+	log.checkOrder(t, 1, n)
+	waitGroupGone(t, b, "hot", "g0")
 }

@@ -68,6 +68,11 @@ CREATE INDEX jobs_started ON pgtask.jobs (id)
 CREATE INDEX jobs_group_pending ON pgtask.jobs (queue, group_key, id)
     WHERE group_key IS NOT NULL AND status IN ('scheduled', 'queued');
 
+-- Failed jobs that block their group, to find one that a run of a group's
+-- jobs (see claim_jobs) left behind its head.
+CREATE INDEX jobs_group_blocked ON pgtask.jobs (queue, group_key, id)
+    WHERE group_key IS NOT NULL AND status = 'failed' AND fail_blocks_group;
+
 -- Heads that finished and whose group has not moved on yet (normally for a
 -- moment; longer when an enqueue into the group was in flight).
 CREATE INDEX jobs_finished_heads ON pgtask.jobs (queue, group_key)
@@ -185,6 +190,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     head bigint;
     next_id bigint;
+    blocker bigint;
 BEGIN
     SELECT head_id INTO head FROM pgtask.queue_groups
      WHERE queue = p_queue AND group_key = p_group_key
@@ -207,6 +213,17 @@ BEGIN
      ORDER BY id
      LIMIT 1
        FOR UPDATE;
+    -- A job that ran behind the head in the same run and failed for good
+    -- with fail_blocks_group stops the group before anything after it.
+    SELECT id INTO blocker FROM pgtask.jobs
+     WHERE queue = p_queue AND group_key = p_group_key
+       AND status = 'failed' AND fail_blocks_group
+       AND id > head AND (next_id IS NULL OR id < next_id)
+     ORDER BY id
+     LIMIT 1;
+    IF blocker IS NOT NULL THEN
+        next_id := blocker;
+    END IF;
     IF next_id IS NULL THEN
         DELETE FROM pgtask.queue_groups WHERE queue = p_queue AND group_key = p_group_key;
         RETURN true;
@@ -274,6 +291,76 @@ BEGIN
 END;
 $$;
 
+-- Claims up to p_max jobs of a queue: runnable heads, by priority then id,
+-- and, to fill the batch, the jobs that follow a grouped head in its group.
+-- A follower is taken only in an unbroken run right behind its head: the
+-- next pending jobs of the group in id order, each queued and not locked by
+-- anyone. The worker runs a group's run in order and stops it at the first
+-- job that does not let the group move on, handing the rest back; so a run
+-- keeps the group's order and one-at-a-time rule while one commit covers many
+-- of its jobs. Every claimed job gets its attempt counted and this session
+-- as owner; the claim commits before any handler runs.
+CREATE FUNCTION pgtask.claim_jobs(p_queue text, p_max integer) RETURNS SETOF pgtask.jobs
+LANGUAGE plpgsql AS $$
+DECLARE
+    picked bigint[];
+    room integer;
+    h record;
+    expected bigint[];
+    got bigint[];
+    n integer;
+BEGIN
+    SELECT array_agg(c.id ORDER BY c.priority, c.id) INTO picked FROM (
+        SELECT id, priority FROM pgtask.jobs
+         WHERE queue = p_queue AND status = 'queued' AND is_head
+         ORDER BY priority, id
+         LIMIT p_max
+           FOR UPDATE SKIP LOCKED) c;
+    IF picked IS NULL THEN
+        RETURN;
+    END IF;
+    room := p_max - cardinality(picked);
+    IF room > 0 THEN
+        FOR h IN
+            SELECT id, group_key FROM pgtask.jobs
+             WHERE id = ANY (picked) AND group_key IS NOT NULL
+             ORDER BY priority, id
+        LOOP
+            EXIT WHEN room <= 0;
+            SELECT array_agg(e.id ORDER BY e.id) INTO expected FROM (
+                SELECT id FROM pgtask.jobs
+                 WHERE queue = p_queue AND group_key = h.group_key
+                   AND status IN ('scheduled', 'queued') AND id <> h.id
+                 ORDER BY id
+                 LIMIT room) e;
+            CONTINUE WHEN expected IS NULL OR expected[1] < h.id;
+            SELECT array_agg(r.id ORDER BY r.id) INTO got FROM (
+                SELECT id FROM pgtask.jobs
+                 WHERE id = ANY (expected) AND status = 'queued'
+                 ORDER BY id
+                   FOR UPDATE SKIP LOCKED) r;
+            n := 0;
+            WHILE n < coalesce(cardinality(got), 0) AND got[n + 1] = expected[n + 1] LOOP
+                n := n + 1;
+            END LOOP;
+            IF n > 0 THEN
+                picked := picked || got[1:n];
+                room := room - n;
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN QUERY
+        WITH claimed AS (
+            UPDATE pgtask.jobs j
+               SET status = 'started', attempts = j.attempts + 1,
+                   started_at = clock_timestamp(), owner_pid = pg_backend_pid()
+             WHERE j.id = ANY (picked)
+            RETURNING j.*
+        )
+        SELECT * FROM claimed ORDER BY id;
+END;
+$$;
+
 -- Locks a batch's claimed jobs for the job transaction (its first statement)
 -- and bounds how long that transaction may sit idle, so a worker that hangs
 -- rather than dies still releases its jobs. Returns the ids it locked: the
@@ -299,7 +386,7 @@ DECLARE
 BEGIN
     UPDATE pgtask.jobs j
        SET status = 'succeeded', result = d.result, finished_at = clock_timestamp(),
-           is_head = (j.group_key IS NOT NULL), owner_pid = NULL
+           is_head = (j.is_head AND j.group_key IS NOT NULL), owner_pid = NULL
       FROM unnest(p_ids, p_attempts, p_results) AS d(id, attempt, result)
      WHERE j.id = d.id AND j.status = 'started' AND j.attempts = d.attempt;
     GET DIAGNOSTICS recorded = ROW_COUNT;
@@ -315,7 +402,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE pgtask.jobs
        SET status = 'succeeded', result = p_result, finished_at = clock_timestamp(),
-           is_head = (group_key IS NOT NULL), owner_pid = NULL
+           is_head = (is_head AND group_key IS NOT NULL), owner_pid = NULL
      WHERE id = p_id AND status = 'started' AND attempts = p_attempt;
     RETURN FOUND;
 END;
@@ -345,7 +432,7 @@ BEGIN
     IF p_retry_in_us IS NULL OR j.attempts >= j.max_attempts THEN
         UPDATE pgtask.jobs
            SET status = 'failed', finished_at = clock_timestamp(), owner_pid = NULL,
-               errors = errors || entry, is_head = (group_key IS NOT NULL)
+               errors = errors || entry, is_head = (is_head AND group_key IS NOT NULL)
          WHERE id = p_id;
         RETURN 'failed';
     END IF;

@@ -334,7 +334,7 @@ func (b *bench) measureDrains(ctx context.Context) error {
 		{fmt.Sprintf("drain %d groups (FIFO)", b.o.Groups), fmt.Sprintf("%d jobs", b.o.Grouped), b.o.Grouped, b.o.Groups,
 			pgtask.QueueConfig{Concurrency: b.o.Conns, BatchSize: b.o.Batch}, 10_000},
 		{"drain 1 hot group (serial)", fmt.Sprintf("%d jobs", b.o.Hot), b.o.Hot, 1,
-			pgtask.QueueConfig{Concurrency: 1, BatchSize: 1}, 1_500},
+			pgtask.QueueConfig{Concurrency: 2, BatchSize: b.o.Batch}, 1_500},
 	}
 	for _, c := range cases {
 		pool, url, cleanup, err := b.database(ctx, b.o.Conns)
