@@ -177,92 +177,109 @@ BEGIN
 END;
 $$;
 
--- Moves a group on if its head has finished: the next pending job becomes the
--- head, or the group's row goes away. A head that is pending, running or
--- blocking (failed with fail_blocks_group) stays. Returns false, changing
--- nothing, when an enqueue into the group is in flight (see the top of this
--- file); the caller tries again later.
+-- Moves groups of a queue on where their head has finished: in each, the
+-- next pending job becomes the head, or the group's row goes away. A head
+-- that is pending, running or blocking (failed with fail_blocks_group)
+-- stays. A job that ran behind the head in the same run (see claim_jobs) and
+-- failed for good with fail_blocks_group becomes the head and blocks the
+-- group. Returns the keys it left alone because an enqueue into them was in
+-- flight (see the top of this file); the caller tries those again later.
 --
--- The statements after the lock take new snapshots (the function is
--- volatile), so they see every job committed before the lock was taken.
-CREATE FUNCTION pgtask.advance_group(p_queue text, p_group_key text) RETURNS boolean
+-- Set-based, so a batch's groups cost a few statements together. The
+-- statements after the lock take new snapshots (the function is volatile),
+-- so they see every job committed before the locks were taken. Pending jobs
+-- are read without locking them: cancel_job and retry_job lock the group
+-- first, and nothing else changes a pending job of a group in a way that
+-- matters here.
+CREATE FUNCTION pgtask.advance_group_set(p_queue text, p_group_keys text[]) RETURNS text[]
 LANGUAGE plpgsql AS $$
 DECLARE
-    head bigint;
-    next_id bigint;
-    blocker bigint;
+    locked text[];
+    busy text[];
+    finished text[];
+    old_heads bigint[];
+    runnable boolean;
 BEGIN
-    SELECT head_id INTO head FROM pgtask.queue_groups
-     WHERE queue = p_queue AND group_key = p_group_key
-       FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        RETURN NOT EXISTS (SELECT 1 FROM pgtask.queue_groups WHERE queue = p_queue AND group_key = p_group_key);
-    END IF;
-    IF EXISTS (SELECT 1 FROM pgtask.jobs
-                WHERE id = head AND is_head
-                  AND (status IN ('scheduled', 'queued', 'started')
-                       OR (status = 'failed' AND fail_blocks_group))) THEN
-        RETURN true;
-    END IF;
-    UPDATE pgtask.jobs SET is_head = false WHERE id = head AND is_head;
+    SELECT coalesce(array_agg(l.group_key ORDER BY l.group_key), '{}') INTO locked FROM (
+        SELECT group_key FROM pgtask.queue_groups
+         WHERE queue = p_queue AND group_key = ANY (p_group_keys)
+         ORDER BY group_key
+           FOR UPDATE SKIP LOCKED) l;
+    SELECT coalesce(array_agg(group_key), '{}') INTO busy FROM pgtask.queue_groups
+     WHERE queue = p_queue AND group_key = ANY (p_group_keys) AND NOT (group_key = ANY (locked));
 
-    -- Locked so that a job changed meanwhile (promoted, say) is read as it is now.
-    SELECT id INTO next_id FROM pgtask.jobs
-     WHERE queue = p_queue AND group_key = p_group_key
-       AND status IN ('scheduled', 'queued')
-     ORDER BY id
-     LIMIT 1
-       FOR UPDATE;
-    -- A job that ran behind the head in the same run and failed for good
-    -- with fail_blocks_group stops the group before anything after it.
-    SELECT id INTO blocker FROM pgtask.jobs
-     WHERE queue = p_queue AND group_key = p_group_key
-       AND status = 'failed' AND fail_blocks_group
-       AND id > head AND (next_id IS NULL OR id < next_id)
-     ORDER BY id
-     LIMIT 1;
-    IF blocker IS NOT NULL THEN
-        next_id := blocker;
+    SELECT coalesce(array_agg(g.group_key), '{}'), coalesce(array_agg(g.head_id), '{}')
+      INTO finished, old_heads
+      FROM pgtask.queue_groups g
+      LEFT JOIN pgtask.jobs j ON j.id = g.head_id
+     WHERE g.queue = p_queue AND g.group_key = ANY (locked)
+       AND NOT coalesce(j.is_head AND (j.status IN ('scheduled', 'queued', 'started')
+                                       OR (j.status = 'failed' AND j.fail_blocks_group)), false);
+    IF cardinality(finished) = 0 THEN
+        RETURN busy;
     END IF;
-    IF next_id IS NULL THEN
-        DELETE FROM pgtask.queue_groups WHERE queue = p_queue AND group_key = p_group_key;
-        RETURN true;
+    UPDATE pgtask.jobs SET is_head = false WHERE id = ANY (old_heads) AND is_head;
+
+    WITH nxt AS (
+        SELECT f.k, f.head,
+               (SELECT id FROM pgtask.jobs
+                 WHERE queue = p_queue AND group_key = f.k AND status IN ('scheduled', 'queued')
+                 ORDER BY id LIMIT 1) AS next_id
+          FROM unnest(finished, old_heads) AS f(k, head)
+    ), chosen AS (
+        SELECT nxt.k,
+               coalesce((SELECT id FROM pgtask.jobs
+                          WHERE queue = p_queue AND group_key = nxt.k
+                            AND status = 'failed' AND fail_blocks_group
+                            AND id > nxt.head AND (nxt.next_id IS NULL OR id < nxt.next_id)
+                          ORDER BY id LIMIT 1), nxt.next_id) AS id
+          FROM nxt
+    ), promoted AS (
+        UPDATE pgtask.jobs j SET is_head = true
+          FROM chosen c WHERE j.id = c.id
+        RETURNING j.status
+    ), moved AS (
+        UPDATE pgtask.queue_groups g SET head_id = c.id
+          FROM chosen c
+         WHERE g.queue = p_queue AND g.group_key = c.k AND c.id IS NOT NULL
+    ), emptied AS (
+        DELETE FROM pgtask.queue_groups g
+         USING chosen c
+         WHERE g.queue = p_queue AND g.group_key = c.k AND c.id IS NULL
+    )
+    SELECT coalesce(bool_or(status = 'queued'), false) INTO runnable FROM promoted;
+    IF runnable THEN
+        PERFORM pg_notify('pgtask', p_queue);
     END IF;
-    UPDATE pgtask.jobs SET is_head = true WHERE id = next_id;
-    UPDATE pgtask.queue_groups SET head_id = next_id WHERE queue = p_queue AND group_key = p_group_key;
-    PERFORM pg_notify('pgtask', p_queue)
-       FROM pgtask.jobs WHERE id = next_id AND status = 'queued';
-    RETURN true;
+    RETURN busy;
 END;
 $$;
 
--- Advances groups of a queue in key order and returns the keys it could not
--- advance yet because an enqueue into them was in flight. With p_patience_ms
--- above zero it retries those for up to that long, holding no group lock
--- while it waits. A worker calls it without patience inside its job
--- transaction, then with some patience after committing.
+-- advance_group_set for one group: false when an enqueue into it was in flight.
+CREATE FUNCTION pgtask.advance_group(p_queue text, p_group_key text) RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT cardinality(pgtask.advance_group_set(p_queue, ARRAY[p_group_key])) = 0;
+$$;
+
+-- Advances groups of a queue and returns the keys it could not advance yet
+-- because an enqueue into them was in flight. With p_patience_ms above zero
+-- it retries those for up to that long, holding no group lock while it
+-- waits. A worker calls it without patience inside its job transaction,
+-- then with some patience after committing.
 CREATE FUNCTION pgtask.advance_groups(p_queue text, p_group_keys text[], p_patience_ms integer)
 RETURNS text[]
 LANGUAGE plpgsql AS $$
 DECLARE
-    pending text[];
     busy text[];
-    k text;
     deadline timestamptz := clock_timestamp() + p_patience_ms * interval '1 millisecond';
 BEGIN
-    SELECT coalesce(array_agg(DISTINCT g ORDER BY g), '{}') INTO pending
+    SELECT coalesce(array_agg(DISTINCT g), '{}') INTO busy
       FROM unnest(p_group_keys) g WHERE g IS NOT NULL;
     LOOP
-        busy := '{}';
-        FOREACH k IN ARRAY pending LOOP
-            IF NOT pgtask.advance_group(p_queue, k) THEN
-                busy := busy || k;
-            END IF;
-        END LOOP;
+        busy := pgtask.advance_group_set(p_queue, busy);
         IF cardinality(busy) = 0 OR clock_timestamp() >= deadline THEN
             RETURN busy;
         END IF;
-        pending := busy;
         PERFORM pg_sleep(0.002);
     END LOOP;
 END;
