@@ -19,29 +19,31 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/cmd/pgtask-bench/internal/benchdb"
 	"github.com/pgtask/pgtask/cmd/pgtask-bench/internal/benchtasks"
 	"github.com/pgtask/pgtask/gen"
 	pgtask "github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/pgtasktest"
+	benchschema "github.com/pgtask/pgtask/schema/bench"
 )
 
 // Options sizes the run.
 type Options struct {
-	Only           string // comma-separated subset of: enqueue,drain,wakeup,claim,memory,floor
-	Conns          int    // connections (runners, producers, floor clients)
-	Batch          int    // jobs per claim in drains
-	EnqueueSingle  int
-	EnqueueMany    int
-	ManyBatch      int
-	Ungrouped      int
-	Grouped        int
-	Groups         int
-	Hot            int
-	WakeSamples    int
-	ClaimBacklogs  []int
-	MemoryJobs     int
-	FloorDuration  time.Duration
-	KeepDatabases  bool
+	Only          string // comma-separated subset of: enqueue,drain,wakeup,claim,memory,floor
+	Conns         int    // connections (runners, producers, floor clients)
+	Batch         int    // jobs per claim in drains
+	EnqueueSingle int
+	EnqueueMany   int
+	ManyBatch     int
+	Ungrouped     int
+	Grouped       int
+	Groups        int
+	Hot           int
+	WakeSamples   int
+	ClaimBacklogs []int
+	MemoryJobs    int
+	FloorDuration time.Duration
+	KeepDatabases bool
 }
 
 func defaults() Options {
@@ -108,6 +110,9 @@ type bench struct {
 	rows     []row
 	floor    float64 // single-row UPDATE transactions per second
 	quiet    *slog.Logger
+	tty      bool
+	lastSaid time.Time
+	pending  string
 }
 
 func run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
@@ -119,7 +124,7 @@ func run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer server.Close()
-	b := &bench{o: o, server: server, progress: stderr,
+	b := &bench{o: o, server: server, progress: stderr, tty: isTerminal(stderr),
 		quiet: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
 	want := func(name string) bool {
 		return o.Only == "" || slices.Contains(strings.Split(o.Only, ","), name)
@@ -154,6 +159,15 @@ func run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	return tw.Flush()
 }
 
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
 func redact(url string) string {
 	if i := strings.Index(url, "@"); i > 0 {
 		if j := strings.Index(url, "://"); j > 0 && j < i {
@@ -165,11 +179,31 @@ func redact(url string) string {
 	return url
 }
 
+// say shows progress: one line rewritten in place on a terminal, a line
+// every few seconds otherwise.
 func (b *bench) say(format string, args ...any) {
-	fmt.Fprintf(b.progress, "\r\033[K"+format, args...)
+	if b.tty {
+		fmt.Fprintf(b.progress, "\r\033[K"+format, args...)
+		return
+	}
+	b.pending = fmt.Sprintf(format, args...)
+	if time.Since(b.lastSaid) >= 3*time.Second {
+		fmt.Fprintln(b.progress, b.pending)
+		b.lastSaid, b.pending = time.Now(), ""
+	}
 }
 
-func (b *bench) done() { fmt.Fprintln(b.progress) }
+// done ends a measurement's progress with its last line.
+func (b *bench) done() {
+	switch {
+	case b.tty:
+		fmt.Fprintln(b.progress)
+	case b.pending != "":
+		fmt.Fprintln(b.progress, b.pending)
+		b.pending = ""
+	}
+	b.lastSaid = time.Time{}
+}
 
 func (b *bench) add(name, size, value string, perSec float64, target string, met *bool) {
 	r := row{name: name, size: size, value: value, target: target}
@@ -599,6 +633,62 @@ func rssBytes() uint64 {
 	return 0
 }
 
+// measureFloor runs single-row UPDATE transactions from Conns clients, each
+// on its own row, for FloorDuration: every drain is also shown as a ratio to
+// this rate, the price of a commit on this machine.
 func (b *bench) measureFloor(ctx context.Context) error {
+	pool, _, cleanup, err := b.database(ctx, b.o.Conns)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	if _, err := pool.Exec(ctx, benchschema.SQL); err != nil {
+		return fmt.Errorf("create bench tables: %w", err)
+	}
+	q := benchdb.New(pool)
+	if err := q.AddCounters(ctx, int32(b.o.Conns)); err != nil {
+		return err
+	}
+	var count atomic.Int64
+	runCtx, stop := context.WithTimeout(ctx, b.o.FloorDuration)
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, b.o.Conns)
+	start := time.Now()
+	for c := range b.o.Conns {
+		wg.Go(func() {
+			for runCtx.Err() == nil {
+				if err := q.BumpCounter(runCtx, int32(c+1)); err != nil {
+					if runCtx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				count.Add(1)
+			}
+		})
+	}
+	for runCtx.Err() == nil {
+		sleepCtx(runCtx, time.Second)
+		b.say("floor: %d UPDATE transactions", count.Load())
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	b.done()
+	b.floor = float64(count.Load()) / time.Since(start).Seconds()
+	b.add(fmt.Sprintf("floor: single-row UPDATE transactions, %d clients", b.o.Conns), b.o.FloorDuration.String(),
+		fmt.Sprintf("%.0f tx/s", b.floor), b.floor, "", nil)
 	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
