@@ -45,6 +45,7 @@ CREATE TABLE pgtask.jobs (
     owner_pid         integer,
     CONSTRAINT jobs_queue_not_empty CHECK (queue <> ''),
     CONSTRAINT jobs_kind_not_empty CHECK (kind <> ''),
+    CONSTRAINT jobs_group_key_not_empty CHECK (group_key <> ''),
     CONSTRAINT jobs_attempts_valid CHECK (attempts >= 0),
     CONSTRAINT jobs_max_attempts_valid CHECK (max_attempts >= 1),
     CONSTRAINT jobs_payload_object CHECK (jsonb_typeof(payload) IN ('object', 'array')),

@@ -1,0 +1,85 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/gen"
+	"github.com/pgtask/pgtask/runtime"
+)
+
+// Rows that get past the Go checks (written by other code with the same
+// statement) are stopped by the table itself, with the constraint named, and
+// the whole statement inserts nothing.
+func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	good := func() gen.InsertJobsParams {
+		return gen.InsertJobsParams{
+			Kinds: []string{"k", "k"}, Queues: []string{"q", "q"}, GroupKeys: []string{"", "g"},
+			Payloads:    []json.RawMessage{json.RawMessage(`{}`), json.RawMessage(`[]`)},
+			Priorities:  []int16{0, 0},
+			MaxAttempts: []int32{1, 1}, FailBlocksGroup: []bool{false, false},
+			RunAt: []string{"", ""}, DelayUs: []int64{0, 0},
+		}
+	}
+	cases := []struct {
+		name  string
+		spoil func(p *gen.InsertJobsParams)
+		want  string
+	}{
+		{"empty kind", func(p *gen.InsertJobsParams) { p.Kinds[1] = "" }, "jobs_kind_not_empty"},
+		{"empty queue", func(p *gen.InsertJobsParams) { p.Queues[1] = "" }, "jobs_queue_not_empty"},
+		{"scalar payload", func(p *gen.InsertJobsParams) { p.Payloads[1] = json.RawMessage(`"x"`) }, "jobs_payload_object"},
+		{"JSON null payload", func(p *gen.InsertJobsParams) { p.Payloads[1] = json.RawMessage(`null`) }, "jobs_payload_object"},
+		{"zero attempts", func(p *gen.InsertJobsParams) { p.MaxAttempts[1] = 0 }, "jobs_max_attempts_valid"},
+		{"bad run_at", func(p *gen.InsertJobsParams) { p.RunAt[1] = "tomorrow-ish" }, "invalid input syntax for type timestamp with time zone"},
+		{"arrays of different lengths", func(p *gen.InsertJobsParams) { p.Kinds = p.Kinds[:1] }, "argument arrays differ in length"},
+		{"malformed JSON", func(p *gen.InsertJobsParams) { p.Payloads[1] = json.RawMessage(`{"a":`) }, "invalid input syntax for type json"},
+	}
+	for _, c := range cases {
+		p := good()
+		c.spoil(&p)
+		_, err := b.q.InsertJobs(ctx, p)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want it to mention %q", c.name, err, c.want)
+		}
+	}
+	if n := b.countJobs(t); n != 0 {
+		t.Fatalf("%d jobs inserted by refused statements", n)
+	}
+	if _, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: "q", GroupKey: "g"}); err == nil {
+		t.Fatal("a refused statement left a group row behind")
+	}
+	// The same statement with good rows works: the checks are not too strict.
+	if ids, err := b.q.InsertJobs(ctx, good()); err != nil || len(ids) != 2 {
+		t.Fatalf("good rows: %v, %v", ids, err)
+	}
+}
+
+// Times that decide when a job runs come from the database's clock, so a
+// worker or producer whose clock is off does not change them: a delay is
+// measured from the database's now(), and only an explicit RunAt carries the
+// caller's clock.
+func TestDelaysUseTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	before := time.Now()
+	id := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithDelay(time.Hour))
+	j := b.job(t, id)
+	if d := j.RunAfter.Sub(j.CreatedAt); d != time.Hour {
+		t.Fatalf("run_after - created_at = %s, want exactly 1h on the database's clock", d)
+	}
+	if j.Status != gen.PgtaskJobStatusScheduled {
+		t.Fatalf("status %s, want scheduled", j.Status)
+	}
+	// A RunAt in the past (a producer whose clock runs behind) runs now.
+	past := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithRunAt(before.Add(-24*time.Hour)))
+	if j := b.job(t, past); j.Status != gen.PgtaskJobStatusQueued {
+		t.Fatalf("job due yesterday is %s, want queued", j.Status)
+	}
+}
