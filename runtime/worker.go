@@ -34,13 +34,16 @@ type Registration struct {
 
 // QueueConfig says how a worker serves one queue.
 type QueueConfig struct {
-	// Concurrency is how many jobs of the queue run at once; each holds one
-	// database connection while it runs. Default 10.
+	// Concurrency is how many batches of the queue run at once; each holds
+	// one database connection while it runs. With BatchSize 1 it is how many
+	// jobs run at once. Default 10.
 	Concurrency int
-	// BatchSize is how many jobs one claim takes. The jobs of a batch run one
-	// after another in one transaction, each in its own savepoint, and commit
-	// together: fewer round trips and commits for short jobs, at the price of
-	// a batch's jobs waiting for each other. Default 1.
+	// BatchSize is how many jobs one claim takes: runnable heads, and behind
+	// a grouped head the run of its group's next queued jobs. A batch's jobs
+	// run one after another in one transaction, each rolled back alone if it
+	// fails, and commit together: far fewer round trips and commits for
+	// short jobs, at the price of a batch's jobs waiting for each other.
+	// Default 1.
 	BatchSize int
 }
 
