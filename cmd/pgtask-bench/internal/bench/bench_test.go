@@ -1,0 +1,49 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/pgtask/pgtask/runtime/pgtasktest"
+)
+
+// The whole program on small sizes: every measurement runs against a real
+// server and lands in the table with a figure.
+func TestSmallRunPrintsEveryMeasure(t *testing.T) {
+	// The program finds its server as the examples do; point it at the test
+	// server.
+	t.Setenv("DATABASE_URL", pgtasktest.NewDatabase(t))
+	var out, errOut bytes.Buffer
+	code := Main(context.Background(), []string{
+		"-enqueue-single", "300", "-enqueue-many", "3000", "-many-batch", "500",
+		"-ungrouped", "2000", "-grouped", "2000", "-groups", "50", "-hot", "300",
+		"-wake-samples", "10", "-claim-backlogs", "100,2000", "-memory-jobs", "3000",
+		"-floor-duration", "500ms", "-batch", "50",
+	}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	table := out.String()
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`floor: single-row UPDATE transactions, 4 clients +500ms +\d+ tx/s`),
+		regexp.MustCompile(`EnqueueNoop, 4 goroutines +300 jobs +\d+ jobs/s +\d+\.\d+x`),
+		regexp.MustCompile(`EnqueueGroupedNoopMany, batches of 500 +3000 jobs +\d+ jobs/s`),
+		regexp.MustCompile(`drain ungrouped +2000 jobs +\d+ jobs/s`),
+		regexp.MustCompile(`drain 50 groups \(FIFO\) +2000 jobs +\d+ jobs/s`),
+		regexp.MustCompile(`drain 1 hot group \(serial\) +300 jobs +\d+ jobs/s`),
+		regexp.MustCompile(`wake-up: enqueue to handler start +10 samples +p50 [\d.]+ms, p95 [\d.]+ms, p99 [\d.]+ms`),
+		regexp.MustCompile(`claim 10 jobs \(begin, claim, rollback\) +backlog 100 +\d+µs`),
+		regexp.MustCompile(`claim 10 jobs \(begin, claim, rollback\) +backlog 2000 +\d+µs`),
+		regexp.MustCompile(`worker RSS over a drain .* +3000 jobs +[\d.]+ MiB at 10%, [\d.]+ MiB peak, [\d.]+ MiB at end`),
+	} {
+		if !want.MatchString(table) {
+			t.Errorf("table lacks %s:\n%s", want, table)
+		}
+	}
+	if strings.Count(table, "\n") != 11 {
+		t.Errorf("table has %d lines, want a header and 10 rows:\n%s", strings.Count(table, "\n"), table)
+	}
+}
