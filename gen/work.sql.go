@@ -42,17 +42,6 @@ func (q *Queries) AdvanceGroups(ctx context.Context, arg AdvanceGroupsParams) ([
 	return busy, err
 }
 
-const backendPID = `-- name: BackendPID :one
-SELECT pg_backend_pid() AS pid
-`
-
-func (q *Queries) BackendPID(ctx context.Context) (int32, error) {
-	row := q.db.QueryRow(ctx, backendPID)
-	var pid int32
-	err := row.Scan(&pid)
-	return pid, err
-}
-
 const claimJobs = `-- name: ClaimJobs :many
 SELECT id, queue, kind, group_key, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid FROM pgtask.claim_jobs($1, $2)
 `
@@ -104,23 +93,6 @@ func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]PgtaskJ
 		return nil, err
 	}
 	return items, nil
-}
-
-const completeJob = `-- name: CompleteJob :one
-SELECT pgtask.complete_job($1, $2, $3) AS recorded
-`
-
-type CompleteJobParams struct {
-	ID      int64
-	Attempt int32
-	Result  json.RawMessage
-}
-
-func (q *Queries) CompleteJob(ctx context.Context, arg CompleteJobParams) (bool, error) {
-	row := q.db.QueryRow(ctx, completeJob, arg.ID, arg.Attempt, arg.Result)
-	var recorded bool
-	err := row.Scan(&recorded)
-	return recorded, err
 }
 
 const completeJobs = `-- name: CompleteJobs :one

@@ -15,9 +15,6 @@ SELECT h.id::bigint AS id FROM pgtask.hold_jobs(@ids::bigint[], @idle_timeout_ms
 -- name: CompleteJobs :one
 SELECT pgtask.complete_jobs(@ids::bigint[], @attempts::integer[], @results::jsonb[]) AS recorded;
 
--- name: CompleteJob :one
-SELECT pgtask.complete_job(@id, @attempt, @result) AS recorded;
-
 -- name: FailJob :one
 -- The status is empty when the job was not the caller's started attempt.
 SELECT COALESCE(pgtask.fail_job(@id, @attempt, @error, sqlc.narg(retry_in_us))::text, '')::text AS status;
@@ -41,8 +38,6 @@ SELECT pg_terminate_backend(@pid) AS terminated;
 -- name: Listen :exec
 LISTEN pgtask;
 
--- name: BackendPID :one
-SELECT pg_backend_pid() AS pid;
 
 -- name: SavepointJob :exec
 -- Each job of a batch runs between these, so a failed job's writes roll back

@@ -395,8 +395,10 @@ BEGIN
 END;
 $$;
 
--- Records the successful attempts of a batch in one statement; see
--- complete_job. Returns how many it recorded.
+-- Records the successful attempts of a batch in one statement: only jobs
+-- still in the started attempt the caller ran are changed (a job rescued or
+-- changed meanwhile is not). A grouped job stays its group's head until the
+-- group is advanced. Returns how many it recorded.
 CREATE FUNCTION pgtask.complete_jobs(p_ids bigint[], p_attempts integer[], p_results jsonb[]) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -409,20 +411,6 @@ BEGIN
      WHERE j.id = d.id AND j.status = 'started' AND j.attempts = d.attempt;
     GET DIAGNOSTICS recorded = ROW_COUNT;
     RETURN recorded;
-END;
-$$;
-
--- Records a successful attempt. Returns false when the job is not the started
--- attempt the caller ran (it was rescued or changed meanwhile): nothing changes
--- then. A grouped job stays its group's head until the group is advanced.
-CREATE FUNCTION pgtask.complete_job(p_id bigint, p_attempt integer, p_result jsonb) RETURNS boolean
-LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE pgtask.jobs
-       SET status = 'succeeded', result = p_result, finished_at = clock_timestamp(),
-           is_head = (is_head AND group_key IS NOT NULL), owner_pid = NULL
-     WHERE id = p_id AND status = 'started' AND attempts = p_attempt;
-    RETURN FOUND;
 END;
 $$;
 
