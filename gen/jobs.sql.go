@@ -117,6 +117,23 @@ func (q *Queries) CountListeners(ctx context.Context) (int64, error) {
 	return listeners, err
 }
 
+const countLiveWorkers = `-- name: CountLiveWorkers :one
+SELECT count(DISTINCT l.objid)::bigint AS workers
+  FROM pg_catalog.pg_locks l
+  JOIN pg_catalog.pg_database d ON d.oid = l.database
+ WHERE l.locktype = 'advisory' AND l.classid = 1885828193 AND l.objsubid = 2
+   AND l.granted AND d.datname = current_database()
+`
+
+// Worker processes connected to this database: the distinct worker locks
+// held (see LockWorker).
+func (q *Queries) CountLiveWorkers(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, countLiveWorkers)
+	var workers int64
+	err := row.Scan(&workers)
+	return workers, err
+}
+
 const databaseExists = `-- name: DatabaseExists :one
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_database WHERE datname = $1) AS exists
 `
@@ -150,7 +167,7 @@ func (q *Queries) GetGroup(ctx context.Context, arg GetGroupParams) (PgtaskQueue
 }
 
 const getJob = `-- name: GetJob :one
-SELECT id, queue, kind, group_key, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid FROM pgtask.jobs WHERE id = $1
+SELECT id, queue, kind, group_key, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id FROM pgtask.jobs WHERE id = $1
 `
 
 func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
@@ -175,12 +192,13 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 		&i.StartedAt,
 		&i.FinishedAt,
 		&i.OwnerPid,
+		&i.WorkerID,
 	)
 	return i, err
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, group_key, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid FROM pgtask.jobs WHERE queue = $1 ORDER BY id
+SELECT id, queue, kind, group_key, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id FROM pgtask.jobs WHERE queue = $1 ORDER BY id
 `
 
 // A queue's jobs in id order, for inspection and tests.
@@ -212,6 +230,7 @@ func (q *Queries) ListJobs(ctx context.Context, queue string) ([]PgtaskJob, erro
 			&i.StartedAt,
 			&i.FinishedAt,
 			&i.OwnerPid,
+			&i.WorkerID,
 		); err != nil {
 			return nil, err
 		}

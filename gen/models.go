@@ -102,6 +102,7 @@ type PgtaskJob struct {
 	StartedAt       *time.Time
 	FinishedAt      *time.Time
 	OwnerPid        pgtype.Int4
+	WorkerID        pgtype.Int4
 }
 
 type PgtaskMigration struct {

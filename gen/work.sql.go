@@ -43,12 +43,13 @@ func (q *Queries) AdvanceGroups(ctx context.Context, arg AdvanceGroupsParams) ([
 }
 
 const claimJobs = `-- name: ClaimJobs :many
-SELECT id, queue, kind, group_key, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid FROM pgtask.claim_jobs($1, $2)
+SELECT id, queue, kind, group_key, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id FROM pgtask.claim_jobs($1, $2, $3)
 `
 
 type ClaimJobsParams struct {
-	Queue string
-	Max   int32
+	Queue    string
+	Max      int32
+	WorkerID int32
 }
 
 // Claims up to @max jobs of a queue and counts their attempt (see
@@ -57,7 +58,7 @@ type ClaimJobsParams struct {
 // commit does. owner_pid names this session: the job transaction that
 // follows runs on the same connection.
 func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]PgtaskJob, error) {
-	rows, err := q.db.Query(ctx, claimJobs, arg.Queue, arg.Max)
+	rows, err := q.db.Query(ctx, claimJobs, arg.Queue, arg.Max, arg.WorkerID)
 	if err != nil {
 		return nil, err
 	}
@@ -84,6 +85,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]PgtaskJ
 			&i.StartedAt,
 			&i.FinishedAt,
 			&i.OwnerPid,
+			&i.WorkerID,
 		); err != nil {
 			return nil, err
 		}
@@ -177,6 +179,19 @@ func (q *Queries) Listen(ctx context.Context) error {
 	return err
 }
 
+const lockWorker = `-- name: LockWorker :exec
+SELECT pg_advisory_lock_shared(1885828193, $1::integer)
+`
+
+// Taken, shared, by every session of a worker process when it connects, and
+// held while the session lives: it tells rescuers the process is alive even
+// when the session a job ran on is lost. (1885828193 is 'pgta', pgtask's
+// advisory lock class.)
+func (q *Queries) LockWorker(ctx context.Context, workerID int32) error {
+	_, err := q.db.Exec(ctx, lockWorker, workerID)
+	return err
+}
+
 const promoteScheduled = `-- name: PromoteScheduled :one
 SELECT pgtask.promote_scheduled($1) AS moved
 `
@@ -216,6 +231,22 @@ func (q *Queries) ReleaseJobs(ctx context.Context, arg ReleaseJobsParams) (int64
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const releaseSessionJobs = `-- name: ReleaseSessionJobs :one
+SELECT pgtask.release_session_jobs($1::integer, $2::integer) AS released
+`
+
+type ReleaseSessionJobsParams struct {
+	OwnerPid int32
+	WorkerID int32
+}
+
+func (q *Queries) ReleaseSessionJobs(ctx context.Context, arg ReleaseSessionJobsParams) (int32, error) {
+	row := q.db.QueryRow(ctx, releaseSessionJobs, arg.OwnerPid, arg.WorkerID)
+	var released int32
+	err := row.Scan(&released)
+	return released, err
 }
 
 const rescueOrphans = `-- name: RescueOrphans :many

@@ -4,7 +4,7 @@
 -- handler runs; run at the end of a job transaction, that transaction's
 -- commit does. owner_pid names this session: the job transaction that
 -- follows runs on the same connection.
-SELECT * FROM pgtask.claim_jobs(@queue, @max);
+SELECT * FROM pgtask.claim_jobs(@queue, @max, @worker_id);
 
 -- name: HoldJobs :many
 -- First statement of the job transaction: locks the claimed rows for as long
@@ -57,3 +57,13 @@ SELECT pgtask.advance_groups(@queue, @group_keys::text[], @patience_ms::integer)
 
 -- name: AdvanceFinishedGroups :one
 SELECT pgtask.advance_finished_groups(@max) AS moved;
+
+-- name: LockWorker :exec
+-- Taken, shared, by every session of a worker process when it connects, and
+-- held while the session lives: it tells rescuers the process is alive even
+-- when the session a job ran on is lost. (1885828193 is 'pgta', pgtask's
+-- advisory lock class.)
+SELECT pg_advisory_lock_shared(1885828193, @worker_id::integer);
+
+-- name: ReleaseSessionJobs :one
+SELECT pgtask.release_session_jobs(@owner_pid::integer, @worker_id::integer) AS released;

@@ -75,20 +75,21 @@ func (r *runner) runBatch(ctx, hard context.Context) (int, error) {
 		return 0, fmt.Errorf("acquire connection: %w", err)
 	}
 	cctx, cancel := bookCtx(ctx)
-	rows, err := gen.New(conn).ClaimJobs(cctx, gen.ClaimJobsParams{Queue: r.q.name, Max: int32(r.q.cfg.BatchSize)})
+	rows, err := gen.New(conn).ClaimJobs(cctx, r.claimParams())
 	cancel()
 	if err != nil {
 		discard(conn)
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
-	ran := 0
+	total := 0
 	for len(rows) > 0 {
-		ran += len(rows)
+		total += len(rows)
 		if len(rows) >= r.q.cfg.BatchSize {
 			// A full batch: there is probably more; let an idle runner help.
 			r.q.signal()
 		}
-		next, busy, err := r.runClaimed(ctx, hard, conn, rows)
+		pid := conn.Conn().PgConn().PID()
+		next, busy, ran, err := r.runClaimed(ctx, hard, conn, rows)
 		var ab *abandonment
 		switch {
 		case errors.As(err, &ab):
@@ -100,10 +101,11 @@ func (r *runner) runBatch(ctx, hard context.Context) (int, error) {
 				<-ab.done
 				pc.Close(context.Background()) //nolint:errcheck // the session is gone
 			}()
-			return ran, err
+			return total, err
 		case err != nil:
 			discard(conn)
-			return ran, err
+			r.requeueLost(hard, pid, ran, err)
+			return total, err
 		}
 		if len(busy) > 0 {
 			actx, cancel := bookCtx(ctx)
@@ -116,7 +118,67 @@ func (r *runner) runBatch(ctx, hard context.Context) (int, error) {
 		rows = next
 	}
 	conn.Release()
-	return ran, nil
+	return total, nil
+}
+
+// requeueLost records, from another connection, what a batch's lost
+// transaction could not: the jobs whose handlers ran are failed attempts to
+// retry at once (their writes are gone), and the jobs the lost session still
+// holds without having run them are handed back. A rescuer leaves these jobs
+// alone while this process holds its worker lock, so this must happen here;
+// it keeps trying while the database is away, until the hard shutdown.
+func (r *runner) requeueLost(hard context.Context, pid uint32, ran []gen.PgtaskJob, cause error) {
+	wait := 100 * time.Millisecond
+	for {
+		err := r.requeueLostOnce(hard, pid, ran, cause)
+		if err == nil || hard.Err() != nil {
+			if err != nil {
+				r.w.log.Error("pgtask: could not requeue the jobs of a lost session; rescuers will once this process is gone",
+					"pid", pid, "error", err)
+			}
+			return
+		}
+		r.w.log.Warn("pgtask: requeueing the jobs of a lost session failed; retrying", "pid", pid, "error", err, "retry_in", wait)
+		sleep(hard, wait)
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+func (r *runner) requeueLostOnce(hard context.Context, pid uint32, ran []gen.PgtaskJob, cause error) error {
+	ctx, cancel := bookCtx(hard)
+	defer cancel()
+	conn, err := r.w.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	q := gen.New(conn)
+	reason := fmt.Errorf("worker lost its database session during the attempt: %w", cause)
+	var groups []string
+	for _, row := range ran {
+		job := &Job{ID: JobID(row.ID), Kind: row.Kind, Attempt: int(row.Attempts)}
+		_, err := r.recordFailure(ctx, q, job, nil, reason, true)
+		if err != nil && !errors.Is(err, errChanged) {
+			return err
+		}
+		if row.GroupKey != nil {
+			groups = append(groups, *row.GroupKey)
+		}
+	}
+	if _, err := q.ReleaseSessionJobs(ctx, gen.ReleaseSessionJobsParams{OwnerPid: int32(pid), WorkerID: r.w.id}); err != nil {
+		return err
+	}
+	if len(groups) > 0 {
+		// An attempt that was the job's last finished its group's head.
+		if _, err := q.AdvanceGroups(ctx, gen.AdvanceGroupsParams{Queue: r.q.name, GroupKeys: groups, PatienceMs: afterCommitPatience}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *runner) claimParams() gen.ClaimJobsParams {
+	return gen.ClaimJobsParams{Queue: r.q.name, Max: int32(r.q.cfg.BatchSize), WorkerID: r.w.id}
 }
 
 // discard closes a pooled connection, which ends its session: that releases
@@ -132,7 +194,10 @@ func discard(conn *pgxpool.Conn) {
 // outcomes, advances their groups, claims the next batch unless shutting
 // down, and commits. It returns the next batch and the groups that could not
 // be advanced because an enqueue into them was in flight.
-func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows []gen.PgtaskJob) ([]gen.PgtaskJob, []string, error) {
+//
+// It also returns the jobs whose handlers it started: when it fails, their
+// attempts were made but the transaction that recorded them is lost.
+func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows []gen.PgtaskJob) (next []gen.PgtaskJob, busy []string, ran []gen.PgtaskJob, err error) {
 	// In id order: a group's run (its head, then the jobs behind it) runs in
 	// group order; the batch was already chosen by priority.
 	slices.SortFunc(rows, func(a, b gen.PgtaskJob) int { return cmp.Compare(a.ID, b.ID) })
@@ -140,7 +205,7 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 	defer cancel()
 	tx, err := conn.Begin(bctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("begin job transaction: %w", err)
+		return nil, nil, ran, fmt.Errorf("begin job transaction: %w", err)
 	}
 	abandoned := false
 	defer func() {
@@ -161,7 +226,7 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 	idle := longest + r.w.cfg.AbandonGrace + 10*time.Second
 	held, err := qtx.HoldJobs(bctx, gen.HoldJobsParams{Ids: ids, IdleTimeoutMs: idle.Milliseconds()})
 	if err != nil {
-		return nil, nil, fmt.Errorf("lock claimed jobs: %w", err)
+		return nil, nil, ran, fmt.Errorf("lock claimed jobs: %w", err)
 	}
 	if len(held) != len(ids) {
 		// Only an operator's hand can get here; run what is still ours.
@@ -190,13 +255,14 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 			handBack = append(handBack, row.ID)
 			continue
 		}
+		ran = append(ran, row)
 		result, status, err := r.runOne(hard, tx, row)
 		if err != nil {
 			if errors.Is(err, errAbandoned) {
 				abandoned = true
 				r.afterAbandon(ctx, row, ids[i+1:], pid)
 			}
-			return nil, nil, err
+			return nil, nil, ran, err
 		}
 		switch {
 		case status == StatusSucceeded:
@@ -215,7 +281,7 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 		_, err := qtx.ReleaseJobs(rctx, gen.ReleaseJobsParams{Ids: handBack, OwnerPid: int32(pid)})
 		cancel()
 		if err != nil {
-			return nil, nil, fmt.Errorf("hand back unstarted jobs: %w", err)
+			return nil, nil, ran, fmt.Errorf("hand back unstarted jobs: %w", err)
 		}
 	}
 
@@ -224,34 +290,32 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 	if len(done.Ids) > 0 {
 		recorded, err := qtx.CompleteJobs(fctx, done)
 		if err != nil {
-			return nil, nil, fmt.Errorf("record successes: %w", err)
+			return nil, nil, ran, fmt.Errorf("record successes: %w", err)
 		}
 		if int(recorded) != len(done.Ids) {
-			return nil, nil, fmt.Errorf("recorded %d of %d successes: jobs %v changed under the worker", recorded, len(done.Ids), done.Ids)
+			return nil, nil, ran, fmt.Errorf("recorded %d of %d successes: jobs %v changed under the worker", recorded, len(done.Ids), done.Ids)
 		}
 	}
-	var busy []string
 	if len(groups) > 0 {
 		// No patience here: this transaction holds its jobs' locks.
 		busy, err = qtx.AdvanceGroups(fctx, gen.AdvanceGroupsParams{Queue: r.q.name, GroupKeys: groups, PatienceMs: 0})
 		if err != nil {
-			return nil, nil, fmt.Errorf("advance groups: %w", err)
+			return nil, nil, ran, fmt.Errorf("advance groups: %w", err)
 		}
 	}
-	var next []gen.PgtaskJob
 	if ctx.Err() == nil {
 		// Claimed in this transaction, the next batch's attempts are counted
 		// by the same commit that records this batch's results; that commit
 		// also makes the heads this batch just promoted claimable at once.
-		next, err = qtx.ClaimJobs(fctx, gen.ClaimJobsParams{Queue: r.q.name, Max: int32(r.q.cfg.BatchSize)})
+		next, err = qtx.ClaimJobs(fctx, r.claimParams())
 		if err != nil {
-			return nil, nil, fmt.Errorf("claim next batch: %w", err)
+			return nil, nil, ran, fmt.Errorf("claim next batch: %w", err)
 		}
 	}
 	if err := tx.Commit(fctx); err != nil {
-		return nil, nil, fmt.Errorf("commit job transaction: %w", err)
+		return nil, nil, ran, fmt.Errorf("commit job transaction: %w", err)
 	}
-	return next, busy, nil
+	return next, busy, nil, nil
 }
 
 func (r *runner) timeout(kind string) time.Duration {
@@ -360,10 +424,14 @@ func (r *runner) recordFailure(ctx context.Context, q *gen.Queries, job *Job, re
 		return "", fmt.Errorf("job %d: record failure: %w", job.ID, err)
 	}
 	if status == "" {
-		return "", fmt.Errorf("job %d: not in the state this worker claimed it in", job.ID)
+		return "", fmt.Errorf("job %d: %w", job.ID, errChanged)
 	}
 	return status, nil
 }
+
+// errChanged means a job was no longer the started attempt this worker ran:
+// it was rescued, or its result had been recorded after all.
+var errChanged = errors.New("not in the state this worker claimed it in")
 
 // call runs the handler with its timeout, recovering a panic. It gives up on
 // a handler that ignores its context for AbandonGrace past the timeout and

@@ -33,7 +33,11 @@ func (w *Worker) listenOnce(ctx context.Context) error {
 	}
 	defer pc.Close(context.WithoutCancel(ctx)) //nolint:errcheck // discarded either way
 
-	if err := gen.New(pc).Listen(ctx); err != nil {
+	q := gen.New(pc)
+	if err := q.LockWorker(ctx, w.id); err != nil {
+		return err
+	}
+	if err := q.Listen(ctx); err != nil {
 		return err
 	}
 	w.wakeAll()

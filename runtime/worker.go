@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/gen"
 )
 
 // Handler runs one job. Returning nil succeeds the job; an error fails the
@@ -126,6 +130,11 @@ type Worker struct {
 	started  atomic.Bool
 
 	queues map[string]*queue
+
+	// id names this worker process in the jobs it claims. Every session
+	// of the worker holds the worker lock on it, shared (see LockWorker): a
+	// rescuer leaves the jobs of a process with any session left to it.
+	id int32
 }
 
 type queue struct {
@@ -158,6 +167,7 @@ func NewWorker(ctx context.Context, poolConfig *pgxpool.Config, cfg Config) (*Wo
 		log:      cfg.Logger,
 		handlers: map[string]*Registration{},
 		queues:   map[string]*queue{},
+		id:       newWorkerID(),
 	}
 	need := extraConns
 	for name, qc := range cfg.Queues {
@@ -168,12 +178,21 @@ func NewWorker(ctx context.Context, poolConfig *pgxpool.Config, cfg Config) (*Wo
 		need += qc.Concurrency
 	}
 	pc := poolConfig.Copy()
-	w.listenConfig = pc.ConnConfig.Copy()
 	if int(pc.MaxConns) < need {
 		pc.MaxConns = int32(need)
 	}
 	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = "pgtask worker"
+	}
+	w.listenConfig = pc.ConnConfig.Copy()
+	userAfterConnect := pc.AfterConnect
+	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		if userAfterConnect != nil {
+			if err := userAfterConnect(ctx, c); err != nil {
+				return err
+			}
+		}
+		return gen.New(c).LockWorker(ctx, w.id)
 	}
 	pc.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{
@@ -264,6 +283,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	wg.Wait()
 	w.log.Info("pgtask worker stopped")
 	return nil
+}
+
+// newWorkerID draws a random positive id. Two live workers drawing the same
+// one (a chance in two billion) would each keep the other's jobs from
+// being rescued while either lives.
+func newWorkerID() int32 {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return int32(binary.BigEndian.Uint32(b[:]) >> 1)
 }
 
 // wakeAll wakes one idle runner of every queue, after notifications may have

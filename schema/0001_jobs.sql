@@ -43,6 +43,8 @@ CREATE TABLE pgtask.jobs (
     finished_at       timestamptz,
     -- The backend whose session claimed the job; while it lives the job is not an orphan.
     owner_pid         integer,
+    -- The worker process that claimed the job (see rescue_orphans).
+    worker_id         integer,
     CONSTRAINT jobs_queue_not_empty CHECK (queue <> ''),
     CONSTRAINT jobs_kind_not_empty CHECK (kind <> ''),
     CONSTRAINT jobs_group_key_not_empty CHECK (group_key <> ''),
@@ -65,9 +67,11 @@ CREATE INDEX jobs_scheduled ON pgtask.jobs (run_after)
 CREATE INDEX jobs_started ON pgtask.jobs (id)
     WHERE status = 'started';
 
--- The pending jobs of each group in order, to find a group's next head.
+-- The unfinished jobs of each group in order, to find a group's next head.
+-- Started jobs are in it: a job that ran behind its head in a batch whose
+-- session was lost is started until it is requeued, and keeps its place.
 CREATE INDEX jobs_group_pending ON pgtask.jobs (queue, group_key, id)
-    WHERE group_key IS NOT NULL AND status IN ('scheduled', 'queued');
+    WHERE group_key IS NOT NULL AND status IN ('scheduled', 'queued', 'started');
 
 -- Failed jobs that block their group, to find one that a run of a group's
 -- jobs (see claim_jobs) left behind its head.
@@ -221,10 +225,12 @@ BEGIN
     END IF;
     UPDATE pgtask.jobs SET is_head = false WHERE id = ANY (old_heads) AND is_head;
 
+    -- The next unfinished job; a started one (left by a lost session, to be
+    -- requeued) takes its place at the head like any other.
     WITH nxt AS (
         SELECT f.k, f.head,
                (SELECT id FROM pgtask.jobs
-                 WHERE queue = p_queue AND group_key = f.k AND status IN ('scheduled', 'queued')
+                 WHERE queue = p_queue AND group_key = f.k AND status IN ('scheduled', 'queued', 'started')
                  ORDER BY id LIMIT 1) AS next_id
           FROM unnest(finished, old_heads) AS f(k, head)
     ), chosen AS (
@@ -312,13 +318,14 @@ $$;
 -- Claims up to p_max jobs of a queue: runnable heads, by priority then id,
 -- and, to fill the batch, the jobs that follow a grouped head in its group.
 -- A follower is taken only in an unbroken run right behind its head: the
--- next pending jobs of the group in id order, each queued and not locked by
--- anyone. The worker runs a group's run in order and stops it at the first
+-- next unfinished jobs of the group in id order, each queued and not locked
+-- by anyone (a started one, left by a lost session, ends the run). The worker runs a group's run in order and stops it at the first
 -- job that does not let the group move on, handing the rest back; so a run
 -- keeps the group's order and one-at-a-time rule while one commit covers many
 -- of its jobs. Every claimed job gets its attempt counted and this session
--- as owner; the claim commits before any handler runs.
-CREATE FUNCTION pgtask.claim_jobs(p_queue text, p_max integer) RETURNS SETOF pgtask.jobs
+-- as owner, and p_worker as the process; the claim commits before any
+-- handler runs.
+CREATE FUNCTION pgtask.claim_jobs(p_queue text, p_max integer, p_worker integer) RETURNS SETOF pgtask.jobs
 LANGUAGE plpgsql AS $$
 DECLARE
     picked bigint[];
@@ -348,7 +355,7 @@ BEGIN
             SELECT array_agg(e.id ORDER BY e.id) INTO expected FROM (
                 SELECT id FROM pgtask.jobs
                  WHERE queue = p_queue AND group_key = h.group_key
-                   AND status IN ('scheduled', 'queued') AND id <> h.id
+                   AND status IN ('scheduled', 'queued', 'started') AND id <> h.id
                  ORDER BY id
                  LIMIT room) e;
             CONTINUE WHEN expected IS NULL OR expected[1] < h.id;
@@ -371,11 +378,27 @@ BEGIN
         WITH claimed AS (
             UPDATE pgtask.jobs j
                SET status = 'started', attempts = j.attempts + 1,
-                   started_at = clock_timestamp(), owner_pid = pg_backend_pid()
+                   started_at = clock_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker
              WHERE j.id = ANY (picked)
             RETURNING j.*
         )
         SELECT * FROM claimed ORDER BY id;
+END;
+$$;
+
+-- After a worker lost the session its jobs ran on: hands back, attempts
+-- returned, the jobs that session claimed whose handlers never ran (the
+-- worker has already recorded the ones that did). Returns how many.
+CREATE FUNCTION pgtask.release_session_jobs(p_owner_pid integer, p_worker integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    released integer;
+BEGIN
+    UPDATE pgtask.jobs
+       SET status = 'queued', attempts = attempts - 1, owner_pid = NULL
+     WHERE status = 'started' AND owner_pid = p_owner_pid AND worker_id = p_worker;
+    GET DIAGNOSTICS released = ROW_COUNT;
+    RETURN released;
 END;
 $$;
 
@@ -457,11 +480,18 @@ BEGIN
 END;
 $$;
 
--- Requeues started jobs whose claiming backend is gone (the worker died or lost
--- its connection). The row lock held by a live job transaction makes SKIP LOCKED
--- pass over running jobs; the backend check covers the moment between a claim's
--- commit and the job transaction taking its lock. backend_start guards against
--- a reused PID. The attempt was counted at claim time, so a job that kills its
+-- Requeues started jobs whose worker died. A job's session ending is not
+-- enough: a worker process that lost a session (terminated, or a network
+-- fault) still runs the handler and requeues the job itself when it returns.
+-- So a job is an orphan when its session is gone (the row lock held by a live
+-- job transaction makes SKIP LOCKED pass over running jobs; the backend check
+-- covers the moment between a claim's commit and the job transaction taking
+-- its lock; backend_start guards against a reused PID) and no session of its
+-- worker process is left: every session of a worker holds its worker lock
+-- shared (see LockWorker), so the lock is free only when all are gone. After the server restarts,
+-- every session ended at once, live workers' too: jobs claimed before then
+-- wait 10 seconds for their workers to reconnect and take their
+-- lock again. The attempt was counted at claim time, so a job that kills its
 -- worker every time still runs out of attempts.
 CREATE FUNCTION pgtask.rescue_orphans(p_limit integer) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
@@ -471,7 +501,7 @@ DECLARE
     keys text[] := '{}';
 BEGIN
     FOR o IN
-        SELECT j.id, j.attempts, j.owner_pid, j.queue, j.group_key
+        SELECT j.id, j.attempts, j.owner_pid, j.queue, j.group_key, j.worker_id, j.started_at
           FROM pgtask.jobs j
          WHERE j.status = 'started'
            AND NOT EXISTS (
@@ -482,6 +512,10 @@ BEGIN
          LIMIT p_limit
            FOR UPDATE OF j SKIP LOCKED
     LOOP
+        CONTINUE WHEN o.worker_id IS NOT NULL
+                 AND NOT pg_try_advisory_xact_lock(1885828193, o.worker_id);
+        CONTINUE WHEN o.started_at < pg_postmaster_start_time()
+                 AND clock_timestamp() < pg_postmaster_start_time() + interval '10 seconds';
         PERFORM pgtask.fail_job(o.id, o.attempts, jsonb_build_object(
             'attempt', o.attempts,
             'error', format('worker lost: its database session (pid %s) ended during the attempt', o.owner_pid)),
