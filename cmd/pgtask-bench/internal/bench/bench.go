@@ -48,7 +48,7 @@ type Options struct {
 
 func defaults() Options {
 	return Options{
-		Conns: 4, Batch: 100,
+		Conns: 4, Batch: 250,
 		EnqueueSingle: 20_000, EnqueueMany: 500_000, ManyBatch: 1_000,
 		Ungrouped: 200_000, Grouped: 200_000, Groups: 1_000, Hot: 10_000,
 		WakeSamples: 300, ClaimBacklogs: []int{1_000, 100_000, 1_000_000},
