@@ -136,15 +136,42 @@ BEGIN
         RAISE EXCEPTION 'pgtask.enqueue_jobs: the argument arrays differ in length';
     END IF;
 
-    SELECT array_agg(nextval(pg_get_serial_sequence('pgtask.jobs', 'id')) ORDER BY i)
+    SELECT array_agg(nextval('pgtask.jobs_id_seq'::regclass) ORDER BY i)
       INTO ids FROM generate_series(1, n) i;
 
-    FOR g IN
+    -- New groups get their row, with the batch's first job of each as head.
+    WITH wanted AS (
         SELECT t.q, t.k, min(t.id) AS first_id
           FROM unnest(p_queues, p_group_keys, ids) AS t(q, k, id)
          WHERE coalesce(t.k, '') <> ''
          GROUP BY t.q, t.k
-         ORDER BY t.q, t.k
+    ), created AS (
+        INSERT INTO pgtask.queue_groups (queue, group_key, head_id)
+        SELECT q, k, first_id FROM wanted ORDER BY q, k
+        ON CONFLICT (queue, group_key) DO NOTHING
+        RETURNING head_id
+    )
+    SELECT coalesce(array_agg(head_id), '{}') INTO heads FROM created;
+
+    -- Existing groups are share-locked, all at once and in key order. One
+    -- that drained and lost its row between the two statements is inserted
+    -- anew, one at a time (rare).
+    FOR g IN
+        WITH wanted AS (
+            SELECT t.q, t.k, min(t.id) AS first_id
+              FROM unnest(p_queues, p_group_keys, ids) AS t(q, k, id)
+             WHERE coalesce(t.k, '') <> ''
+             GROUP BY t.q, t.k
+        ), shared AS (
+            SELECT qg.queue, qg.group_key FROM pgtask.queue_groups qg
+              JOIN wanted w ON qg.queue = w.q AND qg.group_key = w.k
+             WHERE NOT (qg.head_id = ANY (heads))
+             ORDER BY qg.queue, qg.group_key
+               FOR KEY SHARE OF qg
+        )
+        SELECT w.q, w.k, w.first_id FROM wanted w
+         WHERE NOT (w.first_id = ANY (heads))
+           AND NOT EXISTS (SELECT 1 FROM shared s WHERE s.queue = w.q AND s.group_key = w.k)
     LOOP
         LOOP
             INSERT INTO pgtask.queue_groups (queue, group_key, head_id)
@@ -158,7 +185,6 @@ BEGIN
               WHERE queue = g.q AND group_key = g.k
                 FOR KEY SHARE;
             EXIT WHEN FOUND;
-            -- The group drained and its row went away meanwhile: insert it anew.
         END LOOP;
     END LOOP;
 

@@ -30,7 +30,8 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`floor: single-row UPDATE transactions, 4 clients +500ms +\d+ tx/s`),
 		regexp.MustCompile(`EnqueueNoop, 4 goroutines +300 jobs +\d+ jobs/s +\d+\.\d+x`),
-		regexp.MustCompile(`EnqueueGroupedNoopMany, batches of 500 +3000 jobs +\d+ jobs/s`),
+		regexp.MustCompile(`EnqueueGroupedNoopMany, batches of 500, 1 goroutines +3000 jobs +\d+ jobs/s`),
+		regexp.MustCompile(`EnqueueGroupedNoopMany, batches of 500, 4 goroutines +3000 jobs +\d+ jobs/s`),
 		regexp.MustCompile(`drain ungrouped +2000 jobs +\d+ jobs/s`),
 		regexp.MustCompile(`drain 50 groups \(FIFO\) +2000 jobs +\d+ jobs/s`),
 		regexp.MustCompile(`drain 1 hot group \(serial\) +300 jobs +\d+ jobs/s`),
@@ -43,7 +44,7 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", want, table)
 		}
 	}
-	if strings.Count(table, "\n") != 11 {
-		t.Errorf("table has %d lines, want a header and 10 rows:\n%s", strings.Count(table, "\n"), table)
+	if strings.Count(table, "\n") != 12 {
+		t.Errorf("table has %d lines, want a header and 11 rows:\n%s", strings.Count(table, "\n"), table)
 	}
 }
