@@ -78,7 +78,12 @@ func (r *runner) runBatch(ctx, hard context.Context) (int, error) {
 	rows, err := gen.New(conn).ClaimJobs(cctx, r.claimParams())
 	cancel()
 	if err != nil {
+		// The claim may have committed with its reply lost: hand back
+		// whatever that session holds, since no rescuer will while this
+		// process lives.
+		pid := conn.Conn().PgConn().PID()
 		discard(conn)
+		r.requeueLost(hard, pid, nil, err)
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
 	total := 0
