@@ -67,8 +67,8 @@ func (r *runner) loop(ctx, hard context.Context) {
 // goes on with the next batch, claimed inside the previous batch's
 // transaction so one commit both records results and counts the next
 // attempts. It returns how many jobs it ran. When it errs after claiming,
-// the connection could not be trusted and was closed: the rescuer requeues
-// what it held, attempts counted.
+// the connection could not be trusted: it is closed, and the runner requeues
+// what its session held (see requeueLost).
 func (r *runner) runBatch(ctx, hard context.Context) (int, error) {
 	conn, err := r.w.pool.Acquire(ctx)
 	if err != nil {
@@ -81,11 +81,12 @@ func (r *runner) runBatch(ctx, hard context.Context) (int, error) {
 		// The claim may have committed with its reply lost: hand back
 		// whatever that session holds, since no rescuer will while this
 		// process lives.
-		pid := conn.Conn().PgConn().PID()
+		lost := conn.Conn().PgConn().PID()
 		discard(conn)
-		r.requeueLost(hard, pid, nil, err)
+		r.requeueLost(hard, lost, nil, err)
 		return 0, fmt.Errorf("claim jobs: %w", err)
 	}
+	pid := conn.Conn().PgConn().PID()
 	total := 0
 	for len(rows) > 0 {
 		total += len(rows)
@@ -93,7 +94,6 @@ func (r *runner) runBatch(ctx, hard context.Context) (int, error) {
 			// A full batch: there is probably more; let an idle runner help.
 			r.q.signal()
 		}
-		pid := conn.Conn().PgConn().PID()
 		next, busy, ran, err := r.runClaimed(ctx, hard, conn, rows)
 		var ab *abandonment
 		switch {
@@ -186,8 +186,8 @@ func (r *runner) claimParams() gen.ClaimJobsParams {
 	return gen.ClaimJobsParams{Queue: r.q.name, Max: int32(r.q.cfg.BatchSize), WorkerID: r.w.id}
 }
 
-// discard closes a pooled connection, which ends its session: that releases
-// its locks and shows the rescuer that the jobs it claimed lost their owner.
+// discard closes a pooled connection, which ends its session and so
+// releases its locks and rolls back whatever it had not committed.
 func discard(conn *pgxpool.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	conn.Conn().Close(ctx) //nolint:errcheck // the connection is being thrown away
