@@ -117,23 +117,6 @@ func (q *Queries) CountListeners(ctx context.Context) (int64, error) {
 	return listeners, err
 }
 
-const countLiveWorkers = `-- name: CountLiveWorkers :one
-SELECT count(DISTINCT l.objid)::bigint AS workers
-  FROM pg_catalog.pg_locks l
-  JOIN pg_catalog.pg_database d ON d.oid = l.database
- WHERE l.locktype = 'advisory' AND l.classid = 1885828193 AND l.objsubid = 2
-   AND l.granted AND d.datname = current_database()
-`
-
-// Worker processes connected to this database: the distinct worker locks
-// held (see LockWorker).
-func (q *Queries) CountLiveWorkers(ctx context.Context) (int64, error) {
-	row := q.db.QueryRow(ctx, countLiveWorkers)
-	var workers int64
-	err := row.Scan(&workers)
-	return workers, err
-}
-
 const databaseExists = `-- name: DatabaseExists :one
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_database WHERE datname = $1) AS exists
 `

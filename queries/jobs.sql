@@ -42,15 +42,6 @@ SELECT * FROM pgtask.jobs WHERE queue = @queue ORDER BY id;
 -- Refreshes the planner's statistics after a bulk load (benchmarks, imports).
 ANALYZE pgtask.jobs;
 
--- name: CountLiveWorkers :one
--- Worker processes connected to this database: the distinct worker locks
--- held (see LockWorker).
-SELECT count(DISTINCT l.objid)::bigint AS workers
-  FROM pg_catalog.pg_locks l
-  JOIN pg_catalog.pg_database d ON d.oid = l.database
- WHERE l.locktype = 'advisory' AND l.classid = 1885828193 AND l.objsubid = 2
-   AND l.granted AND d.datname = current_database();
-
 -- name: CountListeners :one
 -- Sessions of this database waiting for pgtask's notifications.
 SELECT count(*)::bigint AS listeners

@@ -125,6 +125,10 @@ DECLARE
     n integer := coalesce(cardinality(p_kinds), 0);
     ids bigint[];
     heads bigint[] := '{}';
+    -- The batch's groups, each with its first job, in key order.
+    gq text[];
+    gk text[];
+    gfirst bigint[];
     g record;
 BEGIN
     IF n = 0 THEN
@@ -139,15 +143,19 @@ BEGIN
     SELECT array_agg(nextval('pgtask.jobs_id_seq'::regclass) ORDER BY i)
       INTO ids FROM generate_series(1, n) i;
 
+    SELECT coalesce(array_agg(w.q ORDER BY w.q, w.k), '{}'),
+           coalesce(array_agg(w.k ORDER BY w.q, w.k), '{}'),
+           coalesce(array_agg(w.first_id ORDER BY w.q, w.k), '{}')
+      INTO gq, gk, gfirst
+      FROM (SELECT t.q, t.k, min(t.id) AS first_id
+              FROM unnest(p_queues, p_group_keys, ids) AS t(q, k, id)
+             WHERE coalesce(t.k, '') <> ''
+             GROUP BY t.q, t.k) w;
+
     -- New groups get their row, with the batch's first job of each as head.
-    WITH wanted AS (
-        SELECT t.q, t.k, min(t.id) AS first_id
-          FROM unnest(p_queues, p_group_keys, ids) AS t(q, k, id)
-         WHERE coalesce(t.k, '') <> ''
-         GROUP BY t.q, t.k
-    ), created AS (
+    WITH created AS (
         INSERT INTO pgtask.queue_groups (queue, group_key, head_id)
-        SELECT q, k, first_id FROM wanted ORDER BY q, k
+        SELECT * FROM unnest(gq, gk, gfirst)
         ON CONFLICT (queue, group_key) DO NOTHING
         RETURNING head_id
     )
@@ -158,20 +166,16 @@ BEGIN
     -- anew, one at a time (rare).
     FOR g IN
         WITH wanted AS (
-            SELECT t.q, t.k, min(t.id) AS first_id
-              FROM unnest(p_queues, p_group_keys, ids) AS t(q, k, id)
-             WHERE coalesce(t.k, '') <> ''
-             GROUP BY t.q, t.k
+            SELECT * FROM unnest(gq, gk, gfirst) AS w(q, k, first_id)
+             WHERE NOT (w.first_id = ANY (heads))
         ), shared AS (
             SELECT qg.queue, qg.group_key FROM pgtask.queue_groups qg
               JOIN wanted w ON qg.queue = w.q AND qg.group_key = w.k
-             WHERE NOT (qg.head_id = ANY (heads))
              ORDER BY qg.queue, qg.group_key
                FOR KEY SHARE OF qg
         )
         SELECT w.q, w.k, w.first_id FROM wanted w
-         WHERE NOT (w.first_id = ANY (heads))
-           AND NOT EXISTS (SELECT 1 FROM shared s WHERE s.queue = w.q AND s.group_key = w.k)
+         WHERE NOT EXISTS (SELECT 1 FROM shared s WHERE s.queue = w.q AND s.group_key = w.k)
     LOOP
         LOOP
             INSERT INTO pgtask.queue_groups (queue, group_key, head_id)
@@ -583,17 +587,19 @@ BEGIN
 END;
 $$;
 
--- Cancels a job that has not started: a scheduled or queued one, or a failed
--- one that blocks its group. Returns false for running or finished jobs. The
--- group's row is locked before the job's, the order advance_group uses.
-CREATE FUNCTION pgtask.cancel_job(p_id bigint) RETURNS boolean
+-- Locks job p_id for an operator's change, if its status is one of
+-- p_statuses, and returns it (NULL otherwise). A grouped job's group row is
+-- locked first, the order advancing uses; the status is checked before
+-- locking, so a running job is refused without waiting for it, and again
+-- after, since it may have moved on meanwhile.
+CREATE FUNCTION pgtask.lock_job_for_change(p_id bigint, p_statuses pgtask.job_status[]) RETURNS pgtask.jobs
 LANGUAGE plpgsql AS $$
 DECLARE
     j pgtask.jobs;
 BEGIN
     SELECT * INTO j FROM pgtask.jobs WHERE id = p_id;
-    IF NOT FOUND OR j.status NOT IN ('scheduled', 'queued', 'failed') THEN
-        RETURN false;
+    IF NOT FOUND OR NOT (j.status = ANY (p_statuses)) THEN
+        RETURN NULL;
     END IF;
     IF j.group_key IS NOT NULL THEN
         PERFORM 1 FROM pgtask.queue_groups
@@ -601,8 +607,23 @@ BEGIN
             FOR UPDATE;
     END IF;
     SELECT * INTO j FROM pgtask.jobs WHERE id = p_id FOR UPDATE;
-    IF j.status NOT IN ('scheduled', 'queued', 'failed') THEN
-        RETURN false; -- claimed or finished meanwhile
+    IF NOT (j.status = ANY (p_statuses)) THEN
+        RETURN NULL;
+    END IF;
+    RETURN j;
+END;
+$$;
+
+-- Cancels a job that has not started: a scheduled or queued one, or a failed
+-- one that blocks its group. Returns false for running or finished jobs.
+CREATE FUNCTION pgtask.cancel_job(p_id bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    j pgtask.jobs;
+BEGIN
+    j := pgtask.lock_job_for_change(p_id, '{scheduled,queued,failed}');
+    IF j.id IS NULL THEN
+        RETURN false;
     END IF;
     UPDATE pgtask.jobs
        SET status = 'cancelled', finished_at = clock_timestamp(),
@@ -624,17 +645,8 @@ DECLARE
     j pgtask.jobs;
     head bigint;
 BEGIN
-    SELECT * INTO j FROM pgtask.jobs WHERE id = p_id;
-    IF NOT FOUND OR j.status NOT IN ('failed', 'cancelled') THEN
-        RETURN false;
-    END IF;
-    IF j.group_key IS NOT NULL THEN
-        PERFORM 1 FROM pgtask.queue_groups
-          WHERE queue = j.queue AND group_key = j.group_key
-            FOR UPDATE;
-    END IF;
-    SELECT * INTO j FROM pgtask.jobs WHERE id = p_id FOR UPDATE;
-    IF j.status NOT IN ('failed', 'cancelled') THEN
+    j := pgtask.lock_job_for_change(p_id, '{failed,cancelled}');
+    IF j.id IS NULL THEN
         RETURN false;
     END IF;
     head := j.id;
