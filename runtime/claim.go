@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
@@ -349,7 +350,10 @@ func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.PgtaskJob) (jso
 	if row.GroupKey != nil {
 		job.Group = *row.GroupKey
 	}
-	log := r.w.log.With("job_id", row.ID, "kind", row.Kind, "queue", row.Queue, "attempt", row.Attempts)
+	// Built only when something is logged: most jobs succeed quietly.
+	log := func() *slog.Logger {
+		return r.w.log.With("job_id", row.ID, "kind", row.Kind, "queue", row.Queue, "attempt", row.Attempts)
+	}
 	q := gen.New(tx)
 	jtx := &jobTx{Tx: tx, savepoint: q.SavepointJob}
 	job.tx = jtx
@@ -364,7 +368,7 @@ func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.PgtaskJob) (jso
 		var done <-chan error
 		outcome, done = r.call(hard, reg, job)
 		if done != nil {
-			log.Error("pgtask: abandoning a handler that ignores its context", "error", outcome)
+			log().Error("pgtask: abandoning a handler that ignores its context", "error", outcome)
 			return nil, "", &abandonment{job: job.ID, outcome: outcome, done: done}
 		}
 	}
@@ -392,7 +396,7 @@ func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.PgtaskJob) (jso
 	if err != nil {
 		return nil, "", err
 	}
-	log.Warn("pgtask: job attempt failed", "error", outcome, "now", status, "took", time.Since(start))
+	log().Warn("pgtask: job attempt failed", "error", outcome, "now", status, "took", time.Since(start))
 	return nil, Status(status), nil
 }
 
