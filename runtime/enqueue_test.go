@@ -159,3 +159,109 @@ func TestEnqueueWithoutSchemaSaysSo(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// enqueueAsync enqueues one job into group from a goroutine; the returned
+// channel yields its id (or 0 after reporting an error) when the call returns.
+func enqueueAsync(t *testing.T, db runtime.DB, group string) <-chan runtime.JobID {
+	t.Helper()
+	payload := mustJSON(t, map[string]int{})
+	done := make(chan runtime.JobID, 1)
+	go func() {
+		req := runtime.EnqueueRequest{Kind: "k", Payload: payload}
+		req.Apply(runtime.WithGroup(group))
+		id, err := runtime.Enqueue(context.Background(), db, req)
+		if err != nil {
+			t.Errorf("enqueue into %s: %v", group, err)
+		}
+		done <- id
+	}()
+	return done
+}
+
+// mustWait fails unless the enqueue is still blocked after a while, then
+// returns a function that waits for it to finish.
+func mustWait(t *testing.T, done <-chan runtime.JobID) func() runtime.JobID {
+	t.Helper()
+	select {
+	case id := <-done:
+		t.Fatalf("enqueue returned job %d without waiting for the other transaction", id)
+	case <-time.After(300 * time.Millisecond):
+	}
+	return func() runtime.JobID {
+		select {
+		case id := <-done:
+			return id
+		case <-time.After(10 * time.Second):
+			t.Fatal("enqueue still blocked after the other transaction ended")
+			return 0
+		}
+	}
+}
+
+// A group drains (its last job is cancelled, which deletes the group's row)
+// in a transaction that an enqueue into the group must wait for. Once the
+// drain commits, the new job starts the group again as its head; had the
+// enqueue trusted the row it first saw, the job would wait behind a head that
+// no longer exists.
+func TestEnqueueIntoAGroupThatDrainsMeanwhileStartsItAnew(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	old := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithGroup("g"))
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	if ok, err := gen.New(tx).CancelJob(ctx, int64(old)); err != nil || !ok {
+		t.Fatalf("cancel: %v, %v", ok, err)
+	}
+	wait := mustWait(t, enqueueAsync(t, b.pool, "g"))
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := wait()
+	if j := b.job(t, id); !j.IsHead || j.Status != gen.PgtaskJobStatusQueued {
+		t.Fatalf("new job: head %v, %s; want the queued head", j.IsHead, j.Status)
+	}
+	if g, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"}); err != nil || g.HeadID != int64(id) {
+		t.Fatalf("group row: %+v, %v; want head %d", g, err, id)
+	}
+}
+
+// Two transactions enqueue into the same new group. The second waits for the
+// first: if the first commits, its job is the head and the second's waits
+// behind it; if it rolls back, the second's job is the head.
+func TestConcurrentEnqueuesIntoANewGroup(t *testing.T) {
+	t.Parallel()
+	for _, commit := range []bool{true, false} {
+		b := setup(t)
+		ctx := context.Background()
+		tx, err := b.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := enqueue(t, tx, "k", map[string]int{}, runtime.WithGroup("g"))
+		wait := mustWait(t, enqueueAsync(t, b.pool, "g"))
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		second := b.job(t, wait())
+		g, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			if head := b.job(t, first); !head.IsHead || second.IsHead || g.HeadID != int64(first) {
+				t.Fatalf("after commit: first head %v, second head %v, group head %d; want %d", head.IsHead, second.IsHead, g.HeadID, first)
+			}
+		} else if !second.IsHead || g.HeadID != second.ID {
+			t.Fatalf("after rollback: second head %v, group head %d; want %d", second.IsHead, g.HeadID, second.ID)
+		}
+	}
+}
