@@ -193,14 +193,20 @@ BEGIN
            t.k = '' OR (created AND EXISTS (
                SELECT 1 FROM pgtask.queue_groups qg
                 WHERE qg.queue = t.q AND qg.group_key = t.k AND qg.head_id = t.id)),
-           CASE WHEN t.run_after > now() THEN 'scheduled' ELSE 'queued' END::pgtask.job_status,
+           CASE WHEN t.run_after > now() THEN 'scheduled'::pgtask.job_status
+                ELSE 'queued'::pgtask.job_status END,
            t.priority, t.payload, t.max_attempts, t.blocks, t.run_after
       FROM (SELECT u.id, u.q, u.kind, u.k, u.payload, u.priority, u.max_attempts, u.blocks,
-                   COALESCE(NULLIF(u.run_at, '')::timestamptz,
-                            now() + u.delay_us * interval '1 microsecond') AS run_after
-              FROM unnest(ids, p_queues, p_kinds, p_group_keys, p_payloads, p_priorities,
-                          p_max_attempts, p_fail_blocks_group, p_run_at, p_delay_us)
-                   AS u(id, q, kind, k, payload, priority, max_attempts, blocks, run_at, delay_us)) t;
+                   CASE WHEN u.run_at <> '' THEN u.run_at::timestamptz
+                        WHEN u.delay_us <> 0 THEN now() + u.delay_us * interval '1 microsecond'
+                        ELSE now() END AS run_after
+              -- unnest in the select list zips the arrays without
+              -- materialising them as a table function would.
+              FROM (SELECT unnest(ids) AS id, unnest(p_queues) AS q, unnest(p_kinds) AS kind,
+                           unnest(p_group_keys) AS k, unnest(p_payloads) AS payload,
+                           unnest(p_priorities) AS priority, unnest(p_max_attempts) AS max_attempts,
+                           unnest(p_fail_blocks_group) AS blocks, unnest(p_run_at) AS run_at,
+                           unnest(p_delay_us) AS delay_us) u) t;
 
     -- Wake workers of queues that got a runnable head: an ungrouped job, or
     -- a new group's first job, due now. A spare wake-up costs one empty claim.
