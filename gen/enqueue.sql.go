@@ -12,38 +12,42 @@ import (
 
 const insertJobs = `-- name: InsertJobs :one
 SELECT pgtask.enqueue_jobs(
-    $1::text[], $2::text[], $3::text[], $4::jsonb[],
+    $1::text[], $2::text[], $3::integer[], $4::jsonb[],
     $5::smallint[], $6::integer[], $7::boolean[],
-    $8::text[], $9::bigint[]
+    $8::text[], $9::bigint[], $10::text[], $11::text[]
 )::bigint[] AS ids
 `
 
 type InsertJobsParams struct {
 	Kinds           []string
 	Queues          []string
-	GroupKeys       []string
+	Groups          []int32
 	Payloads        []json.RawMessage
 	Priorities      []int16
 	MaxAttempts     []int32
 	FailBlocksGroup []bool
 	RunAt           []string
 	DelayUs         []int64
+	GroupQueues     []string
+	GroupKeys       []string
 }
 
-// Inserts a batch of jobs in one round trip; see pgtask.enqueue_jobs. An
-// empty group key means an ungrouped job; an empty run_at means "now plus
-// the delay".
+// Inserts a batch of jobs in one round trip; see pgtask.enqueue_jobs. Each
+// job names its group by its 1-based position in group_queues/group_keys
+// (0: ungrouped); an empty run_at means "now plus the delay".
 func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64, error) {
 	row := q.db.QueryRow(ctx, insertJobs,
 		arg.Kinds,
 		arg.Queues,
-		arg.GroupKeys,
+		arg.Groups,
 		arg.Payloads,
 		arg.Priorities,
 		arg.MaxAttempts,
 		arg.FailBlocksGroup,
 		arg.RunAt,
 		arg.DelayUs,
+		arg.GroupQueues,
+		arg.GroupKeys,
 	)
 	var ids []int64
 	err := row.Scan(&ids)

@@ -129,7 +129,7 @@ func (q *Queries) DatabaseExists(ctx context.Context, name string) (bool, error)
 }
 
 const getGroup = `-- name: GetGroup :one
-SELECT queue, group_key, head_id, created_at FROM pgtask.queue_groups WHERE queue = $1 AND group_key = $2
+SELECT id, queue, group_key, head_id, created_at FROM pgtask.queue_groups WHERE queue = $1 AND group_key = $2
 `
 
 type GetGroupParams struct {
@@ -141,6 +141,7 @@ func (q *Queries) GetGroup(ctx context.Context, arg GetGroupParams) (PgtaskQueue
 	row := q.db.QueryRow(ctx, getGroup, arg.Queue, arg.GroupKey)
 	var i PgtaskQueueGroup
 	err := row.Scan(
+		&i.ID,
 		&i.Queue,
 		&i.GroupKey,
 		&i.HeadID,
@@ -150,7 +151,7 @@ func (q *Queries) GetGroup(ctx context.Context, arg GetGroupParams) (PgtaskQueue
 }
 
 const getJob = `-- name: GetJob :one
-SELECT id, queue, kind, group_key, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id FROM pgtask.jobs WHERE id = $1
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id FROM pgtask.jobs WHERE id = $1
 `
 
 func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
@@ -161,6 +162,7 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 		&i.Queue,
 		&i.Kind,
 		&i.GroupKey,
+		&i.GroupID,
 		&i.IsHead,
 		&i.Status,
 		&i.Priority,
@@ -181,7 +183,7 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, group_key, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id FROM pgtask.jobs WHERE queue = $1 ORDER BY id
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id FROM pgtask.jobs WHERE queue = $1 ORDER BY id
 `
 
 // A queue's jobs in id order, for inspection and tests.
@@ -199,6 +201,7 @@ func (q *Queries) ListJobs(ctx context.Context, queue string) ([]PgtaskJob, erro
 			&i.Queue,
 			&i.Kind,
 			&i.GroupKey,
+			&i.GroupID,
 			&i.IsHead,
 			&i.Status,
 			&i.Priority,

@@ -88,6 +88,7 @@ type PgtaskJob struct {
 	Queue           string
 	Kind            string
 	GroupKey        *string
+	GroupID         pgtype.Int8
 	IsHead          bool
 	Status          PgtaskJobStatus
 	Priority        int16
@@ -112,6 +113,7 @@ type PgtaskMigration struct {
 }
 
 type PgtaskQueueGroup struct {
+	ID        int64
 	Queue     string
 	GroupKey  string
 	HeadID    int64

@@ -43,7 +43,7 @@ func (q *Queries) AdvanceGroups(ctx context.Context, arg AdvanceGroupsParams) ([
 }
 
 const claimJobs = `-- name: ClaimJobs :many
-SELECT id, queue, kind, group_key, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id FROM pgtask.claim_jobs($1, $2, $3)
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id FROM pgtask.claim_jobs($1, $2, $3)
 `
 
 type ClaimJobsParams struct {
@@ -71,6 +71,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]PgtaskJ
 			&i.Queue,
 			&i.Kind,
 			&i.GroupKey,
+			&i.GroupID,
 			&i.IsHead,
 			&i.Status,
 			&i.Priority,

@@ -20,11 +20,12 @@ func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
 	ctx := context.Background()
 	good := func() gen.InsertJobsParams {
 		return gen.InsertJobsParams{
-			Kinds: []string{"k", "k"}, Queues: []string{"q", "q"}, GroupKeys: []string{"", "g"},
+			Kinds: []string{"k", "k"}, Queues: []string{"q", "q"}, Groups: []int32{0, 1},
 			Payloads:    []json.RawMessage{json.RawMessage(`{}`), json.RawMessage(`[]`)},
 			Priorities:  []int16{0, 0},
 			MaxAttempts: []int32{1, 1}, FailBlocksGroup: []bool{false, false},
 			RunAt: []string{"", ""}, DelayUs: []int64{0, 0},
+			GroupQueues: []string{"q"}, GroupKeys: []string{"g"},
 		}
 	}
 	cases := []struct {
@@ -33,12 +34,17 @@ func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
 		want  string
 	}{
 		{"empty kind", func(p *gen.InsertJobsParams) { p.Kinds[1] = "" }, "jobs_kind_not_empty"},
-		{"empty queue", func(p *gen.InsertJobsParams) { p.Queues[1] = "" }, "jobs_queue_not_empty"},
+		{"empty queue", func(p *gen.InsertJobsParams) { p.Queues[0] = "" }, "jobs_queue_not_empty"},
 		{"scalar payload", func(p *gen.InsertJobsParams) { p.Payloads[1] = json.RawMessage(`"x"`) }, "jobs_payload_object"},
 		{"JSON null payload", func(p *gen.InsertJobsParams) { p.Payloads[1] = json.RawMessage(`null`) }, "jobs_payload_object"},
 		{"zero attempts", func(p *gen.InsertJobsParams) { p.MaxAttempts[1] = 0 }, "jobs_max_attempts_valid"},
 		{"bad run_at", func(p *gen.InsertJobsParams) { p.RunAt[1] = "tomorrow-ish" }, "invalid input syntax for type timestamp with time zone"},
 		{"arrays of different lengths", func(p *gen.InsertJobsParams) { p.Kinds = p.Kinds[:1] }, "argument arrays differ in length"},
+		{"empty group key", func(p *gen.InsertJobsParams) { p.GroupKeys[0] = "" }, "jobs_group_key_not_empty"},
+		{"group out of range", func(p *gen.InsertJobsParams) { p.Groups[1] = 2 }, "1 job(s) name no listed group of their queue"},
+		{"negative group", func(p *gen.InsertJobsParams) { p.Groups[0] = -1 }, "1 job(s) name no listed group of their queue"},
+		{"group of another queue", func(p *gen.InsertJobsParams) { p.GroupQueues[0] = "other" }, "1 job(s) name no listed group of their queue"},
+		{"group lists of different lengths", func(p *gen.InsertJobsParams) { p.GroupQueues = nil }, "argument arrays differ in length"},
 		{"malformed JSON", func(p *gen.InsertJobsParams) { p.Payloads[1] = json.RawMessage(`{"a":`) }, "invalid input syntax for type json"},
 	}
 	for _, c := range cases {

@@ -115,7 +115,7 @@ func EnqueueMany(ctx context.Context, db DB, reqs []EnqueueRequest) ([]JobID, er
 	p := gen.InsertJobsParams{
 		Kinds:           make([]string, len(reqs)),
 		Queues:          make([]string, len(reqs)),
-		GroupKeys:       make([]string, len(reqs)),
+		Groups:          make([]int32, len(reqs)),
 		Payloads:        make([]json.RawMessage, len(reqs)),
 		Priorities:      make([]int16, len(reqs)),
 		MaxAttempts:     make([]int32, len(reqs)),
@@ -123,6 +123,8 @@ func EnqueueMany(ctx context.Context, db DB, reqs []EnqueueRequest) ([]JobID, er
 		RunAt:           make([]string, len(reqs)),
 		DelayUs:         make([]int64, len(reqs)),
 	}
+	// Each group is sent once; jobs name it by position (1-based, 0 for none).
+	var groups map[groupRef]int32
 	for i := range reqs {
 		r := reqs[i]
 		if err := r.check(); err != nil {
@@ -130,7 +132,20 @@ func EnqueueMany(ctx context.Context, db DB, reqs []EnqueueRequest) ([]JobID, er
 		}
 		p.Kinds[i] = r.Kind
 		p.Queues[i] = r.Queue
-		p.GroupKeys[i] = r.Group
+		if r.Group != "" {
+			ref := groupRef{r.Queue, r.Group}
+			g, ok := groups[ref]
+			if !ok {
+				if groups == nil {
+					groups = make(map[groupRef]int32)
+				}
+				p.GroupQueues = append(p.GroupQueues, r.Queue)
+				p.GroupKeys = append(p.GroupKeys, r.Group)
+				g = int32(len(p.GroupKeys))
+				groups[ref] = g
+			}
+			p.Groups[i] = g
+		}
 		p.Payloads[i] = r.Payload
 		p.Priorities[i] = r.Priority
 		p.MaxAttempts[i] = int32(r.MaxAttempts)
@@ -139,6 +154,9 @@ func EnqueueMany(ctx context.Context, db DB, reqs []EnqueueRequest) ([]JobID, er
 			p.RunAt[i] = r.RunAt.Format(time.RFC3339Nano)
 		}
 		p.DelayUs[i] = r.Delay.Microseconds()
+	}
+	if p.GroupKeys == nil {
+		p.GroupQueues, p.GroupKeys = []string{}, []string{}
 	}
 	ids, err := gen.New(db).InsertJobs(ctx, p)
 	if err != nil {
@@ -153,6 +171,9 @@ func EnqueueMany(ctx context.Context, db DB, reqs []EnqueueRequest) ([]JobID, er
 	}
 	return out, nil
 }
+
+// groupRef names a group: its queue and key.
+type groupRef struct{ queue, key string }
 
 // check fills defaults and refuses what the database would refuse, with a
 // message that names the setting.

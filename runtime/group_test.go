@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -337,4 +338,80 @@ func TestHotGroupRunsInOrderWithBatches(t *testing.T) {
 	}
 	log.checkOrder(t, 1, n)
 	waitGroupGone(t, b, "hot", "g0")
+}
+
+// A job retried after its group drained and started again joins the group's
+// new row: it runs after the current head, in id order, and the group's jobs
+// still run one at a time.
+func TestRetryJoinsTheGroupsNewRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	old := enqueue(t, b.pool, "k", seqPayload{Group: "g", Seq: 1}, runtime.WithGroup("g"))
+	if ok, err := b.q.CancelJob(ctx, int64(old)); err != nil || !ok {
+		t.Fatalf("cancel: %v, %v", ok, err)
+	}
+	if _, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"}); err == nil {
+		t.Fatal("the group's row outlived its last job")
+	}
+	head := enqueue(t, b.pool, "k", seqPayload{Group: "g", Seq: 0}, runtime.WithGroup("g"))
+	last := enqueue(t, b.pool, "k", seqPayload{Group: "g", Seq: 2}, runtime.WithGroup("g"))
+	if ok, err := b.q.RetryJob(ctx, int64(old)); err != nil || !ok {
+		t.Fatalf("retry: %v, %v", ok, err)
+	}
+	if j := b.job(t, old); j.IsHead || j.Status != gen.PgtaskJobStatusQueued {
+		t.Fatalf("retried job: head %v, %s; want queued behind the head", j.IsHead, j.Status)
+	}
+
+	log := newStartLog()
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 2}}},
+		runtime.Registration{Kind: "k", Handler: func(ctx context.Context, job *runtime.Job) error {
+			p, err := runtime.DecodePayload[seqPayload](job)
+			if err != nil {
+				return err
+			}
+			log.begin(p)
+			time.Sleep(10 * time.Millisecond)
+			log.end(p)
+			return nil
+		}})
+	for _, id := range []runtime.JobID{head, old, last} {
+		b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if got := fmt.Sprint(log.starts["g"]); got != "[0 1 2]" || len(log.overlaps) > 0 {
+		t.Fatalf("group ran seqs %s (overlaps %v), want [0 1 2]: the head, then the retried job, then the last", got, log.overlaps)
+	}
+}
+
+// A batch written by other code that lists one new group twice: the group's
+// head is still the batch's first job of it.
+func TestBatchListingAGroupTwiceKeepsItsFirstJobAsHead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ids, err := b.q.InsertJobs(ctx, gen.InsertJobsParams{
+		Kinds: []string{"k", "k", "k"}, Queues: []string{"q", "q", "q"}, Groups: []int32{2, 1, 2},
+		Payloads:    []json.RawMessage{json.RawMessage(`{}`), json.RawMessage(`{}`), json.RawMessage(`{}`)},
+		Priorities:  []int16{0, 0, 0},
+		MaxAttempts: []int32{1, 1, 1}, FailBlocksGroup: []bool{false, false, false},
+		RunAt: []string{"", "", ""}, DelayUs: []int64{0, 0, 0},
+		GroupQueues: []string{"q", "q"}, GroupKeys: []string{"g", "g"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: "q", GroupKey: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.HeadID != ids[0] {
+		t.Fatalf("group head %d, want the batch's first job %d", g.HeadID, ids[0])
+	}
+	for i, id := range ids {
+		if j := b.job(t, runtime.JobID(id)); j.IsHead != (i == 0) || !j.GroupID.Valid || j.GroupID.Int64 != g.ID {
+			t.Errorf("job %d: head %v, group id %v; want head only for the first, group id %d", i, j.IsHead, j.GroupID.Int64, g.ID)
+		}
+	}
 }

@@ -27,6 +27,10 @@ CREATE TABLE pgtask.jobs (
     queue             text COLLATE "C" NOT NULL,
     kind              text COLLATE "C" NOT NULL,
     group_key         text COLLATE "C",
+    -- The id of the group's row (queue_groups.id) when the job was enqueued or
+    -- last retried. A group's row outlives its unfinished jobs, so all of them
+    -- carry the current row's id: the group index is keyed by it.
+    group_id          bigint,
     -- True for every ungrouped job and for the one job of a group that may run next.
     is_head           boolean NOT NULL,
     status            pgtask.job_status NOT NULL,
@@ -50,6 +54,7 @@ CREATE TABLE pgtask.jobs (
     CONSTRAINT jobs_queue_not_empty CHECK (queue <> ''),
     CONSTRAINT jobs_kind_not_empty CHECK (kind <> ''),
     CONSTRAINT jobs_group_key_not_empty CHECK (group_key <> ''),
+    CONSTRAINT jobs_group_complete CHECK ((group_key IS NULL) = (group_id IS NULL)),
     CONSTRAINT jobs_attempts_valid CHECK (attempts >= 0),
     CONSTRAINT jobs_max_attempts_valid CHECK (max_attempts >= 1),
     CONSTRAINT jobs_payload_object CHECK (jsonb_typeof(payload) IN ('object', 'array')),
@@ -72,8 +77,10 @@ CREATE INDEX jobs_started ON pgtask.jobs (id)
 -- The unfinished jobs of each group in order, to find a group's next head.
 -- Started jobs are in it: a job that ran behind its head in a batch whose
 -- session was lost is started until it is requeued, and keeps its place.
-CREATE INDEX jobs_group_pending ON pgtask.jobs (queue, group_key, id)
-    WHERE group_key IS NOT NULL AND status IN ('scheduled', 'queued', 'started');
+-- Every grouped job enters it when enqueued, each batch at as many places as
+-- it has groups; integer keys make that about half as costly as text ones.
+CREATE INDEX jobs_group_pending ON pgtask.jobs (group_id, id)
+    WHERE group_id IS NOT NULL AND status IN ('scheduled', 'queued', 'started');
 
 -- Failed jobs that block their group, to find one that a run of a group's
 -- jobs (see claim_jobs) left behind its head.
@@ -89,6 +96,8 @@ CREATE INDEX jobs_finished_heads ON pgtask.jobs (queue, group_key)
 -- One row per group that has unfinished work. head_id is the job that runs next
 -- (or is running, or failed and blocks the group, or has just finished).
 CREATE TABLE pgtask.queue_groups (
+    -- A new id each time the group's row is created.
+    id         bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
     queue      text COLLATE "C" NOT NULL,
     group_key  text COLLATE "C" NOT NULL,
     head_id    bigint NOT NULL,
@@ -97,113 +106,165 @@ CREATE TABLE pgtask.queue_groups (
 );
 
 -- Share-locks the rows of the given groups (FOR KEY SHARE), in key order, and
--- returns how many it found. See enqueue_jobs.
-CREATE FUNCTION pgtask.share_lock_groups(p_queues text[], p_group_keys text[]) RETURNS integer
-LANGUAGE plpgsql AS $$
+-- returns their ids in the order of the input, NULL for a group without a
+-- row. See enqueue_jobs.
+CREATE FUNCTION pgtask.share_lock_groups(p_queues text[], p_group_keys text[]) RETURNS bigint[]
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    n integer := coalesce(cardinality(p_queues), 0);
+    found_ids bigint[];
+    found_at bigint[];
+    aligned bigint[];
 BEGIN
-    RETURN (SELECT count(*) FROM (
-        SELECT 1 FROM pgtask.queue_groups qg
-          JOIN unnest(p_queues, p_group_keys) AS w(q, k) ON qg.queue = w.q AND qg.group_key = w.k
-         ORDER BY qg.queue, qg.group_key
-           FOR KEY SHARE OF qg) l);
+    SELECT array_agg(l.id ORDER BY l.ord), array_agg(l.ord ORDER BY l.ord) INTO found_ids, found_at
+      FROM (SELECT qg.id, w.ord FROM pgtask.queue_groups qg
+              JOIN unnest(p_queues, p_group_keys) WITH ORDINALITY AS w(q, k, ord)
+                ON qg.queue = w.q AND qg.group_key = w.k
+             ORDER BY qg.queue, qg.group_key
+               FOR KEY SHARE OF qg) l;
+    -- Each input group matches one row at most, so all found means aligned.
+    IF coalesce(cardinality(found_ids), 0) = n THEN
+        RETURN found_ids;
+    END IF;
+    aligned := array_fill(NULL::bigint, ARRAY[n]);
+    FOR i IN 1 .. coalesce(cardinality(found_ids), 0) LOOP
+        aligned[found_at[i]] := found_ids[i];
+    END LOOP;
+    RETURN aligned;
 END;
 $$;
 
--- Inserts a batch of jobs and returns their ids, in input order. Every group
--- of the batch has its row share-locked (FOR KEY SHARE) until the caller
--- commits, so that no worker decides the group is empty while these jobs are
--- invisible to it; a group without a row gets one, with the batch's first job
--- of it as head. Locks are taken in (queue, key) order. Workers listening on
--- the channel "pgtask" are woken, at commit, for each queue that got a job it
--- can run now.
+-- Inserts a batch of jobs and returns their ids, in input order. The caller
+-- lists the batch's groups once each (p_group_queues, p_group_keys) and
+-- gives every job the 1-based position of its group there (p_groups), 0 for
+-- an ungrouped job; a grouped job's queue must be its group's.
 --
+-- Every group of the batch has its row share-locked (FOR KEY SHARE) until
+-- the caller commits, so that no worker decides the group is empty while
+-- these jobs are invisible to it; a group without a row gets one, with the
+-- batch's first job of it as head. Locks are taken in (queue, key) order.
 -- The common case, every group already present, costs one locking statement
 -- and one insert. Group rows are created only when the lock finds some
 -- missing; a row that disappears between the two (its group drained) is
 -- handled one group at a time.
+--
+-- Workers listening on the channel "pgtask" are woken, at commit, for each
+-- queue that got a job it can run now.
+--
+-- Its statements use generic plans, planned once per session: they do not
+-- depend on the batch's size (no join between two of the batch's arrays),
+-- and a generic plan reads the array arguments in place, where a custom one
+-- would copy them into each plan, where a text array costs a walk from its
+-- start for every element looked up.
 CREATE FUNCTION pgtask.enqueue_jobs(
-    p_kinds text[], p_queues text[], p_group_keys text[], p_payloads jsonb[],
+    p_kinds text[], p_queues text[], p_groups integer[], p_payloads jsonb[],
     p_priorities smallint[], p_max_attempts integer[], p_fail_blocks_group boolean[],
-    p_run_at text[], p_delay_us bigint[]
+    p_run_at text[], p_delay_us bigint[], p_group_queues text[], p_group_keys text[]
 ) RETURNS bigint[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
     n integer := coalesce(cardinality(p_kinds), 0);
+    ng integer := coalesce(cardinality(p_group_keys), 0);
     ids bigint[];
-    -- The batch's groups, each with its first job, in key order.
-    gq text[];
-    gk text[];
-    gfirst bigint[];
-    locked integer;
+    -- The groups' row ids, in the order of p_group_keys.
+    gids bigint[];
+    gid bigint;
+    -- Each group's first job in the batch, in the order of p_group_keys.
+    firsts bigint[];
     -- Some group rows were created here, so some jobs may be their group's head.
     created boolean := false;
+    bad integer;
     g record;
 BEGIN
     IF n = 0 THEN
         RETURN '{}';
     END IF;
-    IF cardinality(p_queues) <> n OR cardinality(p_group_keys) <> n OR cardinality(p_payloads) <> n
+    IF cardinality(p_queues) <> n OR cardinality(p_groups) <> n OR cardinality(p_payloads) <> n
        OR cardinality(p_priorities) <> n OR cardinality(p_max_attempts) <> n
-       OR cardinality(p_fail_blocks_group) <> n OR cardinality(p_run_at) <> n OR cardinality(p_delay_us) <> n THEN
+       OR cardinality(p_fail_blocks_group) <> n OR cardinality(p_run_at) <> n OR cardinality(p_delay_us) <> n
+       OR coalesce(cardinality(p_group_queues), 0) <> ng THEN
         RAISE EXCEPTION 'pgtask.enqueue_jobs: the argument arrays differ in length';
+    END IF;
+    SELECT count(*) INTO bad
+      FROM (SELECT unnest(p_groups) AS g, unnest(p_queues) AS q) u
+     WHERE u.g IS NULL OR u.g < 0 OR u.g > ng OR (u.g > 0 AND u.q IS DISTINCT FROM p_group_queues[u.g]);
+    IF bad > 0 THEN
+        RAISE EXCEPTION 'pgtask.enqueue_jobs: % job(s) name no listed group of their queue', bad;
     END IF;
 
     SELECT array_agg(nextval('pgtask.jobs_id_seq'::regclass)) INTO ids FROM generate_series(1, n);
 
-    SELECT coalesce(array_agg(w.q), '{}'), coalesce(array_agg(w.k), '{}'), coalesce(array_agg(w.first_id), '{}')
-      INTO gq, gk, gfirst
-      FROM (SELECT t.q, t.k, min(t.id) AS first_id
-              FROM unnest(p_queues, p_group_keys, ids) AS t(q, k, id)
-             WHERE t.k <> ''
-             GROUP BY t.q, t.k
-             ORDER BY t.q COLLATE "C", t.k COLLATE "C") w;
-
-    IF cardinality(gq) > 0 THEN
-        locked := pgtask.share_lock_groups(gq, gk);
-        IF locked < cardinality(gq) THEN
+    IF ng > 0 THEN
+        gids := pgtask.share_lock_groups(p_group_queues, p_group_keys);
+        IF array_position(gids, NULL) IS NOT NULL THEN
             created := true;
+            SELECT array_agg(f.first_id ORDER BY f.g) INTO firsts
+              FROM (SELECT u.g, min(u.id) AS first_id
+                      FROM (SELECT unnest(p_groups) AS g, unnest(ids) AS id) u
+                     WHERE u.g > 0 GROUP BY u.g) f;
+            IF coalesce(cardinality(firsts), 0) <> ng THEN
+                RAISE EXCEPTION 'pgtask.enqueue_jobs: a listed group has no job';
+            END IF;
+            -- Missing groups, each with its first job, in key order; a group
+            -- listed twice is inserted with the earlier of its first jobs.
             INSERT INTO pgtask.queue_groups (queue, group_key, head_id)
-            SELECT * FROM unnest(gq, gk, gfirst)
+            SELECT w.q, w.k, w.first_id
+              FROM unnest(p_group_queues, p_group_keys, firsts, gids) AS w(q, k, first_id, gid)
+             WHERE w.gid IS NULL
+             ORDER BY w.q, w.k, w.first_id
             ON CONFLICT (queue, group_key) DO NOTHING;
-            locked := pgtask.share_lock_groups(gq, gk);
+            gids := pgtask.share_lock_groups(p_group_queues, p_group_keys);
         END IF;
-        IF locked < cardinality(gq) THEN
-            FOR g IN SELECT * FROM unnest(gq, gk, gfirst) AS w(q, k, first_id) LOOP
+        IF array_position(gids, NULL) IS NOT NULL THEN
+            FOR g IN
+                SELECT w.ord, w.q, w.k, w.first_id
+                  FROM unnest(p_group_queues, p_group_keys, firsts, gids)
+                       WITH ORDINALITY AS w(q, k, first_id, gid, ord)
+                 WHERE w.gid IS NULL
+                 ORDER BY w.q, w.k, w.first_id
+            LOOP
                 LOOP
-                    PERFORM 1 FROM pgtask.queue_groups
-                      WHERE queue = g.q AND group_key = g.k
-                        FOR KEY SHARE;
-                    EXIT WHEN FOUND;
-                    INSERT INTO pgtask.queue_groups (queue, group_key, head_id)
-                    VALUES (g.q, g.k, g.first_id)
-                    ON CONFLICT (queue, group_key) DO NOTHING;
-                    EXIT WHEN FOUND;
+                    SELECT qg.id INTO gid FROM pgtask.queue_groups qg
+                     WHERE qg.queue = g.q AND qg.group_key = g.k
+                       FOR KEY SHARE;
+                    IF NOT FOUND THEN
+                        INSERT INTO pgtask.queue_groups (queue, group_key, head_id)
+                        VALUES (g.q, g.k, g.first_id)
+                        ON CONFLICT (queue, group_key) DO NOTHING
+                        RETURNING id INTO gid;
+                    END IF;
+                    EXIT WHEN gid IS NOT NULL;
                 END LOOP;
+                gids[g.ord] := gid;
             END LOOP;
         END IF;
     END IF;
 
     -- A grouped job is its group's head only if this call created the group
-    -- with it; the probe runs only then.
+    -- with it; the probe runs only then. (A subscript of 0 is NULL.)
     INSERT INTO pgtask.jobs (
-        id, queue, kind, group_key, is_head, status, priority, payload,
+        id, queue, kind, group_key, group_id, is_head, status, priority, payload,
         max_attempts, fail_blocks_group, run_after
     )
-    SELECT t.id, t.q, t.kind, NULLIF(t.k, ''),
-           t.k = '' OR (created AND EXISTS (
+    SELECT t.id, t.q, t.kind, p_group_keys[t.g], gids[t.g],
+           t.g = 0 OR (created AND EXISTS (
                SELECT 1 FROM pgtask.queue_groups qg
-                WHERE qg.queue = t.q AND qg.group_key = t.k AND qg.head_id = t.id)),
+                WHERE qg.queue = t.q AND qg.group_key = p_group_keys[t.g] AND qg.head_id = t.id)),
            CASE WHEN t.run_after > now() THEN 'scheduled'::pgtask.job_status
                 ELSE 'queued'::pgtask.job_status END,
            t.priority, t.payload, t.max_attempts, t.blocks, t.run_after
-      FROM (SELECT u.id, u.q, u.kind, u.k, u.payload, u.priority, u.max_attempts, u.blocks,
+      FROM (SELECT u.id, u.q, u.kind, u.g, u.payload, u.priority, u.max_attempts, u.blocks,
                    CASE WHEN u.run_at <> '' THEN u.run_at::timestamptz
                         WHEN u.delay_us <> 0 THEN now() + u.delay_us * interval '1 microsecond'
                         ELSE now() END AS run_after
               -- unnest in the select list zips the arrays without
               -- materialising them as a table function would.
               FROM (SELECT unnest(ids) AS id, unnest(p_queues) AS q, unnest(p_kinds) AS kind,
-                           unnest(p_group_keys) AS k, unnest(p_payloads) AS payload,
+                           unnest(p_groups) AS g, unnest(p_payloads) AS payload,
                            unnest(p_priorities) AS priority, unnest(p_max_attempts) AS max_attempts,
                            unnest(p_fail_blocks_group) AS blocks, unnest(p_run_at) AS run_at,
                            unnest(p_delay_us) AS delay_us) u) t;
@@ -212,8 +273,9 @@ BEGIN
     -- a new group's first job, due now. A spare wake-up costs one empty claim.
     PERFORM pg_notify('pgtask', w.q)
        FROM (SELECT DISTINCT u.q
-               FROM unnest(p_queues, p_group_keys, p_run_at, p_delay_us) AS u(q, k, run_at, delay_us)
-              WHERE (u.k = '' OR created)
+               FROM (SELECT unnest(p_queues) AS q, unnest(p_groups) AS g,
+                            unnest(p_run_at) AS run_at, unnest(p_delay_us) AS delay_us) u
+              WHERE (u.g = 0 OR created)
                 AND u.delay_us <= 0
                 AND (u.run_at = '' OR u.run_at::timestamptz <= now())) w;
     RETURN ids;
@@ -240,6 +302,7 @@ DECLARE
     locked text[];
     busy text[];
     finished text[];
+    finished_ids bigint[];
     old_heads bigint[];
     runnable boolean;
 BEGIN
@@ -251,8 +314,9 @@ BEGIN
     SELECT coalesce(array_agg(group_key), '{}') INTO busy FROM pgtask.queue_groups
      WHERE queue = p_queue AND group_key = ANY (p_group_keys) AND NOT (group_key = ANY (locked));
 
-    SELECT coalesce(array_agg(g.group_key), '{}'), coalesce(array_agg(g.head_id), '{}')
-      INTO finished, old_heads
+    SELECT coalesce(array_agg(g.group_key), '{}'), coalesce(array_agg(g.id), '{}'),
+           coalesce(array_agg(g.head_id), '{}')
+      INTO finished, finished_ids, old_heads
       FROM pgtask.queue_groups g
       LEFT JOIN pgtask.jobs j ON j.id = g.head_id
      WHERE g.queue = p_queue AND g.group_key = ANY (locked)
@@ -268,9 +332,9 @@ BEGIN
     WITH nxt AS (
         SELECT f.k, f.head,
                (SELECT id FROM pgtask.jobs
-                 WHERE queue = p_queue AND group_key = f.k AND status IN ('scheduled', 'queued', 'started')
+                 WHERE group_id = f.gid AND status IN ('scheduled', 'queued', 'started')
                  ORDER BY id LIMIT 1) AS next_id
-          FROM unnest(finished, old_heads) AS f(k, head)
+          FROM unnest(finished, finished_ids, old_heads) AS f(k, gid, head)
     ), chosen AS (
         SELECT nxt.k,
                coalesce((SELECT id FROM pgtask.jobs
@@ -385,14 +449,14 @@ BEGIN
     room := p_max - cardinality(picked);
     IF room > 0 THEN
         FOR h IN
-            SELECT id, group_key FROM pgtask.jobs
-             WHERE id = ANY (picked) AND group_key IS NOT NULL
+            SELECT id, group_id FROM pgtask.jobs
+             WHERE id = ANY (picked) AND group_id IS NOT NULL
              ORDER BY priority, id
         LOOP
             EXIT WHEN room <= 0;
             SELECT array_agg(e.id ORDER BY e.id) INTO expected FROM (
                 SELECT id FROM pgtask.jobs
-                 WHERE queue = p_queue AND group_key = h.group_key
+                 WHERE group_id = h.group_id
                    AND status IN ('scheduled', 'queued', 'started') AND id <> h.id
                  ORDER BY id
                  LIMIT room) e;
@@ -652,6 +716,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     j pgtask.jobs;
     head bigint;
+    gid bigint;
 BEGIN
     j := pgtask.lock_job_for_change(p_id, '{failed,cancelled}');
     IF j.id IS NULL THEN
@@ -659,13 +724,14 @@ BEGIN
     END IF;
     head := j.id;
     IF j.group_key IS NOT NULL THEN
+        -- The group's row may be a newer one than the job's: the job joins it.
         INSERT INTO pgtask.queue_groups AS g (queue, group_key, head_id)
         VALUES (j.queue, j.group_key, j.id)
         ON CONFLICT (queue, group_key) DO UPDATE SET head_id = g.head_id
-        RETURNING g.head_id INTO head;
+        RETURNING g.head_id, g.id INTO head, gid;
     END IF;
     UPDATE pgtask.jobs
-       SET status = 'queued', is_head = (head = j.id), attempts = 0,
+       SET status = 'queued', is_head = (head = j.id), group_id = gid, attempts = 0,
            run_after = now(), started_at = NULL, finished_at = NULL, owner_pid = NULL
      WHERE id = p_id;
     IF head = j.id THEN

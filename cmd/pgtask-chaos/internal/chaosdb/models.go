@@ -105,6 +105,7 @@ type PgtaskJob struct {
 	Queue           string
 	Kind            string
 	GroupKey        *string
+	GroupID         pgtype.Int8
 	IsHead          bool
 	Status          PgtaskJobStatus
 	Priority        int16
@@ -129,6 +130,7 @@ type PgtaskMigration struct {
 }
 
 type PgtaskQueueGroup struct {
+	ID        int64
 	Queue     string
 	GroupKey  string
 	HeadID    int64
