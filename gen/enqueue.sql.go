@@ -12,17 +12,19 @@ import (
 
 const insertJobs = `-- name: InsertJobs :one
 SELECT pgtask.enqueue_jobs(
-    $1::text[], $2::text[], $3::integer[], $4::jsonb[],
-    $5::smallint[], $6::integer[], $7::boolean[],
-    $8::text[], $9::bigint[], $10::text[], $11::text[]
+    $1::jsonb[], $2::integer[], $3::integer[],
+    $4::text[], $5::text[], $6::smallint[], $7::integer[],
+    $8::boolean[], $9::text[], $10::bigint[],
+    $11::text[], $12::text[]
 )::bigint[] AS ids
 `
 
 type InsertJobsParams struct {
+	Payloads        []json.RawMessage
+	Settings        []int32
+	Groups          []int32
 	Kinds           []string
 	Queues          []string
-	Groups          []int32
-	Payloads        []json.RawMessage
 	Priorities      []int16
 	MaxAttempts     []int32
 	FailBlocksGroup []bool
@@ -33,14 +35,16 @@ type InsertJobsParams struct {
 }
 
 // Inserts a batch of jobs in one round trip; see pgtask.enqueue_jobs. Each
-// job names its group by its 1-based position in group_queues/group_keys
-// (0: ungrouped); an empty run_at means "now plus the delay".
+// job names its settings by their 1-based position in kinds..delay_us and
+// its group by its position in group_queues/group_keys (0: ungrouped); an
+// empty run_at means "now plus the delay".
 func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64, error) {
 	row := q.db.QueryRow(ctx, insertJobs,
+		arg.Payloads,
+		arg.Settings,
+		arg.Groups,
 		arg.Kinds,
 		arg.Queues,
-		arg.Groups,
-		arg.Payloads,
 		arg.Priorities,
 		arg.MaxAttempts,
 		arg.FailBlocksGroup,

@@ -18,16 +18,19 @@ func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
+	// Two jobs: an ungrouped one with the first settings, and one in group
+	// g with the second.
 	good := func() gen.InsertJobsParams {
 		return gen.InsertJobsParams{
-			Kinds: []string{"k", "k"}, Queues: []string{"q", "q"}, Groups: []int32{0, 1},
-			Payloads:    []json.RawMessage{json.RawMessage(`{}`), json.RawMessage(`[]`)},
-			Priorities:  []int16{0, 0},
+			Payloads: []json.RawMessage{json.RawMessage(`{}`), json.RawMessage(`[]`)},
+			Settings: []int32{1, 2}, Groups: []int32{0, 1},
+			Kinds: []string{"k", "k"}, Queues: []string{"q", "q"}, Priorities: []int16{0, 0},
 			MaxAttempts: []int32{1, 1}, FailBlocksGroup: []bool{false, false},
 			RunAt: []string{"", ""}, DelayUs: []int64{0, 0},
 			GroupQueues: []string{"q"}, GroupKeys: []string{"g"},
 		}
 	}
+	const misnamed = "1 job(s) name no listed settings, or no listed group of their queue"
 	cases := []struct {
 		name  string
 		spoil func(p *gen.InsertJobsParams)
@@ -39,12 +42,15 @@ func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
 		{"JSON null payload", func(p *gen.InsertJobsParams) { p.Payloads[1] = json.RawMessage(`null`) }, "jobs_payload_object"},
 		{"zero attempts", func(p *gen.InsertJobsParams) { p.MaxAttempts[1] = 0 }, "jobs_max_attempts_valid"},
 		{"bad run_at", func(p *gen.InsertJobsParams) { p.RunAt[1] = "tomorrow-ish" }, "invalid input syntax for type timestamp with time zone"},
-		{"arrays of different lengths", func(p *gen.InsertJobsParams) { p.Kinds = p.Kinds[:1] }, "argument arrays differ in length"},
-		{"empty group key", func(p *gen.InsertJobsParams) { p.GroupKeys[0] = "" }, "jobs_group_key_not_empty"},
-		{"group out of range", func(p *gen.InsertJobsParams) { p.Groups[1] = 2 }, "1 job(s) name no listed group of their queue"},
-		{"negative group", func(p *gen.InsertJobsParams) { p.Groups[0] = -1 }, "1 job(s) name no listed group of their queue"},
-		{"group of another queue", func(p *gen.InsertJobsParams) { p.GroupQueues[0] = "other" }, "1 job(s) name no listed group of their queue"},
+		{"per-job arrays of different lengths", func(p *gen.InsertJobsParams) { p.Groups = p.Groups[:1] }, "argument arrays differ in length"},
+		{"settings arrays of different lengths", func(p *gen.InsertJobsParams) { p.Kinds = p.Kinds[:1] }, "argument arrays differ in length"},
 		{"group lists of different lengths", func(p *gen.InsertJobsParams) { p.GroupQueues = nil }, "argument arrays differ in length"},
+		{"empty group key", func(p *gen.InsertJobsParams) { p.GroupKeys[0] = "" }, "jobs_group_key_not_empty"},
+		{"settings out of range", func(p *gen.InsertJobsParams) { p.Settings[0] = 3 }, misnamed},
+		{"no settings", func(p *gen.InsertJobsParams) { p.Settings[1] = 0 }, misnamed},
+		{"group out of range", func(p *gen.InsertJobsParams) { p.Groups[1] = 2 }, misnamed},
+		{"negative group", func(p *gen.InsertJobsParams) { p.Groups[0] = -1 }, misnamed},
+		{"group of another queue", func(p *gen.InsertJobsParams) { p.GroupQueues[0] = "other" }, misnamed},
 		{"malformed JSON", func(p *gen.InsertJobsParams) { p.Payloads[1] = json.RawMessage(`{"a":`) }, "invalid input syntax for type json"},
 	}
 	for _, c := range cases {

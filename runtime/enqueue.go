@@ -113,25 +113,53 @@ func EnqueueMany(ctx context.Context, db DB, reqs []EnqueueRequest) ([]JobID, er
 		return []JobID{}, nil
 	}
 	p := gen.InsertJobsParams{
-		Kinds:           make([]string, len(reqs)),
-		Queues:          make([]string, len(reqs)),
-		Groups:          make([]int32, len(reqs)),
-		Payloads:        make([]json.RawMessage, len(reqs)),
-		Priorities:      make([]int16, len(reqs)),
-		MaxAttempts:     make([]int32, len(reqs)),
-		FailBlocksGroup: make([]bool, len(reqs)),
-		RunAt:           make([]string, len(reqs)),
-		DelayUs:         make([]int64, len(reqs)),
+		Payloads: make([]json.RawMessage, len(reqs)),
+		Settings: make([]int32, len(reqs)),
+		Groups:   make([]int32, len(reqs)),
+		// Filled below: one entry per distinct set of settings or group.
+		Kinds: []string{}, Queues: []string{}, Priorities: []int16{}, MaxAttempts: []int32{},
+		FailBlocksGroup: []bool{}, RunAt: []string{}, DelayUs: []int64{},
+		GroupQueues: []string{}, GroupKeys: []string{},
 	}
-	// Each group is sent once; jobs name it by position (1-based, 0 for none).
-	var groups map[groupRef]int32
+	// Jobs name their settings and group by position (1-based; group 0 is
+	// none), so a batch sends each only once.
+	var (
+		settings map[jobSettings]int32
+		groups   map[groupRef]int32
+		last     jobSettings
+	)
 	for i := range reqs {
 		r := reqs[i]
 		if err := r.check(); err != nil {
 			return nil, &EnqueueError{Index: i, Kind: r.Kind, Err: err, batch: len(reqs) > 1}
 		}
-		p.Kinds[i] = r.Kind
-		p.Queues[i] = r.Queue
+		js := jobSettings{kind: r.Kind, queue: r.Queue, priority: r.Priority, maxAttempts: int32(r.MaxAttempts),
+			failBlocksGroup: r.FailBlocksGroup, delayUs: r.Delay.Microseconds()}
+		if !r.RunAt.IsZero() {
+			js.runAt = r.RunAt.Format(time.RFC3339Nano)
+		}
+		var o int32
+		if i > 0 && js == last {
+			o = p.Settings[i-1] // the common case: the same settings as the job before
+		} else {
+			if settings == nil {
+				settings = make(map[jobSettings]int32)
+			}
+			var seen bool
+			if o, seen = settings[js]; !seen {
+				p.Kinds = append(p.Kinds, js.kind)
+				p.Queues = append(p.Queues, js.queue)
+				p.Priorities = append(p.Priorities, js.priority)
+				p.MaxAttempts = append(p.MaxAttempts, js.maxAttempts)
+				p.FailBlocksGroup = append(p.FailBlocksGroup, js.failBlocksGroup)
+				p.RunAt = append(p.RunAt, js.runAt)
+				p.DelayUs = append(p.DelayUs, js.delayUs)
+				o = int32(len(p.Kinds))
+				settings[js] = o
+			}
+			last = js
+		}
+		p.Settings[i] = o
 		if r.Group != "" {
 			ref := groupRef{r.Queue, r.Group}
 			g, ok := groups[ref]
@@ -147,16 +175,6 @@ func EnqueueMany(ctx context.Context, db DB, reqs []EnqueueRequest) ([]JobID, er
 			p.Groups[i] = g
 		}
 		p.Payloads[i] = r.Payload
-		p.Priorities[i] = r.Priority
-		p.MaxAttempts[i] = int32(r.MaxAttempts)
-		p.FailBlocksGroup[i] = r.FailBlocksGroup
-		if !r.RunAt.IsZero() {
-			p.RunAt[i] = r.RunAt.Format(time.RFC3339Nano)
-		}
-		p.DelayUs[i] = r.Delay.Microseconds()
-	}
-	if p.GroupKeys == nil {
-		p.GroupQueues, p.GroupKeys = []string{}, []string{}
 	}
 	ids, err := gen.New(db).InsertJobs(ctx, p)
 	if err != nil {
@@ -174,6 +192,16 @@ func EnqueueMany(ctx context.Context, db DB, reqs []EnqueueRequest) ([]JobID, er
 
 // groupRef names a group: its queue and key.
 type groupRef struct{ queue, key string }
+
+// jobSettings is what enqueue_jobs takes per distinct set of settings.
+type jobSettings struct {
+	kind, queue     string
+	priority        int16
+	maxAttempts     int32
+	failBlocksGroup bool
+	runAt           string
+	delayUs         int64
+}
 
 // check fills defaults and refuses what the database would refuse, with a
 // message that names the setting.

@@ -265,3 +265,72 @@ func TestConcurrentEnqueuesIntoANewGroup(t *testing.T) {
 		}
 	}
 }
+
+// One batch mixing kinds, queues, priorities, attempts, group policies,
+// delays and groups (the same key in two queues is two groups): every job
+// gets its own settings and group, however the batch shares them out.
+func TestEnqueueManyKeepsEachJobsSettings(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	type want struct {
+		kind, queue, group string
+		priority           int16
+		attempts           int
+		blocks             bool
+		delayed            bool
+	}
+	wants := []want{
+		{"a", "q1", "", 0, 20, false, false},
+		{"a", "q1", "g", 0, 20, false, false},
+		{"b", "q1", "g", 3, 20, false, false},
+		{"a", "q2", "g", 0, 20, false, false},
+		{"a", "q1", "", 0, 5, true, false},
+		{"a", "q1", "h", 0, 20, false, true},
+		{"a", "q1", "", 0, 20, false, false},
+		{"b", "q1", "g", 3, 20, false, false},
+	}
+	reqs := make([]runtime.EnqueueRequest, len(wants))
+	for i, w := range wants {
+		reqs[i] = runtime.EnqueueRequest{Kind: w.kind, Payload: mustJSON(t, map[string]int{"i": i})}
+		reqs[i].Apply(runtime.WithQueue(w.queue), runtime.WithGroup(w.group), runtime.WithPriority(w.priority),
+			runtime.WithMaxAttempts(w.attempts), runtime.WithFailBlocksGroup(w.blocks))
+		if w.delayed {
+			reqs[i].Apply(runtime.WithDelay(time.Hour))
+		}
+	}
+	ids, err := runtime.EnqueueMany(ctx, b.pool, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range wants {
+		j := b.job(t, ids[i])
+		var p map[string]int
+		if err := json.Unmarshal(j.Payload, &p); err != nil || p["i"] != i {
+			t.Errorf("job %d has payload %s", i, j.Payload)
+		}
+		group := ""
+		if j.GroupKey != nil {
+			group = *j.GroupKey
+		}
+		wantStatus := gen.PgtaskJobStatusQueued
+		if w.delayed {
+			wantStatus = gen.PgtaskJobStatusScheduled
+		}
+		if j.Kind != w.kind || j.Queue != w.queue || group != w.group || j.Priority != w.priority ||
+			int(j.MaxAttempts) != w.attempts || j.FailBlocksGroup != w.blocks || j.Status != wantStatus {
+			t.Errorf("job %d: kind %s queue %s group %q priority %d attempts %d blocks %v status %s; want %+v",
+				i, j.Kind, j.Queue, group, j.Priority, j.MaxAttempts, j.FailBlocksGroup, j.Status, w)
+		}
+	}
+	// Group g of q1 starts with job 1, g of q2 with job 3, h with job 5.
+	for _, c := range []struct {
+		queue, key string
+		head       int
+	}{{"q1", "g", 1}, {"q2", "g", 3}, {"q1", "h", 5}} {
+		g, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: c.queue, GroupKey: c.key})
+		if err != nil || g.HeadID != int64(ids[c.head]) {
+			t.Errorf("group %s/%s: %+v, %v; want head job %d", c.queue, c.key, g, err, c.head)
+		}
+	}
+}

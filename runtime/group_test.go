@@ -392,11 +392,10 @@ func TestBatchListingAGroupTwiceKeepsItsFirstJobAsHead(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	ids, err := b.q.InsertJobs(ctx, gen.InsertJobsParams{
-		Kinds: []string{"k", "k", "k"}, Queues: []string{"q", "q", "q"}, Groups: []int32{2, 1, 2},
-		Payloads:    []json.RawMessage{json.RawMessage(`{}`), json.RawMessage(`{}`), json.RawMessage(`{}`)},
-		Priorities:  []int16{0, 0, 0},
-		MaxAttempts: []int32{1, 1, 1}, FailBlocksGroup: []bool{false, false, false},
-		RunAt: []string{"", "", ""}, DelayUs: []int64{0, 0, 0},
+		Payloads: []json.RawMessage{json.RawMessage(`{}`), json.RawMessage(`{}`), json.RawMessage(`{}`)},
+		Settings: []int32{1, 1, 1}, Groups: []int32{2, 1, 2},
+		Kinds: []string{"k"}, Queues: []string{"q"}, Priorities: []int16{0},
+		MaxAttempts: []int32{1}, FailBlocksGroup: []bool{false}, RunAt: []string{""}, DelayUs: []int64{0},
 		GroupQueues: []string{"q", "q"}, GroupKeys: []string{"g", "g"},
 	})
 	if err != nil {

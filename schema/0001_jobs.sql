@@ -136,10 +136,14 @@ BEGIN
 END;
 $$;
 
--- Inserts a batch of jobs and returns their ids, in input order. The caller
--- lists the batch's groups once each (p_group_queues, p_group_keys) and
--- gives every job the 1-based position of its group there (p_groups), 0 for
--- an ungrouped job; a grouped job's queue must be its group's.
+-- Inserts a batch of jobs and returns their ids, in input order. A job is
+-- its payload, its group and its settings. The caller lists each distinct
+-- set of settings once (p_kinds to p_delay_us, index by index) and the
+-- batch's groups once each (p_group_queues, p_group_keys); every job gives
+-- the 1-based position of its settings (p_settings) and of its group
+-- (p_groups, 0 for an ungrouped job). A grouped job's queue must be its
+-- group's. A batch usually has one set of settings, so most of what is sent
+-- and read is the payloads.
 --
 -- Every group of the batch has its row share-locked (FOR KEY SHARE) until
 -- the caller commits, so that no worker decides the group is empty while
@@ -159,15 +163,17 @@ $$;
 -- would copy them into each plan, where a text array costs a walk from its
 -- start for every element looked up.
 CREATE FUNCTION pgtask.enqueue_jobs(
-    p_kinds text[], p_queues text[], p_groups integer[], p_payloads jsonb[],
-    p_priorities smallint[], p_max_attempts integer[], p_fail_blocks_group boolean[],
-    p_run_at text[], p_delay_us bigint[], p_group_queues text[], p_group_keys text[]
+    p_payloads jsonb[], p_settings integer[], p_groups integer[],
+    p_kinds text[], p_queues text[], p_priorities smallint[], p_max_attempts integer[],
+    p_fail_blocks_group boolean[], p_run_at text[], p_delay_us bigint[],
+    p_group_queues text[], p_group_keys text[]
 ) RETURNS bigint[]
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    n integer := coalesce(cardinality(p_kinds), 0);
+    n integer := coalesce(cardinality(p_payloads), 0);
+    ns integer := coalesce(cardinality(p_kinds), 0);
     ng integer := coalesce(cardinality(p_group_keys), 0);
     ids bigint[];
     -- The groups' row ids, in the order of p_group_keys.
@@ -183,17 +189,20 @@ BEGIN
     IF n = 0 THEN
         RETURN '{}';
     END IF;
-    IF cardinality(p_queues) <> n OR cardinality(p_groups) <> n OR cardinality(p_payloads) <> n
-       OR cardinality(p_priorities) <> n OR cardinality(p_max_attempts) <> n
-       OR cardinality(p_fail_blocks_group) <> n OR cardinality(p_run_at) <> n OR cardinality(p_delay_us) <> n
+    IF cardinality(p_settings) IS DISTINCT FROM n OR cardinality(p_groups) IS DISTINCT FROM n
+       OR coalesce(cardinality(p_queues), 0) <> ns OR coalesce(cardinality(p_priorities), 0) <> ns
+       OR coalesce(cardinality(p_max_attempts), 0) <> ns OR coalesce(cardinality(p_fail_blocks_group), 0) <> ns
+       OR coalesce(cardinality(p_run_at), 0) <> ns OR coalesce(cardinality(p_delay_us), 0) <> ns
        OR coalesce(cardinality(p_group_queues), 0) <> ng THEN
         RAISE EXCEPTION 'pgtask.enqueue_jobs: the argument arrays differ in length';
     END IF;
     SELECT count(*) INTO bad
-      FROM (SELECT unnest(p_groups) AS g, unnest(p_queues) AS q) u
-     WHERE u.g IS NULL OR u.g < 0 OR u.g > ng OR (u.g > 0 AND u.q IS DISTINCT FROM p_group_queues[u.g]);
+      FROM (SELECT unnest(p_settings) AS o, unnest(p_groups) AS g) u
+     WHERE u.o IS NULL OR u.o < 1 OR u.o > ns
+        OR u.g IS NULL OR u.g < 0 OR u.g > ng
+        OR (u.g > 0 AND p_queues[u.o] IS DISTINCT FROM p_group_queues[u.g]);
     IF bad > 0 THEN
-        RAISE EXCEPTION 'pgtask.enqueue_jobs: % job(s) name no listed group of their queue', bad;
+        RAISE EXCEPTION 'pgtask.enqueue_jobs: % job(s) name no listed settings, or no listed group of their queue', bad;
     END IF;
 
     SELECT array_agg(nextval('pgtask.jobs_id_seq'::regclass)) INTO ids FROM generate_series(1, n);
@@ -250,34 +259,30 @@ BEGIN
         id, queue, kind, group_key, group_id, is_head, status, priority, payload,
         max_attempts, fail_blocks_group, run_after
     )
-    SELECT t.id, t.q, t.kind, p_group_keys[t.g], gids[t.g],
+    SELECT t.id, t.q, p_kinds[t.o], p_group_keys[t.g], gids[t.g],
            t.g = 0 OR (created AND EXISTS (
                SELECT 1 FROM pgtask.queue_groups qg
                 WHERE qg.queue = t.q AND qg.group_key = p_group_keys[t.g] AND qg.head_id = t.id)),
            CASE WHEN t.run_after > now() THEN 'scheduled'::pgtask.job_status
                 ELSE 'queued'::pgtask.job_status END,
-           t.priority, t.payload, t.max_attempts, t.blocks, t.run_after
-      FROM (SELECT u.id, u.q, u.kind, u.g, u.payload, u.priority, u.max_attempts, u.blocks,
-                   CASE WHEN u.run_at <> '' THEN u.run_at::timestamptz
-                        WHEN u.delay_us <> 0 THEN now() + u.delay_us * interval '1 microsecond'
+           p_priorities[t.o], t.payload, p_max_attempts[t.o], p_fail_blocks_group[t.o], t.run_after
+      FROM (SELECT u.id, u.o, u.g, u.payload, p_queues[u.o] AS q,
+                   CASE WHEN p_run_at[u.o] <> '' THEN p_run_at[u.o]::timestamptz
+                        WHEN p_delay_us[u.o] <> 0 THEN now() + p_delay_us[u.o] * interval '1 microsecond'
                         ELSE now() END AS run_after
               -- unnest in the select list zips the arrays without
               -- materialising them as a table function would.
-              FROM (SELECT unnest(ids) AS id, unnest(p_queues) AS q, unnest(p_kinds) AS kind,
-                           unnest(p_groups) AS g, unnest(p_payloads) AS payload,
-                           unnest(p_priorities) AS priority, unnest(p_max_attempts) AS max_attempts,
-                           unnest(p_fail_blocks_group) AS blocks, unnest(p_run_at) AS run_at,
-                           unnest(p_delay_us) AS delay_us) u) t;
+              FROM (SELECT unnest(ids) AS id, unnest(p_settings) AS o, unnest(p_groups) AS g,
+                           unnest(p_payloads) AS payload) u) t;
 
     -- Wake workers of queues that got a runnable head: an ungrouped job, or
     -- a new group's first job, due now. A spare wake-up costs one empty claim.
     PERFORM pg_notify('pgtask', w.q)
-       FROM (SELECT DISTINCT u.q
-               FROM (SELECT unnest(p_queues) AS q, unnest(p_groups) AS g,
-                            unnest(p_run_at) AS run_at, unnest(p_delay_us) AS delay_us) u
+       FROM (SELECT DISTINCT p_queues[u.o] AS q
+               FROM (SELECT unnest(p_settings) AS o, unnest(p_groups) AS g) u
               WHERE (u.g = 0 OR created)
-                AND u.delay_us <= 0
-                AND (u.run_at = '' OR u.run_at::timestamptz <= now())) w;
+                AND p_delay_us[u.o] <= 0
+                AND (p_run_at[u.o] = '' OR p_run_at[u.o]::timestamptz <= now())) w;
     RETURN ids;
 END;
 $$;
