@@ -238,3 +238,15 @@ func (q *Queries) RetryJob(ctx context.Context, id int64) (bool, error) {
 	err := row.Scan(&retried)
 	return retried, err
 }
+
+const transactionIsolation = `-- name: TransactionIsolation :one
+SELECT current_setting('transaction_isolation')::text AS level
+`
+
+// The isolation level of the current transaction, as SHOW prints it.
+func (q *Queries) TransactionIsolation(ctx context.Context) (string, error) {
+	row := q.db.QueryRow(ctx, transactionIsolation)
+	var level string
+	err := row.Scan(&level)
+	return level, err
+}

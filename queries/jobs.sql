@@ -48,3 +48,7 @@ SELECT count(*)::bigint AS listeners
   FROM pg_catalog.pg_stat_activity
  WHERE datname = current_database() AND state = 'idle'
    AND position('LISTEN pgtask' in query) > 0;
+
+-- name: TransactionIsolation :one
+-- The isolation level of the current transaction, as SHOW prints it.
+SELECT current_setting('transaction_isolation')::text AS level;

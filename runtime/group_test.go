@@ -6,9 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
@@ -412,5 +416,57 @@ func TestBatchListingAGroupTwiceKeepsItsFirstJobAsHead(t *testing.T) {
 		if j := b.job(t, runtime.JobID(id)); j.IsHead != (i == 0) || !j.GroupID.Valid || j.GroupID.Int64 != g.ID {
 			t.Errorf("job %d: head %v, group id %v; want head only for the first, group id %d", i, j.IsHead, j.GroupID.Int64, g.ID)
 		}
+	}
+}
+
+// A database or role may default to REPEATABLE READ, under which advancing a
+// group would miss a job committed after its snapshot and strand it. A
+// worker's sessions run at READ COMMITTED whatever the default, and an
+// operator's change in a REPEATABLE READ transaction is refused, not done.
+func TestGroupsNeedReadCommittedWhateverTheDefault(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	u, err := url.Parse(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("default_transaction_isolation", "repeatable read")
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20") // libpq-style URLs take no '+' for a space
+	repeatable := u.String()
+
+	levels := make(chan string, 10)
+	startWorker(t, repeatable, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 5}}},
+		runtime.Registration{Kind: "k", Handler: func(ctx context.Context, job *runtime.Job) error {
+			level, err := gen.New(job.Tx()).TransactionIsolation(ctx)
+			levels <- level
+			return err
+		}})
+	var ids []runtime.JobID
+	for range 3 {
+		ids = append(ids, enqueue(t, b.pool, "k", map[string]int{}, runtime.WithGroup("g")))
+	}
+	for _, id := range ids {
+		b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	}
+	for range ids {
+		if level := <-levels; level != "read committed" {
+			t.Errorf("a job transaction ran at %s, want read committed", level)
+		}
+	}
+
+	pool, err := pgxpool.New(ctx, repeatable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	id := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithGroup("h"), runtime.WithDelay(time.Hour))
+	_, err = gen.New(pool).CancelJob(ctx, int64(id))
+	if err == nil || !strings.Contains(err.Error(), "changing a job needs a READ COMMITTED transaction, not REPEATABLE READ") {
+		t.Fatalf("cancel at repeatable read: err = %v", err)
+	}
+	if j := b.job(t, id); j.Status != gen.PgtaskJobStatusScheduled {
+		t.Fatalf("the refused cancel left the job %s", j.Status)
 	}
 }

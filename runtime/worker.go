@@ -184,6 +184,10 @@ func NewWorker(ctx context.Context, poolConfig *pgxpool.Config, cfg Config) (*Wo
 	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = "pgtask worker"
 	}
+	// Claiming, advancing groups and rescuing read what was committed after
+	// they took their locks, which needs READ COMMITTED whatever the database
+	// or role defaults to (the schema's functions refuse other levels).
+	pc.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	w.listenConfig = pc.ConnConfig.Copy()
 	userAfterConnect := pc.AfterConnect
 	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {

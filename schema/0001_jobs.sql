@@ -105,6 +105,21 @@ CREATE TABLE pgtask.queue_groups (
     PRIMARY KEY (queue, group_key)
 );
 
+-- Raises unless the transaction runs at READ COMMITTED. Advancing a group,
+-- claiming and an operator's change each read the jobs committed after they
+-- took their locks, which only READ COMMITTED's statement snapshots show; at
+-- a higher level they would miss a job committed meanwhile and strand it.
+CREATE FUNCTION pgtask.require_read_committed(p_what text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'pgtask: % needs a READ COMMITTED transaction, not %',
+            p_what, upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+END;
+$$;
+
 -- Share-locks the rows of the given groups (FOR KEY SHARE), in key order, and
 -- returns their ids in the order of the input, NULL for a group without a
 -- row. See enqueue_jobs.
@@ -311,6 +326,7 @@ DECLARE
     old_heads bigint[];
     runnable boolean;
 BEGIN
+    PERFORM pgtask.require_read_committed('advancing a group');
     SELECT coalesce(array_agg(l.group_key ORDER BY l.group_key), '{}') INTO locked FROM (
         SELECT group_key FROM pgtask.queue_groups
          WHERE queue = p_queue AND group_key = ANY (p_group_keys)
@@ -442,6 +458,7 @@ DECLARE
     got bigint[];
     n integer;
 BEGIN
+    PERFORM pgtask.require_read_committed('claiming jobs');
     SELECT array_agg(c.id ORDER BY c.priority, c.id) INTO picked FROM (
         SELECT id, priority FROM pgtask.jobs
          WHERE queue = p_queue AND status = 'queued' AND is_head
@@ -674,6 +691,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     j pgtask.jobs;
 BEGIN
+    PERFORM pgtask.require_read_committed('changing a job');
     SELECT * INTO j FROM pgtask.jobs WHERE id = p_id;
     IF NOT FOUND OR NOT (j.status = ANY (p_statuses)) THEN
         RETURN NULL;
