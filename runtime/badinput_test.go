@@ -51,6 +51,9 @@ func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
 		{"group out of range", func(p *gen.InsertJobsParams) { p.Groups[1] = 2 }, misnamed},
 		{"negative group", func(p *gen.InsertJobsParams) { p.Groups[0] = -1 }, misnamed},
 		{"group of another queue", func(p *gen.InsertJobsParams) { p.GroupQueues[0] = "other" }, misnamed},
+		{"group without a job", func(p *gen.InsertJobsParams) {
+			p.GroupQueues, p.GroupKeys = append(p.GroupQueues, "q"), append(p.GroupKeys, "h")
+		}, "1 listed group(s) have no job"},
 		{"malformed JSON", func(p *gen.InsertJobsParams) { p.Payloads[1] = json.RawMessage(`{"a":`) }, "invalid input syntax for type json"},
 	}
 	for _, c := range cases {

@@ -46,6 +46,7 @@ type EnqueueOptions struct {
 	MaxAttempts int    // default DefaultMaxAttempts
 	// RunAt, when set, is the earliest time the job may start (the database's
 	// clock decides). Delay is the same relative to the database's now().
+	// Set one or neither.
 	RunAt time.Time
 	Delay time.Duration
 	// FailBlocksGroup makes a final failure stop the group until the job is
@@ -220,6 +221,9 @@ func (r *EnqueueRequest) check() error {
 	}
 	if r.Delay < 0 {
 		return fmt.Errorf("delay %s is negative", r.Delay)
+	}
+	if r.Delay != 0 && !r.RunAt.IsZero() {
+		return errors.New("set RunAt or Delay, not both")
 	}
 	if len(r.Payload) == 0 {
 		return errors.New("payload is empty")

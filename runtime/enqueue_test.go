@@ -43,6 +43,7 @@ func TestEnqueueRefusesBadRequestsAndInsertsNothing(t *testing.T) {
 		{"huge payload", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{"a":"` + strings.Repeat("x", runtime.MaxPayloadBytes) + `"}`)}, "more than the"},
 		{"negative attempts", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`), EnqueueOptions: runtime.EnqueueOptions{MaxAttempts: -1}}, "max attempts -1 is out of range"},
 		{"negative delay", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`), EnqueueOptions: runtime.EnqueueOptions{Delay: -time.Second}}, "delay -1s is negative"},
+		{"start time and delay", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`), EnqueueOptions: runtime.EnqueueOptions{RunAt: time.Now(), Delay: time.Second}}, "set RunAt or Delay, not both"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -160,40 +161,46 @@ func TestEnqueueWithoutSchemaSaysSo(t *testing.T) {
 	}
 }
 
-// enqueueAsync enqueues one job into group from a goroutine; the returned
-// channel yields its id (or 0 after reporting an error) when the call returns.
-func enqueueAsync(t *testing.T, db runtime.DB, group string) <-chan runtime.JobID {
+// enqueueAsync enqueues one job into each of groups, in one batch, from a
+// goroutine; the returned channel yields their ids (nil after reporting an
+// error) when the call returns.
+func enqueueAsync(t *testing.T, db runtime.DB, groups ...string) <-chan []runtime.JobID {
 	t.Helper()
-	payload := mustJSON(t, map[string]int{})
-	done := make(chan runtime.JobID, 1)
+	reqs := make([]runtime.EnqueueRequest, len(groups))
+	for i, g := range groups {
+		reqs[i] = runtime.EnqueueRequest{Kind: "k", Payload: mustJSON(t, map[string]int{})}
+		reqs[i].Apply(runtime.WithGroup(g))
+	}
+	done := make(chan []runtime.JobID, 1)
 	go func() {
-		req := runtime.EnqueueRequest{Kind: "k", Payload: payload}
-		req.Apply(runtime.WithGroup(group))
-		id, err := runtime.Enqueue(context.Background(), db, req)
+		ids, err := runtime.EnqueueMany(context.Background(), db, reqs)
 		if err != nil {
-			t.Errorf("enqueue into %s: %v", group, err)
+			t.Errorf("enqueue into %v: %v", groups, err)
 		}
-		done <- id
+		done <- ids
 	}()
 	return done
 }
 
 // mustWait fails unless the enqueue is still blocked after a while, then
 // returns a function that waits for it to finish.
-func mustWait(t *testing.T, done <-chan runtime.JobID) func() runtime.JobID {
+func mustWait(t *testing.T, done <-chan []runtime.JobID) func() []runtime.JobID {
 	t.Helper()
 	select {
-	case id := <-done:
-		t.Fatalf("enqueue returned job %d without waiting for the other transaction", id)
+	case ids := <-done:
+		t.Fatalf("enqueue returned jobs %v without waiting for the other transaction", ids)
 	case <-time.After(300 * time.Millisecond):
 	}
-	return func() runtime.JobID {
+	return func() []runtime.JobID {
 		select {
-		case id := <-done:
-			return id
+		case ids := <-done:
+			if ids == nil {
+				t.FailNow()
+			}
+			return ids
 		case <-time.After(10 * time.Second):
 			t.Fatal("enqueue still blocked after the other transaction ended")
-			return 0
+			return nil
 		}
 	}
 }
@@ -220,7 +227,7 @@ func TestEnqueueIntoAGroupThatDrainsMeanwhileStartsItAnew(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	id := wait()
+	id := wait()[0]
 	if j := b.job(t, id); !j.IsHead || j.Status != gen.PgtaskJobStatusQueued {
 		t.Fatalf("new job: head %v, %s; want the queued head", j.IsHead, j.Status)
 	}
@@ -251,7 +258,7 @@ func TestConcurrentEnqueuesIntoANewGroup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		second := b.job(t, wait())
+		second := b.job(t, wait()[0])
 		g, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"})
 		if err != nil {
 			t.Fatal(err)
@@ -331,6 +338,77 @@ func TestEnqueueManyKeepsEachJobsSettings(t *testing.T) {
 		g, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: c.queue, GroupKey: c.key})
 		if err != nil || g.HeadID != int64(ids[c.head]) {
 			t.Errorf("group %s/%s: %+v, %v; want head job %d", c.queue, c.key, g, err, c.head)
+		}
+	}
+}
+
+// The rare path of creating group rows: a row the insert found present is
+// gone when the enqueue locks it, while another enqueue holds a row it
+// inserted and waits for one this enqueue inserted. The enqueue undoes its
+// attempt, which lets the other finish, and tries again; neither deadlocks.
+//
+// T1 enqueues into a, b and c. It inserts b, finds a present (a row another
+// transaction had just created) and waits at c for Y, which inserted c and
+// has not committed. Meanwhile a's row goes away (its only job is cancelled)
+// and T2, enqueueing into a and b, inserts a and waits for T1's b. When Y
+// rolls back, T1 finds a missing. Had it inserted a now, after b, it would
+// wait for T2 while T2 waits for it.
+func TestEnqueuesCreatingGroupsDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	a0 := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithGroup("a"))
+
+	// X drains a and starts it anew with a1, uncommitted: T1's lock on a's
+	// old row waits for X.
+	x, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Rollback(ctx) //nolint:errcheck // committed below
+	if ok, err := gen.New(x).CancelJob(ctx, int64(a0)); err != nil || !ok {
+		t.Fatalf("cancel: %v, %v", ok, err)
+	}
+	a1 := enqueue(t, x, "k", map[string]int{}, runtime.WithGroup("a"))
+	y, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer y.Rollback(ctx) //nolint:errcheck // rolled back below
+	enqueue(t, y, "k", map[string]int{}, runtime.WithGroup("c"))
+
+	t1 := mustWait(t, enqueueAsync(t, b.pool, "a", "b", "c"))
+	if err := x.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // T1 now waits for Y at c
+	if ok, err := b.q.CancelJob(ctx, int64(a1)); err != nil || !ok {
+		t.Fatalf("cancel a1: %v, %v", ok, err)
+	}
+	t2 := mustWait(t, enqueueAsync(t, b.pool, "a", "b"))
+	if err := y.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, second := t1(), t2()
+
+	// T2 committed first, so it heads a and b; T1 heads c.
+	for _, c := range []struct {
+		key  string
+		head runtime.JobID
+		not  runtime.JobID
+	}{{"a", second[0], first[0]}, {"b", second[1], first[1]}, {"c", first[2], 0}} {
+		g, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: c.key})
+		if err != nil || g.HeadID != int64(c.head) {
+			t.Errorf("group %s: %+v, %v; want head %d", c.key, g, err, c.head)
+			continue
+		}
+		if j := b.job(t, c.head); !j.IsHead || !j.GroupID.Valid || j.GroupID.Int64 != g.ID {
+			t.Errorf("group %s head job: head %v, group id %v; want group id %d", c.key, j.IsHead, j.GroupID.Int64, g.ID)
+		}
+		if c.not != 0 {
+			if j := b.job(t, c.not); j.IsHead || j.GroupID.Int64 != g.ID {
+				t.Errorf("group %s later job: head %v, group id %d; want a follower of row %d", c.key, j.IsHead, j.GroupID.Int64, g.ID)
+			}
 		}
 	}
 }

@@ -225,9 +225,10 @@ func TestIgnoredStatementErrorFailsTheJob(t *testing.T) {
 		Handler: func(ctx context.Context, job *runtime.Job) error {
 			// An invalid payload type makes the insert fail inside the database.
 			_, _ = gen.New(job.Tx()).InsertJobs(ctx, gen.InsertJobsParams{
-				Kinds: []string{""}, Queues: []string{"q"}, GroupKeys: []string{""},
-				Payloads: []json.RawMessage{json.RawMessage(`1`)}, Priorities: []int16{0},
+				Payloads: []json.RawMessage{json.RawMessage(`1`)}, Settings: []int32{1}, Groups: []int32{0},
+				Kinds: []string{"k"}, Queues: []string{"q"}, Priorities: []int16{0},
 				MaxAttempts: []int32{1}, FailBlocksGroup: []bool{false}, RunAt: []string{""}, DelayUs: []int64{0},
+				GroupQueues: []string{}, GroupKeys: []string{},
 			})
 			return nil
 		},
@@ -295,13 +296,25 @@ func TestNotificationWakesIdleWorker(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond)
-	at := time.Now()
-	enqueue(t, b.pool, "ping", map[string]int{})
-	select {
-	case s := <-started:
-		t.Logf("notified worker started the job %s after the enqueue", s.Sub(at))
-	case <-time.After(10 * time.Second):
-		t.Fatal("an idle worker polling once an hour did not start the job: the notification did not wake it")
+	// Each of these is runnable at once: an ungrouped job, a new group's
+	// first job, a job whose start time has passed.
+	for _, c := range []struct {
+		name string
+		opts []runtime.EnqueueOption
+	}{
+		{"ungrouped", nil},
+		{"new group", []runtime.EnqueueOption{runtime.WithGroup("g")}},
+		{"start time passed", []runtime.EnqueueOption{runtime.WithRunAt(time.Now().Add(-time.Hour))}},
+	} {
+		at := time.Now()
+		enqueue(t, b.pool, "ping", map[string]int{}, c.opts...)
+		select {
+		case s := <-started:
+			t.Logf("%s: notified worker started the job %s after the enqueue", c.name, s.Sub(at))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: an idle worker polling once an hour did not start the job: the notification did not wake it", c.name)
+		}
+		time.Sleep(200 * time.Millisecond) // idle again
 	}
 }
 

@@ -120,6 +120,12 @@ BEGIN
 END;
 $$;
 
+-- True when a is empty or a one-dimensional array indexed from 1, which
+-- enqueue_jobs looks elements up in by position.
+CREATE FUNCTION pgtask.is_list(a anyarray) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT coalesce(array_ndims(a) = 1 AND array_lower(a, 1) = 1, true) $$;
+
 -- Share-locks the rows of the given groups (FOR KEY SHARE), in key order, and
 -- returns their ids in the order of the input, NULL for a group without a
 -- row. See enqueue_jobs.
@@ -163,11 +169,13 @@ $$;
 -- Every group of the batch has its row share-locked (FOR KEY SHARE) until
 -- the caller commits, so that no worker decides the group is empty while
 -- these jobs are invisible to it; a group without a row gets one, with the
--- batch's first job of it as head. Locks are taken in (queue, key) order.
--- The common case, every group already present, costs one locking statement
--- and one insert. Group rows are created only when the lock finds some
--- missing; a row that disappears between the two (its group drained) is
--- handled one group at a time.
+-- batch's first job of it as head. The common case, every group already
+-- present, costs one locking statement and one insert. Missing rows are
+-- inserted in one statement, in (queue, key) order: an enqueue waits for
+-- another only on a row that one inserted, and both insert in the same
+-- order, so enqueues do not deadlock each other. When a row the insert found
+-- present is gone by the time it is locked (its group drained meanwhile),
+-- the attempt is undone, releasing the rows it inserted, and made again.
 --
 -- Workers listening on the channel "pgtask" are woken, at commit, for each
 -- queue that got a job it can run now.
@@ -193,13 +201,14 @@ DECLARE
     ids bigint[];
     -- The groups' row ids, in the order of p_group_keys.
     gids bigint[];
-    gid bigint;
     -- Each group's first job in the batch, in the order of p_group_keys.
     firsts bigint[];
+    -- When each set of settings starts its jobs, in the order of p_kinds.
+    starts timestamptz[];
     -- Some group rows were created here, so some jobs may be their group's head.
     created boolean := false;
     bad integer;
-    g record;
+    used integer;
 BEGIN
     IF n = 0 THEN
         RETURN '{}';
@@ -211,14 +220,33 @@ BEGIN
        OR coalesce(cardinality(p_group_queues), 0) <> ng THEN
         RAISE EXCEPTION 'pgtask.enqueue_jobs: the argument arrays differ in length';
     END IF;
-    SELECT count(*) INTO bad
-      FROM (SELECT unnest(p_settings) AS o, unnest(p_groups) AS g) u
-     WHERE u.o IS NULL OR u.o < 1 OR u.o > ns
-        OR u.g IS NULL OR u.g < 0 OR u.g > ng
-        OR (u.g > 0 AND p_queues[u.o] IS DISTINCT FROM p_group_queues[u.g]);
+    IF NOT (pgtask.is_list(p_kinds) AND pgtask.is_list(p_queues) AND pgtask.is_list(p_priorities)
+            AND pgtask.is_list(p_max_attempts) AND pgtask.is_list(p_fail_blocks_group)
+            AND pgtask.is_list(p_run_at) AND pgtask.is_list(p_delay_us)
+            AND pgtask.is_list(p_group_queues) AND pgtask.is_list(p_group_keys)) THEN
+        RAISE EXCEPTION 'pgtask.enqueue_jobs: settings and groups must be one-dimensional arrays indexed from 1';
+    END IF;
+    IF array_position(p_run_at, NULL) IS NOT NULL OR array_position(p_delay_us, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'pgtask.enqueue_jobs: run_at and delay_us must not be NULL';
+    END IF;
+    SELECT count(*) FILTER (WHERE u.o IS NULL OR u.o < 1 OR u.o > ns
+                               OR u.g IS NULL OR u.g < 0 OR u.g > ng
+                               OR (u.g > 0 AND p_queues[u.o] IS DISTINCT FROM p_group_queues[u.g])),
+           count(DISTINCT u.g) FILTER (WHERE u.g > 0)
+      INTO bad, used
+      FROM (SELECT unnest(p_settings) AS o, unnest(p_groups) AS g) u;
     IF bad > 0 THEN
         RAISE EXCEPTION 'pgtask.enqueue_jobs: % job(s) name no listed settings, or no listed group of their queue', bad;
     END IF;
+    IF used < ng THEN
+        RAISE EXCEPTION 'pgtask.enqueue_jobs: % listed group(s) have no job', ng - used;
+    END IF;
+    -- The same expression decides each job's status and whether to wake workers.
+    SELECT array_agg(CASE WHEN s.run_at <> '' THEN s.run_at::timestamptz
+                          WHEN s.delay_us <> 0 THEN now() + s.delay_us * interval '1 microsecond'
+                          ELSE now() END ORDER BY s.ord)
+      INTO starts
+      FROM unnest(p_run_at, p_delay_us) WITH ORDINALITY AS s(run_at, delay_us, ord);
 
     SELECT array_agg(nextval('pgtask.jobs_id_seq'::regclass)) INTO ids FROM generate_series(1, n);
 
@@ -230,40 +258,23 @@ BEGIN
               FROM (SELECT u.g, min(u.id) AS first_id
                       FROM (SELECT unnest(p_groups) AS g, unnest(ids) AS id) u
                      WHERE u.g > 0 GROUP BY u.g) f;
-            IF coalesce(cardinality(firsts), 0) <> ng THEN
-                RAISE EXCEPTION 'pgtask.enqueue_jobs: a listed group has no job';
-            END IF;
-            -- Missing groups, each with its first job, in key order; a group
-            -- listed twice is inserted with the earlier of its first jobs.
-            INSERT INTO pgtask.queue_groups (queue, group_key, head_id)
-            SELECT w.q, w.k, w.first_id
-              FROM unnest(p_group_queues, p_group_keys, firsts, gids) AS w(q, k, first_id, gid)
-             WHERE w.gid IS NULL
-             ORDER BY w.q, w.k, w.first_id
-            ON CONFLICT (queue, group_key) DO NOTHING;
-            gids := pgtask.share_lock_groups(p_group_queues, p_group_keys);
-        END IF;
-        IF array_position(gids, NULL) IS NOT NULL THEN
-            FOR g IN
-                SELECT w.ord, w.q, w.k, w.first_id
-                  FROM unnest(p_group_queues, p_group_keys, firsts, gids)
-                       WITH ORDINALITY AS w(q, k, first_id, gid, ord)
-                 WHERE w.gid IS NULL
-                 ORDER BY w.q, w.k, w.first_id
             LOOP
-                LOOP
-                    SELECT qg.id INTO gid FROM pgtask.queue_groups qg
-                     WHERE qg.queue = g.q AND qg.group_key = g.k
-                       FOR KEY SHARE;
-                    IF NOT FOUND THEN
-                        INSERT INTO pgtask.queue_groups (queue, group_key, head_id)
-                        VALUES (g.q, g.k, g.first_id)
-                        ON CONFLICT (queue, group_key) DO NOTHING
-                        RETURNING id INTO gid;
-                    END IF;
-                    EXIT WHEN gid IS NOT NULL;
-                END LOOP;
-                gids[g.ord] := gid;
+                BEGIN
+                    -- Missing groups, each with its first job; a group listed
+                    -- twice is inserted with the earlier of its first jobs.
+                    INSERT INTO pgtask.queue_groups (queue, group_key, head_id)
+                    SELECT w.q, w.k, w.first_id
+                      FROM unnest(p_group_queues, p_group_keys, firsts, gids) AS w(q, k, first_id, gid)
+                     WHERE w.gid IS NULL
+                     ORDER BY w.q COLLATE "C", w.k COLLATE "C", w.first_id
+                    ON CONFLICT (queue, group_key) DO NOTHING;
+                    gids := pgtask.share_lock_groups(p_group_queues, p_group_keys);
+                    EXIT WHEN array_position(gids, NULL) IS NULL;
+                    RAISE EXCEPTION USING ERRCODE = 'PGT01';
+                EXCEPTION WHEN SQLSTATE 'PGT01' THEN
+                    -- Undone; see what is there now and try again.
+                    gids := pgtask.share_lock_groups(p_group_queues, p_group_keys);
+                END;
             END LOOP;
         END IF;
     END IF;
@@ -281,10 +292,7 @@ BEGIN
            CASE WHEN t.run_after > now() THEN 'scheduled'::pgtask.job_status
                 ELSE 'queued'::pgtask.job_status END,
            p_priorities[t.o], t.payload, p_max_attempts[t.o], p_fail_blocks_group[t.o], t.run_after
-      FROM (SELECT u.id, u.o, u.g, u.payload, p_queues[u.o] AS q,
-                   CASE WHEN p_run_at[u.o] <> '' THEN p_run_at[u.o]::timestamptz
-                        WHEN p_delay_us[u.o] <> 0 THEN now() + p_delay_us[u.o] * interval '1 microsecond'
-                        ELSE now() END AS run_after
+      FROM (SELECT u.id, u.o, u.g, u.payload, p_queues[u.o] AS q, starts[u.o] AS run_after
               -- unnest in the select list zips the arrays without
               -- materialising them as a table function would.
               FROM (SELECT unnest(ids) AS id, unnest(p_settings) AS o, unnest(p_groups) AS g,
@@ -295,9 +303,7 @@ BEGIN
     PERFORM pg_notify('pgtask', w.q)
        FROM (SELECT DISTINCT p_queues[u.o] AS q
                FROM (SELECT unnest(p_settings) AS o, unnest(p_groups) AS g) u
-              WHERE (u.g = 0 OR created)
-                AND p_delay_us[u.o] <= 0
-                AND (p_run_at[u.o] = '' OR p_run_at[u.o]::timestamptz <= now())) w;
+              WHERE (u.g = 0 OR created) AND starts[u.o] <= now()) w;
     RETURN ids;
 END;
 $$;
