@@ -33,13 +33,13 @@ func TestChaos(t *testing.T) {
 	cfg.Groups = 100
 	cfg.Ungrouped = 200
 	cfg.Poison = 1
-	cfg.ProduceOver = 4 * time.Second
+	cfg.ProduceOver = 10 * time.Second
 	cfg.KillEvery = time.Second
 	cfg.TerminateEvery = 150 * time.Millisecond
 	cfg.RestartDB, cfg.CrashDB = true, true
 	cfg.Timeout = 90 * time.Second
 	cfg.Progress = 5 * time.Second
-	cfg.RSSMinLife = 4 * time.Second
+	cfg.RSSMinLife = 3 * time.Second
 	if s := os.Getenv("PGTASK_CHAOS_SEED"); s != "" {
 		seed, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
