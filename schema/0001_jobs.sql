@@ -126,9 +126,14 @@ CREATE FUNCTION pgtask.is_list(a anyarray) RETURNS boolean
 LANGUAGE sql IMMUTABLE
 AS $$ SELECT coalesce(array_ndims(a) = 1 AND array_lower(a, 1) = 1, true) $$;
 
--- Share-locks the rows of the given groups (FOR KEY SHARE), in key order, and
--- returns their ids in the order of the input, NULL for a group without a
--- row. See enqueue_jobs.
+-- Share-locks the rows of the given groups (FOR KEY SHARE) and returns their
+-- ids in the order of the input, NULL for a group without a row. See
+-- enqueue_jobs. The locks are taken in no particular order: a key-share lock
+-- waits only for a row's deleter or its FOR UPDATE holder, and none of those
+-- holds one group's row while it waits for another's (advancing locks with
+-- SKIP LOCKED, an operator's change locks a single group), so the order of
+-- an enqueue's locks cannot close a cycle. Sorting them cost as much as
+-- taking them.
 CREATE FUNCTION pgtask.share_lock_groups(p_queues text[], p_group_keys text[]) RETURNS bigint[]
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -143,7 +148,6 @@ BEGIN
       FROM (SELECT qg.id, w.ord FROM pgtask.queue_groups qg
               JOIN unnest(p_queues, p_group_keys) WITH ORDINALITY AS w(q, k, ord)
                 ON qg.queue = w.q AND qg.group_key = w.k
-             ORDER BY qg.queue, qg.group_key
                FOR KEY SHARE OF qg) l;
     -- Each input group matches one row at most, so all found means aligned.
     IF coalesce(cardinality(found_ids), 0) = n THEN
