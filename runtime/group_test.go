@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/gen"
@@ -421,8 +422,9 @@ func TestBatchListingAGroupTwiceKeepsItsFirstJobAsHead(t *testing.T) {
 
 // A database or role may default to REPEATABLE READ, under which advancing a
 // group would miss a job committed after its snapshot and strand it. A
-// worker's sessions run at READ COMMITTED whatever the default, and an
-// operator's change in a REPEATABLE READ transaction is refused, not done.
+// worker's sessions run at READ COMMITTED whatever the default, enqueueing
+// works from transactions at any level, and an operator's change in a
+// REPEATABLE READ transaction is refused, not done.
 func TestGroupsNeedReadCommittedWhateverTheDefault(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -453,6 +455,28 @@ func TestGroupsNeedReadCommittedWhateverTheDefault(t *testing.T) {
 	for range ids {
 		if level := <-levels; level != "read committed" {
 			t.Errorf("a job transaction ran at %s, want read committed", level)
+		}
+	}
+
+	// Enqueueing works at any level: into the existing group g and a new
+	// group n, from SERIALIZABLE and REPEATABLE READ transactions.
+	for _, level := range []pgx.TxIsoLevel{pgx.Serializable, pgx.RepeatableRead} {
+		tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
+		if err != nil {
+			t.Fatal(err)
+		}
+		more := []runtime.JobID{
+			enqueue(t, tx, "k", map[string]int{}, runtime.WithGroup("g")),
+			enqueue(t, tx, "k", map[string]int{}, runtime.WithGroup("n"+string(level))),
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range more {
+			b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+			if level := <-levels; level != "read committed" {
+				t.Errorf("a job transaction ran at %s, want read committed", level)
+			}
 		}
 	}
 
