@@ -113,71 +113,15 @@ func EnqueueMany(ctx context.Context, db DB, reqs []EnqueueRequest) ([]JobID, er
 	if len(reqs) == 0 {
 		return []JobID{}, nil
 	}
-	p := gen.InsertJobsParams{
-		Payloads: make([]json.RawMessage, len(reqs)),
-		Settings: make([]int32, len(reqs)),
-		Groups:   make([]int32, len(reqs)),
-		// Filled below: one entry per distinct set of settings or group.
-		Kinds: []string{}, Queues: []string{}, Priorities: []int16{}, MaxAttempts: []int32{},
-		FailBlocksGroup: []bool{}, RunAt: []string{}, DelayUs: []int64{},
-		GroupQueues: []string{}, GroupKeys: []string{},
-	}
-	// Jobs name their settings and group by position (1-based; group 0 is
-	// none), so a batch sends each only once.
-	var (
-		settings map[jobSettings]int32
-		groups   map[groupRef]int32
-		last     jobSettings
-	)
+	b := newBatch(len(reqs))
 	for i := range reqs {
 		r := reqs[i]
 		if err := r.check(); err != nil {
 			return nil, &EnqueueError{Index: i, Kind: r.Kind, Err: err, batch: len(reqs) > 1}
 		}
-		js := jobSettings{kind: r.Kind, queue: r.Queue, priority: r.Priority, maxAttempts: int32(r.MaxAttempts),
-			failBlocksGroup: r.FailBlocksGroup, delayUs: r.Delay.Microseconds()}
-		if !r.RunAt.IsZero() {
-			js.runAt = r.RunAt.Format(time.RFC3339Nano)
-		}
-		var o int32
-		if i > 0 && js == last {
-			o = p.Settings[i-1] // the common case: the same settings as the job before
-		} else {
-			if settings == nil {
-				settings = make(map[jobSettings]int32)
-			}
-			var seen bool
-			if o, seen = settings[js]; !seen {
-				p.Kinds = append(p.Kinds, js.kind)
-				p.Queues = append(p.Queues, js.queue)
-				p.Priorities = append(p.Priorities, js.priority)
-				p.MaxAttempts = append(p.MaxAttempts, js.maxAttempts)
-				p.FailBlocksGroup = append(p.FailBlocksGroup, js.failBlocksGroup)
-				p.RunAt = append(p.RunAt, js.runAt)
-				p.DelayUs = append(p.DelayUs, js.delayUs)
-				o = int32(len(p.Kinds))
-				settings[js] = o
-			}
-			last = js
-		}
-		p.Settings[i] = o
-		if r.Group != "" {
-			ref := groupRef{r.Queue, r.Group}
-			g, ok := groups[ref]
-			if !ok {
-				if groups == nil {
-					groups = make(map[groupRef]int32)
-				}
-				p.GroupQueues = append(p.GroupQueues, r.Queue)
-				p.GroupKeys = append(p.GroupKeys, r.Group)
-				g = int32(len(p.GroupKeys))
-				groups[ref] = g
-			}
-			p.Groups[i] = g
-		}
-		p.Payloads[i] = r.Payload
+		b.add(&r)
 	}
-	ids, err := gen.New(db).InsertJobs(ctx, p)
+	ids, err := gen.New(db).InsertJobs(ctx, b.p)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue %d job(s): %w", len(reqs), err)
 	}
@@ -191,8 +135,15 @@ func EnqueueMany(ctx context.Context, db DB, reqs []EnqueueRequest) ([]JobID, er
 	return out, nil
 }
 
-// groupRef names a group: its queue and key.
-type groupRef struct{ queue, key string }
+// batch builds enqueue_jobs' arguments. Jobs name their settings and their
+// group by position (1-based; group 0 is none), so a batch sends each
+// distinct set of settings and each group once.
+type batch struct {
+	p        gen.InsertJobsParams
+	settings map[jobSettings]int32
+	groups   map[groupRef]int32
+	last     jobSettings
+}
 
 // jobSettings is what enqueue_jobs takes per distinct set of settings.
 type jobSettings struct {
@@ -202,6 +153,74 @@ type jobSettings struct {
 	failBlocksGroup bool
 	runAt           string
 	delayUs         int64
+}
+
+// groupRef names a group: its queue and key.
+type groupRef struct{ queue, key string }
+
+func newBatch(n int) *batch {
+	return &batch{p: gen.InsertJobsParams{
+		Payloads: make([]json.RawMessage, 0, n), Settings: make([]int32, 0, n), Groups: make([]int32, 0, n),
+		Kinds: []string{}, Queues: []string{}, Priorities: []int16{}, MaxAttempts: []int32{},
+		FailBlocksGroup: []bool{}, RunAt: []string{}, DelayUs: []int64{},
+		GroupQueues: []string{}, GroupKeys: []string{},
+	}}
+}
+
+// add appends a checked request.
+func (b *batch) add(r *EnqueueRequest) {
+	js := jobSettings{kind: r.Kind, queue: r.Queue, priority: r.Priority, maxAttempts: int32(r.MaxAttempts),
+		failBlocksGroup: r.FailBlocksGroup, delayUs: r.Delay.Microseconds()}
+	if !r.RunAt.IsZero() {
+		js.runAt = r.RunAt.Format(time.RFC3339Nano)
+	}
+	o := b.setting(js)
+	var g int32
+	if r.Group != "" {
+		g = b.group(groupRef{r.Queue, r.Group})
+	}
+	b.p.Payloads = append(b.p.Payloads, r.Payload)
+	b.p.Settings = append(b.p.Settings, o)
+	b.p.Groups = append(b.p.Groups, g)
+}
+
+// setting returns the position of js, listing it if it is new.
+func (b *batch) setting(js jobSettings) int32 {
+	if n := len(b.p.Settings); n > 0 && js == b.last {
+		return b.p.Settings[n-1] // the common case: the same as the job before
+	}
+	b.last = js
+	if o, ok := b.settings[js]; ok {
+		return o
+	}
+	if b.settings == nil {
+		b.settings = make(map[jobSettings]int32)
+	}
+	b.p.Kinds = append(b.p.Kinds, js.kind)
+	b.p.Queues = append(b.p.Queues, js.queue)
+	b.p.Priorities = append(b.p.Priorities, js.priority)
+	b.p.MaxAttempts = append(b.p.MaxAttempts, js.maxAttempts)
+	b.p.FailBlocksGroup = append(b.p.FailBlocksGroup, js.failBlocksGroup)
+	b.p.RunAt = append(b.p.RunAt, js.runAt)
+	b.p.DelayUs = append(b.p.DelayUs, js.delayUs)
+	o := int32(len(b.p.Kinds))
+	b.settings[js] = o
+	return o
+}
+
+// group returns the position of ref, listing it if it is new.
+func (b *batch) group(ref groupRef) int32 {
+	if g, ok := b.groups[ref]; ok {
+		return g
+	}
+	if b.groups == nil {
+		b.groups = make(map[groupRef]int32)
+	}
+	b.p.GroupQueues = append(b.p.GroupQueues, ref.queue)
+	b.p.GroupKeys = append(b.p.GroupKeys, ref.key)
+	g := int32(len(b.p.GroupKeys))
+	b.groups[ref] = g
+	return g
 }
 
 // check fills defaults and refuses what the database would refuse, with a
