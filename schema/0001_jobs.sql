@@ -184,11 +184,11 @@ $$;
 -- Workers listening on the channel "pgtask" are woken, at commit, for each
 -- queue that got a job it can run now.
 --
--- Its statements use generic plans, planned once per session: they do not
--- depend on the batch's size (no join between two of the batch's arrays),
--- and a generic plan reads the array arguments in place, where a custom one
--- would copy them into each plan, where a text array costs a walk from its
--- start for every element looked up.
+-- Its statements use generic plans, planned once per session: none depends
+-- on the batch's size (none joins two of the batch's arrays), and a generic
+-- plan reads the array arguments in place. A custom plan would copy them into
+-- every plan as constants, and each lookup in such a text array walks it from
+-- its start.
 CREATE FUNCTION pgtask.enqueue_jobs(
     p_payloads jsonb[], p_settings integer[], p_groups integer[],
     p_kinds text[], p_queues text[], p_priorities smallint[], p_max_attempts integer[],
