@@ -57,6 +57,19 @@ func (q *Queries) AnalyzeJobs(ctx context.Context) error {
 	return err
 }
 
+const backendExists = `-- name: BackendExists :one
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = $1::integer) AS present
+`
+
+// Whether a server process with this PID is still there (tests wait for a
+// terminated session to be gone).
+func (q *Queries) BackendExists(ctx context.Context, pid int32) (bool, error) {
+	row := q.db.QueryRow(ctx, backendExists, pid)
+	var present bool
+	err := row.Scan(&present)
+	return present, err
+}
+
 const cancelJob = `-- name: CancelJob :one
 SELECT pgtask.cancel_job($1) AS cancelled
 `

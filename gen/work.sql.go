@@ -251,11 +251,17 @@ func (q *Queries) ReleaseSessionJobs(ctx context.Context, arg ReleaseSessionJobs
 }
 
 const rescueOrphans = `-- name: RescueOrphans :many
-SELECT r.id::bigint AS id FROM pgtask.rescue_orphans($1) AS r(id)
+SELECT r.id::bigint AS id FROM pgtask.rescue_orphans($1, $2::integer) AS r(id)
 `
 
-func (q *Queries) RescueOrphans(ctx context.Context, max int32) ([]int64, error) {
-	rows, err := q.db.Query(ctx, rescueOrphans, max)
+type RescueOrphansParams struct {
+	Max      int32
+	WorkerID int32
+}
+
+// Requeues jobs of dead workers; worker_id is the caller's own worker.
+func (q *Queries) RescueOrphans(ctx context.Context, arg RescueOrphansParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, rescueOrphans, arg.Max, arg.WorkerID)
 	if err != nil {
 		return nil, err
 	}

@@ -52,3 +52,8 @@ SELECT count(*)::bigint AS listeners
 -- name: TransactionIsolation :one
 -- The isolation level of the current transaction, as SHOW prints it.
 SELECT current_setting('transaction_isolation')::text AS level;
+
+-- name: BackendExists :one
+-- Whether a server process with this PID is still there (tests wait for a
+-- terminated session to be gone).
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = @pid::integer) AS present;

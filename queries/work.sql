@@ -27,7 +27,8 @@ UPDATE pgtask.jobs
  WHERE id = ANY(@ids::bigint[]) AND status = 'started' AND owner_pid = @owner_pid::integer;
 
 -- name: RescueOrphans :many
-SELECT r.id::bigint AS id FROM pgtask.rescue_orphans(@max) AS r(id);
+-- Requeues jobs of dead workers; worker_id is the caller's own worker.
+SELECT r.id::bigint AS id FROM pgtask.rescue_orphans(@max, @worker_id::integer) AS r(id);
 
 -- name: PromoteScheduled :one
 SELECT pgtask.promote_scheduled(@max) AS moved;

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 )
@@ -171,5 +173,83 @@ func TestTerminatedSessionRequeuesJob(t *testing.T) {
 	j := b.waitStatus(t, id, 15*time.Second, gen.PgtaskJobStatusSucceeded)
 	if e := errorsOf(t, j); j.Attempts != 2 || len(e) != 1 || !strings.Contains(e[0].Error, "worker lost") {
 		t.Fatalf("attempts=%d errors=%s", j.Attempts, j.Errors)
+	}
+}
+
+// A job whose session is gone is rescued only when no session of its worker
+// is left, and never by its own worker, whose rescuing session holds the
+// worker's lock too (a backend's own lock does not stop its own try to take
+// it exclusively). Here worker 7 claims a job on one session, which is then
+// terminated; another session of worker 7 stays.
+func TestRescueSparesJobsOfLiveWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const worker, other = 7, 8
+	id := enqueue(t, b.pool, "k", map[string]int{})
+
+	// Sessions of their own, outside the pool: they are ended on purpose.
+	session := func() *pgx.Conn {
+		t.Helper()
+		c, err := pgx.Connect(ctx, b.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) }) //nolint:errcheck // may be gone already
+		if err := gen.New(c).LockWorker(ctx, worker); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	claimer, survivor := session(), session()
+	rows, err := gen.New(claimer).ClaimJobs(ctx, gen.ClaimJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: worker})
+	if err != nil || len(rows) != 1 || rows[0].ID != int64(id) {
+		t.Fatalf("claim: %v, %v", rows, err)
+	}
+	if ok, err := b.q.TerminateBackend(ctx, rows[0].OwnerPid.Int32); err != nil || !ok {
+		t.Fatalf("terminate the claiming session: %v, %v", ok, err)
+	}
+	waitGone(t, b, rows[0].OwnerPid.Int32)
+
+	rescue := func(q *gen.Queries, as int32) []int64 {
+		t.Helper()
+		ids, err := q.RescueOrphans(ctx, gen.RescueOrphansParams{Max: 10, WorkerID: as})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	if got := rescue(gen.New(survivor), worker); len(got) != 0 {
+		t.Fatalf("worker %d's own surviving session rescued %v from it", worker, got)
+	}
+	if got := rescue(b.q, other); len(got) != 0 {
+		t.Fatalf("worker %d rescued %v while a session of worker %d lived", other, got, worker)
+	}
+	pid := int32(survivor.PgConn().PID())
+	if err := survivor.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, b, pid)
+	if got := rescue(b.q, other); len(got) != 1 || got[0] != int64(id) {
+		t.Fatalf("after worker %d's last session ended, worker %d rescued %v, want [%d]", worker, other, got, id)
+	}
+}
+
+// waitGone waits until the server process pid has exited.
+func waitGone(t *testing.T, b *bundle, pid int32) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		present, err := b.q.BackendExists(context.Background(), pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !present {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server process %d still there after 10s", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -50,7 +50,7 @@ func (w *Worker) maintainOnce(ctx context.Context, q *gen.Queries) error {
 			break
 		}
 	}
-	rescued, err := q.RescueOrphans(ctx, maintainBatch)
+	rescued, err := q.RescueOrphans(ctx, gen.RescueOrphansParams{Max: maintainBatch, WorkerID: w.id})
 	if err != nil {
 		return err
 	}

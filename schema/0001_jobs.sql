@@ -622,12 +622,14 @@ $$;
 -- covers the moment between a claim's commit and the job transaction taking
 -- its lock; backend_start guards against a reused PID) and no session of its
 -- worker process is left: every session of a worker holds its worker lock
--- shared (see LockWorker), so the lock is free only when all are gone. After the server restarts,
--- every session ended at once, live workers' too: jobs claimed before then
--- wait 10 seconds for their workers to reconnect and take their
--- lock again. The attempt was counted at claim time, so a job that kills its
--- worker every time still runs out of attempts.
-CREATE FUNCTION pgtask.rescue_orphans(p_limit integer) RETURNS SETOF bigint
+-- shared (see LockWorker), so the lock is free only when all are gone. The
+-- caller's own jobs (p_worker) are never its to rescue: it is alive, and its
+-- session holds that lock too, which does not stop its own try below. After
+-- the server restarts, every session ended at once, live workers' too: jobs
+-- claimed before then wait 10 seconds for their workers to reconnect and take
+-- their lock again. The attempt was counted at claim time, so a job that
+-- kills its worker every time still runs out of attempts.
+CREATE FUNCTION pgtask.rescue_orphans(p_limit integer, p_worker integer) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     o record;
@@ -637,7 +639,7 @@ BEGIN
     FOR o IN
         SELECT j.id, j.attempts, j.owner_pid, j.queue, j.group_key, j.worker_id, j.started_at
           FROM pgtask.jobs j
-         WHERE j.status = 'started'
+         WHERE j.status = 'started' AND j.worker_id IS DISTINCT FROM p_worker
            AND NOT EXISTS (
                SELECT 1 FROM pg_stat_activity a
                 WHERE a.pid = j.owner_pid
