@@ -110,7 +110,8 @@ SELECT j.status::text AS status, coalesce(e.behavior, '')::text AS behavior, cou
 -- name: CheckNothingLost :many
 -- 1. Every committed job ended succeeded or failed (poison and noretry jobs
 -- failed, the others succeeded); no job exists that was not committed; no id
--- handed out in a transaction that did not commit exists, ran or wrote.
+-- handed out in a transaction that did not commit exists, ran or wrote,
+-- unless a committed transaction was handed it again (see ObserveReusedIds).
 SELECT e.job_id, 'unfinished'::text AS kind,
        format('job %s (%s, group %s) is %s', e.job_id, e.behavior, coalesce(e.group_key, '-'),
               coalesce(j.status::text, 'missing'))::text AS detail
@@ -134,10 +135,21 @@ SELECT n.job_id, 'rolled back but exists',
                   CASE WHEN EXISTS (SELECT 1 FROM pgtask_chaos.attempts a WHERE a.job_id = n.job_id) THEN 'has attempts' END,
                   CASE WHEN EXISTS (SELECT 1 FROM pgtask_chaos.effects f WHERE f.job_id = n.job_id) THEN 'has effects' END))
   FROM pgtask_chaos.not_committed n
- WHERE EXISTS (SELECT 1 FROM pgtask.jobs j WHERE j.id = n.job_id)
-    OR EXISTS (SELECT 1 FROM pgtask_chaos.attempts a WHERE a.job_id = n.job_id)
-    OR EXISTS (SELECT 1 FROM pgtask_chaos.effects f WHERE f.job_id = n.job_id)
+ WHERE NOT EXISTS (SELECT 1 FROM pgtask_chaos.enqueued e WHERE e.job_id = n.job_id)
+   AND (EXISTS (SELECT 1 FROM pgtask.jobs j WHERE j.id = n.job_id)
+        OR EXISTS (SELECT 1 FROM pgtask_chaos.attempts a WHERE a.job_id = n.job_id)
+        OR EXISTS (SELECT 1 FROM pgtask_chaos.effects f WHERE f.job_id = n.job_id))
 ORDER BY 1, 2;
+
+-- name: ObserveReusedIds :one
+-- Ids handed out in a transaction that did not commit and then again in one
+-- that did. A crash can do this: a transaction's nextval is made durable by
+-- its commit, so when the server crashes before any commit has flushed it,
+-- the sequence resumes from an earlier value and hands the ids out again.
+-- The jobs committed under them are checked like any other.
+SELECT count(*) AS reused
+  FROM pgtask_chaos.not_committed n
+ WHERE EXISTS (SELECT 1 FROM pgtask_chaos.enqueued e WHERE e.job_id = n.job_id);
 
 -- name: CheckOverlaps :many
 -- 2. No two attempts of a group, nor of one job, ran at the same time: taken

@@ -259,8 +259,13 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 	if err != nil {
 		return err
 	}
+	reused, err := q.ObserveReusedIds(ctx)
+	if err != nil {
+		return err
+	}
 	res.Observations = append(res.Observations, obs,
-		Observation{Name: "attempts whose handler could not record its start (database away); accepted by check 5", N: int(unrecorded)})
+		Observation{Name: "attempts whose handler could not record its start (database away); accepted by check 5", N: int(unrecorded)},
+		Observation{Name: "ids of a transaction that did not commit handed out again after the crash (a crash can rewind a sequence); accepted by check 1", N: int(reused)})
 
 	// Totals.
 	pr, err := q.JobProgress(ctx)

@@ -252,9 +252,10 @@ SELECT n.job_id, 'rolled back but exists',
                   CASE WHEN EXISTS (SELECT 1 FROM pgtask_chaos.attempts a WHERE a.job_id = n.job_id) THEN 'has attempts' END,
                   CASE WHEN EXISTS (SELECT 1 FROM pgtask_chaos.effects f WHERE f.job_id = n.job_id) THEN 'has effects' END))
   FROM pgtask_chaos.not_committed n
- WHERE EXISTS (SELECT 1 FROM pgtask.jobs j WHERE j.id = n.job_id)
-    OR EXISTS (SELECT 1 FROM pgtask_chaos.attempts a WHERE a.job_id = n.job_id)
-    OR EXISTS (SELECT 1 FROM pgtask_chaos.effects f WHERE f.job_id = n.job_id)
+ WHERE NOT EXISTS (SELECT 1 FROM pgtask_chaos.enqueued e WHERE e.job_id = n.job_id)
+   AND (EXISTS (SELECT 1 FROM pgtask.jobs j WHERE j.id = n.job_id)
+        OR EXISTS (SELECT 1 FROM pgtask_chaos.attempts a WHERE a.job_id = n.job_id)
+        OR EXISTS (SELECT 1 FROM pgtask_chaos.effects f WHERE f.job_id = n.job_id))
 ORDER BY 1, 2
 `
 
@@ -268,7 +269,8 @@ type CheckNothingLostRow struct {
 // a description.
 // 1. Every committed job ended succeeded or failed (poison and noretry jobs
 // failed, the others succeeded); no job exists that was not committed; no id
-// handed out in a transaction that did not commit exists, ran or wrote.
+// handed out in a transaction that did not commit exists, ran or wrote,
+// unless a committed transaction was handed it again (see ObserveReusedIds).
 func (q *Queries) CheckNothingLost(ctx context.Context) ([]CheckNothingLostRow, error) {
 	rows, err := q.db.Query(ctx, checkNothingLost)
 	if err != nil {
@@ -641,6 +643,24 @@ func (q *Queries) ObserveReplays(ctx context.Context) ([]ObserveReplaysRow, erro
 		return nil, err
 	}
 	return items, nil
+}
+
+const observeReusedIds = `-- name: ObserveReusedIds :one
+SELECT count(*) AS reused
+  FROM pgtask_chaos.not_committed n
+ WHERE EXISTS (SELECT 1 FROM pgtask_chaos.enqueued e WHERE e.job_id = n.job_id)
+`
+
+// Ids handed out in a transaction that did not commit and then again in one
+// that did. A crash can do this: a transaction's nextval is made durable by
+// its commit, so when the server crashes before any commit has flushed it,
+// the sequence resumes from an earlier value and hands the ids out again.
+// The jobs committed under them are checked like any other.
+func (q *Queries) ObserveReusedIds(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, observeReusedIds)
+	var reused int64
+	err := row.Scan(&reused)
+	return reused, err
 }
 
 const outcomeTotals = `-- name: OutcomeTotals :many
