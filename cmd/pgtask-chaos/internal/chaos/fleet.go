@@ -51,13 +51,18 @@ func (p *proc) how() string {
 		return "running"
 	}
 	var exit *exec.ExitError
-	sigkilled := errors.As(p.exitErr, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL
+	signaled := func(sig syscall.Signal) bool {
+		return errors.As(p.exitErr, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == sig
+	}
+	sigkilled := signaled(syscall.SIGKILL)
 	switch {
 	case p.killed.Load():
 		return "sigkill"
 	case p.escalated.Load():
 		return "did not stop"
-	case p.exitErr == nil && p.stopped.Load():
+	case p.stopped.Load() && (p.exitErr == nil || signaled(syscall.SIGTERM)):
+		// Only the stop sends SIGTERM; a process that had not yet set up
+		// its handler (restarted just before the end) dies of it instead.
 		return "stopped"
 	case sigkilled:
 		// Nobody else sends SIGKILL: a poison job did, also during shutdown.
