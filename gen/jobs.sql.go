@@ -62,7 +62,7 @@ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = $1::integer
 `
 
 // Whether a server process with this PID is still there (tests wait for a
-// terminated session to be gone).
+// terminated session to be gone; the chaos producer for a cut-off commit's).
 func (q *Queries) BackendExists(ctx context.Context, pid int32) (bool, error) {
 	row := q.db.QueryRow(ctx, backendExists, pid)
 	var present bool

@@ -55,5 +55,5 @@ SELECT current_setting('transaction_isolation')::text AS level;
 
 -- name: BackendExists :one
 -- Whether a server process with this PID is still there (tests wait for a
--- terminated session to be gone).
+-- terminated session to be gone; the chaos producer for a cut-off commit's).
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = @pid::integer) AS present;

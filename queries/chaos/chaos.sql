@@ -12,9 +12,6 @@ SELECT unnest(@job_ids::bigint[]), NULLIF(unnest(@group_keys::text[]), ''),
 -- Which of these ids were committed: answers a commit whose outcome is unknown.
 SELECT job_id FROM pgtask_chaos.enqueued WHERE job_id = ANY(@job_ids::bigint[]) ORDER BY job_id;
 
--- name: BackendAlive :one
-SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = @pid::integer) AS alive;
-
 -- name: RecordNotCommitted :exec
 INSERT INTO pgtask_chaos.not_committed (job_id, group_key, reason)
 SELECT unnest(@job_ids::bigint[]), NULLIF(unnest(@group_keys::text[]), ''), @reason::text

@@ -9,17 +9,6 @@ import (
 	"context"
 )
 
-const backendAlive = `-- name: BackendAlive :one
-SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = $1::integer) AS alive
-`
-
-func (q *Queries) BackendAlive(ctx context.Context, pid int32) (bool, error) {
-	row := q.db.QueryRow(ctx, backendAlive, pid)
-	var alive bool
-	err := row.Scan(&alive)
-	return alive, err
-}
-
 const busyWorkerBackends = `-- name: BusyWorkerBackends :many
 SELECT DISTINCT coalesce(a.pid, 0)::integer AS pid
   FROM pg_catalog.pg_stat_activity a
