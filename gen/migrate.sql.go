@@ -9,6 +9,36 @@ import (
 	"context"
 )
 
+const appliedFunctionFiles = `-- name: AppliedFunctionFiles :many
+SELECT name, revision FROM pgtask.function_files ORDER BY name
+`
+
+type AppliedFunctionFilesRow struct {
+	Name     string
+	Revision int32
+}
+
+// The revision of each function file the database runs (see schema/functions).
+func (q *Queries) AppliedFunctionFiles(ctx context.Context) ([]AppliedFunctionFilesRow, error) {
+	rows, err := q.db.Query(ctx, appliedFunctionFiles)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AppliedFunctionFilesRow{}
+	for rows.Next() {
+		var i AppliedFunctionFilesRow
+		if err := rows.Scan(&i.Name, &i.Revision); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const appliedMigrations = `-- name: AppliedMigrations :many
 SELECT version FROM pgtask.migrations ORDER BY version
 `
@@ -40,6 +70,23 @@ SELECT pg_advisory_xact_lock(hashtext('pgtask.migrate')::bigint)
 // Serialises concurrent migrators (several workers starting at once).
 func (q *Queries) LockMigrations(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, lockMigrations)
+	return err
+}
+
+const recordFunctionFile = `-- name: RecordFunctionFile :exec
+INSERT INTO pgtask.function_files (name, revision, sha256) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE
+   SET revision = excluded.revision, sha256 = excluded.sha256, applied_at = now()
+`
+
+type RecordFunctionFileParams struct {
+	Name     string
+	Revision int32
+	Sha256   string
+}
+
+func (q *Queries) RecordFunctionFile(ctx context.Context, arg RecordFunctionFileParams) error {
+	_, err := q.db.Exec(ctx, recordFunctionFile, arg.Name, arg.Revision, arg.Sha256)
 	return err
 }
 

@@ -83,6 +83,13 @@ func AllPgtaskJobStatusValues() []PgtaskJobStatus {
 	}
 }
 
+type PgtaskFunctionFile struct {
+	Name      string
+	Revision  int32
+	Sha256    string
+	AppliedAt time.Time
+}
+
 type PgtaskJob struct {
 	ID              int64
 	Queue           string

@@ -181,13 +181,12 @@ func (q *Queries) Listen(ctx context.Context) error {
 }
 
 const lockWorker = `-- name: LockWorker :exec
-SELECT pg_advisory_lock_shared(1885828193, $1::integer)
+SELECT pg_advisory_lock_shared(pgtask.worker_lock_class(), $1::integer)
 `
 
 // Taken, shared, by every session of a worker process when it connects, and
 // held while the session lives: it tells rescuers the process is alive even
-// when the session a job ran on is lost. (1885828193 is 'pgta', pgtask's
-// advisory lock class.)
+// when the session a job ran on is lost.
 func (q *Queries) LockWorker(ctx context.Context, workerID int32) error {
 	_, err := q.db.Exec(ctx, lockWorker, workerID)
 	return err

@@ -62,9 +62,8 @@ SELECT pgtask.advance_finished_groups(@max) AS moved;
 -- name: LockWorker :exec
 -- Taken, shared, by every session of a worker process when it connects, and
 -- held while the session lives: it tells rescuers the process is alive even
--- when the session a job ran on is lost. (1885828193 is 'pgta', pgtask's
--- advisory lock class.)
-SELECT pg_advisory_lock_shared(1885828193, @worker_id::integer);
+-- when the session a job ran on is lost.
+SELECT pg_advisory_lock_shared(pgtask.worker_lock_class(), @worker_id::integer);
 
 -- name: ReleaseSessionJobs :one
 SELECT pgtask.release_session_jobs(@owner_pid::integer, @worker_id::integer) AS released;

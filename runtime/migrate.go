@@ -32,12 +32,12 @@ func Migrations() ([]Migration, error) {
 	}
 	var out []Migration
 	for _, e := range entries {
+		if e.IsDir() {
+			continue // functions/: see schema.FunctionFiles
+		}
 		m := migrationName.FindStringSubmatch(e.Name())
 		if m == nil {
-			if e.Name() != "schema.go" {
-				return nil, fmt.Errorf("migration file %q is not named NNNN_name.sql", e.Name())
-			}
-			continue
+			return nil, fmt.Errorf("migration file %q is not named NNNN_name.sql", e.Name())
 		}
 		version, _ := strconv.Atoi(m[1])
 		body, err := fs.ReadFile(schema.FS, e.Name())
@@ -60,12 +60,40 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Migrate brings the pgtask schema up to date and returns the versions it
-// applied (none when it was current). It runs in one transaction under an
-// advisory lock, so concurrent callers (several workers starting at once) are
-// safe: the first applies, the others find nothing to do.
-func Migrate(ctx context.Context, db Beginner) ([]int, error) {
+// MigrateReport says what Migrate changed.
+type MigrateReport struct {
+	// Migrations are the versions of the migrations applied, in order.
+	Migrations []int
+	// Functions are the function files applied (see package schema): those
+	// new to the database or at a higher revision than the one it ran.
+	Functions []FunctionFileRevision
+}
+
+// FunctionFileRevision names one revision of a function file.
+type FunctionFileRevision struct {
+	Name     string
+	Revision int
+}
+
+// Changed reports whether Migrate changed anything.
+func (r *MigrateReport) Changed() bool {
+	return r != nil && (len(r.Migrations) > 0 || len(r.Functions) > 0)
+}
+
+// Migrate brings the pgtask schema up to date: it applies the migrations the
+// database has not run, then every function file whose revision is higher
+// than the one the database runs. A file at a lower revision than the
+// database's is left alone: a newer release applied it, and an older worker
+// starting during a rolling deploy must not put older bodies back. It runs
+// in one transaction under an advisory lock, so concurrent callers (several
+// workers starting at once) are safe: the first applies, the others find
+// nothing to do.
+func Migrate(ctx context.Context, db Beginner) (*MigrateReport, error) {
 	migrations, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	functions, err := schema.FunctionFiles()
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +108,7 @@ func Migrate(ctx context.Context, db Beginner) ([]int, error) {
 		return nil, fmt.Errorf("migrate: lock: %w", err)
 	}
 	done := map[int]bool{}
-	var applied []int
+	report := &MigrateReport{}
 	for _, m := range migrations {
 		if m.Version == 0 {
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
@@ -104,10 +132,43 @@ func Migrate(ctx context.Context, db Beginner) ([]int, error) {
 		if err := q.RecordMigration(ctx, gen.RecordMigrationParams{Version: int32(m.Version), Name: m.Name}); err != nil {
 			return nil, fmt.Errorf("migrate: record %04d_%s: %w", m.Version, m.Name, err)
 		}
-		applied = append(applied, m.Version)
+		report.Migrations = append(report.Migrations, m.Version)
+	}
+
+	report.Functions, err = applyFunctionFiles(ctx, tx, functions)
+	if err != nil {
+		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("migrate: commit: %w", err)
 	}
-	return applied, nil
+	return report, nil
+}
+
+// applyFunctionFiles applies, in tx, the files whose revision is higher than
+// the one the database runs, and returns them.
+func applyFunctionFiles(ctx context.Context, tx pgx.Tx, files []schema.FunctionFile) ([]FunctionFileRevision, error) {
+	q := gen.New(tx)
+	applied, err := q.AppliedFunctionFiles(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: read applied function files: %w", err)
+	}
+	running := map[string]int{}
+	for _, a := range applied {
+		running[a.Name] = int(a.Revision)
+	}
+	var out []FunctionFileRevision
+	for _, f := range files {
+		if rev, ok := running[f.Name]; ok && rev >= f.Revision {
+			continue
+		}
+		if _, err := tx.Exec(ctx, f.SQL); err != nil {
+			return nil, fmt.Errorf("migrate: apply functions/%s (revision %d): %w", f.Name, f.Revision, err)
+		}
+		if err := q.RecordFunctionFile(ctx, gen.RecordFunctionFileParams{Name: f.Name, Revision: int32(f.Revision), Sha256: f.SHA256}); err != nil {
+			return nil, fmt.Errorf("migrate: record functions/%s: %w", f.Name, err)
+		}
+		out = append(out, FunctionFileRevision{Name: f.Name, Revision: f.Revision})
+	}
+	return out, nil
 }

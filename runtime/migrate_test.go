@@ -5,11 +5,14 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/pgtasktest"
+	"github.com/pgtask/pgtask/schema"
 )
 
 func emptyPool(t *testing.T) *pgxpool.Pool {
@@ -31,12 +34,16 @@ func TestMigrateConcurrentlyAndAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	functions, err := schema.FunctionFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var want []int
 	for _, m := range migrations[1:] {
 		want = append(want, m.Version)
 	}
 
-	results := make([][]int, 4)
+	results := make([]*runtime.MigrateReport, 4)
 	errs := make([]error, 4)
 	var wg sync.WaitGroup
 	for i := range results {
@@ -48,10 +55,13 @@ func TestMigrateConcurrentlyAndAgain(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("migrator %d: %v", i, errs[i])
 		}
-		if len(results[i]) > 0 {
+		if results[i].Changed() {
 			appliedBy++
-			if !slices.Equal(results[i], want) {
-				t.Fatalf("applied %v, want %v", results[i], want)
+			if !slices.Equal(results[i].Migrations, want) {
+				t.Fatalf("applied migrations %v, want %v", results[i].Migrations, want)
+			}
+			if len(results[i].Functions) != len(functions) {
+				t.Fatalf("applied function files %v, want all %d", results[i].Functions, len(functions))
 			}
 		}
 	}
@@ -59,7 +69,112 @@ func TestMigrateConcurrentlyAndAgain(t *testing.T) {
 		t.Fatalf("%d migrators applied migrations, want exactly 1: %v", appliedBy, results)
 	}
 	again, err := runtime.Migrate(context.Background(), pool)
-	if err != nil || len(again) != 0 {
+	if err != nil || again.Changed() {
 		t.Fatalf("second migration applied %v, %v; want nothing", again, err)
+	}
+}
+
+// A function file is applied only when its revision is higher than the one
+// the database runs: an older worker starting during a rolling deploy leaves
+// the newer bodies in place.
+func TestFunctionFilesOnlyMoveForward(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	files, err := schema.FunctionFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := files[0]
+	newer.Revision++
+
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := runtime.ApplyFunctionFiles(ctx, tx, []schema.FunctionFile{newer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []runtime.FunctionFileRevision{{Name: newer.Name, Revision: newer.Revision}}; !slices.Equal(got, want) {
+		t.Fatalf("applied %v, want %v", got, want)
+	}
+
+	report, err := runtime.Migrate(ctx, b.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.Changed() {
+		t.Fatalf("migrating with the older files changed %+v, want nothing", report)
+	}
+	applied, err := b.q.AppliedFunctionFiles(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range applied {
+		if a.Name == newer.Name && int(a.Revision) != newer.Revision {
+			t.Fatalf("%s runs revision %d, want %d", a.Name, a.Revision, newer.Revision)
+		}
+	}
+}
+
+// A database of the first release, with jobs in it, is brought up to date:
+// the migrations after 0001 and every function file are applied, and its
+// jobs are worked by the current code.
+func TestMigrateFromFirstRelease(t *testing.T) {
+	t.Parallel()
+	pool := emptyPool(t)
+	ctx := context.Background()
+	migrations, err := runtime.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migrations[:2] { // the bootstrap and 0001
+		if _, err := pool.Exec(ctx, m.SQL); err != nil {
+			t.Fatalf("apply %04d: %v", m.Version, err)
+		}
+		if m.Version > 0 {
+			if err := gen.New(pool).RecordMigration(ctx, gen.RecordMigrationParams{Version: int32(m.Version), Name: m.Name}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	first := enqueue(t, pool, "work", map[string]int{"n": 1}, runtime.WithGroup("g"))
+	second := enqueue(t, pool, "work", map[string]int{"n": 2}, runtime.WithGroup("g"))
+
+	report, err := runtime.Migrate(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []int
+	for _, m := range migrations[2:] {
+		want = append(want, m.Version)
+	}
+	files, err := schema.FunctionFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(report.Migrations, want) || len(report.Functions) != len(files) {
+		t.Fatalf("migrated %+v, want migrations %v and all %d function files", report, want, len(files))
+	}
+
+	var ran []runtime.JobID
+	var mu sync.Mutex
+	url := pool.Config().ConnString()
+	startWorker(t, url, runtime.Config{}, runtime.Registration{Kind: "work", Handler: func(ctx context.Context, job *runtime.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ran = append(ran, job.ID)
+		return nil
+	}})
+	b := &bundle{url: url, pool: pool, q: gen.New(pool)}
+	b.waitStatus(t, second, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(ran, []runtime.JobID{first, second}) {
+		t.Fatalf("ran %v, want %v in order", ran, []runtime.JobID{first, second})
 	}
 }

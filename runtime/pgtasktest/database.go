@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/schema"
 )
 
 // templateLock serialises building the template database across test
@@ -46,16 +47,23 @@ func sharedServer(ctx context.Context) (*Server, string, error) {
 	return shared.server, shared.template, shared.err
 }
 
-// templateName is derived from the migrations, so a schema change gets a new
+// templateName is derived from the migrations and function files, so a schema change gets a new
 // template and an unchanged one is reused across runs.
 func templateName() (string, error) {
 	migrations, err := runtime.Migrations()
 	if err != nil {
 		return "", err
 	}
+	functions, err := schema.FunctionFiles()
+	if err != nil {
+		return "", err
+	}
 	h := sha256.New()
 	for _, m := range migrations {
 		fmt.Fprintf(h, "%d\x00%s\x00%s\x00", m.Version, m.Name, m.SQL)
+	}
+	for _, f := range functions {
+		fmt.Fprintf(h, "%s\x00%s\x00", f.Name, f.SHA256)
 	}
 	return "pgtask_template_" + hex.EncodeToString(h.Sum(nil))[:12], nil
 }

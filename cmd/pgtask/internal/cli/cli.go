@@ -134,16 +134,19 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	applied, err := runtime.Migrate(ctx, conn)
+	report, err := runtime.Migrate(ctx, conn)
 	if err != nil {
 		return err
 	}
-	if len(applied) == 0 {
+	if !report.Changed() {
 		fmt.Fprintln(stdout, "pgtask schema is up to date")
 		return nil
 	}
-	for _, v := range applied {
+	for _, v := range report.Migrations {
 		fmt.Fprintf(stdout, "applied migration %04d\n", v)
+	}
+	for _, f := range report.Functions {
+		fmt.Fprintf(stdout, "applied functions/%s (revision %d)\n", f.Name, f.Revision)
 	}
 	return nil
 }

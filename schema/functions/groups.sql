@@ -1,0 +1,153 @@
+-- revision: 1
+-- Groups: moving a group on to its next job once its head has finished.
+--
+-- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
+-- group's head (is_head) may be claimed. A head that finishes stays marked
+-- until its group is advanced: the next pending job becomes the head, or the
+-- group's row goes away. Group rows are locked like this:
+--   - enqueueing takes a shared lock (FOR KEY SHARE) on an existing group's
+--     row, or inserts the row, and keeps it until its transaction commits;
+--     enqueuers never wait for each other on an existing group;
+--   - advancing takes the row exclusively, but only with SKIP LOCKED: a group
+--     with an enqueue in flight is left for a moment later, since its new job
+--     is not visible yet. Advancing never waits for a lock held by someone who
+--     might wait for it, so enqueueing and working cannot deadlock.
+--
+-- Applied with CREATE OR REPLACE when this file's revision rises (see
+-- schema/functions.go): raise it with every change.
+
+-- Moves groups of a queue on where their head has finished: in each, the
+-- next pending job becomes the head, or the group's row goes away. A head
+-- that is pending, running or blocking (failed with fail_blocks_group)
+-- stays. A job that ran behind the head in the same run (see claim_jobs) and
+-- failed for good with fail_blocks_group becomes the head and blocks the
+-- group. Returns the keys it left alone because an enqueue into them was in
+-- flight (see the top of this file); the caller tries those again later.
+--
+-- Set-based, so a batch's groups cost a few statements together. The
+-- statements after the lock take new snapshots (the function is volatile),
+-- so they see every job committed before the locks were taken. Pending jobs
+-- are read without locking them: cancel_job and retry_job lock the group
+-- first, and nothing else changes a pending job of a group in a way that
+-- matters here.
+CREATE OR REPLACE FUNCTION pgtask.advance_group_set(p_queue text, p_group_keys text[]) RETURNS text[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    locked text[];
+    busy text[];
+    finished text[];
+    finished_ids bigint[];
+    old_heads bigint[];
+    runnable boolean;
+BEGIN
+    PERFORM pgtask.require_read_committed('advancing a group');
+    SELECT coalesce(array_agg(l.group_key ORDER BY l.group_key), '{}') INTO locked FROM (
+        SELECT group_key FROM pgtask.queue_groups
+         WHERE queue = p_queue AND group_key = ANY (p_group_keys)
+         ORDER BY group_key
+           FOR UPDATE SKIP LOCKED) l;
+    SELECT coalesce(array_agg(group_key), '{}') INTO busy FROM pgtask.queue_groups
+     WHERE queue = p_queue AND group_key = ANY (p_group_keys) AND NOT (group_key = ANY (locked));
+
+    SELECT coalesce(array_agg(g.group_key), '{}'), coalesce(array_agg(g.id), '{}'),
+           coalesce(array_agg(g.head_id), '{}')
+      INTO finished, finished_ids, old_heads
+      FROM pgtask.queue_groups g
+      LEFT JOIN pgtask.jobs j ON j.id = g.head_id
+     WHERE g.queue = p_queue AND g.group_key = ANY (locked)
+       AND NOT coalesce(j.is_head AND (pgtask.job_pending(j.status)
+                                       OR pgtask.job_blocks_group(j.status, j.fail_blocks_group)), false);
+    IF cardinality(finished) = 0 THEN
+        RETURN busy;
+    END IF;
+    UPDATE pgtask.jobs SET is_head = false WHERE id = ANY (old_heads) AND is_head;
+
+    -- The next unfinished job; a started one (left by a lost session, to be
+    -- requeued) takes its place at the head like any other.
+    WITH nxt AS (
+        SELECT f.k, f.head,
+               (SELECT id FROM pgtask.jobs
+                 WHERE group_id = f.gid AND pgtask.job_pending(status)
+                 ORDER BY id LIMIT 1) AS next_id
+          FROM unnest(finished, finished_ids, old_heads) AS f(k, gid, head)
+    ), chosen AS (
+        SELECT nxt.k,
+               coalesce((SELECT id FROM pgtask.jobs
+                          WHERE queue = p_queue AND group_key = nxt.k
+                            AND pgtask.job_blocks_group(status, fail_blocks_group)
+                            AND id > nxt.head AND (nxt.next_id IS NULL OR id < nxt.next_id)
+                          ORDER BY id LIMIT 1), nxt.next_id) AS id
+          FROM nxt
+    ), promoted AS (
+        UPDATE pgtask.jobs j SET is_head = true
+          FROM chosen c WHERE j.id = c.id
+        RETURNING j.status
+    ), moved AS (
+        UPDATE pgtask.queue_groups g SET head_id = c.id
+          FROM chosen c
+         WHERE g.queue = p_queue AND g.group_key = c.k AND c.id IS NOT NULL
+    ), emptied AS (
+        DELETE FROM pgtask.queue_groups g
+         USING chosen c
+         WHERE g.queue = p_queue AND g.group_key = c.k AND c.id IS NULL
+    )
+    SELECT coalesce(bool_or(status = 'queued'), false) INTO runnable FROM promoted;
+    IF runnable THEN
+        PERFORM pg_notify('pgtask', p_queue);
+    END IF;
+    RETURN busy;
+END;
+$$;
+
+-- advance_group_set for one group: false when an enqueue into it was in flight.
+CREATE OR REPLACE FUNCTION pgtask.advance_group(p_queue text, p_group_key text) RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT cardinality(pgtask.advance_group_set(p_queue, ARRAY[p_group_key])) = 0;
+$$;
+
+-- Advances groups of a queue and returns the keys it could not advance yet
+-- because an enqueue into them was in flight. With p_patience_ms above zero
+-- it retries those for up to that long, holding no group lock while it
+-- waits. A worker calls it without patience inside its job transaction,
+-- then with some patience after committing.
+CREATE OR REPLACE FUNCTION pgtask.advance_groups(p_queue text, p_group_keys text[], p_patience_ms integer)
+RETURNS text[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    busy text[];
+    deadline timestamptz := clock_timestamp() + p_patience_ms * interval '1 millisecond';
+BEGIN
+    SELECT coalesce(array_agg(DISTINCT g), '{}') INTO busy
+      FROM unnest(p_group_keys) g WHERE g IS NOT NULL;
+    LOOP
+        busy := pgtask.advance_group_set(p_queue, busy);
+        IF cardinality(busy) = 0 OR clock_timestamp() >= deadline THEN
+            RETURN busy;
+        END IF;
+        PERFORM pg_sleep(0.002);
+    END LOOP;
+END;
+$$;
+
+-- Advances groups whose head finished but that did not move on: their worker
+-- died before it could, or an enqueue was in flight every time it tried.
+-- Returns how many groups moved on.
+CREATE OR REPLACE FUNCTION pgtask.advance_finished_groups(p_limit integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    g record;
+    moved integer := 0;
+BEGIN
+    FOR g IN
+        SELECT DISTINCT queue, group_key FROM pgtask.jobs
+         WHERE is_head AND group_key IS NOT NULL
+           AND pgtask.job_releases_group(status, fail_blocks_group)
+         LIMIT p_limit
+    LOOP
+        IF pgtask.advance_group(g.queue, g.group_key) THEN
+            moved := moved + 1;
+        END IF;
+    END LOOP;
+    RETURN moved;
+END;
+$$;

@@ -1,0 +1,176 @@
+-- revision: 1
+-- Working jobs: claiming a batch, holding it in the job transaction, and
+-- recording each attempt's outcome.
+--
+-- A job's life: scheduled (waiting for run_after) -> queued (runnable) ->
+-- started (claimed; attempts already counted and committed) -> succeeded,
+-- or back to scheduled/queued for a retry, or failed; cancelled by an operator.
+--
+-- Applied with CREATE OR REPLACE when this file's revision rises (see
+-- schema/functions.go): raise it with every change.
+
+-- Claims up to p_max jobs of a queue: runnable heads, by priority then id,
+-- and, to fill the batch, the jobs that follow a grouped head in its group.
+-- A follower is taken only in an unbroken run right behind its head: the
+-- next unfinished jobs of the group in id order, each queued and not locked
+-- by anyone (a started one, left by a lost session, ends the run). The worker runs a group's run in order and stops it at the first
+-- job that does not let the group move on, handing the rest back; so a run
+-- keeps the group's order and one-at-a-time rule while one commit covers many
+-- of its jobs. Every claimed job gets its attempt counted and this session
+-- as owner, and p_worker as the process; the claim commits before any
+-- handler runs.
+CREATE OR REPLACE FUNCTION pgtask.claim_jobs(p_queue text, p_max integer, p_worker integer) RETURNS SETOF pgtask.jobs
+LANGUAGE plpgsql AS $$
+DECLARE
+    picked bigint[];
+    room integer;
+    h record;
+    expected bigint[];
+    got bigint[];
+    n integer;
+BEGIN
+    PERFORM pgtask.require_read_committed('claiming jobs');
+    SELECT array_agg(c.id ORDER BY c.priority, c.id) INTO picked FROM (
+        SELECT id, priority FROM pgtask.jobs
+         WHERE queue = p_queue AND status = 'queued' AND is_head
+         ORDER BY priority, id
+         LIMIT p_max
+           FOR UPDATE SKIP LOCKED) c;
+    IF picked IS NULL THEN
+        RETURN;
+    END IF;
+    room := p_max - cardinality(picked);
+    IF room > 0 THEN
+        FOR h IN
+            SELECT id, group_id FROM pgtask.jobs
+             WHERE id = ANY (picked) AND group_id IS NOT NULL
+             ORDER BY priority, id
+        LOOP
+            EXIT WHEN room <= 0;
+            SELECT array_agg(e.id ORDER BY e.id) INTO expected FROM (
+                SELECT id FROM pgtask.jobs
+                 WHERE group_id = h.group_id
+                   AND pgtask.job_pending(status) AND id <> h.id
+                 ORDER BY id
+                 LIMIT room) e;
+            CONTINUE WHEN expected IS NULL OR expected[1] < h.id;
+            SELECT array_agg(r.id ORDER BY r.id) INTO got FROM (
+                SELECT id FROM pgtask.jobs
+                 WHERE id = ANY (expected) AND status = 'queued'
+                 ORDER BY id
+                   FOR UPDATE SKIP LOCKED) r;
+            n := 0;
+            WHILE n < coalesce(cardinality(got), 0) AND got[n + 1] = expected[n + 1] LOOP
+                n := n + 1;
+            END LOOP;
+            IF n > 0 THEN
+                picked := picked || got[1:n];
+                room := room - n;
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN QUERY
+        WITH claimed AS (
+            UPDATE pgtask.jobs j
+               SET status = 'started', attempts = j.attempts + 1,
+                   started_at = clock_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker
+             WHERE j.id = ANY (picked)
+            RETURNING j.*
+        )
+        SELECT * FROM claimed ORDER BY id;
+END;
+$$;
+
+-- Locks a batch's claimed jobs for the job transaction (its first statement)
+-- and bounds how long that transaction may sit idle, so a worker that hangs
+-- rather than dies still releases its jobs. Returns the ids it locked: the
+-- jobs still started by this session.
+CREATE OR REPLACE FUNCTION pgtask.hold_jobs(p_ids bigint[], p_idle_timeout_ms bigint) RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('idle_in_transaction_session_timeout', p_idle_timeout_ms::text, true);
+    RETURN QUERY
+        SELECT id FROM pgtask.jobs
+         WHERE id = ANY (p_ids) AND status = 'started' AND owner_pid = pg_backend_pid()
+         ORDER BY id
+           FOR UPDATE;
+END;
+$$;
+
+-- Records the successful attempts of a batch in one statement: only jobs
+-- still in the started attempt the caller ran are changed (a job rescued or
+-- changed meanwhile is not). A grouped job stays its group's head until the
+-- group is advanced. Returns how many it recorded.
+CREATE OR REPLACE FUNCTION pgtask.complete_jobs(p_ids bigint[], p_attempts integer[], p_results jsonb[]) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    recorded integer;
+BEGIN
+    UPDATE pgtask.jobs j
+       SET status = 'succeeded', result = d.result, finished_at = clock_timestamp(),
+           is_head = (j.is_head AND j.group_key IS NOT NULL), owner_pid = NULL
+      FROM unnest(p_ids, p_attempts, p_results) AS d(id, attempt, result)
+     WHERE j.id = d.id AND j.status = 'started' AND j.attempts = d.attempt;
+    GET DIAGNOSTICS recorded = ROW_COUNT;
+    RETURN recorded;
+END;
+$$;
+
+-- Records a failed attempt. p_retry_in_us is the backoff before the next
+-- attempt in microseconds, or NULL for "do not retry". A job out of attempts
+-- fails for good; its group then moves on when advanced, or stays blocked, as
+-- the job says. A retry keeps its place at the head: the group waits.
+-- Returns the job's new status, or NULL when the job is not the started
+-- attempt the caller ran.
+CREATE OR REPLACE FUNCTION pgtask.fail_job(p_id bigint, p_attempt integer, p_error jsonb, p_retry_in_us bigint)
+RETURNS pgtask.job_status
+LANGUAGE plpgsql AS $$
+DECLARE
+    j pgtask.jobs;
+    next_status pgtask.job_status;
+    entry jsonb := jsonb_build_array(p_error || jsonb_build_object('at', clock_timestamp()));
+BEGIN
+    SELECT * INTO j FROM pgtask.jobs
+     WHERE id = p_id AND status = 'started' AND attempts = p_attempt
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+
+    IF p_retry_in_us IS NULL OR j.attempts >= j.max_attempts THEN
+        UPDATE pgtask.jobs
+           SET status = 'failed', finished_at = clock_timestamp(), owner_pid = NULL,
+               errors = errors || entry, is_head = (is_head AND group_key IS NOT NULL)
+         WHERE id = p_id;
+        RETURN 'failed';
+    END IF;
+
+    next_status := CASE WHEN p_retry_in_us > 0 THEN 'scheduled' ELSE 'queued' END;
+    UPDATE pgtask.jobs
+       SET status = next_status,
+           run_after = clock_timestamp() + p_retry_in_us * interval '1 microsecond',
+           owner_pid = NULL,
+           errors = errors || entry
+     WHERE id = p_id;
+    IF next_status = 'queued' AND j.is_head THEN
+        PERFORM pg_notify('pgtask', j.queue);
+    END IF;
+    RETURN next_status;
+END;
+$$;
+
+-- After a worker lost the session its jobs ran on: hands back, attempts
+-- returned, the jobs that session claimed whose handlers never ran (the
+-- worker has already recorded the ones that did). Returns how many.
+CREATE OR REPLACE FUNCTION pgtask.release_session_jobs(p_owner_pid integer, p_worker integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    released integer;
+BEGIN
+    UPDATE pgtask.jobs
+       SET status = 'queued', attempts = attempts - 1, owner_pid = NULL
+     WHERE status = 'started' AND owner_pid = p_owner_pid AND worker_id = p_worker;
+    GET DIAGNOSTICS released = ROW_COUNT;
+    RETURN released;
+END;
+$$;
