@@ -1,0 +1,73 @@
+// Command hello declares a task, enqueues a job of it and works the job:
+// the complete program the README shows. DATABASE_URL names the database.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/examples/hello/tasks"
+	"github.com/pgtask/pgtask/runtime"
+)
+
+func main() {
+	if err := run(context.Background(), os.Getenv("DATABASE_URL")); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, databaseURL string) error {
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := runtime.Migrate(ctx, pool); err != nil {
+		return err
+	}
+
+	// A worker with its own pool, serving the default queue.
+	poolConfig, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return err
+	}
+	worker, err := runtime.NewWorker(ctx, poolConfig, runtime.Config{})
+	if err != nil {
+		return err
+	}
+	defer worker.Close()
+	err = tasks.HandleGreet(worker, func(ctx context.Context, job *runtime.Job, g tasks.Greet) (tasks.Greeting, error) {
+		return tasks.Greeting{Text: "Hello, " + g.Name + "!"}, nil
+	})
+	if err != nil {
+		return err
+	}
+	workCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- worker.Run(workCtx) }()
+	defer func() { stop(); <-stopped }()
+
+	// Enqueue a job (pass a pgx.Tx instead of the pool to enqueue in your
+	// own transaction), then wait for its typed result.
+	id, err := tasks.EnqueueGreet(ctx, pool, tasks.Greet{Name: "world"})
+	if err != nil {
+		return err
+	}
+	for {
+		greeting, status, err := tasks.GetGreetResult(ctx, pool, id)
+		switch {
+		case err == nil:
+			fmt.Println(greeting.Text)
+			return nil
+		case !errors.Is(err, runtime.ErrNoResult) || status.Finished():
+			return fmt.Errorf("job %d: %w", id, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
