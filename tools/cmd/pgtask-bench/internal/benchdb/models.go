@@ -3,8 +3,3 @@
 //   sqlc v1.31.1
 
 package benchdb
-
-type PgtaskBenchCounter struct {
-	ID int32
-	N  int64
-}

@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/pgtask/pgtask/cmd/pgtask-chaos/internal/chaosdb"
+	"github.com/pgtask/pgtask/tools/cmd/pgtask-chaos/internal/chaosdb"
 )
 
 // Names of the faults in Result.Faults.

@@ -9,7 +9,7 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/pgtask/pgtask/cmd/pgtask-bench/internal/bench"
+	"github.com/pgtask/pgtask/tools/cmd/pgtask-bench/internal/bench"
 )
 
 func main() {

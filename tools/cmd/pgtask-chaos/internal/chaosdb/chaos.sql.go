@@ -715,8 +715,8 @@ type RecordEnqueuedParams struct {
 	How       string
 }
 
-// Queries of pgtask-chaos (cmd/pgtask-chaos): recording a run in
-// pgtask_chaos (schema/chaos) and checking pgtask's guarantees against it.
+// Queries of pgtask-chaos (tools/cmd/pgtask-chaos): recording a run in
+// pgtask_chaos (../schema) and checking pgtask's guarantees against it.
 // Records committed jobs; runs in the transaction that enqueues them. An
 // empty group key means an ungrouped job.
 func (q *Queries) RecordEnqueued(ctx context.Context, arg RecordEnqueuedParams) error {

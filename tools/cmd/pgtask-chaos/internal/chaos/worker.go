@@ -19,8 +19,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgtask/pgtask/cmd/pgtask-chaos/internal/chaosdb"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/tools/cmd/pgtask-chaos/internal/chaosdb"
 )
 
 // Timeouts of the kinds: chaos.slow's is short, so that its jobs time out.

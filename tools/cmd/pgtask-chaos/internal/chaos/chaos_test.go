@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgtask/pgtask/cmd/pgtask-chaos/internal/chaos"
+	"github.com/pgtask/pgtask/tools/cmd/pgtask-chaos/internal/chaos"
 )
 
 // roleEnv makes the test binary a chaos worker process: the run below

@@ -10,7 +10,7 @@ package main
 import (
 	"os"
 
-	"github.com/pgtask/pgtask/cmd/pgtask-chaos/internal/chaos"
+	"github.com/pgtask/pgtask/tools/cmd/pgtask-chaos/internal/chaos"
 )
 
 func main() {

@@ -19,12 +19,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgtask/pgtask/cmd/pgtask-bench/internal/benchdb"
-	"github.com/pgtask/pgtask/cmd/pgtask-bench/internal/benchtasks"
 	"github.com/pgtask/pgtask/gen"
 	pgtask "github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/pgtasktest"
-	benchschema "github.com/pgtask/pgtask/schema/bench"
+	"github.com/pgtask/pgtask/tools/cmd/pgtask-bench/internal/benchdb"
+	"github.com/pgtask/pgtask/tools/cmd/pgtask-bench/internal/benchtasks"
+	benchschema "github.com/pgtask/pgtask/tools/sql/bench/schema"
 )
 
 // Options sizes the run.

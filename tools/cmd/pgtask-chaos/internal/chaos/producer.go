@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgtask/pgtask/cmd/pgtask-chaos/internal/chaosdb"
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/tools/cmd/pgtask-chaos/internal/chaosdb"
 )
 
 // producerCount is how many goroutines enqueue; each owns a share of the

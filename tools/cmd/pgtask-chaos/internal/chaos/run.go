@@ -13,10 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgtask/pgtask/cmd/pgtask-chaos/internal/chaosdb"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/pgtasktest"
-	chaosschema "github.com/pgtask/pgtask/schema/chaos"
+	"github.com/pgtask/pgtask/tools/cmd/pgtask-chaos/internal/chaosdb"
+	chaosschema "github.com/pgtask/pgtask/tools/sql/chaos/schema"
 )
 
 // Restart and crash happen once this share of the jobs has finished.

@@ -1,5 +1,5 @@
--- Queries of pgtask-chaos (cmd/pgtask-chaos): recording a run in
--- pgtask_chaos (schema/chaos) and checking pgtask's guarantees against it.
+-- Queries of pgtask-chaos (tools/cmd/pgtask-chaos): recording a run in
+-- pgtask_chaos (../schema) and checking pgtask's guarantees against it.
 
 -- name: RecordEnqueued :exec
 -- Records committed jobs; runs in the transaction that enqueues them. An
