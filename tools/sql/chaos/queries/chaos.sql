@@ -17,6 +17,11 @@ INSERT INTO pgtask_chaos.not_committed (job_id, group_key, reason)
 SELECT unnest(@job_ids::bigint[]), NULLIF(unnest(@group_keys::text[]), ''), @reason::text
     ON CONFLICT (job_id) DO NOTHING;
 
+-- name: BackendExists :one
+-- Whether a server process with this PID is still there: a cut-off commit's
+-- outcome is settled once its session is gone.
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = @pid::integer) AS present;
+
 -- name: StartAttempt :exec
 -- Written by a handler as it begins, outside the job's transaction. Writing
 -- the same id again (the reply to the first write was lost) changes nothing.

@@ -274,7 +274,7 @@ func enqueueNoops(ctx context.Context, pool *pgxpool.Pool, queue string, n, grou
 			return err
 		}
 	}
-	return gen.New(pool).AnalyzeJobs(ctx)
+	return benchdb.New(pool).AnalyzeJobs(ctx)
 }
 
 // drain works n queued jobs of queue with a worker and returns how long it
@@ -342,13 +342,13 @@ func (b *bench) drain(ctx context.Context, pool *pgxpool.Pool, url, queue string
 }
 
 func unfinishedJobs(ctx context.Context, pool *pgxpool.Pool, queue string) (int64, error) {
-	counts, err := gen.New(pool).CountJobs(ctx)
+	counts, err := benchdb.New(pool).JobsByStatus(ctx, queue)
 	if err != nil {
 		return 0, err
 	}
 	var n int64
 	for _, c := range counts {
-		if c.Queue == queue && !pgtask.Status(c.Status).Finished() {
+		if !pgtask.Status(c.Status).Finished() {
 			n += c.Jobs
 		}
 	}
@@ -554,7 +554,7 @@ func (b *bench) measureClaim(ctx context.Context) error {
 			loaded += n
 			b.say("claim cost: loading backlog %d/%d", loaded, backlog)
 		}
-		if err := gen.New(pool).AnalyzeJobs(ctx); err != nil {
+		if err := benchdb.New(pool).AnalyzeJobs(ctx); err != nil {
 			return err
 		}
 		per, err := claimCost(ctx, pool, iterations)

@@ -20,6 +20,17 @@ func (q *Queries) AddCounters(ctx context.Context, clients int32) error {
 	return err
 }
 
+const analyzeJobs = `-- name: AnalyzeJobs :exec
+ANALYZE pgtask.jobs
+`
+
+// Refreshes the planner's statistics after a backlog is loaded, so that the
+// measures after it see plans a long-running server would have.
+func (q *Queries) AnalyzeJobs(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, analyzeJobs)
+	return err
+}
+
 const bumpCounter = `-- name: BumpCounter :exec
 UPDATE pgtask_bench.counters SET n = n + 1 WHERE id = $1
 `
@@ -28,4 +39,38 @@ UPDATE pgtask_bench.counters SET n = n + 1 WHERE id = $1
 func (q *Queries) BumpCounter(ctx context.Context, id int32) error {
 	_, err := q.db.Exec(ctx, bumpCounter, id)
 	return err
+}
+
+const jobsByStatus = `-- name: JobsByStatus :many
+SELECT status::text AS status, count(*)::bigint AS jobs
+  FROM pgtask.jobs
+ WHERE queue = $1
+ GROUP BY status
+ ORDER BY status
+`
+
+type JobsByStatusRow struct {
+	Status string
+	Jobs   int64
+}
+
+// A queue's jobs per status, to tell when a drain is done.
+func (q *Queries) JobsByStatus(ctx context.Context, queue string) ([]JobsByStatusRow, error) {
+	rows, err := q.db.Query(ctx, jobsByStatus, queue)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []JobsByStatusRow{}
+	for rows.Next() {
+		var i JobsByStatusRow
+		if err := rows.Scan(&i.Status, &i.Jobs); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/tools/cmd/pgtask-chaos/internal/chaosdb"
 )
@@ -261,13 +260,13 @@ func (p *producer) tryCommit(ctx context.Context, items []item, how string, ghos
 // settle finds out whether a transaction whose COMMIT failed committed:
 // once its session is gone, its jobs' records exist if and only if it did.
 func (p *producer) settle(ctx context.Context, ids []int64, pid uint32) (bool, error) {
-	q, pq := chaosdb.New(p.pool), gen.New(p.pool)
+	q := chaosdb.New(p.pool)
 	since := time.Now()
 	for {
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
-		alive, err := pq.BackendExists(ctx, int32(pid))
+		alive, err := q.BackendExists(ctx, int32(pid))
 		// A live pid after a while belongs to another session by now.
 		if err == nil && (!alive || time.Since(since) > 10*time.Second) {
 			got, err := q.CommittedAmong(ctx, ids)

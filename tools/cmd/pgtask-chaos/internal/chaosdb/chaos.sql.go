@@ -9,6 +9,19 @@ import (
 	"context"
 )
 
+const backendExists = `-- name: BackendExists :one
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = $1::integer) AS present
+`
+
+// Whether a server process with this PID is still there: a cut-off commit's
+// outcome is settled once its session is gone.
+func (q *Queries) BackendExists(ctx context.Context, pid int32) (bool, error) {
+	row := q.db.QueryRow(ctx, backendExists, pid)
+	var present bool
+	err := row.Scan(&present)
+	return present, err
+}
+
 const busyWorkerBackends = `-- name: BusyWorkerBackends :many
 SELECT DISTINCT coalesce(a.pid, 0)::integer AS pid
   FROM pg_catalog.pg_stat_activity a
