@@ -24,6 +24,7 @@ import (
 	"github.com/pgtask/pgtask/runtime/pgtasktest"
 	"github.com/pgtask/pgtask/tools/cmd/pgtask-bench/internal/benchdb"
 	"github.com/pgtask/pgtask/tools/cmd/pgtask-bench/internal/benchtasks"
+	"github.com/pgtask/pgtask/tools/internal/container"
 	benchschema "github.com/pgtask/pgtask/tools/sql/bench/schema"
 )
 
@@ -117,8 +118,9 @@ type bench struct {
 
 func run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	server, err := pgtasktest.Discover(ctx, pgtasktest.DiscoverOptions{
-		EnvVars: []string{"DATABASE_URL"},
-		Logf:    func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) },
+		EnvVars:  []string{"DATABASE_URL"},
+		Starters: []pgtasktest.Starter{container.Starter()},
+		Logf:     func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) },
 	})
 	if err != nil {
 		return err
