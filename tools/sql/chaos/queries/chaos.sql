@@ -90,10 +90,12 @@ SELECT coalesce(outcome, 'none')::text AS outcome, count(*)::bigint AS attempts
  ORDER BY 1;
 
 -- name: CountStartsNotRecorded :one
--- Attempts whose handler ran but could not record its start.
+-- Attempts whose handler ran but could not record its start. The runtime
+-- may have wrapped that error ("timed out after 300ms: chaos: start not
+-- recorded: ..." when the attempt's timeout cut the recording short).
 SELECT count(*)::bigint AS attempts
   FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
- WHERE x->>'error' LIKE 'chaos: start not recorded%';
+ WHERE x->>'error' LIKE '%chaos: start not recorded%';
 
 -- name: DeathTotals :many
 SELECT kind, count(*)::bigint AS deaths FROM pgtask_chaos.deaths GROUP BY kind ORDER BY kind;
@@ -285,7 +287,7 @@ SELECT j.id AS job_id, 'not started'::text AS kind,
  WHERE NOT EXISTS (SELECT 1 FROM starts s WHERE s.job_id = j.id AND s.attempt = g.n)
    AND NOT EXISTS (SELECT 1 FROM errs e
                     WHERE e.job_id = j.id AND e.attempt = g.n
-                      AND (e.error LIKE 'worker lost%' OR e.error LIKE 'chaos: start not recorded%'))
+                      AND (e.error LIKE 'worker lost%' OR e.error LIKE '%chaos: start not recorded%'))
 UNION ALL
 SELECT s.job_id, 'not counted',
        format('job %s: a handler started attempt %s, but the job counts %s attempts', s.job_id, s.attempt, j.attempts)
