@@ -15,11 +15,12 @@ import (
 // Source says how a server was found.
 type Source string
 
+// A Starter (see DiscoverOptions.Starters) names the Source of the servers
+// it starts.
 const (
-	SourceEnv       Source = "env"       // a URL from an environment variable
-	SourceLocal     Source = "localhost" // the server on 127.0.0.1:5432
-	SourceContainer Source = "container" // a throwaway testcontainers-go container
-	SourceCluster   Source = "cluster"   // a throwaway cluster from local initdb/postgres binaries
+	SourceEnv     Source = "env"       // a URL from an environment variable
+	SourceLocal   Source = "localhost" // the server on 127.0.0.1:5432
+	SourceCluster Source = "cluster"   // a throwaway cluster from local initdb/postgres binaries
 )
 
 // localURL is the server Discover tries when no environment variable is set:
@@ -41,9 +42,17 @@ type Server struct {
 	close  func() error
 }
 
-// Close stops a container or cluster that Discover started. It does nothing
-// for servers Discover only found (SourceEnv, SourceLocal), because those are
-// shared. Close is safe to call more than once.
+// NewServer describes a server that a Starter started: url as Server.URL
+// says, source for Server.Source, and close, which Server.Close calls once,
+// to stop the server and remove what it left.
+func NewServer(url string, source Source, close func() error) *Server {
+	return &Server{URL: url, Source: source, close: close}
+}
+
+// Close stops a server that Discover started (a cluster, or what a Starter
+// started). It does nothing for servers Discover only found (SourceEnv,
+// SourceLocal), because those are shared. Close is safe to call more than
+// once.
 func (s *Server) Close() error {
 	if s == nil || s.close == nil {
 		return nil
@@ -64,9 +73,29 @@ type DiscoverOptions struct {
 	// touch the shared server.
 	SkipLocal bool
 
+	// Starters are more ways to start a throwaway server, tried in order
+	// after the server on 127.0.0.1:5432 and before a cluster from local
+	// server binaries. The library brings none, so that its module does not
+	// depend on a container runtime's client; the developer tools add one
+	// that runs a Docker container (tools/internal/container).
+	Starters []Starter
+
 	// Logf, if set, receives progress output such as which server was chosen
 	// and where a temporary cluster lives.
 	Logf func(format string, args ...any)
+}
+
+// Starter is a way for Discover to start a throwaway server.
+type Starter struct {
+	// Name says what it starts, in Discover's logs and errors ("Docker").
+	Name string
+
+	// Start starts a server whose URL names a database as a role that may
+	// CREATE DATABASE, and returns it made by NewServer with a close that
+	// stops it. An error, including that this way is not available here
+	// (no daemon answers), makes Discover note it and try the next way.
+	// logf is DiscoverOptions.Logf, never nil.
+	Start func(ctx context.Context, logf func(format string, args ...any)) (*Server, error)
 }
 
 // Timeouts for probing servers. The local probe is short because a missing
@@ -81,8 +110,8 @@ const (
 //
 //  1. the first of opts.EnvVars that is set;
 //  2. postgres://postgres@127.0.0.1:5432/postgres, unless opts.SkipLocal;
-//  3. a throwaway testcontainers-go container if a Docker daemon answers,
-//     otherwise a throwaway cluster from local initdb/postgres binaries.
+//  3. each of opts.Starters, until one starts a server;
+//  4. a throwaway cluster from local initdb/postgres binaries.
 //
 // A URL that is set but does not work is an error rather than a reason to
 // fall back: whoever set it expects it to be used. ctx bounds the search
@@ -126,19 +155,16 @@ func Discover(ctx context.Context, opts DiscoverOptions) (*Server, error) {
 		return &Server{URL: localURL, Source: SourceLocal}, nil
 	}
 
-	if err := dockerAvailable(ctx); err != nil {
-		logf("pgtasktest: Docker not available: %v", err)
-		tried = append(tried, fmt.Sprintf("Docker: %v", err))
-	} else {
-		logf("pgtasktest: starting a PostgreSQL container")
-		s, err := startContainer(ctx)
+	for _, st := range opts.Starters {
+		s, err := st.Start(ctx, logf)
 		if err == nil {
+			logf("pgtasktest: using %s from %s", redact(s.URL), st.Name)
 			return s, nil
 		}
-		// Docker answered but the container did not start (no network to
-		// pull the image, say); a local cluster may still work.
-		logf("pgtasktest: %v", err)
-		tried = append(tried, fmt.Sprintf("Docker: %v", err))
+		// Not available here, or it did not work (no network to pull an
+		// image, say); the next way may still work.
+		logf("pgtasktest: %s: %v", st.Name, err)
+		tried = append(tried, fmt.Sprintf("%s: %v", st.Name, err))
 	}
 
 	c, err := StartCluster(ctx, ClusterOptions{Logf: logf})
@@ -163,7 +189,8 @@ func noServerError(tried []string) error {
 		"  - set PGTASK_TEST_DATABASE_URL (or DATABASE_URL) to a postgres:// URL of a role that may CREATE DATABASE\n" +
 		"  - start a server on 127.0.0.1:5432 that lets user postgres in without a password\n" +
 		"  - install the PostgreSQL server binaries (initdb, postgres), e.g. apt-get install postgresql\n" +
-		"  - start Docker, so a postgres container can be run")
+		"  - where Docker runs, start a server there on that port:\n" +
+		"      docker run -d --rm -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:15-alpine")
 	return errors.New(b.String())
 }
 

@@ -1,6 +1,9 @@
 package pgtasktest
 
 import (
+	"context"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,10 +83,7 @@ func TestDiscoverFallback(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	want := SourceCluster
-	if dockerAvailable(ctx) == nil {
-		want = SourceContainer
-	}
-	if _, err := findBinDir(); err != nil && want == SourceCluster {
+	if _, err := findBinDir(); err != nil {
 		t.Skip(err)
 	}
 
@@ -116,6 +116,57 @@ func TestDiscoverFallback(t *testing.T) {
 	}
 }
 
+// Starters come after the server on localhost and before a local cluster;
+// one that fails is passed over, and a server one started is what Close stops.
+func TestDiscoverStarters(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := startTestCluster(t) // stands for what a starter would start
+	var closed int
+	var order []string
+	failing := Starter{Name: "nothing here", Start: func(context.Context, func(string, ...any)) (*Server, error) {
+		order = append(order, "nothing here")
+		return nil, errors.New("no daemon answers")
+	}}
+	working := Starter{Name: "test starter", Start: func(_ context.Context, logf func(string, ...any)) (*Server, error) {
+		order = append(order, "test starter")
+		logf("starting")
+		return NewServer(c.URL("postgres"), "test", func() error { closed++; return nil }), nil
+	}}
+	unused := Starter{Name: "unused", Start: func(context.Context, func(string, ...any)) (*Server, error) {
+		t.Error("a starter after the one that worked was tried")
+		return nil, errors.New("unused")
+	}}
+
+	s, err := Discover(ctx, DiscoverOptions{EnvVars: []string{}, SkipLocal: true, Logf: t.Logf,
+		Starters: []Starter{failing, working, unused}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Source != "test" || s.URL != c.URL("postgres") {
+		t.Fatalf("Discover = %s %s, want test %s", s.Source, s.URL, c.URL("postgres"))
+	}
+	if want := []string{"nothing here", "test starter"}; !slices.Equal(order, want) {
+		t.Fatalf("starters tried: %q, want %q", order, want)
+	}
+	s.Close()
+	s.Close()
+	if closed != 1 {
+		t.Fatalf("the starter's close ran %d times, want 1", closed)
+	}
+
+	// A server on localhost comes first.
+	if probe(ctx, localURL, localProbeTimeout) == nil {
+		s, err := Discover(ctx, DiscoverOptions{EnvVars: []string{}, Logf: t.Logf, Starters: []Starter{unused}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Source != SourceLocal {
+			t.Fatalf("Source = %s, want %s", s.Source, SourceLocal)
+		}
+	}
+}
+
 func TestDiscoverLocal(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -140,7 +191,7 @@ func TestDiscoverLocal(t *testing.T) {
 func TestNoServerError(t *testing.T) {
 	t.Parallel()
 	err := noServerError([]string{"PGTASK_TEST_DATABASE_URL, DATABASE_URL: not set", "localhost: skipped"})
-	for _, want := range []string{"PGTASK_TEST_DATABASE_URL", "DATABASE_URL", "127.0.0.1:5432", "initdb", "Docker", "localhost: skipped"} {
+	for _, want := range []string{"PGTASK_TEST_DATABASE_URL", "DATABASE_URL", "127.0.0.1:5432", "initdb", "apt-get install postgresql", "docker run", "localhost: skipped"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}

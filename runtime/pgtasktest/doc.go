@@ -3,9 +3,10 @@
 //
 // The server is found in one order everywhere: an explicit URL from the
 // environment (PGTASK_TEST_DATABASE_URL, then DATABASE_URL), a server on
-// localhost:5432, a throwaway container where Docker runs, a throwaway
-// cluster from local PostgreSQL server binaries; else an error says how to
-// get one.
+// localhost:5432, a throwaway server from the caller's Starters (the
+// developer tools in tools/ add a Docker container; the library brings none,
+// so its module needs no container client), a throwaway cluster from local
+// PostgreSQL server binaries; else an error says how to get one.
 //
 //	func TestSomething(t *testing.T) {
 //		t.Parallel()

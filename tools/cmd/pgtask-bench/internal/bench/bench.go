@@ -1,0 +1,716 @@
+// Package bench implements pgtask-bench.
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/gen"
+	pgtask "github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/pgtasktest"
+	"github.com/pgtask/pgtask/tools/cmd/pgtask-bench/internal/benchdb"
+	"github.com/pgtask/pgtask/tools/cmd/pgtask-bench/internal/benchtasks"
+	"github.com/pgtask/pgtask/tools/internal/container"
+	benchschema "github.com/pgtask/pgtask/tools/sql/bench/schema"
+)
+
+// Options sizes the run.
+type Options struct {
+	Only          string // comma-separated subset of: enqueue,drain,wakeup,claim,memory,floor
+	Conns         int    // connections (runners, producers, floor clients)
+	Batch         int    // jobs per claim in drains
+	EnqueueSingle int
+	EnqueueMany   int
+	ManyBatch     int
+	Ungrouped     int
+	Grouped       int
+	Groups        int
+	Hot           int
+	WakeSamples   int
+	ClaimBacklogs []int
+	MemoryJobs    int
+	FloorDuration time.Duration
+	KeepDatabases bool
+}
+
+func defaults() Options {
+	return Options{
+		Conns: 4, Batch: 250,
+		EnqueueSingle: 20_000, EnqueueMany: 500_000, ManyBatch: 1_000,
+		Ungrouped: 200_000, Grouped: 200_000, Groups: 1_000, Hot: 10_000,
+		WakeSamples: 300, ClaimBacklogs: []int{1_000, 100_000, 1_000_000},
+		MemoryJobs: 1_000_000, FloorDuration: 5 * time.Second,
+	}
+}
+
+// Main parses args, runs the benchmarks and prints the table. It returns the
+// process exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o := defaults()
+	fs := flag.NewFlagSet("pgtask-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: enqueue,drain,wakeup,claim,memory,floor")
+	fs.IntVar(&o.Conns, "conns", o.Conns, "connections: worker runners, producers and floor clients")
+	fs.IntVar(&o.Batch, "batch", o.Batch, "jobs per claim in the drains")
+	fs.IntVar(&o.EnqueueSingle, "enqueue-single", o.EnqueueSingle, "jobs enqueued one per call")
+	fs.IntVar(&o.EnqueueMany, "enqueue-many", o.EnqueueMany, "jobs enqueued with EnqueueMany")
+	fs.IntVar(&o.ManyBatch, "many-batch", o.ManyBatch, "jobs per EnqueueMany call")
+	fs.IntVar(&o.Ungrouped, "ungrouped", o.Ungrouped, "jobs in the ungrouped drain")
+	fs.IntVar(&o.Grouped, "grouped", o.Grouped, "jobs in the grouped drain")
+	fs.IntVar(&o.Groups, "groups", o.Groups, "groups in the grouped drain")
+	fs.IntVar(&o.Hot, "hot", o.Hot, "jobs in the single-group drain")
+	fs.IntVar(&o.WakeSamples, "wake-samples", o.WakeSamples, "enqueues timed for the wake-up latency")
+	backlogs := fs.String("claim-backlogs", "1000,100000,1000000", "backlog sizes for the claim cost")
+	fs.IntVar(&o.MemoryJobs, "memory-jobs", o.MemoryJobs, "jobs drained while watching the worker's memory")
+	fs.DurationVar(&o.FloorDuration, "floor-duration", o.FloorDuration, "how long to measure the UPDATE floor")
+	fs.BoolVar(&o.KeepDatabases, "keep", false, "keep the benchmark databases")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	o.ClaimBacklogs = nil
+	for _, s := range strings.Split(*backlogs, ",") {
+		var n int
+		if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err != nil || n < 10 {
+			fmt.Fprintf(stderr, "pgtask-bench: -claim-backlogs: %q is not a number of at least 10\n", s)
+			return 2
+		}
+		o.ClaimBacklogs = append(o.ClaimBacklogs, n)
+	}
+	if err := run(ctx, o, stdout, stderr); err != nil {
+		fmt.Fprintln(stderr, "pgtask-bench:", err)
+		return 1
+	}
+	return 0
+}
+
+type row struct {
+	name, size, value, ratio, target, verdict string
+}
+
+type bench struct {
+	o        Options
+	server   *pgtasktest.Server
+	progress io.Writer
+	rows     []row
+	floor    float64 // single-row UPDATE transactions per second
+	quiet    *slog.Logger
+	tty      bool
+	lastSaid time.Time
+	pending  string
+}
+
+func run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
+	server, err := pgtasktest.Discover(ctx, pgtasktest.DiscoverOptions{
+		EnvVars:  []string{"DATABASE_URL"},
+		Starters: []pgtasktest.Starter{container.Starter()},
+		Logf:     func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) },
+	})
+	if err != nil {
+		return err
+	}
+	defer server.Close()
+	b := &bench{o: o, server: server, progress: stderr, tty: isTerminal(stderr),
+		quiet: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
+	want := func(name string) bool {
+		return o.Only == "" || slices.Contains(strings.Split(o.Only, ","), name)
+	}
+	fmt.Fprintf(stderr, "pgtask-bench on %s: %d connections, batches of %d, GOMAXPROCS %d\n",
+		redact(server.URL), o.Conns, o.Batch, runtime.GOMAXPROCS(0))
+	steps := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"floor", b.measureFloor},
+		{"enqueue", b.measureEnqueue},
+		{"drain", b.measureDrains},
+		{"wakeup", b.measureWakeup},
+		{"claim", b.measureClaim},
+		{"memory", b.measureMemory},
+	}
+	for _, s := range steps {
+		if !want(s.name) {
+			continue
+		}
+		if err := s.fn(ctx); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	fmt.Fprintln(stderr)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "measure\tsize\tresult\tvs floor\ttarget\t")
+	for _, r := range b.rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s %s\t\n", r.name, r.size, r.value, r.ratio, r.target, r.verdict)
+	}
+	return tw.Flush()
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func redact(url string) string {
+	if i := strings.Index(url, "@"); i > 0 {
+		if j := strings.Index(url, "://"); j > 0 && j < i {
+			if k := strings.Index(url[j+3:i], ":"); k >= 0 {
+				return url[:j+3+k] + ":***" + url[i:]
+			}
+		}
+	}
+	return url
+}
+
+// say shows progress: one line rewritten in place on a terminal, a line
+// every few seconds otherwise.
+func (b *bench) say(format string, args ...any) {
+	if b.tty {
+		fmt.Fprintf(b.progress, "\r\033[K"+format, args...)
+		return
+	}
+	b.pending = fmt.Sprintf(format, args...)
+	if time.Since(b.lastSaid) >= 3*time.Second {
+		fmt.Fprintln(b.progress, b.pending)
+		b.lastSaid, b.pending = time.Now(), ""
+	}
+}
+
+// done ends a measurement's progress with its last line.
+func (b *bench) done() {
+	switch {
+	case b.tty:
+		fmt.Fprintln(b.progress)
+	case b.pending != "":
+		fmt.Fprintln(b.progress, b.pending)
+		b.pending = ""
+	}
+	b.lastSaid = time.Time{}
+}
+
+func (b *bench) add(name, size, value string, perSec float64, target string, met *bool) {
+	r := row{name: name, size: size, value: value, target: target}
+	if perSec > 0 && b.floor > 0 {
+		r.ratio = fmt.Sprintf("%.2fx", perSec/b.floor)
+	}
+	if met != nil {
+		r.verdict = map[bool]string{true: "met", false: "MISSED"}[*met]
+	}
+	b.rows = append(b.rows, r)
+}
+
+// database creates a fresh migrated database and returns a pool on it and a
+// cleanup.
+func (b *bench) database(ctx context.Context, conns int) (*pgxpool.Pool, string, func(), error) {
+	url, err := pgtasktest.CreateDatabase(ctx, b.server.URL, "")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	cfg.MaxConns = int32(max(conns, 4))
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if _, err := pgtask.Migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, "", nil, err
+	}
+	cleanup := func() {
+		pool.Close()
+		if !b.o.KeepDatabases {
+			pgtasktest.DropDatabase(context.WithoutCancel(ctx), b.server.URL, url) //nolint:errcheck // best effort
+		}
+	}
+	return pool, url, cleanup, nil
+}
+
+func rate(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
+
+func fmtRate(r float64) string { return fmt.Sprintf("%.0f jobs/s", r) }
+
+func ok(v bool) *bool { return &v }
+
+// enqueueNoops fills a queue fast, for the drains.
+func enqueueNoops(ctx context.Context, pool *pgxpool.Pool, queue string, n, groups int) error {
+	const chunk = 5_000
+	for start := 0; start < n; start += chunk {
+		end := min(start+chunk, n)
+		if groups == 0 {
+			ts := make([]benchtasks.Noop, 0, end-start)
+			for i := start; i < end; i++ {
+				ts = append(ts, benchtasks.Noop{N: i})
+			}
+			if _, err := benchtasks.EnqueueNoopMany(ctx, pool, ts, pgtask.WithQueue(queue)); err != nil {
+				return err
+			}
+			continue
+		}
+		ts := make([]benchtasks.GroupedNoop, 0, end-start)
+		for i := start; i < end; i++ {
+			ts = append(ts, benchtasks.GroupedNoop{Group: i % groups, N: i})
+		}
+		if _, err := benchtasks.EnqueueGroupedNoopMany(ctx, pool, ts, pgtask.WithQueue(queue)); err != nil {
+			return err
+		}
+	}
+	return benchdb.New(pool).AnalyzeJobs(ctx)
+}
+
+// drain works n queued jobs of queue with a worker and returns how long it
+// took from the worker's start until the last job's commit was visible.
+func (b *bench) drain(ctx context.Context, pool *pgxpool.Pool, url, queue string, n int, qc pgtask.QueueConfig, label string, sample func(done int64)) (time.Duration, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return 0, err
+	}
+	w, err := pgtask.NewWorker(ctx, cfg, pgtask.Config{
+		Queues: map[string]pgtask.QueueConfig{queue: qc},
+		Logger: b.quiet,
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer w.Close()
+	var handled atomic.Int64
+	count := func(context.Context, *pgtask.Job, benchtasks.Noop) error { handled.Add(1); return nil }
+	countGrouped := func(context.Context, *pgtask.Job, benchtasks.GroupedNoop) error { handled.Add(1); return nil }
+	if err := benchtasks.HandleNoop(w, count); err != nil {
+		return 0, err
+	}
+	if err := benchtasks.HandleGroupedNoop(w, countGrouped); err != nil {
+		return 0, err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var runErr error
+	start := time.Now()
+	wg.Go(func() { runErr = w.Run(runCtx) })
+	defer func() { stop(); wg.Wait() }()
+
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for handled.Load() < int64(n) {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-tick.C:
+			d := handled.Load()
+			b.say("%s: %d/%d jobs, %.0f jobs/s", label, d, n, rate(int(d), time.Since(start)))
+			if sample != nil {
+				sample(d)
+			}
+		}
+	}
+	// Handlers have run; wait until the last commits are visible.
+	for {
+		unfinished, err := unfinishedJobs(ctx, pool, queue)
+		if err != nil {
+			return 0, err
+		}
+		if unfinished == 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	b.say("%s: %d jobs in %.2fs, %.0f jobs/s", label, n, elapsed.Seconds(), rate(n, elapsed))
+	b.done()
+	stop()
+	wg.Wait()
+	return elapsed, runErr
+}
+
+func unfinishedJobs(ctx context.Context, pool *pgxpool.Pool, queue string) (int64, error) {
+	counts, err := benchdb.New(pool).JobsByStatus(ctx, queue)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, c := range counts {
+		if !pgtask.Status(c.Status).Finished() {
+			n += c.Jobs
+		}
+	}
+	return n, nil
+}
+
+func (b *bench) measureDrains(ctx context.Context) error {
+	type drainCase struct {
+		label, size string
+		n, groups   int
+		qc          pgtask.QueueConfig
+		target      float64
+	}
+	cases := []drainCase{
+		{"drain ungrouped", fmt.Sprintf("%d jobs", b.o.Ungrouped), b.o.Ungrouped, 0,
+			pgtask.QueueConfig{Concurrency: b.o.Conns, BatchSize: b.o.Batch}, 27_000},
+		{fmt.Sprintf("drain %d groups (FIFO)", b.o.Groups), fmt.Sprintf("%d jobs", b.o.Grouped), b.o.Grouped, b.o.Groups,
+			pgtask.QueueConfig{Concurrency: b.o.Conns, BatchSize: b.o.Batch}, 10_000},
+		{"drain 1 hot group (serial)", fmt.Sprintf("%d jobs", b.o.Hot), b.o.Hot, 1,
+			pgtask.QueueConfig{Concurrency: 2, BatchSize: b.o.Batch}, 1_500},
+	}
+	for _, c := range cases {
+		pool, url, cleanup, err := b.database(ctx, b.o.Conns)
+		if err != nil {
+			return err
+		}
+		b.say("%s: enqueueing %d jobs", c.label, c.n)
+		if err := enqueueNoops(ctx, pool, "bench", c.n, c.groups); err != nil {
+			cleanup()
+			return err
+		}
+		elapsed, err := b.drain(ctx, pool, url, "bench", c.n, c.qc, c.label, nil)
+		cleanup()
+		if err != nil {
+			return err
+		}
+		r := rate(c.n, elapsed)
+		b.add(c.label, c.size, fmtRate(r), r, fmt.Sprintf(">= %.0f jobs/s", c.target), ok(r >= c.target))
+	}
+	return nil
+}
+
+func (b *bench) measureEnqueue(ctx context.Context) error {
+	pool, _, cleanup, err := b.database(ctx, b.o.Conns)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+
+	// One job per call, from several goroutines: each call is a round trip
+	// and a commit.
+	var next atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, b.o.Conns)
+	for range b.o.Conns {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(b.o.EnqueueSingle) {
+					return
+				}
+				if _, err := benchtasks.EnqueueNoop(ctx, pool, benchtasks.Noop{N: int(i)}, pgtask.WithQueue("single")); err != nil {
+					errs <- err
+					return
+				}
+				if i%1000 == 0 {
+					b.say("enqueue single: %d/%d", i, b.o.EnqueueSingle)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	d := time.Since(start)
+	b.done()
+	r := rate(b.o.EnqueueSingle, d)
+	b.add(fmt.Sprintf("EnqueueNoop, %d goroutines", b.o.Conns), fmt.Sprintf("%d jobs", b.o.EnqueueSingle), fmtRate(r), r, "", nil)
+
+	// Batches, from one goroutine and then from Conns goroutines at once.
+	for _, producers := range []int{1, b.o.Conns} {
+		var sent atomic.Int64
+		start := time.Now()
+		var wg sync.WaitGroup
+		errs := make(chan error, producers)
+		for range producers {
+			wg.Go(func() {
+				batch := make([]benchtasks.GroupedNoop, b.o.ManyBatch)
+				for {
+					done := int(sent.Add(int64(len(batch)))) - len(batch)
+					if done >= b.o.EnqueueMany {
+						return
+					}
+					for i := range batch {
+						batch[i] = benchtasks.GroupedNoop{Group: (done + i) % 1000, N: done + i}
+					}
+					if _, err := benchtasks.EnqueueGroupedNoopMany(ctx, pool, batch, pgtask.WithQueue("many")); err != nil {
+						errs <- err
+						return
+					}
+					if done%(20*b.o.ManyBatch) == 0 {
+						b.say("enqueue many, %d goroutines: %d/%d", producers, done, b.o.EnqueueMany)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		if err := <-errs; err != nil {
+			return err
+		}
+		d := time.Since(start)
+		b.done()
+		n := (b.o.EnqueueMany + b.o.ManyBatch - 1) / b.o.ManyBatch * b.o.ManyBatch
+		r := rate(n, d)
+		b.add(fmt.Sprintf("EnqueueGroupedNoopMany, batches of %d, %d goroutines", b.o.ManyBatch, producers), fmt.Sprintf("%d jobs", n),
+			fmtRate(r), r, ">= 120000 jobs/s", ok(r >= 120_000))
+	}
+	return nil
+}
+
+func (b *bench) measureWakeup(ctx context.Context) error {
+	pool, url, cleanup, err := b.database(ctx, b.o.Conns)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return err
+	}
+	w, err := pgtask.NewWorker(ctx, cfg, pgtask.Config{
+		Queues:       map[string]pgtask.QueueConfig{"wake": {Concurrency: 2}},
+		PollInterval: time.Minute, // only notifications wake it
+		Logger:       b.quiet,
+	})
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	started := make(chan time.Time, 1)
+	if err := benchtasks.HandleNoop(w, func(context.Context, *pgtask.Job, benchtasks.Noop) error {
+		started <- time.Now()
+		return nil
+	}); err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { w.Run(runCtx) }) //nolint:errcheck // Run returns nil
+	defer func() { stop(); wg.Wait() }()
+	time.Sleep(500 * time.Millisecond) // listening and idle
+
+	lat := make([]time.Duration, 0, b.o.WakeSamples)
+	for i := range b.o.WakeSamples {
+		at := time.Now()
+		if _, err := benchtasks.EnqueueNoop(ctx, pool, benchtasks.Noop{N: i}, pgtask.WithQueue("wake")); err != nil {
+			return err
+		}
+		select {
+		case s := <-started:
+			lat = append(lat, s.Sub(at))
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("sample %d: the idle worker did not start the job within 10s", i)
+		}
+		time.Sleep(20 * time.Millisecond) // let the worker go idle again
+		if i%20 == 0 {
+			b.say("wake-up latency: %d/%d", i, b.o.WakeSamples)
+		}
+	}
+	b.done()
+	slices.Sort(lat)
+	p := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
+	b.add("wake-up: enqueue to handler start", fmt.Sprintf("%d samples", len(lat)),
+		fmt.Sprintf("p50 %s, p95 %s, p99 %s", ms(p(0.50)), ms(p(0.95)), ms(p(0.99))), 0, "p50 <= 5ms", ok(p(0.50) <= 5*time.Millisecond))
+	return nil
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d.Microseconds())/1000) }
+
+func (b *bench) measureClaim(ctx context.Context) error {
+	pool, _, cleanup, err := b.database(ctx, b.o.Conns)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	const iterations = 1_000
+	loaded := 0
+	var first time.Duration
+	for i, backlog := range b.o.ClaimBacklogs {
+		for loaded < backlog {
+			n := min(backlog-loaded, 10_000)
+			ts := make([]benchtasks.GroupedNoop, n)
+			for j := range ts {
+				ts[j] = benchtasks.GroupedNoop{Group: (loaded + j) % 10_000, N: loaded + j}
+			}
+			if _, err := benchtasks.EnqueueGroupedNoopMany(ctx, pool, ts); err != nil {
+				return err
+			}
+			loaded += n
+			b.say("claim cost: loading backlog %d/%d", loaded, backlog)
+		}
+		if err := benchdb.New(pool).AnalyzeJobs(ctx); err != nil {
+			return err
+		}
+		per, err := claimCost(ctx, pool, iterations)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			first = per
+		}
+		b.say("claim cost at backlog %d: %s per claim of 10", backlog, per)
+		b.done()
+		target, verdict := "", (*bool)(nil)
+		if i > 0 {
+			target = "<= 2x the smallest backlog's"
+			verdict = ok(per <= 2*first)
+		}
+		b.add("claim 10 jobs (begin, claim, rollback)", fmt.Sprintf("backlog %d", backlog),
+			fmt.Sprintf("%.0fµs", float64(per.Nanoseconds())/1000), 0, target, verdict)
+	}
+	return nil
+}
+
+// claimCost times claims of 10 jobs, each rolled back so the backlog stays
+// the same, and returns the mean.
+func claimCost(ctx context.Context, pool *pgxpool.Pool, iterations int) (time.Duration, error) {
+	start := time.Now()
+	for range iterations {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return 0, err
+		}
+		rows, err := gen.New(tx).ClaimJobs(ctx, gen.ClaimJobsParams{Queue: "bench", Max: 10})
+		if err == nil && len(rows) != 10 {
+			err = fmt.Errorf("claimed %d jobs, want 10", len(rows))
+		}
+		if rerr := tx.Rollback(ctx); err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start) / time.Duration(iterations), nil
+}
+
+func (b *bench) measureMemory(ctx context.Context) error {
+	pool, url, cleanup, err := b.database(ctx, b.o.Conns)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	b.say("memory: enqueueing %d jobs", b.o.MemoryJobs)
+	if err := enqueueNoops(ctx, pool, "bench", b.o.MemoryJobs, 0); err != nil {
+		return err
+	}
+	runtime.GC()
+	var early, peak, last uint64
+	sample := func(done int64) {
+		rss := rssBytes()
+		if early == 0 && done >= int64(b.o.MemoryJobs/10) {
+			early = rss
+		}
+		peak = max(peak, rss)
+		last = rss
+	}
+	elapsed, err := b.drain(ctx, pool, url, "bench", b.o.MemoryJobs, pgtask.QueueConfig{Concurrency: b.o.Conns, BatchSize: b.o.Batch}, "memory", sample)
+	if err != nil {
+		return err
+	}
+	if early == 0 {
+		early = last
+	}
+	flat := last <= early+early/2 // the tail no more than 50% above the level after the first tenth
+	b.add(fmt.Sprintf("worker RSS over a drain (%.0f jobs/s)", rate(b.o.MemoryJobs, elapsed)), fmt.Sprintf("%d jobs", b.o.MemoryJobs),
+		fmt.Sprintf("%s at 10%%, %s peak, %s at end", mib(early), mib(peak), mib(last)), 0, "flat", ok(flat))
+	return nil
+}
+
+func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// rssBytes reads this process's resident set size.
+func rssBytes() uint64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.Sys
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb uint64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// measureFloor runs single-row UPDATE transactions from Conns clients, each
+// on its own row, for FloorDuration: every drain is also shown as a ratio to
+// this rate, the price of a commit on this machine.
+func (b *bench) measureFloor(ctx context.Context) error {
+	pool, _, cleanup, err := b.database(ctx, b.o.Conns)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	if _, err := pool.Exec(ctx, benchschema.SQL); err != nil {
+		return fmt.Errorf("create bench tables: %w", err)
+	}
+	q := benchdb.New(pool)
+	if err := q.AddCounters(ctx, int32(b.o.Conns)); err != nil {
+		return err
+	}
+	var count atomic.Int64
+	runCtx, stop := context.WithTimeout(ctx, b.o.FloorDuration)
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, b.o.Conns)
+	start := time.Now()
+	for c := range b.o.Conns {
+		wg.Go(func() {
+			for runCtx.Err() == nil {
+				if err := q.BumpCounter(runCtx, int32(c+1)); err != nil {
+					if runCtx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				count.Add(1)
+			}
+		})
+	}
+	for runCtx.Err() == nil {
+		sleepCtx(runCtx, time.Second)
+		b.say("floor: %d UPDATE transactions", count.Load())
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	b.done()
+	b.floor = float64(count.Load()) / time.Since(start).Seconds()
+	b.add(fmt.Sprintf("floor: single-row UPDATE transactions, %d clients", b.o.Conns), b.o.FloorDuration.String(),
+		fmt.Sprintf("%.0f tx/s", b.floor), b.floor, "", nil)
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

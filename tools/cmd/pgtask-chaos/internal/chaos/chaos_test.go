@@ -1,0 +1,113 @@
+package chaos_test
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/tools/cmd/pgtask-chaos/internal/chaos"
+)
+
+// roleEnv makes the test binary a chaos worker process: the run below
+// starts its worker processes by running this test binary again with it set.
+const roleEnv = "PGTASK_CHAOS_TEST_ROLE"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(roleEnv) == "worker" {
+		os.Exit(chaos.Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestChaos is the short chaos run: 4 worker processes (this test binary run
+// again, so built with -race when the test is), 3,000 jobs over 100 groups,
+// with every fault at least once. It fails on any violation of pgtask's
+// guarantees and on a fault that was not injected. PGTASK_CHAOS_SEED repeats
+// a run's choices.
+func TestChaos(t *testing.T) {
+	t.Parallel()
+	cfg := chaos.DefaultConfig()
+	cfg.Jobs = 3_000
+	cfg.Groups = 100
+	cfg.Ungrouped = 200
+	cfg.Poison = 1
+	cfg.ProduceOver = 10 * time.Second
+	cfg.KillEvery = time.Second
+	cfg.TerminateEvery = 150 * time.Millisecond
+	cfg.RestartDB, cfg.CrashDB = true, true
+	cfg.Timeout = 90 * time.Second
+	cfg.Progress = 5 * time.Second
+	cfg.RSSMinLife = 3 * time.Second
+	if s := os.Getenv("PGTASK_CHAOS_SEED"); s != "" {
+		seed, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("PGTASK_CHAOS_SEED: %v", err)
+		}
+		cfg.Seed = seed
+	}
+	// Kept when the test fails, for the workers' logs.
+	dir, err := os.MkdirTemp("", "pgtask-chaos-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		}
+	})
+	cfg.LogDir = dir
+	cfg.Exe = os.Args[0]
+	cfg.Env = []string{roleEnv + "=worker"}
+	var progress bytes.Buffer
+	cfg.Out = &progress
+
+	res, err := chaos.Run(t.Context(), cfg)
+	t.Log("\n" + progress.String())
+	if res != nil {
+		var summary bytes.Buffer
+		res.Print(&summary)
+		t.Log(summary.String())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if !res.Finished {
+		t.Errorf("the run did not finish within %s", cfg.Timeout)
+	}
+	for _, c := range res.Checks {
+		if c.Violations > 0 {
+			t.Errorf("invariant %d (%s): %d violations %v, e.g. %q", c.Number, c.Name, c.Violations, c.ByKind, c.Examples)
+		}
+	}
+	for _, p := range res.Problems {
+		t.Errorf("run problem: %s", p)
+	}
+	for _, f := range []string{
+		chaos.FaultSigkill, chaos.FaultPoison, chaos.FaultTerminate, chaos.FaultInJob, chaos.FaultMid,
+		chaos.FaultRestart, chaos.FaultCrash,
+		chaos.FaultError, chaos.FaultPanic, chaos.FaultTimeout, chaos.FaultNoRetry,
+	} {
+		if res.Fault(f) == 0 {
+			t.Errorf("fault %q was never injected", f)
+		}
+	}
+	// Without a process that lived long enough, memory was not checked.
+	judged := 0
+	for _, w := range res.Workers {
+		if w.Judged {
+			judged++
+		}
+	}
+	if judged == 0 {
+		t.Errorf("no worker process lived %s, so memory growth was not judged", cfg.RSSMinLife)
+	}
+	if want := int64(cfg.Jobs); res.Jobs.Committed != want || res.Jobs.Succeeded+res.Jobs.Failed != want {
+		t.Errorf("committed %d, succeeded %d, failed %d; want %d finished", res.Jobs.Committed, res.Jobs.Succeeded, res.Jobs.Failed, want)
+	}
+	if res.Jobs.NotCommitted["rollback"] == 0 || res.Jobs.NotCommitted["savepoint"] == 0 {
+		t.Errorf("no rolled-back enqueues to check: %v", res.Jobs.NotCommitted)
+	}
+}

@@ -1,0 +1,469 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pgtask/pgtask/tools/cmd/pgtask-chaos/internal/chaosdb"
+)
+
+// Names of the faults in Result.Faults.
+const (
+	FaultSigkill   = "SIGKILL of a worker process"
+	FaultPoison    = "poison job SIGKILLed its own process"
+	FaultTerminate = "worker session terminated (pg_terminate_backend)"
+	FaultInJob     = "  of which in a transaction"
+	FaultMid       = "  of which while its handler ran"
+	FaultRestart   = "database restart (fast shutdown)"
+	FaultCrash     = "database crash (SIGKILL, recovery)"
+	FaultError     = "handler returned an error"
+	FaultPanic     = "handler panicked"
+	FaultTimeout   = "handler outlived its timeout"
+	FaultNoRetry   = "handler failed for good (NoRetry)"
+)
+
+// Result is what a run found.
+type Result struct {
+	Config Config
+	// Duration is the run from the cluster's start to the workers' stop;
+	// CheckDuration is the reading and checking of the record after it.
+	Duration      time.Duration
+	CheckDuration time.Duration
+	// Finished is false when the run hit its timeout or was interrupted
+	// before every job had finished.
+	Finished bool
+	Jobs     JobTotals
+	Faults   []Count
+	Checks   []Check
+	// Observations are behaviour worth knowing that no check forbids.
+	Observations []Observation
+	Workers      []WorkerReport
+	// Problems are failures of the run itself: a worker process that ended
+	// on its own, a restart that failed, records that could not be written.
+	Problems []string
+}
+
+// Count is a named number.
+type Count struct {
+	Name string
+	N    int64
+}
+
+// JobTotals counts the jobs.
+type JobTotals struct {
+	HandedOut    int64            // ids Enqueue and EnqueueMany returned
+	Committed    int64            // of them committed
+	ByHow        map[string]int64 // committed, by batch or single
+	NotCommitted map[string]int64 // by rollback, savepoint, failed
+	Succeeded    int64
+	Failed       int64
+	FailedAs     map[string]int64 // failed jobs by what their handler did
+	Unfinished   int64
+	Attempts     int64
+}
+
+// Check is one invariant and its violations.
+type Check struct {
+	Number     int
+	Name       string
+	Violations int
+	ByKind     map[string]int
+	Examples   []string
+	// Note explains something about how the check was made.
+	Note string
+}
+
+// Observation is something seen during the run that is not a violation.
+type Observation struct {
+	Name     string
+	N        int
+	Examples []string
+}
+
+// WorkerReport is one worker process.
+type WorkerReport struct {
+	Instance, Slot, PID, Batch, Concurrency int
+	Lived                                   time.Duration
+	RSSStart, RSSEnd, RSSPeak               int64 // KiB
+	Ended                                   string
+	Judged                                  bool // lived long enough for its memory to be judged
+	Grew                                    bool
+}
+
+// Fault returns the count of a fault by name.
+func (r *Result) Fault(name string) int64 {
+	for _, c := range r.Faults {
+		if c.Name == name {
+			return c.N
+		}
+	}
+	return 0
+}
+
+// Violations is the number of violations over all checks.
+func (r *Result) Violations() int {
+	n := 0
+	for _, c := range r.Checks {
+		n += c.Violations
+	}
+	return n
+}
+
+// OK reports whether the run finished with no violation and no problem.
+func (r *Result) OK() bool {
+	return r.Finished && r.Violations() == 0 && len(r.Problems) == 0
+}
+
+const maxExamples = 5
+
+func newCheck(n int, name string) Check {
+	return Check{Number: n, Name: name, ByKind: map[string]int{}}
+}
+
+func (c *Check) add(kind, detail string) {
+	c.Violations++
+	c.ByKind[kind]++
+	if len(c.Examples) < maxExamples {
+		c.Examples = append(c.Examples, detail)
+	}
+}
+
+// violationRow is the shape of every check query's rows.
+type violationRow struct{ kind, detail string }
+
+func rowsOf[T any](rows []T, get func(T) (string, string)) []violationRow {
+	out := make([]violationRow, len(rows))
+	for i, r := range rows {
+		out[i].kind, out[i].detail = get(r)
+	}
+	return out
+}
+
+// collect reads the record after the run and fills res.
+func (o *orchestrator) collect(ctx context.Context, res *Result) error {
+	q := o.q
+	// The database may have just been crashed: wait until it answers.
+	for {
+		if _, err := q.JobProgress(ctx); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			return err
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+
+	type query struct {
+		n    int
+		name string
+		note string
+		run  func() ([]violationRow, error)
+	}
+	queries := []query{
+		{1, "nothing lost; no rolled-back job exists or ran", "", func() ([]violationRow, error) {
+			rows, err := q.CheckNothingLost(ctx)
+			return rowsOf(rows, func(r chaosdb.CheckNothingLostRow) (string, string) { return r.Kind, r.Detail }), err
+		}},
+		{2, "no two attempts of a group (or of a job) overlap", "an attempt cut off by a SIGKILL has no end; it counts as running until its process was signalled", func() ([]violationRow, error) {
+			rows, err := q.CheckOverlaps(ctx)
+			return rowsOf(rows, func(r chaosdb.CheckOverlapsRow) (string, string) { return r.Kind, r.Detail }), err
+		}},
+		{3, "each group starts its jobs in enqueue order", "", func() ([]violationRow, error) {
+			rows, err := q.CheckGroupOrder(ctx)
+			return rowsOf(rows, func(r chaosdb.CheckGroupOrderRow) (string, string) { return r.Kind, r.Detail }), err
+		}},
+		{4, "effects commit at most once (once for succeeded jobs)", "", func() ([]violationRow, error) {
+			rows, err := q.CheckEffects(ctx)
+			return rowsOf(rows, func(r chaosdb.CheckEffectsRow) (string, string) { return r.Kind, r.Detail }), err
+		}},
+		{5, "attempts counted = attempts made; poison fails at max", "", func() ([]violationRow, error) {
+			rows, err := q.CheckAttempts(ctx)
+			return rowsOf(rows, func(r chaosdb.CheckAttemptsRow) (string, string) { return r.Kind, r.Detail }), err
+		}},
+	}
+	for _, cq := range queries {
+		c := newCheck(cq.n, cq.name)
+		c.Note = cq.note
+		rows, err := cq.run()
+		if err != nil {
+			return fmt.Errorf("check %d: %w", cq.n, err)
+		}
+		for _, r := range rows {
+			c.add(r.kind, r.detail)
+		}
+		if cq.n == 1 {
+			for done := false; !done; {
+				select {
+				case a := <-o.prod.anomalies:
+					c.add("partial commit", a)
+				default:
+					done = true
+				}
+			}
+		}
+		res.Checks = append(res.Checks, c)
+	}
+
+	// 6. Memory, and 7. processes that died by themselves.
+	mem := newCheck(6, "worker memory stays flat (end <= 2 x start + 20 MiB)")
+	mem.Note = fmt.Sprintf("judged for processes that lived at least %s", o.cfg.RSSMinLife)
+	exits := newCheck(7, "workers end only when stopped or killed; no data race")
+	o.fleet.mu.Lock()
+	procs := slices.Clone(o.fleet.procs)
+	o.fleet.mu.Unlock()
+	for _, p := range procs {
+		p.mu.Lock()
+		w := WorkerReport{
+			Instance: p.instance, Slot: p.slot, PID: p.pid, Batch: p.batch, Concurrency: p.concurrency,
+			RSSStart: p.rssStart, RSSEnd: p.rssEnd, RSSPeak: p.rssPeak, Ended: p.how(),
+		}
+		if !p.sampledAt.IsZero() {
+			w.Lived = p.sampledAt.Sub(p.started)
+		}
+		p.mu.Unlock()
+		w.Judged = w.RSSStart > 0 && w.Lived >= o.cfg.RSSMinLife
+		if w.Judged && w.RSSEnd > 2*w.RSSStart+20*1024 {
+			w.Grew = true
+			mem.add("growth", fmt.Sprintf("worker process %d (slot %d) grew from %s to %s in %s",
+				w.Instance, w.Slot, formatKiB(w.RSSStart), formatKiB(w.RSSEnd), w.Lived.Round(time.Second)))
+		}
+		switch w.Ended {
+		case "sigkill", "stopped", "poison":
+		default:
+			exits.add(w.Ended, fmt.Sprintf("worker process %d (slot %d, pid %d): %s; its log ends:\n%s",
+				w.Instance, w.Slot, w.PID, w.Ended, indent(logTail(p.logPath, 5), "      ")))
+		}
+		if b, err := os.ReadFile(p.logPath); err == nil && bytes.Contains(b, []byte("WARNING: DATA RACE")) {
+			exits.add("data race", fmt.Sprintf("worker process %d (slot %d) reported a data race: see %s", w.Instance, w.Slot, p.logPath))
+		}
+		res.Workers = append(res.Workers, w)
+	}
+	res.Checks = append(res.Checks, mem, exits)
+
+	replays, err := q.ObserveReplays(ctx)
+	if err != nil {
+		return err
+	}
+	obs := Observation{Name: "attempts of a job that started after a later job of its group had started (a lost transaction ran both, both ran again)", N: len(replays)}
+	for _, r := range replays[:min(len(replays), 3)] {
+		obs.Examples = append(obs.Examples, r.Detail)
+	}
+	unrecorded, err := q.CountStartsNotRecorded(ctx)
+	if err != nil {
+		return err
+	}
+	reused, err := q.ObserveReusedIds(ctx)
+	if err != nil {
+		return err
+	}
+	res.Observations = append(res.Observations, obs,
+		Observation{Name: "attempts whose handler could not record its start (database away); accepted by check 5", N: int(unrecorded)},
+		Observation{Name: "ids of a transaction that did not commit handed out again after the crash (a crash can rewind a sequence); accepted by check 1", N: int(reused)})
+
+	// Totals.
+	pr, err := q.JobProgress(ctx)
+	if err != nil {
+		return err
+	}
+	j := &res.Jobs
+	j.HandedOut = o.prod.handedOut.Load()
+	j.Succeeded, j.Failed, j.Unfinished = pr.Succeeded, pr.Failed, pr.Unfinished
+	j.ByHow, j.NotCommitted, j.FailedAs = map[string]int64{}, map[string]int64{}, map[string]int64{}
+	enq, err := q.EnqueuedTotals(ctx)
+	if err != nil {
+		return err
+	}
+	for _, e := range enq {
+		j.Committed += e.Jobs
+		j.ByHow[e.How] += e.Jobs
+	}
+	nc, err := q.NotCommittedTotals(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range nc {
+		j.NotCommitted[n.Reason] = n.Jobs
+	}
+	fin, err := q.FinishedTotals(ctx)
+	if err != nil {
+		return err
+	}
+	for _, f := range fin {
+		j.Attempts += f.Attempts
+		if f.Status == "failed" {
+			j.FailedAs[f.Behavior] += f.Jobs
+		}
+	}
+
+	outcomes := map[string]int64{}
+	oc, err := q.OutcomeTotals(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range oc {
+		outcomes[c.Outcome] = c.Attempts
+	}
+	res.Faults = []Count{
+		{FaultSigkill, o.sigkills.Load()},
+		{FaultPoison, o.fleet.poisonDeaths.Load()},
+		{FaultTerminate, o.terminations.Load()},
+		{FaultInJob, o.terminatedJob.Load()},
+		{FaultMid, o.terminatedMid.Load()},
+		{FaultRestart, o.restarts.Load()},
+		{FaultCrash, o.crashes.Load()},
+		{FaultError, outcomes["error"]},
+		{FaultPanic, outcomes["panic"]},
+		{FaultTimeout, outcomes["timeout"]},
+		{FaultNoRetry, outcomes["noretry"]},
+	}
+	o.mu.Lock()
+	res.Problems = slices.Clone(o.problems)
+	o.mu.Unlock()
+	return nil
+}
+
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
+}
+
+// Print writes the summary tables.
+func (r *Result) Print(w io.Writer) {
+	cfg := r.Config
+	status := "finished"
+	if !r.Finished {
+		status = fmt.Sprintf("DID NOT FINISH within %s (%d jobs unfinished)", cfg.Timeout, r.Jobs.Unfinished)
+	}
+	fmt.Fprintf(w, "\npgtask-chaos summary: seed %d, %d worker processes, %s in %s (checks took %s)\n\n",
+		cfg.Seed, cfg.Workers, status, r.Duration.Round(100*time.Millisecond), r.CheckDuration.Round(100*time.Millisecond))
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	j := r.Jobs
+	fmt.Fprintln(tw, "jobs\t")
+	fmt.Fprintf(tw, "  enqueued (ids handed out)\t%10d\n", j.HandedOut)
+	fmt.Fprintf(tw, "  committed\t%10d\n", j.Committed)
+	for _, how := range slices.Sorted(maps.Keys(j.ByHow)) {
+		fmt.Fprintf(tw, "    by %s\t%10d\n", map[string]string{"batch": "EnqueueMany", "single": "Enqueue"}[how], j.ByHow[how])
+	}
+	var rolled int64
+	for _, n := range j.NotCommitted {
+		rolled += n
+	}
+	fmt.Fprintf(tw, "  rolled back\t%10d\n", rolled)
+	for _, reason := range slices.Sorted(maps.Keys(j.NotCommitted)) {
+		label := map[string]string{
+			"rollback":  "transaction rolled back",
+			"savepoint": "rolled back to a savepoint",
+			"failed":    "transaction cut off by a fault",
+		}[reason]
+		fmt.Fprintf(tw, "    %s\t%10d\n", label, j.NotCommitted[reason])
+	}
+	fmt.Fprintf(tw, "  succeeded\t%10d\n", j.Succeeded)
+	fmt.Fprintf(tw, "  failed\t%10d\n", j.Failed)
+	for _, b := range slices.Sorted(maps.Keys(j.FailedAs)) {
+		fmt.Fprintf(tw, "    %s\t%10d\n", b, j.FailedAs[b])
+	}
+	if j.Unfinished > 0 {
+		fmt.Fprintf(tw, "  unfinished\t%10d\n", j.Unfinished)
+	}
+	fmt.Fprintf(tw, "  attempts\t%10d\n", j.Attempts)
+	fmt.Fprintln(tw, "\t")
+	fmt.Fprintln(tw, "faults injected\t")
+	for _, f := range r.Faults {
+		fmt.Fprintf(tw, "  %s\t%10d\n", f.Name, f.N)
+	}
+	fmt.Fprintln(tw, "\t")
+	fmt.Fprintf(tw, "invariants\t%10s\n", "violations")
+	for _, c := range r.Checks {
+		fmt.Fprintf(tw, "  %d. %s\t%10d\n", c.Number, c.Name, c.Violations)
+	}
+	tw.Flush()
+
+	for _, c := range r.Checks {
+		if c.Violations == 0 {
+			continue
+		}
+		var kinds []string
+		for _, k := range slices.Sorted(maps.Keys(c.ByKind)) {
+			kinds = append(kinds, fmt.Sprintf("%s: %d", k, c.ByKind[k]))
+		}
+		fmt.Fprintf(w, "\ninvariant %d violated (%s); examples:\n", c.Number, strings.Join(kinds, ", "))
+		for _, e := range c.Examples {
+			fmt.Fprintf(w, "  - %s\n", e)
+		}
+	}
+	if len(r.Observations) > 0 {
+		fmt.Fprintln(w, "\nobservations (not violations):")
+		for _, o := range r.Observations {
+			fmt.Fprintf(w, "  %d %s\n", o.N, o.Name)
+			for _, e := range o.Examples {
+				fmt.Fprintf(w, "      %s\n", e)
+			}
+		}
+	}
+	for _, c := range r.Checks {
+		if c.Note != "" {
+			fmt.Fprintf(w, "note on %d: %s\n", c.Number, c.Note)
+		}
+	}
+
+	fmt.Fprintf(w, "\nworker processes: %d started; RSS of those that lived at least %s (memory judged), and of each slot's last:\n",
+		len(r.Workers), cfg.RSSMinLife)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  process\tslot\tbatch\tconc\tlived\trss start\trss end\trss peak\tended\t")
+	last := map[int]int{}
+	for i, p := range r.Workers {
+		last[p.Slot] = i
+	}
+	var others []WorkerReport
+	for i, p := range r.Workers {
+		if !p.Judged && last[p.Slot] != i {
+			others = append(others, p)
+			continue
+		}
+		mark := ""
+		if p.Grew {
+			mark = "  GREW"
+		}
+		fmt.Fprintf(tw, "  %d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s%s\t\n", p.Instance, p.Slot, p.Batch, p.Concurrency,
+			p.Lived.Round(time.Second), formatKiB(p.RSSStart), formatKiB(p.RSSEnd), formatKiB(p.RSSPeak), p.Ended, mark)
+	}
+	tw.Flush()
+	if len(others) > 0 {
+		ended := map[string]int{}
+		var maxEnd int64
+		for _, p := range others {
+			ended[p.Ended]++
+			maxEnd = max(maxEnd, p.RSSPeak)
+		}
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(ended)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, ended[k]))
+		}
+		fmt.Fprintf(w, "  and %d shorter-lived processes (%s), peak rss at most %s\n", len(others), strings.Join(parts, ", "), formatKiB(maxEnd))
+	}
+
+	if len(r.Problems) > 0 {
+		fmt.Fprintf(w, "\nproblems with the run:\n")
+		for _, p := range r.Problems {
+			fmt.Fprintf(w, "  - %s\n", p)
+		}
+	}
+	fmt.Fprintf(w, "\nworker logs: %s\n", cfg.LogDir)
+	switch {
+	case r.OK():
+		fmt.Fprintln(w, "PASS: no violations")
+	case !r.Finished:
+		fmt.Fprintf(w, "FAIL: the run did not finish; %d violations\n", r.Violations())
+	case len(r.Problems) > 0:
+		fmt.Fprintf(w, "FAIL: %d violations, %d problems with the run\n", r.Violations(), len(r.Problems))
+	default:
+		fmt.Fprintf(w, "FAIL: %d violations\n", r.Violations())
+	}
+}

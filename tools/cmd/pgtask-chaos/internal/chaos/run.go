@@ -1,0 +1,365 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/pgtasktest"
+	"github.com/pgtask/pgtask/tools/cmd/pgtask-chaos/internal/chaosdb"
+	chaosschema "github.com/pgtask/pgtask/tools/sql/chaos/schema"
+)
+
+// Restart and crash happen once this share of the jobs has finished.
+const (
+	restartAt = 0.3
+	crashAt   = 0.6
+)
+
+// orchestrator is one run.
+type orchestrator struct {
+	cfg     Config
+	out     io.Writer
+	cluster *pgtasktest.Cluster
+	url     string
+	pool    *pgxpool.Pool
+	q       *chaosdb.Queries
+	prod    *production
+	began   time.Time
+
+	fleet *fleet
+
+	sigkills      atomic.Int64
+	terminations  atomic.Int64
+	terminatedJob atomic.Int64 // of which the session was in a transaction
+	terminatedMid atomic.Int64 // of which the session's handler was running
+	restarts      atomic.Int64
+	crashes       atomic.Int64
+
+	progress atomic.Pointer[chaosdb.JobProgressRow]
+
+	mu       sync.Mutex
+	problems []string // failures of the run itself (not of pgtask)
+
+	outMu sync.Mutex
+}
+
+// printf writes a line to the run's output; goroutines share it.
+func (o *orchestrator) printf(format string, args ...any) {
+	o.outMu.Lock()
+	defer o.outMu.Unlock()
+	fmt.Fprintf(o.out, format, args...)
+}
+
+func (o *orchestrator) problem(format string, args ...any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.problems = append(o.problems, fmt.Sprintf(format, args...))
+}
+
+// Run runs cfg: it starts a throwaway cluster, worker processes and the
+// producer, injects faults until every job has finished (or cfg.Timeout
+// passes), stops everything and checks the record. The error is for a run
+// that could not be carried out; what it found is in the Result.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = time.Now().UnixNano()%1_000_000_000 + 1
+	}
+	if cfg.Out == nil {
+		cfg.Out = os.Stdout
+	}
+	if cfg.Exe == "" {
+		cfg.Exe = os.Args[0]
+	}
+	if cfg.Progress <= 0 {
+		cfg.Progress = 5 * time.Second
+	}
+	if cfg.LogDir == "" {
+		dir, err := os.MkdirTemp("", "pgtask-chaos-")
+		if err != nil {
+			return nil, err
+		}
+		cfg.LogDir = dir
+	} else if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
+		return nil, err
+	}
+	o := &orchestrator{cfg: cfg, out: cfg.Out, began: time.Now()}
+	o.printf("pgtask-chaos: seed %d, %d worker processes, %d jobs (%d groups, %d ungrouped, %d poison), timeout %s\n",
+		cfg.Seed, cfg.Workers, cfg.Jobs, cfg.Groups, cfg.Ungrouped, cfg.Poison, cfg.Timeout)
+	o.printf("pgtask-chaos: worker logs in %s\n", cfg.LogDir)
+
+	cluster, err := pgtasktest.StartCluster(ctx, pgtasktest.ClusterOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer cluster.Close() //nolint:errcheck // the run is over; its directory goes
+	o.cluster = cluster
+	o.url = cluster.URL("postgres")
+	pc, err := pgxpool.ParseConfig(o.url)
+	if err != nil {
+		return nil, err
+	}
+	pc.ConnConfig.RuntimeParams["application_name"] = "pgtask-chaos"
+	pc.MaxConns = producerCount + 4
+	if o.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+		return nil, err
+	}
+	defer o.pool.Close()
+	o.q = chaosdb.New(o.pool)
+	if _, err := runtime.Migrate(ctx, o.pool); err != nil {
+		return nil, err
+	}
+	if _, err := o.pool.Exec(ctx, chaosschema.SQL); err != nil {
+		return nil, fmt.Errorf("create the chaos schema: %w", err)
+	}
+
+	res := &Result{Config: cfg}
+	finished := o.run(ctx)
+	res.Duration = time.Since(o.began)
+	res.Finished = finished
+
+	// The run is over; what is left is reading the record, which must
+	// happen even when the run was cut short.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+	defer cancel()
+	checking := time.Now()
+	err = o.collect(cctx, res)
+	res.CheckDuration = time.Since(checking)
+	if err != nil {
+		return res, err
+	}
+	if cfg.Inspect != nil {
+		cfg.Inspect(res, o.url)
+	}
+	return res, nil
+}
+
+// run runs workers, producer and faults until every job finished, the
+// timeout or ctx ends, then stops them all. It reports whether the run
+// finished.
+func (o *orchestrator) run(ctx context.Context) bool {
+	cfg := o.cfg
+	runCtx, cancelRun := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancelRun()
+
+	o.fleet = newFleet(o)
+	o.fleet.start(cfg.Workers)
+
+	// The producer.
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 1))
+	items, groups := plan(cfg, rng, producerCount)
+	o.prod = &production{pool: o.pool, total: cfg.Jobs, over: cfg.ProduceOver, begin: time.Now(), anomalies: make(chan string, 100)}
+	prodDone := make(chan struct{})
+	var pwg sync.WaitGroup
+	for i := range producerCount {
+		p := &producer{production: o.prod, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(10+i))), items: items[i], groups: groups[i]}
+		pwg.Go(func() {
+			if err := p.run(runCtx); err != nil && runCtx.Err() == nil {
+				o.problem("producer %d: %v", i, err)
+			}
+		})
+	}
+	go func() { pwg.Wait(); close(prodDone) }()
+
+	// The faults.
+	faultCtx, stopFaults := context.WithCancel(runCtx)
+	var fwg sync.WaitGroup
+	if cfg.KillEvery > 0 {
+		fwg.Go(func() { o.killLoop(faultCtx, rand.New(rand.NewPCG(uint64(cfg.Seed), 2))) })
+	}
+	if cfg.TerminateEvery > 0 {
+		fwg.Go(func() { o.terminateLoop(faultCtx, rand.New(rand.NewPCG(uint64(cfg.Seed), 3))) })
+	}
+	if cfg.RestartDB || cfg.CrashDB {
+		fwg.Go(func() { o.databaseFaults(faultCtx) })
+	}
+
+	finished := o.monitor(runCtx, prodDone)
+	stopFaults()
+	fwg.Wait()
+	cancelRun()
+	<-prodDone
+	o.fleet.stopAll()
+	return finished
+}
+
+// monitor polls the jobs' progress, prints a line now and then, and returns
+// true once the producer is done, every job has finished and every enabled
+// fault has happened at least once; false if ctx ends first.
+func (o *orchestrator) monitor(ctx context.Context, prodDone <-chan struct{}) bool {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	lastPrint := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			o.printProgress()
+			return false
+		case <-tick.C:
+		}
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		pr, err := o.q.JobProgress(qctx)
+		cancel()
+		if err == nil {
+			o.progress.Store(&pr)
+		}
+		produced := false
+		select {
+		case <-prodDone:
+			produced = true
+		default:
+		}
+		if err == nil && produced && pr.Unfinished == 0 && o.faultsDone() {
+			o.printProgress()
+			return true
+		}
+		if time.Since(lastPrint) >= o.cfg.Progress {
+			o.printProgress()
+			lastPrint = time.Now()
+		}
+	}
+}
+
+// faultsDone reports whether every enabled fault has been injected.
+func (o *orchestrator) faultsDone() bool {
+	cfg := o.cfg
+	return (cfg.KillEvery <= 0 || o.sigkills.Load() > 0) &&
+		(cfg.TerminateEvery <= 0 || o.terminations.Load() > 0) &&
+		(!cfg.RestartDB || o.restarts.Load() > 0) &&
+		(!cfg.CrashDB || o.crashes.Load() > 0)
+}
+
+func (o *orchestrator) printProgress() {
+	pr := o.progress.Load()
+	if pr == nil {
+		pr = &chaosdb.JobProgressRow{}
+	}
+	o.printf("%7.1fs  committed %d/%d  succeeded %d  failed %d  unfinished %d (running %d)  kills %d  poison deaths %d  terminations %d  restarts %d  crashes %d\n",
+		time.Since(o.began).Seconds(), o.prod.committed.Load(), o.cfg.Jobs, pr.Succeeded, pr.Failed, pr.Unfinished, pr.Running,
+		o.sigkills.Load(), o.fleet.poisonDeaths.Load(), o.terminations.Load(), o.restarts.Load(), o.crashes.Load())
+}
+
+// jittered is d spread uniformly over [d/2, 3d/2).
+func jittered(rng *rand.Rand, d time.Duration) time.Duration {
+	return d/2 + time.Duration(rng.Int64N(int64(d)))
+}
+
+// killLoop SIGKILLs a random worker process now and then. The death is
+// recorded first, so the process was alive at the recorded time.
+func (o *orchestrator) killLoop(ctx context.Context, rng *rand.Rand) {
+	for {
+		sleep(ctx, jittered(rng, o.cfg.KillEvery))
+		if ctx.Err() != nil {
+			return
+		}
+		p := o.fleet.victim(rng)
+		if p == nil {
+			continue
+		}
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := o.q.RecordDeath(qctx, chaosdb.RecordDeathParams{Instance: int32(p.instance), Pid: int32(p.pid), Kind: "sigkill"})
+		cancel()
+		if err != nil {
+			continue // the database is away; kill another time
+		}
+		if o.fleet.kill(p) {
+			o.sigkills.Add(1)
+		}
+	}
+}
+
+// terminateLoop ends a pgtask worker session now and then: every other
+// time one whose handler is running, if there is one, else a random one
+// (idle in the pool, claiming, recording, listening or in a job).
+func (o *orchestrator) terminateLoop(ctx context.Context, rng *rand.Rand) {
+	for n := 0; ; n++ {
+		sleep(ctx, jittered(rng, o.cfg.TerminateEvery))
+		if ctx.Err() != nil {
+			return
+		}
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		o.terminateOne(qctx, rng, n%2 == 1)
+		cancel()
+	}
+}
+
+func (o *orchestrator) terminateOne(ctx context.Context, rng *rand.Rand, midHandler bool) {
+	backends, err := o.q.WorkerBackends(ctx)
+	if err != nil || len(backends) == 0 {
+		return
+	}
+	busy, err := o.q.BusyWorkerBackends(ctx)
+	if err != nil {
+		return
+	}
+	pick := backends[rng.IntN(len(backends))]
+	if midHandler && len(busy) > 0 {
+		pid := busy[rng.IntN(len(busy))]
+		for _, b := range backends {
+			if b.Pid == pid {
+				pick = b
+			}
+		}
+	}
+	ok, err := o.q.TerminateBackend(ctx, pick.Pid)
+	if err != nil || !ok {
+		return
+	}
+	o.terminations.Add(1)
+	if pick.State == "idle in transaction" || pick.State == "active" {
+		o.terminatedJob.Add(1)
+	}
+	if slices.Contains(busy, pick.Pid) {
+		o.terminatedMid.Add(1)
+	}
+}
+
+// databaseFaults restarts the database once restartAt of the jobs have
+// finished and crashes it at crashAt.
+func (o *orchestrator) databaseFaults(ctx context.Context) {
+	type fault struct {
+		on    bool
+		at    float64
+		name  string
+		do    func(context.Context) error
+		count *atomic.Int64
+	}
+	for _, f := range []fault{
+		{o.cfg.RestartDB, restartAt, "restart", o.cluster.Restart, &o.restarts},
+		{o.cfg.CrashDB, crashAt, "crash", o.cluster.Crash, &o.crashes},
+	} {
+		if !f.on {
+			continue
+		}
+		for {
+			if ctx.Err() != nil {
+				return
+			}
+			if pr := o.progress.Load(); pr != nil && float64(pr.Succeeded+pr.Failed) >= f.at*float64(o.cfg.Jobs) {
+				break
+			}
+			sleep(ctx, 100*time.Millisecond)
+		}
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		err := f.do(fctx)
+		cancel()
+		if err != nil {
+			o.problem("database %s: %v", f.name, err)
+			return
+		}
+		f.count.Add(1)
+		o.printf("%7.1fs  database %s done\n", time.Since(o.began).Seconds(), f.name)
+	}
+}

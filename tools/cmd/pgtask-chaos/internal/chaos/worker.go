@@ -1,0 +1,291 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/tools/cmd/pgtask-chaos/internal/chaosdb"
+)
+
+// Timeouts of the kinds: chaos.slow's is short, so that its jobs time out.
+const (
+	jobTimeout  = 10 * time.Second
+	slowTimeout = 300 * time.Millisecond
+)
+
+// retryBackoff keeps retries quick: a failed job's group waits for them.
+var retryBackoff = runtime.Backoff{Min: 20 * time.Millisecond, Max: 200 * time.Millisecond}
+
+// workerArgs are a worker process's settings, passed on its command line.
+type workerArgs struct {
+	url         string
+	slot        int // which of the run's worker processes it replaces
+	instance    int // unique within the run
+	batch       int
+	concurrency int
+}
+
+func (a workerArgs) list() []string {
+	return []string{"worker",
+		"-url", a.url,
+		"-slot", strconv.Itoa(a.slot),
+		"-instance", strconv.Itoa(a.instance),
+		"-batch", strconv.Itoa(a.batch),
+		"-concurrency", strconv.Itoa(a.concurrency),
+	}
+}
+
+func mainWorker(args []string, stdout, stderr io.Writer) int {
+	var a workerArgs
+	fs := flag.NewFlagSet("pgtask-chaos worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&a.url, "url", "", "database URL")
+	fs.IntVar(&a.slot, "slot", 0, "worker slot")
+	fs.IntVar(&a.instance, "instance", 0, "worker process number, unique within the run")
+	fs.IntVar(&a.batch, "batch", 1, "BatchSize of the chaos queue")
+	fs.IntVar(&a.concurrency, "concurrency", 2, "Concurrency of the chaos queue")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if a.url == "" {
+		fmt.Fprintln(stderr, "pgtask-chaos worker: -url is required")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := runWorker(ctx, a, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "pgtask-chaos worker: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// runWorker runs a pgtask worker on the chaos queue until ctx ends. Its
+// handlers record each attempt in pgtask_chaos.attempts through a pool of
+// their own (autocommit) and write the job's effect through job.Tx().
+func runWorker(ctx context.Context, a workerArgs, stdout, stderr io.Writer) error {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	pc, err := pgxpool.ParseConfig(a.url)
+	if err != nil {
+		return err
+	}
+	w, err := runtime.NewWorker(ctx, pc, runtime.Config{
+		Queues:        map[string]runtime.QueueConfig{queueName: {Concurrency: a.concurrency, BatchSize: a.batch}},
+		Logger:        log,
+		ShutdownGrace: 5 * time.Second,
+	})
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+
+	rc, err := pgxpool.ParseConfig(a.url)
+	if err != nil {
+		return err
+	}
+	rc.ConnConfig.RuntimeParams["application_name"] = "pgtask-chaos recorder"
+	rc.MaxConns = int32(a.concurrency + 2)
+	rec, err := pgxpool.NewWithConfig(ctx, rc)
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
+
+	h := &handler{args: a, rec: chaosdb.New(rec), pid: os.Getpid()}
+	for _, r := range []runtime.Registration{
+		{Kind: kindJob, Handler: h.handle, Timeout: jobTimeout, Backoff: retryBackoff},
+		{Kind: kindSlow, Handler: h.handle, Timeout: slowTimeout, Backoff: retryBackoff},
+		{Kind: kindPoison, Handler: h.handle, Timeout: jobTimeout, Backoff: retryBackoff},
+	} {
+		if err := w.Register(r); err != nil {
+			return err
+		}
+	}
+
+	printRSS := func(when string) {
+		fmt.Fprintf(stdout, "pgtask-chaos worker %d (slot %d, pid %d, batch %d, concurrency %d): rss %s %s\n",
+			a.instance, a.slot, h.pid, a.batch, a.concurrency, formatKiB(rssKiB(h.pid)), when)
+	}
+	printRSS("at start")
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				printRSS("")
+			}
+		}
+	}()
+	err = w.Run(ctx)
+	close(done)
+	printRSS("at exit")
+	return err
+}
+
+type handler struct {
+	args     workerArgs
+	rec      *chaosdb.Queries
+	pid      int
+	attempts atomic.Int64 // numbers this process's attempt records
+}
+
+// errStartNotRecorded fails an attempt whose start could not be written
+// (the database was away); the checks accept it in place of a start row.
+var errStartNotRecorded = errors.New("chaos: start not recorded")
+
+// handle runs one attempt of a chaos job: it records its start, writes the
+// job's effect through job.Tx(), works a little, then does what the payload
+// says for this attempt, and records how it ended.
+func (h *handler) handle(ctx context.Context, job *runtime.Job) error {
+	p, err := runtime.DecodePayload[payload](job)
+	if err != nil {
+		return err
+	}
+	backend := job.Tx().Conn().PgConn().PID()
+	id, err := h.start(ctx, job, backend)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errStartNotRecorded, err)
+	}
+	outcome := "ok"
+	defer func() {
+		if v := recover(); v != nil {
+			h.end(id, "panic")
+			panic(v)
+		}
+		h.end(id, outcome)
+	}()
+
+	if p.Behavior == behavePoison {
+		h.die()
+	}
+	err = chaosdb.New(job.Tx()).InsertEffect(ctx, chaosdb.InsertEffectParams{
+		JobID: int64(job.ID), Attempt: int32(job.Attempt), Instance: int32(h.args.instance),
+	})
+	if err != nil {
+		outcome = "effect_error"
+		return fmt.Errorf("chaos: write effect: %w", err)
+	}
+	// A little work, now and then more, so that kills and terminations
+	// land inside handlers too.
+	work := time.Duration(rand.IntN(2000)) * time.Microsecond
+	if rand.IntN(20) == 0 {
+		work = 20 * time.Millisecond
+	}
+	sleep(ctx, work)
+
+	switch {
+	case p.Behavior == behaveFail && job.Attempt == 1,
+		p.Behavior == behaveFail2 && job.Attempt <= 2:
+		outcome = "error"
+		return fmt.Errorf("chaos: injected failure on attempt %d", job.Attempt)
+	case p.Behavior == behavePanic && job.Attempt == 1:
+		panic(fmt.Sprintf("chaos: injected panic on attempt %d", job.Attempt))
+	case p.Behavior == behaveTimeout && job.Attempt == 1:
+		<-ctx.Done()
+		outcome = "timeout"
+		return ctx.Err()
+	case p.Behavior == behaveNoRetry:
+		outcome = "noretry"
+		return runtime.NoRetry(errors.New("chaos: injected final failure"))
+	}
+	if ctx.Err() != nil {
+		// Cut short (shutdown, or a timeout that came first).
+		outcome = "cancelled"
+		return ctx.Err()
+	}
+	return nil
+}
+
+// start records the attempt's start, retrying for a few seconds: the
+// database may be restarting, and a pooled connection may be stale.
+func (h *handler) start(ctx context.Context, job *runtime.Job, backend uint32) (int64, error) {
+	id := int64(h.args.instance)<<32 | h.attempts.Add(1)
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := h.rec.StartAttempt(qctx, chaosdb.StartAttemptParams{
+			ID: id, JobID: int64(job.ID), Attempt: int32(job.Attempt), GroupKey: job.Group,
+			Instance: int32(h.args.instance), WorkerPid: int32(h.pid), BackendPid: int32(backend),
+		})
+		cancel()
+		if err == nil {
+			return id, nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return 0, err
+		}
+		sleep(ctx, 20*time.Millisecond)
+	}
+}
+
+// end records how the attempt ended. It keeps trying for half a minute: an
+// attempt without an end counts as cut off by its process's death.
+func (h *handler) end(id int64, outcome string) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := h.rec.EndAttempt(ctx, chaosdb.EndAttemptParams{ID: id, Outcome: outcome})
+		cancel()
+		if err == nil || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// die records this process's death and SIGKILLs it.
+func (h *handler) die() {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := h.rec.RecordDeath(ctx, chaosdb.RecordDeathParams{Instance: int32(h.args.instance), Pid: int32(h.pid), Kind: "poison"})
+		cancel()
+		if err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	syscall.Kill(h.pid, syscall.SIGKILL) //nolint:errcheck // it does not return
+	select {}
+}
+
+// rssKiB reads a process's resident set size from /proc; 0 if it cannot.
+func rssKiB(pid int) int64 {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func formatKiB(kib int64) string {
+	return fmt.Sprintf("%.1f MiB", float64(kib)/1024)
+}

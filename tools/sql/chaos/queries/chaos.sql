@@ -1,0 +1,315 @@
+-- Queries of pgtask-chaos (tools/cmd/pgtask-chaos): recording a run in
+-- pgtask_chaos (../schema) and checking pgtask's guarantees against it.
+
+-- name: RecordEnqueued :exec
+-- Records committed jobs; runs in the transaction that enqueues them. An
+-- empty group key means an ungrouped job.
+INSERT INTO pgtask_chaos.enqueued (job_id, group_key, seq, behavior, how)
+SELECT unnest(@job_ids::bigint[]), NULLIF(unnest(@group_keys::text[]), ''),
+       unnest(@seqs::integer[]), unnest(@behaviors::text[]), @how::text;
+
+-- name: CommittedAmong :many
+-- Which of these ids were committed: answers a commit whose outcome is unknown.
+SELECT job_id FROM pgtask_chaos.enqueued WHERE job_id = ANY(@job_ids::bigint[]) ORDER BY job_id;
+
+-- name: RecordNotCommitted :exec
+INSERT INTO pgtask_chaos.not_committed (job_id, group_key, reason)
+SELECT unnest(@job_ids::bigint[]), NULLIF(unnest(@group_keys::text[]), ''), @reason::text
+    ON CONFLICT (job_id) DO NOTHING;
+
+-- name: BackendExists :one
+-- Whether a server process with this PID is still there: a cut-off commit's
+-- outcome is settled once its session is gone.
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = @pid::integer) AS present;
+
+-- name: StartAttempt :exec
+-- Written by a handler as it begins, outside the job's transaction. Writing
+-- the same id again (the reply to the first write was lost) changes nothing.
+INSERT INTO pgtask_chaos.attempts (id, job_id, attempt, group_key, instance, worker_pid, backend_pid)
+VALUES (@id, @job_id, @attempt, NULLIF(@group_key::text, ''), @instance, @worker_pid, @backend_pid)
+    ON CONFLICT (id) DO NOTHING;
+
+-- name: EndAttempt :exec
+-- Keeps the first end written, should a lost reply make the handler write again.
+UPDATE pgtask_chaos.attempts
+   SET ended_at = coalesce(ended_at, clock_timestamp()), outcome = coalesce(outcome, @outcome::text)
+ WHERE id = @id;
+
+-- name: InsertEffect :exec
+-- Written by a handler through its job's transaction.
+INSERT INTO pgtask_chaos.effects (job_id, attempt, instance) VALUES (@job_id, @attempt, @instance);
+
+-- name: RecordDeath :exec
+INSERT INTO pgtask_chaos.deaths (instance, pid, kind) VALUES (@instance, @pid, @kind::text);
+
+-- name: JobProgress :one
+SELECT count(*) FILTER (WHERE status = 'succeeded')::bigint AS succeeded,
+       count(*) FILTER (WHERE status = 'failed')::bigint AS failed,
+       count(*) FILTER (WHERE status IN ('scheduled', 'queued', 'started'))::bigint AS unfinished,
+       count(*) FILTER (WHERE status = 'started')::bigint AS running,
+       count(*)::bigint AS total
+  FROM pgtask.jobs;
+
+-- name: WorkerBackends :many
+-- The sessions of pgtask workers (their pools set this application name).
+SELECT coalesce(pid, 0)::integer AS pid, coalesce(state, '')::text AS state
+  FROM pg_catalog.pg_stat_activity
+ WHERE datname = current_database() AND application_name = 'pgtask worker'
+ ORDER BY pid;
+
+-- name: BusyWorkerBackends :many
+-- The worker sessions whose job's handler is running now: it recorded its
+-- start in the last second and no end yet.
+SELECT DISTINCT coalesce(a.pid, 0)::integer AS pid
+  FROM pg_catalog.pg_stat_activity a
+  JOIN pgtask_chaos.attempts t ON t.backend_pid = a.pid
+ WHERE a.datname = current_database() AND a.application_name = 'pgtask worker'
+   AND t.ended_at IS NULL AND t.started_at > clock_timestamp() - interval '1 second'
+ ORDER BY 1;
+
+-- name: TerminateBackend :one
+SELECT pg_terminate_backend(@pid::integer) AS terminated;
+
+-- name: EnqueuedTotals :many
+SELECT how, behavior, count(*)::bigint AS jobs
+  FROM pgtask_chaos.enqueued
+ GROUP BY how, behavior
+ ORDER BY how, behavior;
+
+-- name: NotCommittedTotals :many
+SELECT reason, count(*)::bigint AS jobs
+  FROM pgtask_chaos.not_committed
+ GROUP BY reason
+ ORDER BY reason;
+
+-- name: OutcomeTotals :many
+-- Attempts by how their handler ended; none when its process was killed.
+SELECT coalesce(outcome, 'none')::text AS outcome, count(*)::bigint AS attempts
+  FROM pgtask_chaos.attempts
+ GROUP BY 1
+ ORDER BY 1;
+
+-- name: CountStartsNotRecorded :one
+-- Attempts whose handler ran but could not record its start. The runtime
+-- may have wrapped that error ("timed out after 300ms: chaos: start not
+-- recorded: ..." when the attempt's timeout cut the recording short).
+SELECT count(*)::bigint AS attempts
+  FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
+ WHERE x->>'error' LIKE '%chaos: start not recorded%';
+
+-- name: DeathTotals :many
+SELECT kind, count(*)::bigint AS deaths FROM pgtask_chaos.deaths GROUP BY kind ORDER BY kind;
+
+-- name: FinishedTotals :many
+-- Finished jobs by status and by what their handler was told to do.
+SELECT j.status::text AS status, coalesce(e.behavior, '')::text AS behavior, count(*)::bigint AS jobs,
+       sum(j.attempts)::bigint AS attempts
+  FROM pgtask.jobs j LEFT JOIN pgtask_chaos.enqueued e ON e.job_id = j.id
+ GROUP BY 1, 2
+ ORDER BY 1, 2;
+
+-- The checks. Each returns one row per violation: the job, a short kind and
+-- a description.
+
+-- name: CheckNothingLost :many
+-- 1. Every committed job ended succeeded or failed (poison and noretry jobs
+-- failed, the others succeeded); no job exists that was not committed; no id
+-- handed out in a transaction that did not commit exists, ran or wrote,
+-- unless a committed transaction was handed it again (see ObserveReusedIds).
+SELECT e.job_id, 'unfinished'::text AS kind,
+       format('job %s (%s, group %s) is %s', e.job_id, e.behavior, coalesce(e.group_key, '-'),
+              coalesce(j.status::text, 'missing'))::text AS detail
+  FROM pgtask_chaos.enqueued e LEFT JOIN pgtask.jobs j ON j.id = e.job_id
+ WHERE j.id IS NULL OR j.status NOT IN ('succeeded', 'failed')
+UNION ALL
+SELECT e.job_id, 'wrong end',
+       format('job %s (%s) ended %s after %s attempts; errors %s', e.job_id, e.behavior, j.status, j.attempts, j.errors)
+  FROM pgtask_chaos.enqueued e JOIN pgtask.jobs j ON j.id = e.job_id
+ WHERE (e.behavior IN ('poison', 'noretry') AND j.status = 'succeeded')
+    OR (e.behavior NOT IN ('poison', 'noretry') AND j.status = 'failed')
+UNION ALL
+SELECT j.id, 'not enqueued', format('job %s (%s, group %s) exists but was never committed by the producer', j.id, j.status, coalesce(j.group_key, '-'))
+  FROM pgtask.jobs j
+ WHERE NOT EXISTS (SELECT 1 FROM pgtask_chaos.enqueued e WHERE e.job_id = j.id)
+UNION ALL
+SELECT n.job_id, 'rolled back but exists',
+       format('job %s (%s) was not committed but %s', n.job_id, n.reason,
+              concat_ws(', ',
+                  CASE WHEN EXISTS (SELECT 1 FROM pgtask.jobs j WHERE j.id = n.job_id) THEN 'is in pgtask.jobs' END,
+                  CASE WHEN EXISTS (SELECT 1 FROM pgtask_chaos.attempts a WHERE a.job_id = n.job_id) THEN 'has attempts' END,
+                  CASE WHEN EXISTS (SELECT 1 FROM pgtask_chaos.effects f WHERE f.job_id = n.job_id) THEN 'has effects' END))
+  FROM pgtask_chaos.not_committed n
+ WHERE NOT EXISTS (SELECT 1 FROM pgtask_chaos.enqueued e WHERE e.job_id = n.job_id)
+   AND (EXISTS (SELECT 1 FROM pgtask.jobs j WHERE j.id = n.job_id)
+        OR EXISTS (SELECT 1 FROM pgtask_chaos.attempts a WHERE a.job_id = n.job_id)
+        OR EXISTS (SELECT 1 FROM pgtask_chaos.effects f WHERE f.job_id = n.job_id))
+ORDER BY 1, 2;
+
+-- name: ObserveReusedIds :one
+-- Ids handed out in a transaction that did not commit and then again in one
+-- that did. A crash can do this: a transaction's nextval is made durable by
+-- its commit, so when the server crashes before any commit has flushed it,
+-- the sequence resumes from an earlier value and hands the ids out again.
+-- The jobs committed under them are checked like any other.
+SELECT count(*) AS reused
+  FROM pgtask_chaos.not_committed n
+ WHERE EXISTS (SELECT 1 FROM pgtask_chaos.enqueued e WHERE e.job_id = n.job_id);
+
+-- name: CheckOverlaps :many
+-- 2. No two attempts of a group, nor of one job, ran at the same time: taken
+-- in start order, each attempt starts no earlier than the one before it
+-- ended (a pair found both in its group and in its job is reported once).
+-- An attempt with no end was cut off by the death of its process; it
+-- is taken to end when that process was signalled (or when it started, if
+-- later), a time at which the process was certainly alive. An attempt with
+-- no end whose process was never killed is a violation too.
+WITH a AS (
+    SELECT t.id, t.job_id, t.attempt, t.group_key, t.instance, t.started_at, t.ended_at,
+           CASE WHEN t.ended_at IS NOT NULL THEN t.ended_at
+                ELSE greatest(t.started_at, (SELECT min(d.at) FROM pgtask_chaos.deaths d WHERE d.instance = t.instance))
+           END AS end_at,
+           EXISTS (SELECT 1 FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
+                    WHERE j.id = t.job_id AND (x->>'attempt')::integer = t.attempt
+                      AND x->>'error' LIKE 'worker lost%') AS lost
+      FROM pgtask_chaos.attempts t
+), pairs AS (
+    SELECT 'group'::text AS scope, a.group_key AS key, a.id,
+           lead(a.id) OVER (PARTITION BY a.group_key ORDER BY a.started_at, a.id) AS next_id
+      FROM a WHERE a.group_key IS NOT NULL
+    UNION ALL
+    SELECT 'job', a.job_id::text, a.id,
+           lead(a.id) OVER (PARTITION BY a.job_id ORDER BY a.started_at, a.id)
+      FROM a
+), clashes AS (
+    SELECT DISTINCT ON (p.id, n.id) p.job_id,
+           CASE WHEN p.lost THEN 'overlap after lost session' ELSE 'overlap' END::text AS kind,
+           format('%s %s: job %s attempt %s (instance %s%s) ran %s..%s%s; job %s attempt %s (instance %s) started %s',
+                  x.scope, x.key, p.job_id, p.attempt, p.instance, CASE WHEN p.lost THEN ', session lost' ELSE '' END,
+                  to_char(p.started_at, 'HH24:MI:SS.US'), to_char(p.end_at, 'HH24:MI:SS.US'),
+                  CASE WHEN p.ended_at IS NULL THEN ' (process killed)' ELSE '' END,
+                  n.job_id, n.attempt, n.instance, to_char(n.started_at, 'HH24:MI:SS.US'))::text AS detail
+      FROM pairs x JOIN a p ON p.id = x.id JOIN a n ON n.id = x.next_id
+     WHERE n.started_at < p.end_at
+     ORDER BY p.id, n.id, x.scope
+)
+SELECT c.job_id, c.kind, c.detail FROM clashes c
+UNION ALL
+SELECT a.job_id, 'never ended',
+       format('job %s attempt %s (instance %s) started %s, never ended, and its process was not killed',
+              a.job_id, a.attempt, a.instance, to_char(a.started_at, 'HH24:MI:SS.US'))
+  FROM a WHERE a.end_at IS NULL
+ORDER BY 1, 2;
+
+-- name: CheckGroupOrder :many
+-- 3. Within a group, jobs start in enqueue order: taken in the order of
+-- their first attempt's start, the group's jobs have increasing sequence
+-- numbers. Every attempt ran in the group its job was enqueued in.
+WITH firsts AS (
+    SELECT DISTINCT ON (t.job_id) t.job_id, t.group_key, t.started_at, t.attempt
+      FROM pgtask_chaos.attempts t
+     WHERE t.group_key IS NOT NULL
+     ORDER BY t.job_id, t.started_at, t.id
+), a AS (
+    SELECT f.job_id, f.attempt, f.group_key, f.started_at, e.seq,
+           lag(f.job_id) OVER w AS prev_job, lag(e.seq) OVER w AS prev_seq,
+           lag(f.started_at) OVER w AS prev_started_at
+      FROM firsts f JOIN pgtask_chaos.enqueued e ON e.job_id = f.job_id
+    WINDOW w AS (PARTITION BY f.group_key ORDER BY f.started_at, f.job_id)
+)
+SELECT a.job_id, 'order'::text AS kind,
+       format('group %s: job %s (seq %s) first started %s (attempt %s), after job %s (seq %s) first started %s',
+              a.group_key, a.job_id, a.seq, to_char(a.started_at, 'HH24:MI:SS.US'), a.attempt,
+              a.prev_job, a.prev_seq, to_char(a.prev_started_at, 'HH24:MI:SS.US'))::text AS detail
+  FROM a WHERE a.seq < a.prev_seq
+UNION ALL
+SELECT t.job_id, 'group',
+       format('job %s attempt %s ran in group %s but was enqueued in group %s',
+              t.job_id, t.attempt, coalesce(t.group_key, '-'), coalesce(e.group_key, '-'))
+  FROM pgtask_chaos.attempts t JOIN pgtask_chaos.enqueued e ON e.job_id = t.job_id
+ WHERE t.group_key IS DISTINCT FROM e.group_key
+ORDER BY 1, 2;
+
+-- name: ObserveReplays :many
+-- Not a check: attempts of a grouped job that started after a later job of
+-- its group had already started. pgtask runs a group's head and the jobs
+-- right behind it in one transaction; when that transaction is lost, the
+-- earlier jobs run again after the later ones ran (first starts stay in
+-- order, so check 3 holds).
+WITH a AS (
+    SELECT t.job_id, t.attempt, t.group_key, t.started_at, e.seq,
+           max(e.seq) OVER w AS max_seq_before
+      FROM pgtask_chaos.attempts t JOIN pgtask_chaos.enqueued e ON e.job_id = t.job_id
+     WHERE t.group_key IS NOT NULL
+    WINDOW w AS (PARTITION BY t.group_key ORDER BY t.started_at, t.id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+)
+SELECT a.job_id,
+       format('group %s: job %s (seq %s) attempt %s started %s, after a job with seq %s had started',
+              a.group_key, a.job_id, a.seq, a.attempt, to_char(a.started_at, 'HH24:MI:SS.US'), a.max_seq_before)::text AS detail
+  FROM a WHERE a.seq < a.max_seq_before
+ORDER BY a.started_at;
+
+-- name: CheckEffects :many
+-- 4. A job's effect committed at most once: exactly once, by its last
+-- attempt, for a succeeded job; never for a failed one.
+SELECT j.id AS job_id, 'effects'::text AS kind,
+       format('job %s %s after %s attempts has %s committed effects (from attempts %s)',
+              j.id, j.status, j.attempts, count(f.id), coalesce(string_agg(f.attempt::text, ',' ORDER BY f.id), '-'))::text AS detail
+  FROM pgtask.jobs j LEFT JOIN pgtask_chaos.effects f ON f.job_id = j.id
+ GROUP BY j.id
+HAVING count(f.id) > 1
+    OR (j.status = 'succeeded' AND (count(f.id) <> 1 OR max(f.attempt) <> j.attempts))
+    OR (j.status <> 'succeeded' AND count(f.id) <> 0)
+UNION ALL
+SELECT f.job_id, 'orphan effect', format('effect of job %s attempt %s, which is not a job', f.job_id, f.attempt)
+  FROM pgtask_chaos.effects f
+ WHERE NOT EXISTS (SELECT 1 FROM pgtask.jobs j WHERE j.id = f.job_id)
+ORDER BY 1, 2;
+
+-- name: CheckAttempts :many
+-- 5. Attempts counted (pgtask.jobs.attempts) are attempts made: each counted
+-- attempt has a start row, or a "worker lost" entry in the job's error
+-- history (claimed, then its session died before the handler started), or
+-- the error of a handler that could not record its start (the database was
+-- away); no
+-- attempt started beyond the count or twice; the error history holds one
+-- entry for each failed attempt (all but a succeeded job's last); a poison
+-- job failed after exactly its max_attempts.
+WITH starts AS (
+    SELECT t.job_id, t.attempt, count(*) AS n FROM pgtask_chaos.attempts t GROUP BY t.job_id, t.attempt
+), errs AS (
+    SELECT j.id AS job_id, (x->>'attempt')::integer AS attempt, x->>'error' AS error
+      FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
+)
+SELECT j.id AS job_id, 'not started'::text AS kind,
+       format('job %s (%s after %s attempts): attempt %s was counted but no handler started it and no worker-lost entry explains it; errors %s',
+              j.id, j.status, j.attempts, g.n, j.errors)::text AS detail
+  FROM pgtask.jobs j, generate_series(1, j.attempts) g(n)
+ WHERE NOT EXISTS (SELECT 1 FROM starts s WHERE s.job_id = j.id AND s.attempt = g.n)
+   AND NOT EXISTS (SELECT 1 FROM errs e
+                    WHERE e.job_id = j.id AND e.attempt = g.n
+                      AND (e.error LIKE 'worker lost%' OR e.error LIKE '%chaos: start not recorded%'))
+UNION ALL
+SELECT s.job_id, 'not counted',
+       format('job %s: a handler started attempt %s, but the job counts %s attempts', s.job_id, s.attempt, j.attempts)
+  FROM starts s JOIN pgtask.jobs j ON j.id = s.job_id
+ WHERE s.attempt < 1 OR s.attempt > j.attempts
+UNION ALL
+SELECT s.job_id, 'started twice', format('job %s: attempt %s started %s times', s.job_id, s.attempt, s.n)
+  FROM starts s WHERE s.n > 1
+UNION ALL
+SELECT j.id, 'error history',
+       format('job %s %s after %s attempts has error entries for attempts %s',
+              j.id, j.status, j.attempts,
+              coalesce((SELECT string_agg(e.attempt::text, ',' ORDER BY e.attempt) FROM errs e WHERE e.job_id = j.id), 'none'))
+  FROM pgtask.jobs j
+ WHERE j.status IN ('succeeded', 'failed')
+   AND (SELECT coalesce(array_agg(e.attempt ORDER BY e.attempt), '{}') FROM errs e WHERE e.job_id = j.id)
+       IS DISTINCT FROM
+       (SELECT coalesce(array_agg(g.n ORDER BY g.n), '{}')
+          FROM generate_series(1, j.attempts - CASE WHEN j.status = 'succeeded' THEN 1 ELSE 0 END) g(n))
+UNION ALL
+SELECT j.id, 'poison',
+       format('poison job %s ended %s after %s attempts (max %s)', j.id, j.status, j.attempts, j.max_attempts)
+  FROM pgtask_chaos.enqueued e JOIN pgtask.jobs j ON j.id = e.job_id
+ WHERE e.behavior = 'poison' AND (j.status <> 'failed' OR j.attempts <> j.max_attempts)
+ORDER BY 1, 2;
