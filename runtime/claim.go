@@ -422,7 +422,7 @@ func (r *runner) recordFailure(ctx context.Context, q *gen.Queries, job *Job, re
 	case errors.As(outcome, &ra):
 		params.RetryInUs.Int64, params.RetryInUs.Valid = ra.delay.Microseconds(), true
 	default:
-		b := DefaultBackoff
+		var b Backoff // zero: the default policy
 		if reg != nil {
 			b = reg.Backoff
 		}
