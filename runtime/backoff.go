@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -57,4 +58,35 @@ func (b Backoff) Delay(attempt int) time.Duration {
 		d += d * b.Jitter * (2*rand.Float64() - 1)
 	}
 	return time.Duration(math.Max(d, 0))
+}
+
+// The worker's own retries of a failing database call (claiming, requeueing
+// a lost session's jobs, listening) wait 100ms, doubling up to 5s: quick to
+// recover from a blip, gentle on a database that is down.
+const (
+	retryFirst = 100 * time.Millisecond
+	retryCap   = 5 * time.Second
+)
+
+// retryDelay spaces one loop's retries; the zero value is ready to use.
+type retryDelay struct{ last time.Duration }
+
+// next returns how long to wait before the next try: retryFirst after a
+// reset, then twice the previous wait, never more than retryCap.
+func (d *retryDelay) next() time.Duration {
+	d.last = min(max(d.last*2, retryFirst), retryCap)
+	return d.last
+}
+
+// reset starts over from retryFirst, once a try succeeded.
+func (d *retryDelay) reset() { d.last = 0 }
+
+// sleep waits for d or until ctx is done, whichever comes first.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
