@@ -9,67 +9,6 @@ import (
 	"context"
 )
 
-const advisoryLock = `-- name: AdvisoryLock :exec
-SELECT pg_advisory_lock($1::bigint)
-`
-
-// Session-level lock used by tools (test database setup) to serialise work
-// across processes.
-func (q *Queries) AdvisoryLock(ctx context.Context, key int64) error {
-	_, err := q.db.Exec(ctx, advisoryLock, key)
-	return err
-}
-
-const advisoryLockShared = `-- name: AdvisoryLockShared :exec
-SELECT pg_advisory_lock_shared($1::bigint)
-`
-
-func (q *Queries) AdvisoryLockShared(ctx context.Context, key int64) error {
-	_, err := q.db.Exec(ctx, advisoryLockShared, key)
-	return err
-}
-
-const advisoryUnlock = `-- name: AdvisoryUnlock :exec
-SELECT pg_advisory_unlock($1::bigint)
-`
-
-func (q *Queries) AdvisoryUnlock(ctx context.Context, key int64) error {
-	_, err := q.db.Exec(ctx, advisoryUnlock, key)
-	return err
-}
-
-const advisoryUnlockShared = `-- name: AdvisoryUnlockShared :exec
-SELECT pg_advisory_unlock_shared($1::bigint)
-`
-
-func (q *Queries) AdvisoryUnlockShared(ctx context.Context, key int64) error {
-	_, err := q.db.Exec(ctx, advisoryUnlockShared, key)
-	return err
-}
-
-const analyzeJobs = `-- name: AnalyzeJobs :exec
-ANALYZE pgtask.jobs
-`
-
-// Refreshes the planner's statistics after a bulk load (benchmarks, imports).
-func (q *Queries) AnalyzeJobs(ctx context.Context) error {
-	_, err := q.db.Exec(ctx, analyzeJobs)
-	return err
-}
-
-const backendExists = `-- name: BackendExists :one
-SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = $1::integer) AS present
-`
-
-// Whether a server process with this PID is still there (tests wait for a
-// terminated session to be gone; the chaos producer for a cut-off commit's).
-func (q *Queries) BackendExists(ctx context.Context, pid int32) (bool, error) {
-	row := q.db.QueryRow(ctx, backendExists, pid)
-	var present bool
-	err := row.Scan(&present)
-	return present, err
-}
-
 const cancelJob = `-- name: CancelJob :one
 SELECT pgtask.cancel_job($1) AS cancelled
 `
@@ -79,88 +18,6 @@ func (q *Queries) CancelJob(ctx context.Context, id int64) (bool, error) {
 	var cancelled bool
 	err := row.Scan(&cancelled)
 	return cancelled, err
-}
-
-const countJobs = `-- name: CountJobs :many
-SELECT queue, status, count(*)::bigint AS jobs
-  FROM pgtask.jobs
- GROUP BY queue, status
- ORDER BY queue, status
-`
-
-type CountJobsRow struct {
-	Queue  string
-	Status PgtaskJobStatus
-	Jobs   int64
-}
-
-// Jobs per queue and status.
-func (q *Queries) CountJobs(ctx context.Context) ([]CountJobsRow, error) {
-	rows, err := q.db.Query(ctx, countJobs)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []CountJobsRow{}
-	for rows.Next() {
-		var i CountJobsRow
-		if err := rows.Scan(&i.Queue, &i.Status, &i.Jobs); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const countListeners = `-- name: CountListeners :one
-SELECT count(*)::bigint AS listeners
-  FROM pg_catalog.pg_stat_activity
- WHERE datname = current_database() AND state = 'idle'
-   AND position('LISTEN pgtask' in query) > 0
-`
-
-// Sessions of this database waiting for pgtask's notifications.
-func (q *Queries) CountListeners(ctx context.Context) (int64, error) {
-	row := q.db.QueryRow(ctx, countListeners)
-	var listeners int64
-	err := row.Scan(&listeners)
-	return listeners, err
-}
-
-const databaseExists = `-- name: DatabaseExists :one
-SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_database WHERE datname = $1) AS exists
-`
-
-func (q *Queries) DatabaseExists(ctx context.Context, name string) (bool, error) {
-	row := q.db.QueryRow(ctx, databaseExists, name)
-	var exists bool
-	err := row.Scan(&exists)
-	return exists, err
-}
-
-const getGroup = `-- name: GetGroup :one
-SELECT id, queue, group_key, head_id, created_at FROM pgtask.queue_groups WHERE queue = $1 AND group_key = $2
-`
-
-type GetGroupParams struct {
-	Queue    string
-	GroupKey string
-}
-
-func (q *Queries) GetGroup(ctx context.Context, arg GetGroupParams) (PgtaskQueueGroup, error) {
-	row := q.db.QueryRow(ctx, getGroup, arg.Queue, arg.GroupKey)
-	var i PgtaskQueueGroup
-	err := row.Scan(
-		&i.ID,
-		&i.Queue,
-		&i.GroupKey,
-		&i.HeadID,
-		&i.CreatedAt,
-	)
-	return i, err
 }
 
 const getJob = `-- name: GetJob :one
@@ -195,52 +52,6 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 	return i, err
 }
 
-const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id FROM pgtask.jobs WHERE queue = $1 ORDER BY id
-`
-
-// A queue's jobs in id order, for inspection and tests.
-func (q *Queries) ListJobs(ctx context.Context, queue string) ([]PgtaskJob, error) {
-	rows, err := q.db.Query(ctx, listJobs, queue)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []PgtaskJob{}
-	for rows.Next() {
-		var i PgtaskJob
-		if err := rows.Scan(
-			&i.ID,
-			&i.Queue,
-			&i.Kind,
-			&i.GroupKey,
-			&i.GroupID,
-			&i.IsHead,
-			&i.Status,
-			&i.Priority,
-			&i.Payload,
-			&i.Result,
-			&i.Errors,
-			&i.Attempts,
-			&i.MaxAttempts,
-			&i.FailBlocksGroup,
-			&i.RunAfter,
-			&i.CreatedAt,
-			&i.StartedAt,
-			&i.FinishedAt,
-			&i.OwnerPid,
-			&i.WorkerID,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const retryJob = `-- name: RetryJob :one
 SELECT pgtask.retry_job($1) AS retried
 `
@@ -250,16 +61,4 @@ func (q *Queries) RetryJob(ctx context.Context, id int64) (bool, error) {
 	var retried bool
 	err := row.Scan(&retried)
 	return retried, err
-}
-
-const transactionIsolation = `-- name: TransactionIsolation :one
-SELECT current_setting('transaction_isolation')::text AS level
-`
-
-// The isolation level of the current transaction, as SHOW prints it.
-func (q *Queries) TransactionIsolation(ctx context.Context) (string, error) {
-	row := q.db.QueryRow(ctx, transactionIsolation)
-	var level string
-	err := row.Scan(&level)
-	return level, err
 }

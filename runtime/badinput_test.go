@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
 
 // Rows that get past the Go checks (written by other code with the same
@@ -59,7 +60,7 @@ func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
 	for _, c := range cases {
 		p := good()
 		c.spoil(&p)
-		_, err := b.q.InsertJobs(ctx, p)
+		_, err := b.gen.InsertJobs(ctx, p)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v, want it to mention %q", c.name, err, c.want)
 		}
@@ -67,11 +68,11 @@ func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
 	if n := b.countJobs(t); n != 0 {
 		t.Fatalf("%d jobs inserted by refused statements", n)
 	}
-	if _, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: "q", GroupKey: "g"}); err == nil {
+	if _, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: "q", GroupKey: "g"}); err == nil {
 		t.Fatal("a refused statement left a group row behind")
 	}
 	// The same statement with good rows works: the checks are not too strict.
-	if ids, err := b.q.InsertJobs(ctx, good()); err != nil || len(ids) != 2 {
+	if ids, err := b.gen.InsertJobs(ctx, good()); err != nil || len(ids) != 2 {
 		t.Fatalf("good rows: %v, %v", ids, err)
 	}
 }
@@ -89,12 +90,12 @@ func TestDelaysUseTheDatabaseClock(t *testing.T) {
 	if d := j.RunAfter.Sub(j.CreatedAt); d != time.Hour {
 		t.Fatalf("run_after - created_at = %s, want exactly 1h on the database's clock", d)
 	}
-	if j.Status != gen.PgtaskJobStatusScheduled {
+	if j.Status != testdb.PgtaskJobStatusScheduled {
 		t.Fatalf("status %s, want scheduled", j.Status)
 	}
 	// A RunAt in the past (a producer whose clock runs behind) runs now.
 	past := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithRunAt(before.Add(-24*time.Hour)))
-	if j := b.job(t, past); j.Status != gen.PgtaskJobStatusQueued {
+	if j := b.job(t, past); j.Status != testdb.PgtaskJobStatusQueued {
 		t.Fatalf("job due yesterday is %s, want queued", j.Status)
 	}
 }

@@ -41,17 +41,17 @@ func bookCtx(parent context.Context) (context.Context, context.CancelFunc) {
 }
 
 func (r *runner) loop(ctx, hard context.Context) {
-	backoff := 100 * time.Millisecond
+	var delay retryDelay
 	for ctx.Err() == nil {
 		n, err := r.runBatch(ctx, hard)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			r.w.log.Warn("pgtask: claim or run failed; retrying", "queue", r.q.name, "error", err, "retry_in", backoff)
-			sleep(ctx, backoff)
-			backoff = min(backoff*2, 5*time.Second)
+			wait := delay.next()
+			r.w.log.Warn("pgtask: claim or run failed; retrying", "queue", r.q.name, "error", err, "retry_in", wait)
+			sleep(ctx, wait)
 			continue
 		case n > 0:
-			backoff = 100 * time.Millisecond
+			delay.reset()
 			continue
 		}
 		poll := time.NewTimer(jitter(r.w.cfg.PollInterval))
@@ -134,7 +134,7 @@ func (r *runner) runBatch(ctx, hard context.Context) (int, error) {
 // alone while this process holds its worker lock, so this must happen here;
 // it keeps trying while the database is away, until the hard shutdown.
 func (r *runner) requeueLost(hard context.Context, pid uint32, ran []gen.PgtaskJob, cause error) {
-	wait := 100 * time.Millisecond
+	var delay retryDelay
 	for {
 		err := r.requeueLostOnce(hard, pid, ran, cause)
 		if err == nil || hard.Err() != nil {
@@ -144,9 +144,9 @@ func (r *runner) requeueLost(hard context.Context, pid uint32, ran []gen.PgtaskJ
 			}
 			return
 		}
+		wait := delay.next()
 		r.w.log.Warn("pgtask: requeueing the jobs of a lost session failed; retrying", "pid", pid, "error", err, "retry_in", wait)
 		sleep(hard, wait)
-		wait = min(wait*2, 5*time.Second)
 	}
 }
 
@@ -422,7 +422,7 @@ func (r *runner) recordFailure(ctx context.Context, q *gen.Queries, job *Job, re
 	case errors.As(outcome, &ra):
 		params.RetryInUs.Int64, params.RetryInUs.Valid = ra.delay.Microseconds(), true
 	default:
-		b := DefaultBackoff
+		var b Backoff // zero: the default policy
 		if reg != nil {
 			b = reg.Backoff
 		}
@@ -555,13 +555,4 @@ func truncate(s string, n int) string {
 // jitter spreads d by ±10% so idle runners do not poll in step.
 func jitter(d time.Duration) time.Duration {
 	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
 	"github.com/pgtask/pgtask/runtime/pgtasktest"
 )
 
@@ -40,7 +41,7 @@ func BenchmarkClaim(b *testing.B) {
 					reqs = reqs[:0]
 				}
 			}
-			if err := gen.New(pool).AnalyzeJobs(ctx); err != nil {
+			if err := testdb.New(pool).AnalyzeJobs(ctx); err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
 
 const workerProcessEnv = "PGTASK_TEST_WORKER_PROCESS_URL"
@@ -65,7 +66,7 @@ func TestKilledWorkerJobIsRequeuedAtOnce(t *testing.T) {
 	after := enqueue(t, b.pool, "after", map[string]int{}, runtime.WithQueue("crash"), runtime.WithGroup("g"))
 
 	child := startWorkerProcess(t, b.url)
-	b.waitStatus(t, hang, 30*time.Second, gen.PgtaskJobStatusStarted)
+	b.waitStatus(t, hang, 30*time.Second, testdb.PgtaskJobStatusStarted)
 	time.Sleep(200 * time.Millisecond) // well inside the handler
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -76,7 +77,7 @@ func TestKilledWorkerJobIsRequeuedAtOnce(t *testing.T) {
 	// Something must notice: a worker in this process, maintenance only (no
 	// handler for the job yet, it serves another queue).
 	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"elsewhere": {}}})
-	j := b.waitStatus(t, hang, 10*time.Second, gen.PgtaskJobStatusQueued)
+	j := b.waitStatus(t, hang, 10*time.Second, testdb.PgtaskJobStatusQueued)
 	requeued := time.Since(killed)
 	t.Logf("requeued %s after SIGKILL", requeued)
 	if requeued > 3*time.Second {
@@ -93,9 +94,9 @@ func TestKilledWorkerJobIsRequeuedAtOnce(t *testing.T) {
 		runtime.Registration{Kind: "hang", Handler: func(ctx context.Context, job *runtime.Job) error { return nil }},
 		runtime.Registration{Kind: "after", Handler: func(ctx context.Context, job *runtime.Job) error { return nil }},
 	)
-	a := b.waitStatus(t, after, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	a := b.waitStatus(t, after, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	h := b.job(t, hang)
-	if h.Status != gen.PgtaskJobStatusSucceeded || h.Attempts != 2 {
+	if h.Status != testdb.PgtaskJobStatusSucceeded || h.Attempts != 2 {
 		t.Fatalf("hang: %s after %d attempts", h.Status, h.Attempts)
 	}
 	if a.StartedAt.Before(*h.FinishedAt) {
@@ -112,7 +113,7 @@ func TestPoisonJobEndsFailed(t *testing.T) {
 	behind := enqueue(t, b.pool, "behind", map[string]int{}, runtime.WithQueue("crash"), runtime.WithGroup("p"))
 
 	deaths := 0
-	for deaths < 6 && b.job(t, poison).Status != gen.PgtaskJobStatusFailed {
+	for deaths < 6 && b.job(t, poison).Status != testdb.PgtaskJobStatusFailed {
 		child := startWorkerProcess(t, b.url)
 		done := make(chan error, 1)
 		go func() { done <- child.Wait() }()
@@ -131,7 +132,7 @@ func TestPoisonJobEndsFailed(t *testing.T) {
 			case <-tick.C:
 				// A worker that rescued the last attempt and found the job
 				// out of attempts stays alive: done.
-				if b.job(t, poison).Status == gen.PgtaskJobStatusFailed {
+				if b.job(t, poison).Status == testdb.PgtaskJobStatusFailed {
 					child.Process.Kill() //nolint:errcheck // idle worker
 					<-done
 					break wait
@@ -145,11 +146,11 @@ func TestPoisonJobEndsFailed(t *testing.T) {
 	// The last death is only recorded once some worker rescues it.
 	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"crash": {}}},
 		runtime.Registration{Kind: "behind", Handler: func(ctx context.Context, job *runtime.Job) error { return nil }})
-	j := b.waitStatus(t, poison, 10*time.Second, gen.PgtaskJobStatusFailed)
+	j := b.waitStatus(t, poison, 10*time.Second, testdb.PgtaskJobStatusFailed)
 	if deaths != 3 || j.Attempts != 3 || len(errorsOf(t, j)) != 3 {
 		t.Fatalf("deaths=%d attempts=%d errors=%s; want 3 of each", deaths, j.Attempts, j.Errors)
 	}
-	b.waitStatus(t, behind, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	b.waitStatus(t, behind, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 }
 
 // The job's database session is killed under it (pg_terminate_backend): the
@@ -162,7 +163,7 @@ func TestTerminatedSessionRequeuesJob(t *testing.T) {
 		Handler: func(ctx context.Context, job *runtime.Job) error {
 			if job.Attempt == 1 {
 				pid := job.Tx().Conn().PgConn().PID()
-				if _, err := b.q.TerminateBackend(ctx, int32(pid)); err != nil {
+				if _, err := b.gen.TerminateBackend(ctx, int32(pid)); err != nil {
 					return err
 				}
 			}
@@ -170,7 +171,7 @@ func TestTerminatedSessionRequeuesJob(t *testing.T) {
 		},
 	})
 	id := enqueue(t, b.pool, "terminated", map[string]int{})
-	j := b.waitStatus(t, id, 15*time.Second, gen.PgtaskJobStatusSucceeded)
+	j := b.waitStatus(t, id, 15*time.Second, testdb.PgtaskJobStatusSucceeded)
 	if e := errorsOf(t, j); j.Attempts != 2 || len(e) != 1 || !strings.Contains(e[0].Error, "worker lost") {
 		t.Fatalf("attempts=%d errors=%s", j.Attempts, j.Errors)
 	}
@@ -206,7 +207,7 @@ func TestRescueSparesJobsOfLiveWorkers(t *testing.T) {
 	if err != nil || len(rows) != 1 || rows[0].ID != int64(id) {
 		t.Fatalf("claim: %v, %v", rows, err)
 	}
-	if ok, err := b.q.TerminateBackend(ctx, rows[0].OwnerPid.Int32); err != nil || !ok {
+	if ok, err := b.gen.TerminateBackend(ctx, rows[0].OwnerPid.Int32); err != nil || !ok {
 		t.Fatalf("terminate the claiming session: %v, %v", ok, err)
 	}
 	waitGone(t, b, rows[0].OwnerPid.Int32)
@@ -222,7 +223,7 @@ func TestRescueSparesJobsOfLiveWorkers(t *testing.T) {
 	if got := rescue(gen.New(survivor), worker); len(got) != 0 {
 		t.Fatalf("worker %d's own surviving session rescued %v from it", worker, got)
 	}
-	if got := rescue(b.q, other); len(got) != 0 {
+	if got := rescue(b.gen, other); len(got) != 0 {
 		t.Fatalf("worker %d rescued %v while a session of worker %d lived", other, got, worker)
 	}
 	pid := int32(survivor.PgConn().PID())
@@ -230,7 +231,7 @@ func TestRescueSparesJobsOfLiveWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, b, pid)
-	if got := rescue(b.q, other); len(got) != 1 || got[0] != int64(id) {
+	if got := rescue(b.gen, other); len(got) != 1 || got[0] != int64(id) {
 		t.Fatalf("after worker %d's last session ended, worker %d rescued %v, want [%d]", worker, other, got, id)
 	}
 }

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
 
 // A caller's transaction enqueues into groups b then a and stays open while
@@ -34,14 +34,14 @@ func TestOpenEnqueueTransactionDoesNotDeadlockWorkers(t *testing.T) {
 	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 2}}},
 		runtime.Registration{Kind: "k", Handler: func(ctx context.Context, job *runtime.Job) error { return nil }})
 	for _, id := range heads {
-		b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+		b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	}
 	time.Sleep(700 * time.Millisecond) // past the runner's patience: maintenance's turn
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range later {
-		if j := b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusSucceeded); j.Attempts != 1 {
+		if j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded); j.Attempts != 1 {
 			t.Errorf("job %d took %d attempts: %s", id, j.Attempts, j.Errors)
 		}
 	}
@@ -81,7 +81,7 @@ func TestHandlersEnqueueingAcrossGroupsDoNotDeadlock(t *testing.T) {
 		jobs := b.waitQueueDone(t, "ping", time.Until(deadline))
 		if len(jobs) == 4*(depth+1) {
 			for _, j := range jobs {
-				if j.Status != gen.PgtaskJobStatusSucceeded || j.Attempts != 1 {
+				if j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 1 {
 					t.Fatalf("job %d: %s after %d attempts: %s", j.ID, j.Status, j.Attempts, j.Errors)
 				}
 			}
@@ -110,7 +110,7 @@ func TestCancelRacingAGroupsAdvanceDoesNotStrandIt(t *testing.T) {
 	first := enqueue(t, b.pool, "k", map[string]string{"n": "first"}, runtime.WithGroup("g"))
 	second := enqueue(t, b.pool, "k", map[string]string{"n": "second"}, runtime.WithGroup("g"))
 	third := enqueue(t, b.pool, "k", map[string]string{"n": "third"}, runtime.WithGroup("g"))
-	b.waitStatus(t, first, 10*time.Second, gen.PgtaskJobStatusStarted)
+	b.waitStatus(t, first, 10*time.Second, testdb.PgtaskJobStatusStarted)
 
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {
@@ -120,12 +120,12 @@ func TestCancelRacingAGroupsAdvanceDoesNotStrandIt(t *testing.T) {
 		t.Fatalf("cancel: %v %v", ok, err)
 	}
 	close(release) // the head finishes while the cancel is uncommitted
-	b.waitStatus(t, first, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	b.waitStatus(t, first, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b.waitStatus(t, third, 10*time.Second, gen.PgtaskJobStatusSucceeded)
-	if j := b.job(t, second); j.Status != gen.PgtaskJobStatusCancelled || j.IsHead {
+	b.waitStatus(t, third, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	if j := b.job(t, second); j.Status != testdb.PgtaskJobStatusCancelled || j.IsHead {
 		t.Fatalf("second: %s head=%v", j.Status, j.IsHead)
 	}
 	waitGroupGone(t, b, runtime.DefaultQueue, "g")
@@ -135,7 +135,7 @@ func waitGroupGone(t *testing.T, b *bundle, queue, key string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := b.q.GetGroup(context.Background(), gen.GetGroupParams{Queue: queue, GroupKey: key}); err != nil {
+		if _, err := b.q.GetGroup(context.Background(), testdb.GetGroupParams{Queue: queue, GroupKey: key}); err != nil {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -161,10 +161,10 @@ func TestAbandonedLastAttemptMovesTheGroupOn(t *testing.T) {
 	})
 	stuck := enqueue(t, b.pool, "stubborn", map[string]int{}, runtime.WithGroup("g"), runtime.WithMaxAttempts(1))
 	next := enqueue(t, b.pool, "next", map[string]int{}, runtime.WithGroup("g"))
-	j := b.waitStatus(t, stuck, 10*time.Second, gen.PgtaskJobStatusFailed)
+	j := b.waitStatus(t, stuck, 10*time.Second, testdb.PgtaskJobStatusFailed)
 	if e := errorsOf(t, j); len(e) != 1 || !strings.Contains(e[0].Error, "abandoned") {
 		t.Fatalf("errors = %s", j.Errors)
 	}
-	b.waitStatus(t, next, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	b.waitStatus(t, next, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	waitGroupGone(t, b, runtime.DefaultQueue, "g")
 }

@@ -117,7 +117,7 @@ func EnqueueMany(ctx context.Context, db DB, reqs []EnqueueRequest) ([]JobID, er
 	for i := range reqs {
 		r := reqs[i]
 		if err := r.check(); err != nil {
-			return nil, &EnqueueError{Index: i, Kind: r.Kind, Err: err, batch: len(reqs) > 1}
+			return nil, &EnqueueError{Index: i, Kind: r.Kind, Err: err, Batch: len(reqs) > 1}
 		}
 		b.add(&r)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
 
 func (b *bundle) countJobs(t *testing.T) int64 {
@@ -85,7 +86,7 @@ func TestEnqueueDefaultsAndOrder(t *testing.T) {
 		if i > 0 && id <= ids[i-1] {
 			t.Errorf("ids not increasing: %v", ids)
 		}
-		if j.Queue != runtime.DefaultQueue || j.MaxAttempts != runtime.DefaultMaxAttempts || j.Status != gen.PgtaskJobStatusQueued {
+		if j.Queue != runtime.DefaultQueue || j.MaxAttempts != runtime.DefaultMaxAttempts || j.Status != testdb.PgtaskJobStatusQueued {
 			t.Errorf("job %d: queue %q max attempts %d status %s", id, j.Queue, j.MaxAttempts, j.Status)
 		}
 		// Ungrouped jobs and the first job of the new group are heads.
@@ -93,13 +94,13 @@ func TestEnqueueDefaultsAndOrder(t *testing.T) {
 			t.Errorf("item %d is_head = %v, want %v", i, j.IsHead, wantHead)
 		}
 	}
-	g, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"})
+	g, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"})
 	if err != nil || g.HeadID != int64(ids[0]) {
 		t.Fatalf("group g: %+v, %v; want head %d", g, err, ids[0])
 	}
 	// A job scheduled for later is not runnable yet.
 	later := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithRunAt(time.Now().Add(time.Hour)))
-	if j := b.job(t, later); j.Status != gen.PgtaskJobStatusScheduled {
+	if j := b.job(t, later); j.Status != testdb.PgtaskJobStatusScheduled {
 		t.Fatalf("job for an hour from now is %s", j.Status)
 	}
 }
@@ -137,7 +138,7 @@ func TestEnqueueJoinsTheCallersTransaction(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b.waitStatus(t, committed, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	b.waitStatus(t, committed, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	if got := <-ran; got != committed {
 		t.Fatalf("ran job %d, want %d", got, committed)
 	}
@@ -228,10 +229,10 @@ func TestEnqueueIntoAGroupThatDrainsMeanwhileStartsItAnew(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := wait()[0]
-	if j := b.job(t, id); !j.IsHead || j.Status != gen.PgtaskJobStatusQueued {
+	if j := b.job(t, id); !j.IsHead || j.Status != testdb.PgtaskJobStatusQueued {
 		t.Fatalf("new job: head %v, %s; want the queued head", j.IsHead, j.Status)
 	}
-	if g, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"}); err != nil || g.HeadID != int64(id) {
+	if g, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"}); err != nil || g.HeadID != int64(id) {
 		t.Fatalf("group row: %+v, %v; want head %d", g, err, id)
 	}
 }
@@ -259,7 +260,7 @@ func TestConcurrentEnqueuesIntoANewGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 		second := b.job(t, wait()[0])
-		g, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"})
+		g, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -320,9 +321,9 @@ func TestEnqueueManyKeepsEachJobsSettings(t *testing.T) {
 		if j.GroupKey != nil {
 			group = *j.GroupKey
 		}
-		wantStatus := gen.PgtaskJobStatusQueued
+		wantStatus := testdb.PgtaskJobStatusQueued
 		if w.delayed {
-			wantStatus = gen.PgtaskJobStatusScheduled
+			wantStatus = testdb.PgtaskJobStatusScheduled
 		}
 		if j.Kind != w.kind || j.Queue != w.queue || group != w.group || j.Priority != w.priority ||
 			int(j.MaxAttempts) != w.attempts || j.FailBlocksGroup != w.blocks || j.Status != wantStatus {
@@ -335,7 +336,7 @@ func TestEnqueueManyKeepsEachJobsSettings(t *testing.T) {
 		queue, key string
 		head       int
 	}{{"q1", "g", 1}, {"q2", "g", 3}, {"q1", "h", 5}} {
-		g, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: c.queue, GroupKey: c.key})
+		g, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: c.queue, GroupKey: c.key})
 		if err != nil || g.HeadID != int64(ids[c.head]) {
 			t.Errorf("group %s/%s: %+v, %v; want head job %d", c.queue, c.key, g, err, c.head)
 		}
@@ -382,7 +383,7 @@ func TestEnqueuesCreatingGroupsDoNotDeadlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond) // T1 now waits for Y at c
-	if ok, err := b.q.CancelJob(ctx, int64(a1)); err != nil || !ok {
+	if ok, err := b.gen.CancelJob(ctx, int64(a1)); err != nil || !ok {
 		t.Fatalf("cancel a1: %v, %v", ok, err)
 	}
 	t2 := mustWait(t, enqueueAsync(t, b.pool, "a", "b"))
@@ -397,7 +398,7 @@ func TestEnqueuesCreatingGroupsDoNotDeadlock(t *testing.T) {
 		head runtime.JobID
 		not  runtime.JobID
 	}{{"a", second[0], first[0]}, {"b", second[1], first[1]}, {"c", first[2], 0}} {
-		g, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: c.key})
+		g, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: c.key})
 		if err != nil || g.HeadID != int64(c.head) {
 			t.Errorf("group %s: %+v, %v; want head %d", c.key, g, err, c.head)
 			continue

@@ -53,13 +53,12 @@ type PanicError struct {
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
 
 // EnqueueError reports a request that was refused before anything was
-// inserted. Index is the request's position in its batch (0 for a single
-// Enqueue).
+// inserted.
 type EnqueueError struct {
-	Index int
+	Index int // the request's position in its batch; 0 for a single Enqueue
 	Kind  string
 	Err   error
-	batch bool
+	Batch bool // the request was one of several sent together
 }
 
 func (e *EnqueueError) Error() string {
@@ -68,7 +67,7 @@ func (e *EnqueueError) Error() string {
 	if errors.As(e.Err, &ve) {
 		what = "enqueue" // the validation error names the kind
 	}
-	if e.batch {
+	if e.Batch {
 		return fmt.Sprintf("%s (item %d of the batch): %v", what, e.Index, e.Err)
 	}
 	return fmt.Sprintf("%s: %v", what, e.Err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
 
 type seqPayload struct {
@@ -176,7 +177,7 @@ func TestGroupsRunOneAtATimeInEnqueueOrder(t *testing.T) {
 		t.Fatalf("%d jobs in the queue, want %d", len(jobs), groups*perGroup+ungrouped)
 	}
 	for _, j := range jobs {
-		if j.Status != gen.PgtaskJobStatusSucceeded {
+		if j.Status != testdb.PgtaskJobStatusSucceeded {
 			t.Fatalf("job %d is %s: %s", j.ID, j.Status, j.Errors)
 		}
 	}
@@ -240,8 +241,8 @@ func testSkipOrBlock(t *testing.T, batch int) {
 	step("a2", "a")
 	x2 := step("x2", "a", runtime.WithMaxAttempts(2))
 	a3 := step("a3", "a")
-	b.waitStatus(t, a3, 10*time.Second, gen.PgtaskJobStatusSucceeded)
-	if j := b.job(t, x2); j.Status != gen.PgtaskJobStatusFailed || j.Attempts != 2 {
+	b.waitStatus(t, a3, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	if j := b.job(t, x2); j.Status != testdb.PgtaskJobStatusFailed || j.Attempts != 2 {
 		t.Fatalf("x2: %s after %d attempts", j.Status, j.Attempts)
 	}
 	if got, want := started(), "[x1 x1 a2 x2 x2 a3]"; got != want {
@@ -254,9 +255,9 @@ func testSkipOrBlock(t *testing.T, batch int) {
 	mu.Unlock()
 	xb := step("xb", "b", runtime.WithMaxAttempts(1), runtime.WithFailBlocksGroup(true))
 	b2 := step("b2", "b")
-	b.waitStatus(t, xb, 10*time.Second, gen.PgtaskJobStatusFailed)
+	b.waitStatus(t, xb, 10*time.Second, testdb.PgtaskJobStatusFailed)
 	time.Sleep(300 * time.Millisecond)
-	if j := b.job(t, b2); j.Status != gen.PgtaskJobStatusQueued || j.IsHead || j.Attempts != 0 {
+	if j := b.job(t, b2); j.Status != testdb.PgtaskJobStatusQueued || j.IsHead || j.Attempts != 0 {
 		t.Fatalf("b2 behind a blocking failure is %s (head %v, %d attempts), want queued, waiting, untried", j.Status, j.IsHead, j.Attempts)
 	}
 	// A retry gives the blocker a fresh set of attempts: it runs again (and
@@ -265,11 +266,11 @@ func testSkipOrBlock(t *testing.T, batch int) {
 	if ok, err := runtime.RetryJob(ctx, b.pool, xb); err != nil || !ok {
 		t.Fatalf("retry: %v %v", ok, err)
 	}
-	b.waitStatus(t, xb, 10*time.Second, gen.PgtaskJobStatusFailed)
+	b.waitStatus(t, xb, 10*time.Second, testdb.PgtaskJobStatusFailed)
 	if ok, err := runtime.CancelJob(ctx, b.pool, xb); err != nil || !ok {
 		t.Fatalf("cancel: %v %v", ok, err)
 	}
-	b.waitStatus(t, b2, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	b.waitStatus(t, b2, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	info, err := runtime.GetJob(ctx, b.pool, xb)
 	if err != nil || info.Status != runtime.StatusCancelled || len(info.Errors) != 2 || info.Errors[1].At.IsZero() {
 		t.Fatalf("xb: %+v, %v; want cancelled with two failed attempts on record", info, err)
@@ -287,19 +288,19 @@ func testSkipOrBlock(t *testing.T, batch int) {
 	c1 := step("c1", "c")
 	xc := step("xc", "c", runtime.WithMaxAttempts(1), runtime.WithFailBlocksGroup(true))
 	c3 := step("c3", "c")
-	b.waitStatus(t, c1, 10*time.Second, gen.PgtaskJobStatusSucceeded)
-	b.waitStatus(t, xc, 10*time.Second, gen.PgtaskJobStatusFailed)
+	b.waitStatus(t, c1, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	b.waitStatus(t, xc, 10*time.Second, testdb.PgtaskJobStatusFailed)
 	time.Sleep(300 * time.Millisecond)
-	if j := b.job(t, c3); j.Status != gen.PgtaskJobStatusQueued || j.Attempts != 0 {
+	if j := b.job(t, c3); j.Status != testdb.PgtaskJobStatusQueued || j.Attempts != 0 {
 		t.Fatalf("c3 behind a blocking failure is %s after %d attempts, want queued and untried", j.Status, j.Attempts)
 	}
-	if g, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "c"}); err != nil || g.HeadID != int64(xc) {
+	if g, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "c"}); err != nil || g.HeadID != int64(xc) {
 		t.Fatalf("group c: %+v, %v; want its head to be the blocker %d", g, err, xc)
 	}
 	if ok, err := runtime.CancelJob(ctx, b.pool, xc); err != nil || !ok {
 		t.Fatalf("cancel: %v %v", ok, err)
 	}
-	b.waitStatus(t, c3, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	b.waitStatus(t, c3, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	if got, want := started(), "[c1 xc c3]"; got != want {
 		t.Fatalf("start order %s, want %s", got, want)
 	}
@@ -337,7 +338,7 @@ func TestHotGroupRunsInOrderWithBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, j := range b.waitQueueDone(t, "hot", 60*time.Second) {
-		if j.Status != gen.PgtaskJobStatusSucceeded {
+		if j.Status != testdb.PgtaskJobStatusSucceeded {
 			t.Fatalf("job %d is %s: %s", j.ID, j.Status, j.Errors)
 		}
 	}
@@ -353,18 +354,18 @@ func TestRetryJoinsTheGroupsNewRow(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	old := enqueue(t, b.pool, "k", seqPayload{Group: "g", Seq: 1}, runtime.WithGroup("g"))
-	if ok, err := b.q.CancelJob(ctx, int64(old)); err != nil || !ok {
+	if ok, err := b.gen.CancelJob(ctx, int64(old)); err != nil || !ok {
 		t.Fatalf("cancel: %v, %v", ok, err)
 	}
-	if _, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"}); err == nil {
+	if _, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"}); err == nil {
 		t.Fatal("the group's row outlived its last job")
 	}
 	head := enqueue(t, b.pool, "k", seqPayload{Group: "g", Seq: 0}, runtime.WithGroup("g"))
 	last := enqueue(t, b.pool, "k", seqPayload{Group: "g", Seq: 2}, runtime.WithGroup("g"))
-	if ok, err := b.q.RetryJob(ctx, int64(old)); err != nil || !ok {
+	if ok, err := b.gen.RetryJob(ctx, int64(old)); err != nil || !ok {
 		t.Fatalf("retry: %v, %v", ok, err)
 	}
-	if j := b.job(t, old); j.IsHead || j.Status != gen.PgtaskJobStatusQueued {
+	if j := b.job(t, old); j.IsHead || j.Status != testdb.PgtaskJobStatusQueued {
 		t.Fatalf("retried job: head %v, %s; want queued behind the head", j.IsHead, j.Status)
 	}
 
@@ -381,7 +382,7 @@ func TestRetryJoinsTheGroupsNewRow(t *testing.T) {
 			return nil
 		}})
 	for _, id := range []runtime.JobID{head, old, last} {
-		b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+		b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	}
 	log.mu.Lock()
 	defer log.mu.Unlock()
@@ -396,7 +397,7 @@ func TestBatchListingAGroupTwiceKeepsItsFirstJobAsHead(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	ids, err := b.q.InsertJobs(ctx, gen.InsertJobsParams{
+	ids, err := b.gen.InsertJobs(ctx, gen.InsertJobsParams{
 		Payloads: []json.RawMessage{json.RawMessage(`{}`), json.RawMessage(`{}`), json.RawMessage(`{}`)},
 		Settings: []int32{1, 1, 1}, Groups: []int32{2, 1, 2},
 		Kinds: []string{"k"}, Queues: []string{"q"}, Priorities: []int16{0},
@@ -406,7 +407,7 @@ func TestBatchListingAGroupTwiceKeepsItsFirstJobAsHead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := b.q.GetGroup(ctx, gen.GetGroupParams{Queue: "q", GroupKey: "g"})
+	g, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: "q", GroupKey: "g"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +442,7 @@ func TestGroupsNeedReadCommittedWhateverTheDefault(t *testing.T) {
 	levels := make(chan string, 10)
 	startWorker(t, repeatable, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 5}}},
 		runtime.Registration{Kind: "k", Handler: func(ctx context.Context, job *runtime.Job) error {
-			level, err := gen.New(job.Tx()).TransactionIsolation(ctx)
+			level, err := testdb.New(job.Tx()).TransactionIsolation(ctx)
 			levels <- level
 			return err
 		}})
@@ -450,7 +451,7 @@ func TestGroupsNeedReadCommittedWhateverTheDefault(t *testing.T) {
 		ids = append(ids, enqueue(t, b.pool, "k", map[string]int{}, runtime.WithGroup("g")))
 	}
 	for _, id := range ids {
-		b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+		b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	}
 	for range ids {
 		if level := <-levels; level != "read committed" {
@@ -473,7 +474,7 @@ func TestGroupsNeedReadCommittedWhateverTheDefault(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, id := range more {
-			b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+			b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 			if level := <-levels; level != "read committed" {
 				t.Errorf("a job transaction ran at %s, want read committed", level)
 			}
@@ -490,7 +491,7 @@ func TestGroupsNeedReadCommittedWhateverTheDefault(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "changing a job needs a READ COMMITTED transaction, not REPEATABLE READ") {
 		t.Fatalf("cancel at repeatable read: err = %v", err)
 	}
-	if j := b.job(t, id); j.Status != gen.PgtaskJobStatusScheduled {
+	if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusScheduled {
 		t.Fatalf("the refused cancel left the job %s", j.Status)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
 	"github.com/pgtask/pgtask/runtime/pgtasktest"
 )
 
@@ -22,7 +23,8 @@ import (
 type bundle struct {
 	url  string
 	pool *pgxpool.Pool
-	q    *gen.Queries
+	q    *testdb.Queries // what tests read the database with
+	gen  *gen.Queries    // the runtime's own queries, for tests that drive them
 }
 
 func setup(t *testing.T) *bundle {
@@ -33,7 +35,11 @@ func setup(t *testing.T) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return &bundle{url: url, pool: pool, q: gen.New(pool)}
+	return newBundle(url, pool)
+}
+
+func newBundle(url string, pool *pgxpool.Pool) *bundle {
+	return &bundle{url: url, pool: pool, q: testdb.New(pool), gen: gen.New(pool)}
 }
 
 // testLogger shows worker logs only with -v, where they help to read a failure.
@@ -110,7 +116,7 @@ func enqueue(t *testing.T, db runtime.DB, kind string, payload any, opts ...runt
 	return id
 }
 
-func (b *bundle) job(t *testing.T, id runtime.JobID) gen.PgtaskJob {
+func (b *bundle) job(t *testing.T, id runtime.JobID) testdb.PgtaskJob {
 	t.Helper()
 	j, err := b.q.GetJob(context.Background(), int64(id))
 	if err != nil {
@@ -120,7 +126,7 @@ func (b *bundle) job(t *testing.T, id runtime.JobID) gen.PgtaskJob {
 }
 
 // waitStatus waits until job id reaches one of statuses and returns it.
-func (b *bundle) waitStatus(t *testing.T, id runtime.JobID, timeout time.Duration, statuses ...gen.PgtaskJobStatus) gen.PgtaskJob {
+func (b *bundle) waitStatus(t *testing.T, id runtime.JobID, timeout time.Duration, statuses ...testdb.PgtaskJobStatus) testdb.PgtaskJob {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -136,7 +142,7 @@ func (b *bundle) waitStatus(t *testing.T, id runtime.JobID, timeout time.Duratio
 }
 
 // waitQueueDone waits until no job of queue is unfinished and returns its jobs.
-func (b *bundle) waitQueueDone(t *testing.T, queue string, timeout time.Duration) []gen.PgtaskJob {
+func (b *bundle) waitQueueDone(t *testing.T, queue string, timeout time.Duration) []testdb.PgtaskJob {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -152,7 +158,7 @@ func (b *bundle) waitQueueDone(t *testing.T, queue string, timeout time.Duration
 		pending := 0
 		for _, j := range jobs {
 			switch j.Status {
-			case gen.PgtaskJobStatusScheduled, gen.PgtaskJobStatusQueued, gen.PgtaskJobStatusStarted:
+			case testdb.PgtaskJobStatusScheduled, testdb.PgtaskJobStatusQueued, testdb.PgtaskJobStatusStarted:
 				pending++
 			}
 		}
@@ -174,7 +180,7 @@ type jobErrors []struct {
 	At      string `json:"at"`
 }
 
-func errorsOf(t *testing.T, j gen.PgtaskJob) jobErrors {
+func errorsOf(t *testing.T, j testdb.PgtaskJob) jobErrors {
 	t.Helper()
 	var e jobErrors
 	if err := json.Unmarshal(j.Errors, &e); err != nil {

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -14,37 +13,44 @@ import (
 // queue is woken, since notifications sent while it was down are lost; the
 // runners' polling covers the rest.
 func (w *Worker) listen(ctx context.Context) {
-	backoff := 100 * time.Millisecond
+	var delay retryDelay
 	for ctx.Err() == nil {
-		err := w.listenOnce(ctx)
+		listened, err := w.listenOnce(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		w.log.Warn("pgtask: notification listener lost its connection; reconnecting", "error", err, "retry_in", backoff)
-		sleep(ctx, backoff)
-		backoff = min(backoff*2, 5*time.Second)
+		if listened {
+			// The connection worked until now: a new failure starts the
+			// backoff over, rather than waiting as long as the last outage.
+			delay.reset()
+		}
+		wait := delay.next()
+		w.log.Warn("pgtask: notification listener lost its connection; reconnecting", "error", err, "retry_in", wait)
+		sleep(ctx, wait)
 	}
 }
 
-func (w *Worker) listenOnce(ctx context.Context) error {
+// listenOnce connects and listens until the connection fails. It reports
+// whether it got as far as listening.
+func (w *Worker) listenOnce(ctx context.Context) (listened bool, err error) {
 	pc, err := pgx.ConnectConfig(ctx, w.listenConfig)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer pc.Close(context.WithoutCancel(ctx)) //nolint:errcheck // discarded either way
 
 	q := gen.New(pc)
 	if err := q.LockWorker(ctx, w.id); err != nil {
-		return err
+		return false, err
 	}
 	if err := q.Listen(ctx); err != nil {
-		return err
+		return false, err
 	}
 	w.wakeAll()
 	for {
 		n, err := pc.WaitForNotification(ctx)
 		if err != nil {
-			return err
+			return true, err
 		}
 		if q := w.queues[n.Payload]; q != nil {
 			q.signal()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
 	"github.com/pgtask/pgtask/runtime/pgtasktest"
 	"github.com/pgtask/pgtask/schema"
 )
@@ -110,7 +111,7 @@ func TestFunctionFilesOnlyMoveForward(t *testing.T) {
 	if report.Changed() {
 		t.Fatalf("migrating with the older files changed %+v, want nothing", report)
 	}
-	applied, err := b.q.AppliedFunctionFiles(ctx)
+	applied, err := b.gen.AppliedFunctionFiles(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,8 +171,8 @@ func TestMigrateFromFirstRelease(t *testing.T) {
 		ran = append(ran, job.ID)
 		return nil
 	}})
-	b := &bundle{url: url, pool: pool, q: gen.New(pool)}
-	b.waitStatus(t, second, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	b := newBundle(url, pool)
+	b.waitStatus(t, second, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	mu.Lock()
 	defer mu.Unlock()
 	if !slices.Equal(ran, []runtime.JobID{first, second}) {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
 	"github.com/pgtask/pgtask/runtime/pgtasktest"
 )
 
@@ -33,7 +33,7 @@ func TestDatabaseRestartIsSurvived(t *testing.T) {
 	if _, err := runtime.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{url: url, pool: pool, q: gen.New(pool)}
+	b := newBundle(url, pool)
 
 	const groups, perGroup, ungrouped = 20, 15, 100
 	var reqs []runtime.EnqueueRequest
@@ -76,7 +76,7 @@ func TestDatabaseRestartIsSurvived(t *testing.T) {
 		}
 		done := int64(0)
 		for _, c := range counts {
-			if c.Status == gen.PgtaskJobStatusSucceeded {
+			if c.Status == testdb.PgtaskJobStatusSucceeded {
 				done = c.Jobs
 			}
 		}
@@ -93,7 +93,7 @@ func TestDatabaseRestartIsSurvived(t *testing.T) {
 	jobs := b.waitQueueDone(t, runtime.DefaultQueue, 90*time.Second)
 	retried := 0
 	for _, j := range jobs {
-		if j.Status != gen.PgtaskJobStatusSucceeded {
+		if j.Status != testdb.PgtaskJobStatusSucceeded {
 			t.Fatalf("job %d is %s: %s", j.ID, j.Status, j.Errors)
 		}
 		if j.Attempts > 1 {

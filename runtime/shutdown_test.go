@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
 
 // Cancelling Run lets a running job finish within the grace period.
@@ -30,7 +30,7 @@ func TestShutdownLetsRunningJobsFinish(t *testing.T) {
 	id := enqueue(t, b.pool, "slow", map[string]int{})
 	<-started
 	stop()
-	if j := b.job(t, id); j.Status != gen.PgtaskJobStatusSucceeded || j.Attempts != 1 {
+	if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 1 {
 		t.Fatalf("after shutdown the job is %s after %d attempts, want succeeded in 1", j.Status, j.Attempts)
 	}
 }
@@ -65,12 +65,12 @@ func TestShutdownCancelsAfterGraceAndHandsBackTheRest(t *testing.T) {
 		t.Errorf("shutdown took %s with a 200ms grace", d)
 	}
 	first := b.job(t, ids[0])
-	if e := errorsOf(t, first); first.Status != gen.PgtaskJobStatusQueued || first.Attempts != 1 || len(e) != 1 ||
+	if e := errorsOf(t, first); first.Status != testdb.PgtaskJobStatusQueued || first.Attempts != 1 || len(e) != 1 ||
 		!strings.Contains(e[0].Error, "worker shut down") {
 		t.Fatalf("cut-short job: %s, %d attempts, errors %s", first.Status, first.Attempts, first.Errors)
 	}
 	for _, id := range ids[1:] {
-		if j := b.job(t, id); j.Status != gen.PgtaskJobStatusQueued || j.Attempts != 0 || string(j.Errors) != "[]" {
+		if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusQueued || j.Attempts != 0 || string(j.Errors) != "[]" {
 			t.Fatalf("unstarted job %d: %s, %d attempts, errors %s; want queued, 0, none", id, j.Status, j.Attempts, j.Errors)
 		}
 	}

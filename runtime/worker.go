@@ -32,7 +32,7 @@ type Registration struct {
 	// Timeout bounds one attempt; its context is cancelled then. Default:
 	// Config.DefaultTimeout.
 	Timeout time.Duration
-	// Backoff spaces retries. Zero value: DefaultBackoff.
+	// Backoff spaces retries. Zero value: DefaultBackoff().
 	Backoff Backoff
 }
 

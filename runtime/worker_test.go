@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
 
 var fastRetry = runtime.Backoff{Min: 10 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: -1}
@@ -29,7 +30,7 @@ func TestJobSucceedsWithResult(t *testing.T) {
 		},
 	})
 	id := enqueue(t, b.pool, "double", map[string]int{"N": 21})
-	j := b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	if string(j.Result) != `{"n": 42}` {
 		t.Errorf("result = %s, want {\"n\": 42}", j.Result)
 	}
@@ -51,7 +52,7 @@ func TestFailuresRetryThenFail(t *testing.T) {
 		},
 	})
 	id := enqueue(t, b.pool, "flaky", map[string]int{}, runtime.WithMaxAttempts(3))
-	j := b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusFailed)
+	j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusFailed)
 	if j.Attempts != 3 || calls.Load() != 3 {
 		t.Fatalf("attempts=%d calls=%d, want 3 and 3", j.Attempts, calls.Load())
 	}
@@ -76,7 +77,7 @@ func TestNoRetryFailsAtOnce(t *testing.T) {
 		},
 	})
 	id := enqueue(t, b.pool, "final", map[string]int{}, runtime.WithMaxAttempts(5))
-	j := b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusFailed)
+	j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusFailed)
 	if j.Attempts != 1 {
 		t.Fatalf("attempts = %d, want 1", j.Attempts)
 	}
@@ -99,7 +100,7 @@ func TestPanicIsAFailedAttempt(t *testing.T) {
 		},
 	})
 	id := enqueue(t, b.pool, "panics", map[string]int{})
-	j := b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	errs := errorsOf(t, j)
 	if j.Attempts != 2 || len(errs) != 1 || !errs[0].Panic || errs[0].Error != "panic: nil map somewhere" ||
 		!strings.Contains(errs[0].Stack, "worker_test.go") {
@@ -116,12 +117,12 @@ func TestUnknownKindFailsAndWorkerGoesOn(t *testing.T) {
 	})
 	bad := enqueue(t, b.pool, "unknown_kind", map[string]int{}, runtime.WithMaxAttempts(1))
 	good := enqueue(t, b.pool, "known", map[string]int{})
-	j := b.waitStatus(t, bad, 10*time.Second, gen.PgtaskJobStatusFailed)
+	j := b.waitStatus(t, bad, 10*time.Second, testdb.PgtaskJobStatusFailed)
 	if e := errorsOf(t, j); len(e) != 1 || !strings.Contains(e[0].Error, `no handler for kind "unknown_kind"`) ||
 		!strings.Contains(e[0].Error, "[known]") {
 		t.Fatalf("errors = %s", j.Errors)
 	}
-	b.waitStatus(t, good, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	b.waitStatus(t, good, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 }
 
 func TestPayloadThatDoesNotDecodeFailsAtOnce(t *testing.T) {
@@ -139,11 +140,11 @@ func TestPayloadThatDoesNotDecodeFailsAtOnce(t *testing.T) {
 	})
 	bad := enqueue(t, b.pool, "typed", map[string]string{"n": "not a number"}, runtime.WithMaxAttempts(5))
 	good := enqueue(t, b.pool, "typed", map[string]int{"n": 1})
-	j := b.waitStatus(t, bad, 10*time.Second, gen.PgtaskJobStatusFailed)
+	j := b.waitStatus(t, bad, 10*time.Second, testdb.PgtaskJobStatusFailed)
 	if e := errorsOf(t, j); j.Attempts != 1 || len(e) != 1 || !strings.Contains(e[0].Error, "decode payload of job") {
 		t.Fatalf("attempts=%d errors=%s", j.Attempts, j.Errors)
 	}
-	b.waitStatus(t, good, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	b.waitStatus(t, good, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 }
 
 // The handler's writes through the job's transaction commit if and only if
@@ -178,7 +179,7 @@ func TestHandlerWritesCommitOnlyWithSuccess(t *testing.T) {
 		},
 	})
 	id := enqueue(t, b.pool, "writer", map[string]int{})
-	j := b.waitStatus(t, id, 20*time.Second, gen.PgtaskJobStatusSucceeded)
+	j := b.waitStatus(t, id, 20*time.Second, testdb.PgtaskJobStatusSucceeded)
 	if j.Attempts != 4 {
 		t.Fatalf("attempts = %d, want 4 (errors %s)", j.Attempts, j.Errors)
 	}
@@ -206,7 +207,7 @@ func TestHandlerCannotEndTheJobTransaction(t *testing.T) {
 		},
 	})
 	id := enqueue(t, b.pool, "ender", map[string]int{})
-	b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	errs := <-got
 	for _, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), "committed or rolled back by the worker") {
@@ -234,7 +235,7 @@ func TestIgnoredStatementErrorFailsTheJob(t *testing.T) {
 		},
 	})
 	id := enqueue(t, b.pool, "sloppy", map[string]int{}, runtime.WithMaxAttempts(1))
-	j := b.waitStatus(t, id, 10*time.Second, gen.PgtaskJobStatusFailed)
+	j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusFailed)
 	if e := errorsOf(t, j); len(e) != 1 || !strings.Contains(e[0].Error, "returned success but its transaction failed") {
 		t.Fatalf("errors = %s", j.Errors)
 	}
@@ -260,12 +261,12 @@ func TestTimeoutAndAbandon(t *testing.T) {
 		Handler: func(ctx context.Context, job *runtime.Job) error { return nil },
 	})
 	id := enqueue(t, b.pool, "stubborn", map[string]int{})
-	j := b.waitStatus(t, id, 15*time.Second, gen.PgtaskJobStatusSucceeded)
+	j := b.waitStatus(t, id, 15*time.Second, testdb.PgtaskJobStatusSucceeded)
 	if e := errorsOf(t, j); j.Attempts != 2 || len(e) != 1 || !strings.Contains(e[0].Error, "abandoned") {
 		t.Fatalf("attempts=%d errors=%s", j.Attempts, j.Errors)
 	}
 	// The worker still works.
-	b.waitStatus(t, enqueue(t, b.pool, "other", map[string]int{}), 10*time.Second, gen.PgtaskJobStatusSucceeded)
+	b.waitStatus(t, enqueue(t, b.pool, "other", map[string]int{}), 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 }
 
 func TestNotificationWakesIdleWorker(t *testing.T) {
@@ -331,7 +332,7 @@ func TestDelayedJobWaitsForItsTime(t *testing.T) {
 	})
 	at := time.Now()
 	id := enqueue(t, b.pool, "later", map[string]int{}, runtime.WithDelay(700*time.Millisecond))
-	if j := b.job(t, id); j.Status != gen.PgtaskJobStatusScheduled {
+	if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusScheduled {
 		t.Fatalf("status = %s, want scheduled", j.Status)
 	}
 	select {

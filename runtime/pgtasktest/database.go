@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/pgtasktest/internal/harnessdb"
 	"github.com/pgtask/pgtask/schema"
 )
 
@@ -78,7 +78,7 @@ func buildTemplate(ctx context.Context, serverURL string) (string, error) {
 		return "", fmt.Errorf("connect to test server: %w", err)
 	}
 	defer admin.Close(context.WithoutCancel(ctx))
-	q := gen.New(admin)
+	q := harnessdb.New(admin)
 	if err := q.AdvisoryLock(ctx, templateLock); err != nil {
 		return "", fmt.Errorf("lock template: %w", err)
 	}
@@ -168,7 +168,7 @@ func CreateDatabase(ctx context.Context, serverURL, template string) (string, er
 		return "", fmt.Errorf("connect to test server: %w", err)
 	}
 	defer admin.Close(context.WithoutCancel(ctx))
-	q := gen.New(admin)
+	q := harnessdb.New(admin)
 	if template != "" {
 		if err := q.AdvisoryLockShared(ctx, templateLock); err != nil {
 			return "", fmt.Errorf("lock template: %w", err)

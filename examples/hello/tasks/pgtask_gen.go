@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/taskspec"
 )
 
 // GreetKind is the kind of Greet jobs, as stored in the jobs table.
 const GreetKind = "greet"
 
 // greetSpec holds Greet's settings from its task tag.
-var greetSpec = &runtime.TaskSpec[Greet]{
+var greetSpec = &taskspec.Spec[Greet]{
 	Kind: GreetKind,
 	Defaults: runtime.EnqueueOptions{
 		MaxAttempts: 3,
@@ -30,26 +31,26 @@ var greetSpec = &runtime.TaskSpec[Greet]{
 // transaction: in a transaction the job exists only if it commits. opts
 // override the declared settings.
 func EnqueueGreet(ctx context.Context, db runtime.DB, t Greet, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return runtime.EnqueueTask(ctx, db, greetSpec, t, opts...)
+	return taskspec.Enqueue(ctx, db, greetSpec, t, opts...)
 }
 
 // EnqueueGreetMany validates every element of ts and inserts them all in one
 // statement, or none if any is invalid. Ids are returned in the order of ts,
 // and jobs of one group run in that order.
 func EnqueueGreetMany(ctx context.Context, db runtime.DB, ts []Greet, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return runtime.EnqueueTasks(ctx, db, greetSpec, ts, opts...)
+	return taskspec.EnqueueMany(ctx, db, greetSpec, ts, opts...)
 }
 
 // HandleGreet registers fn as the handler of "greet" jobs on w. fn runs in the
 // job's transaction (job.Tx()): its writes there, and the result it returns,
 // commit if and only if it returns a nil error.
 func HandleGreet(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Greet) (Greeting, error)) error {
-	return runtime.HandleTaskWithResult(w, greetSpec, fn)
+	return taskspec.HandleWithResult(w, greetSpec, fn)
 }
 
 // GetGreetResult reads the result of "greet" job id with the job's status.
 // Until the job has succeeded the result is the zero value and the error wraps
 // runtime.ErrNoResult.
 func GetGreetResult(ctx context.Context, db runtime.DB, id runtime.JobID) (Greeting, runtime.Status, error) {
-	return runtime.TaskResult[Greeting](ctx, db, GreetKind, id)
+	return taskspec.Result[Greeting](ctx, db, greetSpec, id)
 }

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/taskspec"
 )
 
 // AddKind is the kind of Add jobs, as stored in the jobs table.
 const AddKind = "add"
 
 // addSpec holds Add's settings from its task tag.
-var addSpec = &runtime.TaskSpec[Add]{
+var addSpec = &taskspec.Spec[Add]{
 	Kind: AddKind,
 }
 
@@ -22,35 +23,35 @@ var addSpec = &runtime.TaskSpec[Add]{
 // "default". db may be a pool, a connection or a transaction: in a transaction
 // the job exists only if it commits. opts override the declared settings.
 func EnqueueAdd(ctx context.Context, db runtime.DB, t Add, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return runtime.EnqueueTask(ctx, db, addSpec, t, opts...)
+	return taskspec.Enqueue(ctx, db, addSpec, t, opts...)
 }
 
 // EnqueueAddMany validates every element of ts and inserts them all in one
 // statement, or none if any is invalid. Ids are returned in the order of ts,
 // and jobs of one group run in that order.
 func EnqueueAddMany(ctx context.Context, db runtime.DB, ts []Add, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return runtime.EnqueueTasks(ctx, db, addSpec, ts, opts...)
+	return taskspec.EnqueueMany(ctx, db, addSpec, ts, opts...)
 }
 
 // HandleAdd registers fn as the handler of "add" jobs on w. fn runs in the
 // job's transaction (job.Tx()): its writes there, and the result it returns,
 // commit if and only if it returns a nil error.
 func HandleAdd(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Add) (Sum, error)) error {
-	return runtime.HandleTaskWithResult(w, addSpec, fn)
+	return taskspec.HandleWithResult(w, addSpec, fn)
 }
 
 // GetAddResult reads the result of "add" job id with the job's status. Until
 // the job has succeeded the result is the zero value and the error wraps
 // runtime.ErrNoResult.
 func GetAddResult(ctx context.Context, db runtime.DB, id runtime.JobID) (Sum, runtime.Status, error) {
-	return runtime.TaskResult[Sum](ctx, db, AddKind, id)
+	return taskspec.Result[Sum](ctx, db, addSpec, id)
 }
 
 // ResizeImageKind is the kind of ResizeImage jobs, as stored in the jobs table.
 const ResizeImageKind = "resize_image"
 
 // resizeImageSpec holds ResizeImage's settings from its task tag.
-var resizeImageSpec = &runtime.TaskSpec[ResizeImage]{
+var resizeImageSpec = &taskspec.Spec[ResizeImage]{
 	Kind:    ResizeImageKind,
 	Timeout: 2 * time.Minute,
 }
@@ -60,28 +61,28 @@ var resizeImageSpec = &runtime.TaskSpec[ResizeImage]{
 // transaction the job exists only if it commits. opts override the declared
 // settings.
 func EnqueueResizeImage(ctx context.Context, db runtime.DB, t ResizeImage, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return runtime.EnqueueTask(ctx, db, resizeImageSpec, t, opts...)
+	return taskspec.Enqueue(ctx, db, resizeImageSpec, t, opts...)
 }
 
 // EnqueueResizeImageMany validates every element of ts and inserts them all in
 // one statement, or none if any is invalid. Ids are returned in the order of
 // ts, and jobs of one group run in that order.
 func EnqueueResizeImageMany(ctx context.Context, db runtime.DB, ts []ResizeImage, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return runtime.EnqueueTasks(ctx, db, resizeImageSpec, ts, opts...)
+	return taskspec.EnqueueMany(ctx, db, resizeImageSpec, ts, opts...)
 }
 
 // HandleResizeImage registers fn as the handler of "resize_image" jobs on w. fn
 // runs in the job's transaction (job.Tx()): its writes there commit if and only
 // if it returns nil.
 func HandleResizeImage(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t ResizeImage) error) error {
-	return runtime.HandleTask(w, resizeImageSpec, fn)
+	return taskspec.Handle(w, resizeImageSpec, fn)
 }
 
 // SendEmailKind is the kind of SendEmail jobs, as stored in the jobs table.
 const SendEmailKind = "send_email"
 
 // sendEmailSpec holds SendEmail's settings from its task tag.
-var sendEmailSpec = &runtime.TaskSpec[SendEmail]{
+var sendEmailSpec = &taskspec.Spec[SendEmail]{
 	Kind: SendEmailKind,
 	Defaults: runtime.EnqueueOptions{
 		Queue:       "emails",
@@ -100,19 +101,19 @@ var sendEmailSpec = &runtime.TaskSpec[SendEmail]{
 // connection or a transaction: in a transaction the job exists only if it
 // commits. opts override the declared settings.
 func EnqueueSendEmail(ctx context.Context, db runtime.DB, t SendEmail, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return runtime.EnqueueTask(ctx, db, sendEmailSpec, t, opts...)
+	return taskspec.Enqueue(ctx, db, sendEmailSpec, t, opts...)
 }
 
 // EnqueueSendEmailMany validates every element of ts and inserts them all in
 // one statement, or none if any is invalid. Ids are returned in the order of
 // ts, and jobs of one group run in that order.
 func EnqueueSendEmailMany(ctx context.Context, db runtime.DB, ts []SendEmail, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return runtime.EnqueueTasks(ctx, db, sendEmailSpec, ts, opts...)
+	return taskspec.EnqueueMany(ctx, db, sendEmailSpec, ts, opts...)
 }
 
 // HandleSendEmail registers fn as the handler of "send_email" jobs on w. fn
 // runs in the job's transaction (job.Tx()): its writes there commit if and only
 // if it returns nil.
 func HandleSendEmail(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t SendEmail) error) error {
-	return runtime.HandleTask(w, sendEmailSpec, fn)
+	return taskspec.Handle(w, sendEmailSpec, fn)
 }

@@ -16,6 +16,9 @@ import (
 
 const runtimePath = "github.com/pgtask/pgtask/runtime"
 
+// taskspecPath is the package generated code calls; users do not.
+const taskspecPath = runtimePath + "/taskspec"
+
 // task is one declared task, ready to render.
 type task struct {
 	Name     string // the Go type

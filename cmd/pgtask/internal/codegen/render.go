@@ -21,6 +21,7 @@ func render(l *loaded) ([]byte, error) {
 	f := jen.NewFilePathName(l.Path, l.Name)
 	f.HeaderComment(header)
 	f.ImportName(runtimePath, "runtime")
+	f.ImportName(taskspecPath, "taskspec")
 	for _, t := range l.Tasks {
 		if err := renderTask(f, l, t); err != nil {
 			return nil, err
@@ -45,6 +46,7 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	kindConst := t.Name + "Kind"
 	spec := lowerFirst(t.Name) + "Spec"
 	rt := func(name string) *jen.Statement { return jen.Qual(runtimePath, name) }
+	ts := func(name string) *jen.Statement { return jen.Qual(taskspecPath, name) }
 
 	comment(f, "%s is the kind of %s jobs, as stored in the jobs table.", kindConst, t.Name)
 	f.Const().Id(kindConst).Op("=").Lit(s.Kind)
@@ -89,7 +91,7 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 			)))
 	}
 	comment(f, "%s holds %s's settings from its task tag.", spec, t.Name)
-	f.Var().Id(spec).Op("=").Op("&").Add(rt("TaskSpec")).Types(typ).Values(multiline(fields)...)
+	f.Var().Id(spec).Op("=").Op("&").Add(ts("Spec")).Types(typ).Values(multiline(fields)...)
 	f.Line()
 
 	where := fmt.Sprintf("on queue %q", queue)
@@ -110,7 +112,7 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 		"exists only if it commits. opts override the declared settings.", t.Name, s.Kind, where)
 	f.Func().Id("Enqueue"+t.Name).Params(enqueueParams("t", typ)...).
 		Params(rt("JobID"), jen.Error()).
-		Block(jen.Return(rt("EnqueueTask").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("t"), jen.Id("opts").Op("..."))))
+		Block(jen.Return(ts("Enqueue").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("t"), jen.Id("opts").Op("..."))))
 	f.Line()
 
 	comment(f, "Enqueue%sMany validates every element of ts and inserts them all in one "+
@@ -118,7 +120,7 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 		"and jobs of one group run in that order.", t.Name)
 	f.Func().Id("Enqueue"+t.Name+"Many").Params(enqueueParams("ts", jen.Index().Add(typ))...).
 		Params(jen.Index().Add(rt("JobID")), jen.Error()).
-		Block(jen.Return(rt("EnqueueTasks").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("ts"), jen.Id("opts").Op("..."))))
+		Block(jen.Return(ts("EnqueueMany").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("ts"), jen.Id("opts").Op("..."))))
 	f.Line()
 
 	handlerParams := jen.Params(jen.Id("ctx").Qual("context", "Context"), jen.Id("job").Op("*").Add(rt("Job")), jen.Id("t").Add(typ))
@@ -129,7 +131,7 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 		f.Func().Id("Handle"+t.Name).Params(
 			jen.Id("w").Op("*").Add(rt("Worker")),
 			jen.Id("fn").Func().Add(handlerParams).Error(),
-		).Error().Block(jen.Return(rt("HandleTask").Call(jen.Id("w"), jen.Id(spec), jen.Id("fn"))))
+		).Error().Block(jen.Return(ts("Handle").Call(jen.Id("w"), jen.Id(spec), jen.Id("fn"))))
 		f.Line()
 		return nil
 	}
@@ -144,7 +146,7 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	f.Func().Id("Handle"+t.Name).Params(
 		jen.Id("w").Op("*").Add(rt("Worker")),
 		jen.Id("fn").Func().Add(handlerParams).Params(result.Clone(), jen.Error()),
-	).Error().Block(jen.Return(rt("HandleTaskWithResult").Call(jen.Id("w"), jen.Id(spec), jen.Id("fn"))))
+	).Error().Block(jen.Return(ts("HandleWithResult").Call(jen.Id("w"), jen.Id(spec), jen.Id("fn"))))
 	f.Line()
 
 	comment(f, "Get%sResult reads the result of %q job id with the job's status. "+
@@ -155,7 +157,7 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 		jen.Id("db").Add(rt("DB")),
 		jen.Id("id").Add(rt("JobID")),
 	).Params(result.Clone(), rt("Status"), jen.Error()).
-		Block(jen.Return(rt("TaskResult").Types(result.Clone()).Call(jen.Id("ctx"), jen.Id("db"), jen.Id(kindConst), jen.Id("id"))))
+		Block(jen.Return(ts("Result").Types(result.Clone()).Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("id"))))
 	f.Line()
 	return nil
 }

@@ -7,13 +7,14 @@ import (
 	"strconv"
 
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/taskspec"
 )
 
 // GroupedNoopKind is the kind of GroupedNoop jobs, as stored in the jobs table.
 const GroupedNoopKind = "bench_grouped_noop"
 
 // groupedNoopSpec holds GroupedNoop's settings from its task tag.
-var groupedNoopSpec = &runtime.TaskSpec[GroupedNoop]{
+var groupedNoopSpec = &taskspec.Spec[GroupedNoop]{
 	Kind: GroupedNoopKind,
 	Defaults: runtime.EnqueueOptions{
 		Queue: "bench",
@@ -29,28 +30,28 @@ var groupedNoopSpec = &runtime.TaskSpec[GroupedNoop]{
 // be a pool, a connection or a transaction: in a transaction the job exists
 // only if it commits. opts override the declared settings.
 func EnqueueGroupedNoop(ctx context.Context, db runtime.DB, t GroupedNoop, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return runtime.EnqueueTask(ctx, db, groupedNoopSpec, t, opts...)
+	return taskspec.Enqueue(ctx, db, groupedNoopSpec, t, opts...)
 }
 
 // EnqueueGroupedNoopMany validates every element of ts and inserts them all in
 // one statement, or none if any is invalid. Ids are returned in the order of
 // ts, and jobs of one group run in that order.
 func EnqueueGroupedNoopMany(ctx context.Context, db runtime.DB, ts []GroupedNoop, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return runtime.EnqueueTasks(ctx, db, groupedNoopSpec, ts, opts...)
+	return taskspec.EnqueueMany(ctx, db, groupedNoopSpec, ts, opts...)
 }
 
 // HandleGroupedNoop registers fn as the handler of "bench_grouped_noop" jobs on
 // w. fn runs in the job's transaction (job.Tx()): its writes there commit if
 // and only if it returns nil.
 func HandleGroupedNoop(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t GroupedNoop) error) error {
-	return runtime.HandleTask(w, groupedNoopSpec, fn)
+	return taskspec.Handle(w, groupedNoopSpec, fn)
 }
 
 // NoopKind is the kind of Noop jobs, as stored in the jobs table.
 const NoopKind = "bench_noop"
 
 // noopSpec holds Noop's settings from its task tag.
-var noopSpec = &runtime.TaskSpec[Noop]{
+var noopSpec = &taskspec.Spec[Noop]{
 	Kind: NoopKind,
 	Defaults: runtime.EnqueueOptions{
 		Queue: "bench",
@@ -61,19 +62,19 @@ var noopSpec = &runtime.TaskSpec[Noop]{
 // "bench". db may be a pool, a connection or a transaction: in a transaction
 // the job exists only if it commits. opts override the declared settings.
 func EnqueueNoop(ctx context.Context, db runtime.DB, t Noop, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return runtime.EnqueueTask(ctx, db, noopSpec, t, opts...)
+	return taskspec.Enqueue(ctx, db, noopSpec, t, opts...)
 }
 
 // EnqueueNoopMany validates every element of ts and inserts them all in one
 // statement, or none if any is invalid. Ids are returned in the order of ts,
 // and jobs of one group run in that order.
 func EnqueueNoopMany(ctx context.Context, db runtime.DB, ts []Noop, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return runtime.EnqueueTasks(ctx, db, noopSpec, ts, opts...)
+	return taskspec.EnqueueMany(ctx, db, noopSpec, ts, opts...)
 }
 
 // HandleNoop registers fn as the handler of "bench_noop" jobs on w. fn runs in
 // the job's transaction (job.Tx()): its writes there commit if and only if it
 // returns nil.
 func HandleNoop(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Noop) error) error {
-	return runtime.HandleTask(w, noopSpec, fn)
+	return taskspec.Handle(w, noopSpec, fn)
 }

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/taskspec"
 )
 
 // ChargeKind is the kind of Charge jobs, as stored in the jobs table.
 const ChargeKind = "billing.charge"
 
 // chargeSpec holds Charge's settings from its task tag.
-var chargeSpec = &runtime.TaskSpec[Charge]{
+var chargeSpec = &taskspec.Spec[Charge]{
 	Kind: ChargeKind,
 	Defaults: runtime.EnqueueOptions{
 		MaxAttempts: 1,
@@ -32,28 +33,28 @@ var chargeSpec = &runtime.TaskSpec[Charge]{
 // connection or a transaction: in a transaction the job exists only if it
 // commits. opts override the declared settings.
 func EnqueueCharge(ctx context.Context, db runtime.DB, t Charge, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return runtime.EnqueueTask(ctx, db, chargeSpec, t, opts...)
+	return taskspec.Enqueue(ctx, db, chargeSpec, t, opts...)
 }
 
 // EnqueueChargeMany validates every element of ts and inserts them all in one
 // statement, or none if any is invalid. Ids are returned in the order of ts,
 // and jobs of one group run in that order.
 func EnqueueChargeMany(ctx context.Context, db runtime.DB, ts []Charge, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return runtime.EnqueueTasks(ctx, db, chargeSpec, ts, opts...)
+	return taskspec.EnqueueMany(ctx, db, chargeSpec, ts, opts...)
 }
 
 // HandleCharge registers fn as the handler of "billing.charge" jobs on w. fn
 // runs in the job's transaction (job.Tx()): its writes there commit if and only
 // if it returns nil.
 func HandleCharge(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Charge) error) error {
-	return runtime.HandleTask(w, chargeSpec, fn)
+	return taskspec.Handle(w, chargeSpec, fn)
 }
 
 // HTTPRequestKind is the kind of HTTPRequest jobs, as stored in the jobs table.
 const HTTPRequestKind = "http_request"
 
 // httpRequestSpec holds HTTPRequest's settings from its task tag.
-var httpRequestSpec = &runtime.TaskSpec[HTTPRequest]{
+var httpRequestSpec = &taskspec.Spec[HTTPRequest]{
 	Kind: HTTPRequestKind,
 	Defaults: runtime.EnqueueOptions{
 		Queue:           "outbound",
@@ -72,28 +73,28 @@ var httpRequestSpec = &runtime.TaskSpec[HTTPRequest]{
 // connection or a transaction: in a transaction the job exists only if it
 // commits. opts override the declared settings.
 func EnqueueHTTPRequest(ctx context.Context, db runtime.DB, t HTTPRequest, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return runtime.EnqueueTask(ctx, db, httpRequestSpec, t, opts...)
+	return taskspec.Enqueue(ctx, db, httpRequestSpec, t, opts...)
 }
 
 // EnqueueHTTPRequestMany validates every element of ts and inserts them all in
 // one statement, or none if any is invalid. Ids are returned in the order of
 // ts, and jobs of one group run in that order.
 func EnqueueHTTPRequestMany(ctx context.Context, db runtime.DB, ts []HTTPRequest, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return runtime.EnqueueTasks(ctx, db, httpRequestSpec, ts, opts...)
+	return taskspec.EnqueueMany(ctx, db, httpRequestSpec, ts, opts...)
 }
 
 // HandleHTTPRequest registers fn as the handler of "http_request" jobs on w. fn
 // runs in the job's transaction (job.Tx()): its writes there commit if and only
 // if it returns nil.
 func HandleHTTPRequest(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t HTTPRequest) error) error {
-	return runtime.HandleTask(w, httpRequestSpec, fn)
+	return taskspec.Handle(w, httpRequestSpec, fn)
 }
 
 // RebalanceKind is the kind of Rebalance jobs, as stored in the jobs table.
 const RebalanceKind = "rebalance"
 
 // rebalanceSpec holds Rebalance's settings from its task tag.
-var rebalanceSpec = &runtime.TaskSpec[Rebalance]{
+var rebalanceSpec = &taskspec.Spec[Rebalance]{
 	Kind: RebalanceKind,
 	Defaults: runtime.EnqueueOptions{
 		Priority: 7,
@@ -110,28 +111,28 @@ var rebalanceSpec = &runtime.TaskSpec[Rebalance]{
 // connection or a transaction: in a transaction the job exists only if it
 // commits. opts override the declared settings.
 func EnqueueRebalance(ctx context.Context, db runtime.DB, t Rebalance, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return runtime.EnqueueTask(ctx, db, rebalanceSpec, t, opts...)
+	return taskspec.Enqueue(ctx, db, rebalanceSpec, t, opts...)
 }
 
 // EnqueueRebalanceMany validates every element of ts and inserts them all in
 // one statement, or none if any is invalid. Ids are returned in the order of
 // ts, and jobs of one group run in that order.
 func EnqueueRebalanceMany(ctx context.Context, db runtime.DB, ts []Rebalance, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return runtime.EnqueueTasks(ctx, db, rebalanceSpec, ts, opts...)
+	return taskspec.EnqueueMany(ctx, db, rebalanceSpec, ts, opts...)
 }
 
 // HandleRebalance registers fn as the handler of "rebalance" jobs on w. fn runs
 // in the job's transaction (job.Tx()): its writes there commit if and only if
 // it returns nil.
 func HandleRebalance(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Rebalance) error) error {
-	return runtime.HandleTask(w, rebalanceSpec, fn)
+	return taskspec.Handle(w, rebalanceSpec, fn)
 }
 
 // ShardKind is the kind of Shard jobs, as stored in the jobs table.
 const ShardKind = "shard"
 
 // shardSpec holds Shard's settings from its task tag.
-var shardSpec = &runtime.TaskSpec[Shard]{
+var shardSpec = &taskspec.Spec[Shard]{
 	Kind:       ShardKind,
 	GroupField: "N",
 	GroupKey: func(t Shard) string {
@@ -144,19 +145,19 @@ var shardSpec = &runtime.TaskSpec[Shard]{
 // transaction: in a transaction the job exists only if it commits. opts
 // override the declared settings.
 func EnqueueShard(ctx context.Context, db runtime.DB, t Shard, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return runtime.EnqueueTask(ctx, db, shardSpec, t, opts...)
+	return taskspec.Enqueue(ctx, db, shardSpec, t, opts...)
 }
 
 // EnqueueShardMany validates every element of ts and inserts them all in one
 // statement, or none if any is invalid. Ids are returned in the order of ts,
 // and jobs of one group run in that order.
 func EnqueueShardMany(ctx context.Context, db runtime.DB, ts []Shard, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return runtime.EnqueueTasks(ctx, db, shardSpec, ts, opts...)
+	return taskspec.EnqueueMany(ctx, db, shardSpec, ts, opts...)
 }
 
 // HandleShard registers fn as the handler of "shard" jobs on w. fn runs in the
 // job's transaction (job.Tx()): its writes there commit if and only if it
 // returns nil.
 func HandleShard(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Shard) error) error {
-	return runtime.HandleTask(w, shardSpec, fn)
+	return taskspec.Handle(w, shardSpec, fn)
 }

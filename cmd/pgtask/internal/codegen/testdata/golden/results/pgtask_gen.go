@@ -7,13 +7,14 @@ import (
 
 	receipt "github.com/pgtask/pgtask/cmd/pgtask/internal/codegen/testdata/golden/results/receipt"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/taskspec"
 )
 
 // CountKind is the kind of Count jobs, as stored in the jobs table.
 const CountKind = "count"
 
 // countSpec holds Count's settings from its task tag.
-var countSpec = &runtime.TaskSpec[Count]{
+var countSpec = &taskspec.Spec[Count]{
 	Kind: CountKind,
 }
 
@@ -21,35 +22,35 @@ var countSpec = &runtime.TaskSpec[Count]{
 // "default". db may be a pool, a connection or a transaction: in a transaction
 // the job exists only if it commits. opts override the declared settings.
 func EnqueueCount(ctx context.Context, db runtime.DB, t Count, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return runtime.EnqueueTask(ctx, db, countSpec, t, opts...)
+	return taskspec.Enqueue(ctx, db, countSpec, t, opts...)
 }
 
 // EnqueueCountMany validates every element of ts and inserts them all in one
 // statement, or none if any is invalid. Ids are returned in the order of ts,
 // and jobs of one group run in that order.
 func EnqueueCountMany(ctx context.Context, db runtime.DB, ts []Count, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return runtime.EnqueueTasks(ctx, db, countSpec, ts, opts...)
+	return taskspec.EnqueueMany(ctx, db, countSpec, ts, opts...)
 }
 
 // HandleCount registers fn as the handler of "count" jobs on w. fn runs in the
 // job's transaction (job.Tx()): its writes there, and the result it returns,
 // commit if and only if it returns a nil error.
 func HandleCount(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Count) (map[string][]int64, error)) error {
-	return runtime.HandleTaskWithResult(w, countSpec, fn)
+	return taskspec.HandleWithResult(w, countSpec, fn)
 }
 
 // GetCountResult reads the result of "count" job id with the job's status.
 // Until the job has succeeded the result is the zero value and the error wraps
 // runtime.ErrNoResult.
 func GetCountResult(ctx context.Context, db runtime.DB, id runtime.JobID) (map[string][]int64, runtime.Status, error) {
-	return runtime.TaskResult[map[string][]int64](ctx, db, CountKind, id)
+	return taskspec.Result[map[string][]int64](ctx, db, countSpec, id)
 }
 
 // LookupKind is the kind of Lookup jobs, as stored in the jobs table.
 const LookupKind = "lookup"
 
 // lookupSpec holds Lookup's settings from its task tag.
-var lookupSpec = &runtime.TaskSpec[Lookup]{
+var lookupSpec = &taskspec.Spec[Lookup]{
 	Kind:       LookupKind,
 	GroupField: "Key",
 	GroupKey: func(t Lookup) string {
@@ -62,35 +63,35 @@ var lookupSpec = &runtime.TaskSpec[Lookup]{
 // transaction: in a transaction the job exists only if it commits. opts
 // override the declared settings.
 func EnqueueLookup(ctx context.Context, db runtime.DB, t Lookup, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return runtime.EnqueueTask(ctx, db, lookupSpec, t, opts...)
+	return taskspec.Enqueue(ctx, db, lookupSpec, t, opts...)
 }
 
 // EnqueueLookupMany validates every element of ts and inserts them all in one
 // statement, or none if any is invalid. Ids are returned in the order of ts,
 // and jobs of one group run in that order.
 func EnqueueLookupMany(ctx context.Context, db runtime.DB, ts []Lookup, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return runtime.EnqueueTasks(ctx, db, lookupSpec, ts, opts...)
+	return taskspec.EnqueueMany(ctx, db, lookupSpec, ts, opts...)
 }
 
 // HandleLookup registers fn as the handler of "lookup" jobs on w. fn runs in
 // the job's transaction (job.Tx()): its writes there, and the result it
 // returns, commit if and only if it returns a nil error.
 func HandleLookup(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Lookup) (Pair[string, receipt.Receipt], error)) error {
-	return runtime.HandleTaskWithResult(w, lookupSpec, fn)
+	return taskspec.HandleWithResult(w, lookupSpec, fn)
 }
 
 // GetLookupResult reads the result of "lookup" job id with the job's status.
 // Until the job has succeeded the result is the zero value and the error wraps
 // runtime.ErrNoResult.
 func GetLookupResult(ctx context.Context, db runtime.DB, id runtime.JobID) (Pair[string, receipt.Receipt], runtime.Status, error) {
-	return runtime.TaskResult[Pair[string, receipt.Receipt]](ctx, db, LookupKind, id)
+	return taskspec.Result[Pair[string, receipt.Receipt]](ctx, db, lookupSpec, id)
 }
 
 // PayKind is the kind of Pay jobs, as stored in the jobs table.
 const PayKind = "pay"
 
 // paySpec holds Pay's settings from its task tag.
-var paySpec = &runtime.TaskSpec[Pay]{
+var paySpec = &taskspec.Spec[Pay]{
 	Kind: PayKind,
 }
 
@@ -98,35 +99,35 @@ var paySpec = &runtime.TaskSpec[Pay]{
 // "default". db may be a pool, a connection or a transaction: in a transaction
 // the job exists only if it commits. opts override the declared settings.
 func EnqueuePay(ctx context.Context, db runtime.DB, t Pay, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return runtime.EnqueueTask(ctx, db, paySpec, t, opts...)
+	return taskspec.Enqueue(ctx, db, paySpec, t, opts...)
 }
 
 // EnqueuePayMany validates every element of ts and inserts them all in one
 // statement, or none if any is invalid. Ids are returned in the order of ts,
 // and jobs of one group run in that order.
 func EnqueuePayMany(ctx context.Context, db runtime.DB, ts []Pay, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return runtime.EnqueueTasks(ctx, db, paySpec, ts, opts...)
+	return taskspec.EnqueueMany(ctx, db, paySpec, ts, opts...)
 }
 
 // HandlePay registers fn as the handler of "pay" jobs on w. fn runs in the
 // job's transaction (job.Tx()): its writes there, and the result it returns,
 // commit if and only if it returns a nil error.
 func HandlePay(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Pay) (*receipt.Receipt, error)) error {
-	return runtime.HandleTaskWithResult(w, paySpec, fn)
+	return taskspec.HandleWithResult(w, paySpec, fn)
 }
 
 // GetPayResult reads the result of "pay" job id with the job's status. Until
 // the job has succeeded the result is the zero value and the error wraps
 // runtime.ErrNoResult.
 func GetPayResult(ctx context.Context, db runtime.DB, id runtime.JobID) (*receipt.Receipt, runtime.Status, error) {
-	return runtime.TaskResult[*receipt.Receipt](ctx, db, PayKind, id)
+	return taskspec.Result[*receipt.Receipt](ctx, db, paySpec, id)
 }
 
 // TagsKind is the kind of Tags jobs, as stored in the jobs table.
 const TagsKind = "tags"
 
 // tagsSpec holds Tags's settings from its task tag.
-var tagsSpec = &runtime.TaskSpec[Tags]{
+var tagsSpec = &taskspec.Spec[Tags]{
 	Kind: TagsKind,
 }
 
@@ -134,26 +135,26 @@ var tagsSpec = &runtime.TaskSpec[Tags]{
 // "default". db may be a pool, a connection or a transaction: in a transaction
 // the job exists only if it commits. opts override the declared settings.
 func EnqueueTags(ctx context.Context, db runtime.DB, t Tags, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return runtime.EnqueueTask(ctx, db, tagsSpec, t, opts...)
+	return taskspec.Enqueue(ctx, db, tagsSpec, t, opts...)
 }
 
 // EnqueueTagsMany validates every element of ts and inserts them all in one
 // statement, or none if any is invalid. Ids are returned in the order of ts,
 // and jobs of one group run in that order.
 func EnqueueTagsMany(ctx context.Context, db runtime.DB, ts []Tags, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return runtime.EnqueueTasks(ctx, db, tagsSpec, ts, opts...)
+	return taskspec.EnqueueMany(ctx, db, tagsSpec, ts, opts...)
 }
 
 // HandleTags registers fn as the handler of "tags" jobs on w. fn runs in the
 // job's transaction (job.Tx()): its writes there, and the result it returns,
 // commit if and only if it returns a nil error.
 func HandleTags(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Tags) ([]string, error)) error {
-	return runtime.HandleTaskWithResult(w, tagsSpec, fn)
+	return taskspec.HandleWithResult(w, tagsSpec, fn)
 }
 
 // GetTagsResult reads the result of "tags" job id with the job's status. Until
 // the job has succeeded the result is the zero value and the error wraps
 // runtime.ErrNoResult.
 func GetTagsResult(ctx context.Context, db runtime.DB, id runtime.JobID) ([]string, runtime.Status, error) {
-	return runtime.TaskResult[[]string](ctx, db, TagsKind, id)
+	return taskspec.Result[[]string](ctx, db, tagsSpec, id)
 }

@@ -1,0 +1,46 @@
+// Package ledger is a small bank ledger that shows pgtask's main uses as
+// runnable examples (example_*_test.go, checked by go test): declaring and
+// enqueueing tasks, a handler whose writes commit with its job, FIFO groups,
+// typed results, and enqueueing inside the caller's transaction.
+//
+// Its tasks are declared here; `go generate` writes their typed functions to
+// pgtask_gen.go. The handlers write the ledger's own table
+// (schema.sql) through queries sqlc generates from queries.sql into package
+// ledgerdb, run on the job's transaction.
+package ledger
+
+import (
+	_ "embed"
+
+	"github.com/pgtask/pgtask/runtime"
+)
+
+//go:generate go run github.com/pgtask/pgtask/cmd/pgtask gen
+
+// Deposit credits an account. An account's deposits are applied one at a
+// time, in the order they were enqueued; different accounts' run in
+// parallel.
+type Deposit struct {
+	runtime.Task `task:"deposit"`
+	Account      string `json:"account" task:"group" validate:"required"`
+	Cents        int64  `json:"cents" validate:"gt=0"`
+}
+
+// Statement totals an account. It is in the account's group, so it runs
+// after the deposits enqueued before it; its handler returns the Total,
+// stored with the job.
+type Statement struct {
+	runtime.TaskWithResult[Total] `task:"statement"`
+	Account                       string `json:"account" task:"group" validate:"required"`
+}
+
+// Total is a Statement's result.
+type Total struct {
+	Account string `json:"account"`
+	Cents   int64  `json:"cents"`
+}
+
+// Schema creates the ledger's table; apply it after runtime.Migrate.
+//
+//go:embed schema.sql
+var Schema string

@@ -1,0 +1,40 @@
+-- Queries runtime's tests read the database with. The runtime never runs
+-- them; they are generated into runtime/internal/testdb, away from gen.
+
+-- name: GetJob :one
+-- A job's row as stored (runtime.GetJob returns it decoded).
+SELECT * FROM pgtask.jobs WHERE id = @id;
+
+-- name: ListJobs :many
+-- A queue's jobs in id order.
+SELECT * FROM pgtask.jobs WHERE queue = @queue ORDER BY id;
+
+-- name: CountJobs :many
+-- Jobs per queue and status.
+SELECT queue, status, count(*)::bigint AS jobs
+  FROM pgtask.jobs
+ GROUP BY queue, status
+ ORDER BY queue, status;
+
+-- name: GetGroup :one
+SELECT * FROM pgtask.queue_groups WHERE queue = @queue AND group_key = @group_key;
+
+-- name: AnalyzeJobs :exec
+-- Refreshes the planner's statistics after a bulk load (the claim benchmark).
+ANALYZE pgtask.jobs;
+
+-- name: CountListeners :one
+-- Sessions of this database waiting for pgtask's notifications.
+SELECT count(*)::bigint AS listeners
+  FROM pg_catalog.pg_stat_activity
+ WHERE datname = current_database() AND state = 'idle'
+   AND position('LISTEN pgtask' in query) > 0;
+
+-- name: TransactionIsolation :one
+-- The isolation level of the current transaction, as SHOW prints it.
+SELECT current_setting('transaction_isolation')::text AS level;
+
+-- name: BackendExists :one
+-- Whether a server process with this PID is still there (tests wait for a
+-- terminated session to be gone).
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = @pid::integer) AS present;

@@ -1,0 +1,136 @@
+package taskspec
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/pgtask/pgtask/runtime"
+)
+
+// Spec is a task's settings, generated from its declaration.
+type Spec[T any] struct {
+	Kind     string
+	Defaults runtime.EnqueueOptions // queue, priority, attempts, group policy
+	Timeout  time.Duration          // zero: the worker's default
+	Backoff  runtime.Backoff
+	// GroupField names the group key field (for messages); GroupKey reads it.
+	// Both are empty for ungrouped tasks.
+	GroupField string
+	GroupKey   func(T) string
+}
+
+func (s *Spec[T]) request(t T, opts []runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	if err := runtime.Validate(s.Kind, t); err != nil {
+		return runtime.EnqueueRequest{}, err
+	}
+	payload, err := json.Marshal(t)
+	if err != nil {
+		return runtime.EnqueueRequest{}, fmt.Errorf("encode %s: %w", s.Kind, err)
+	}
+	req := runtime.EnqueueRequest{Kind: s.Kind, Payload: payload, EnqueueOptions: s.Defaults}
+	if s.GroupKey != nil {
+		req.Group = s.GroupKey(t)
+	}
+	req.Apply(opts...)
+	if s.GroupKey != nil && req.Group == "" {
+		return runtime.EnqueueRequest{}, fmt.Errorf("%s: group key %s is empty", s.Kind, s.GroupField)
+	}
+	return req, nil
+}
+
+// Enqueue validates t and inserts it as a job. opts override the task's
+// declared settings.
+func Enqueue[T any](ctx context.Context, db runtime.DB, spec *Spec[T], t T, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
+	req, err := spec.request(t, opts)
+	if err != nil {
+		return 0, &runtime.EnqueueError{Index: 0, Kind: spec.Kind, Err: err}
+	}
+	return runtime.Enqueue(ctx, db, req)
+}
+
+// EnqueueMany validates every element and inserts them all in one
+// statement, or none: one invalid element stops the batch.
+func EnqueueMany[T any](ctx context.Context, db runtime.DB, spec *Spec[T], ts []T, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
+	reqs := make([]runtime.EnqueueRequest, len(ts))
+	for i, t := range ts {
+		req, err := spec.request(t, opts)
+		if err != nil {
+			return nil, &runtime.EnqueueError{Index: i, Kind: spec.Kind, Err: err, Batch: len(ts) > 1}
+		}
+		reqs[i] = req
+	}
+	return runtime.EnqueueMany(ctx, db, reqs)
+}
+
+// decode reads and re-validates a job's payload. Either failing is final:
+// the same payload fails the same way on every attempt.
+func (s *Spec[T]) decode(job *runtime.Job) (T, error) {
+	t, err := runtime.DecodePayload[T](job)
+	if err != nil {
+		return t, err
+	}
+	if err := runtime.Validate(s.Kind, t); err != nil {
+		return t, runtime.NoRetry(fmt.Errorf("payload of job %d: %w", job.ID, err))
+	}
+	return t, nil
+}
+
+func (s *Spec[T]) registration(h runtime.Handler) runtime.Registration {
+	return runtime.Registration{Kind: s.Kind, Handler: h, Timeout: s.Timeout, Backoff: s.Backoff}
+}
+
+// Handle registers fn as the handler of spec's task on w.
+func Handle[T any](w *runtime.Worker, spec *Spec[T], fn func(ctx context.Context, job *runtime.Job, t T) error) error {
+	if fn == nil {
+		return fmt.Errorf("handle %s: handler is nil", spec.Kind)
+	}
+	return w.Register(spec.registration(func(ctx context.Context, job *runtime.Job) error {
+		t, err := spec.decode(job)
+		if err != nil {
+			return err
+		}
+		return fn(ctx, job, t)
+	}))
+}
+
+// HandleWithResult registers fn as the handler of spec's task on w; the R it
+// returns with a nil error is stored as the job's result.
+func HandleWithResult[T, R any](w *runtime.Worker, spec *Spec[T], fn func(ctx context.Context, job *runtime.Job, t T) (R, error)) error {
+	if fn == nil {
+		return fmt.Errorf("handle %s: handler is nil", spec.Kind)
+	}
+	return w.Register(spec.registration(func(ctx context.Context, job *runtime.Job) error {
+		t, err := spec.decode(job)
+		if err != nil {
+			return err
+		}
+		r, err := fn(ctx, job, t)
+		if err != nil {
+			return err
+		}
+		return job.SetResult(r)
+	}))
+}
+
+// Result reads the result of job id, which must be of spec's kind, with its
+// status. The result is the zero R and the error wraps runtime.ErrNoResult
+// until the job has succeeded.
+func Result[R, T any](ctx context.Context, db runtime.DB, spec *Spec[T], id runtime.JobID) (R, runtime.Status, error) {
+	var r R
+	info, err := runtime.GetJob(ctx, db, id)
+	if err != nil {
+		return r, "", err
+	}
+	if info.Kind != spec.Kind {
+		return r, info.Status, fmt.Errorf("job %d is a %s job, not %s", id, info.Kind, spec.Kind)
+	}
+	if info.Status != runtime.StatusSucceeded {
+		return r, info.Status, fmt.Errorf("job %d is %s: %w", id, info.Status, runtime.ErrNoResult)
+	}
+	if err := json.Unmarshal(info.Result, &r); err != nil {
+		return r, info.Status, fmt.Errorf("decode result of job %d: %w", id, err)
+	}
+	return r, info.Status, nil
+}
