@@ -37,6 +37,7 @@ type Options struct {
 	EnqueueMany   int
 	ManyBatch     int
 	Ungrouped     int
+	DefaultsJobs  int
 	Grouped       int
 	Groups        int
 	Hot           int
@@ -51,7 +52,7 @@ func defaults() Options {
 	return Options{
 		Conns: 4, Batch: 250,
 		EnqueueSingle: 20_000, EnqueueMany: 500_000, ManyBatch: 1_000,
-		Ungrouped: 200_000, Grouped: 200_000, Groups: 1_000, Hot: 10_000,
+		DefaultsJobs: 30_000, Ungrouped: 200_000, Grouped: 200_000, Groups: 1_000, Hot: 10_000,
 		WakeSamples: 300, ClaimBacklogs: []int{1_000, 100_000, 1_000_000},
 		MemoryJobs: 1_000_000, FloorDuration: 5 * time.Second,
 	}
@@ -63,12 +64,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := defaults()
 	fs := flag.NewFlagSet("pgtask-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: enqueue,drain,wakeup,claim,memory,floor")
+	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,drain,wakeup,claim,memory")
 	fs.IntVar(&o.Conns, "conns", o.Conns, "connections: worker runners, producers and floor clients")
 	fs.IntVar(&o.Batch, "batch", o.Batch, "jobs per claim in the drains")
 	fs.IntVar(&o.EnqueueSingle, "enqueue-single", o.EnqueueSingle, "jobs enqueued one per call")
 	fs.IntVar(&o.EnqueueMany, "enqueue-many", o.EnqueueMany, "jobs enqueued with EnqueueMany")
 	fs.IntVar(&o.ManyBatch, "many-batch", o.ManyBatch, "jobs per EnqueueMany call")
+	fs.IntVar(&o.DefaultsJobs, "defaults-jobs", o.DefaultsJobs, "jobs in each drain at the default Config (the single group's: a tenth)")
 	fs.IntVar(&o.Ungrouped, "ungrouped", o.Ungrouped, "jobs in the ungrouped drain")
 	fs.IntVar(&o.Grouped, "grouped", o.Grouped, "jobs in the grouped drain")
 	fs.IntVar(&o.Groups, "groups", o.Groups, "groups in the grouped drain")
@@ -139,6 +141,7 @@ func run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}{
 		{"floor", b.measureFloor},
 		{"enqueue", b.measureEnqueue},
+		{"defaults", b.measureDefaults},
 		{"drain", b.measureDrains},
 		{"wakeup", b.measureWakeup},
 		{"claim", b.measureClaim},
@@ -355,6 +358,48 @@ func unfinishedJobs(ctx context.Context, pool *pgxpool.Pool, queue string) (int6
 		}
 	}
 	return n, nil
+}
+
+// measureDefaults drains with the Config a user gets without tuning
+// (runtime.QueueConfig{}: 10 runners, one job per claim), the figures that
+// are the product's. Targets are ratios to the floor of the same run.
+func (b *bench) measureDefaults(ctx context.Context) error {
+	n := b.o.DefaultsJobs
+	cases := []struct {
+		label  string
+		n      int
+		groups int
+		ratio  float64
+	}{
+		{"defaults: drain ungrouped", n, 0, 0.8},
+		{fmt.Sprintf("defaults: drain %d groups (FIFO)", b.o.Groups), n, b.o.Groups, 0.6},
+		{"defaults: drain 1 hot group (serial)", n / 10, 1, 0.25},
+	}
+	for _, c := range cases {
+		pool, url, cleanup, err := b.database(ctx, b.o.Conns)
+		if err != nil {
+			return err
+		}
+		b.say("%s: enqueueing %d jobs", c.label, c.n)
+		if err := enqueueNoops(ctx, pool, "bench", c.n, c.groups); err != nil {
+			cleanup()
+			return err
+		}
+		elapsed, err := b.drain(ctx, pool, url, "bench", c.n, pgtask.QueueConfig{}, c.label, nil)
+		cleanup()
+		if err != nil {
+			return err
+		}
+		r := rate(c.n, elapsed)
+		target, met := fmt.Sprintf(">= %.2fx floor", c.ratio), (*bool)(nil)
+		if b.floor > 0 {
+			met = ok(r >= c.ratio*b.floor)
+		} else {
+			target += " (no floor measured)"
+		}
+		b.add(c.label, fmt.Sprintf("%d jobs", c.n), fmtRate(r), r, target, met)
+	}
+	return nil
 }
 
 func (b *bench) measureDrains(ctx context.Context) error {
