@@ -1,4 +1,4 @@
--- revision: 1
+-- revision: 2
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -30,6 +30,21 @@ DECLARE
     n integer;
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
+    IF p_max = 1 THEN
+        -- One job, so no run behind a head to fill: the claim is one
+        -- statement, a third of the cost of the general path below.
+        RETURN QUERY
+            UPDATE pgtask.jobs j
+               SET status = 'started', attempts = j.attempts + 1,
+                   started_at = clock_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker
+             WHERE j.id = (SELECT id FROM pgtask.jobs
+                            WHERE queue = p_queue AND status = 'queued' AND is_head
+                            ORDER BY priority, id
+                            LIMIT 1
+                              FOR UPDATE SKIP LOCKED)
+            RETURNING j.*;
+        RETURN;
+    END IF;
     SELECT array_agg(c.id ORDER BY c.priority, c.id) INTO picked FROM (
         SELECT id, priority FROM pgtask.jobs
          WHERE queue = p_queue AND status = 'queued' AND is_head
