@@ -157,6 +157,12 @@ func (q *queue) signal() {
 // connection outside the pool listens for notifications. A cancelled handler
 // query is cancelled on the server instead of closing the connection, so the
 // job's transaction survives to record the failure.
+//
+// NewWorker connects once to check that the worker can work, and fails with
+// one clear error when it cannot: the database cannot be reached, its
+// schema is missing or older than this code (ErrSchemaNotCurrent), or the
+// server cannot give the worker its connections and still leave a tenth of
+// max_connections to others (ErrNotEnoughConnections).
 func NewWorker(ctx context.Context, poolConfig *pgxpool.Config, cfg Config) (*Worker, error) {
 	if poolConfig == nil {
 		return nil, errors.New("new worker: pool config is nil")
@@ -189,6 +195,10 @@ func NewWorker(ctx context.Context, poolConfig *pgxpool.Config, cfg Config) (*Wo
 	// or role defaults to (the schema's functions refuse other levels).
 	pc.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	w.listenConfig = pc.ConnConfig.Copy()
+	// The pool's connections plus the listener's.
+	if err := checkDatabase(ctx, w.listenConfig, need+1); err != nil {
+		return nil, fmt.Errorf("new worker: %w", err)
+	}
 	userAfterConnect := pc.AfterConnect
 	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		if userAfterConnect != nil {

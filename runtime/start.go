@@ -1,0 +1,106 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtask/pgtask/gen"
+	"github.com/pgtask/pgtask/schema"
+)
+
+var (
+	// ErrSchemaNotCurrent is returned by NewWorker when the database lacks
+	// pgtask's schema, or has an older one than the worker's code needs.
+	// Migrate (or `pgtask migrate`) brings it up to date.
+	ErrSchemaNotCurrent = errors.New("pgtask schema is not current")
+	// ErrNotEnoughConnections is returned by NewWorker when the server
+	// cannot give the worker the connections its queues' concurrency needs
+	// and still leave room for everyone else.
+	ErrNotEnoughConnections = errors.New("not enough database connections for the worker")
+)
+
+// checkDatabase connects once, on a connection of its own, and checks that
+// the worker can work: the database is there, its schema is as new as this
+// code, and the server has room for need connections beside those open now,
+// with a tenth of max_connections (at least 3) left over for others. It is
+// the difference between one clear error at start and a worker that logs
+// failures forever, or one that takes every connection of the server.
+func checkDatabase(ctx context.Context, cc *pgx.ConnConfig, need int) error {
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("connect to the database: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // read-only session
+	q := gen.New(conn)
+	if err := checkSchema(ctx, q, cc.Database); err != nil {
+		return err
+	}
+	c, err := q.ConnectionCapacity(ctx)
+	if err != nil {
+		return fmt.Errorf("read the server's connection limits: %w", err)
+	}
+	margin := max(3, int(c.MaxConnections)/10)
+	// The checking connection is counted in use, and is gone once the
+	// worker opens its own.
+	free := int(c.MaxConnections-c.Reserved-c.InUse) + 1
+	if need > free-margin {
+		return fmt.Errorf("%w: its queues need %d connections (the sum of their Concurrency, plus 1 for maintenance and 1 for notifications); "+
+			"the server allows %d (max_connections %d, %d reserved for superusers), %d are open, and %d are left for others: "+
+			"lower Concurrency, or raise max_connections",
+			ErrNotEnoughConnections, need, c.MaxConnections-c.Reserved, c.MaxConnections, c.Reserved, c.InUse-1, margin)
+	}
+	return nil
+}
+
+func checkSchema(ctx context.Context, q *gen.Queries, database string) error {
+	migrate := "apply it with `pgtask migrate` or runtime.Migrate"
+	tables, err := q.SchemaTables(ctx)
+	if err != nil {
+		return fmt.Errorf("look for the pgtask schema: %w", err)
+	}
+	if !tables.Migrations {
+		return fmt.Errorf("%w: database %q has no pgtask schema; %s", ErrSchemaNotCurrent, database, migrate)
+	}
+	migrations, err := Migrations()
+	if err != nil {
+		return err
+	}
+	applied, err := q.AppliedMigrations(ctx)
+	if err != nil {
+		return fmt.Errorf("read applied migrations: %w", err)
+	}
+	have := map[int32]bool{}
+	for _, v := range applied {
+		have[v] = true
+	}
+	for _, m := range migrations[1:] {
+		if !have[int32(m.Version)] {
+			return fmt.Errorf("%w: database %q lacks migration %04d_%s; %s", ErrSchemaNotCurrent, database, m.Version, m.Name, migrate)
+		}
+	}
+	if !tables.FunctionFiles {
+		return fmt.Errorf("%w: database %q has no record of pgtask's function files; %s", ErrSchemaNotCurrent, database, migrate)
+	}
+	files, err := schema.FunctionFiles()
+	if err != nil {
+		return err
+	}
+	running, err := q.AppliedFunctionFiles(ctx)
+	if err != nil {
+		return fmt.Errorf("read applied function files: %w", err)
+	}
+	revisions := map[string]int{}
+	for _, r := range running {
+		revisions[r.Name] = int(r.Revision)
+	}
+	for _, f := range files {
+		if rev, ok := revisions[f.Name]; !ok || rev < f.Revision {
+			return fmt.Errorf("%w: database %q runs functions/%s at revision %d, this worker needs %d; %s",
+				ErrSchemaNotCurrent, database, f.Name, rev, f.Revision, migrate)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/gen"
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/pgtasktest"
+	"github.com/pgtask/pgtask/schema"
+)
+
+// startError creates a worker on dbURL with cfg and returns NewWorker's
+// error, failing the test if there is none or it took long.
+func startError(t *testing.T, dbURL string, cfg runtime.Config) error {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = testLogger(t)
+	began := time.Now()
+	w, err := runtime.NewWorker(context.Background(), pc, cfg)
+	if err == nil {
+		w.Close()
+		t.Fatal("NewWorker succeeded, want an error")
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("NewWorker took %s to fail", took)
+	}
+	t.Logf("NewWorker: %v", err)
+	return err
+}
+
+func wantErrorText(t *testing.T, err error, parts ...string) {
+	t.Helper()
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			t.Errorf("error %q does not say %q", err, p)
+		}
+	}
+}
+
+// A worker that cannot work fails at start with one clear error, instead of
+// starting and logging failures for as long as it runs.
+func TestNewWorkerFailsWithoutADatabase(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(pgtasktest.NewEmptyDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/pgtask_no_such_database"
+	err = startError(t, u.String(), runtime.Config{})
+	wantErrorText(t, err, "new worker: connect to the database", "pgtask_no_such_database")
+}
+
+func TestNewWorkerFailsWithoutTheSchema(t *testing.T) {
+	t.Parallel()
+	err := startError(t, pgtasktest.NewEmptyDatabase(t), runtime.Config{})
+	if !errors.Is(err, runtime.ErrSchemaNotCurrent) {
+		t.Errorf("error %v is not ErrSchemaNotCurrent", err)
+	}
+	wantErrorText(t, err, "has no pgtask schema", "pgtask migrate")
+}
+
+func TestNewWorkerFailsOnAnOlderSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	// Migrations of an older release only.
+	pool := emptyPool(t)
+	migrations, err := runtime.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migrations[:2] {
+		if _, err := pool.Exec(ctx, m.SQL); err != nil {
+			t.Fatalf("apply %04d: %v", m.Version, err)
+		}
+		if m.Version > 0 {
+			if err := gen.New(pool).RecordMigration(ctx, gen.RecordMigrationParams{Version: int32(m.Version), Name: m.Name}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	err = startError(t, pool.Config().ConnString(), runtime.Config{})
+	if !errors.Is(err, runtime.ErrSchemaNotCurrent) {
+		t.Errorf("error %v is not ErrSchemaNotCurrent", err)
+	}
+	wantErrorText(t, err, "lacks migration 0002")
+
+	// Every migration, but a function file at an older revision.
+	b := setup(t)
+	files, err := schema.FunctionFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var newest schema.FunctionFile
+	for _, f := range files {
+		if f.Revision > newest.Revision {
+			newest = f
+		}
+	}
+	if newest.Revision < 2 {
+		t.Skip("no function file has a revision before its current one yet")
+	}
+	err = b.gen.RecordFunctionFile(ctx, gen.RecordFunctionFileParams{Name: newest.Name, Revision: int32(newest.Revision - 1), Sha256: "older"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = startError(t, b.url, runtime.Config{})
+	if !errors.Is(err, runtime.ErrSchemaNotCurrent) {
+		t.Errorf("error %v is not ErrSchemaNotCurrent", err)
+	}
+	wantErrorText(t, err, "functions/"+newest.Name)
+}
+
+// Concurrency the server cannot serve is refused before a single
+// connection of the worker's is opened, so it never takes every
+// connection of the server.
+func TestNewWorkerRefusesConcurrencyTheServerCannotServe(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	capacity, err := b.gen.ConnectionCapacity(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = startError(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{
+		"default": {Concurrency: int(capacity.MaxConnections)},
+	}})
+	if !errors.Is(err, runtime.ErrNotEnoughConnections) {
+		t.Errorf("error %v is not ErrNotEnoughConnections", err)
+	}
+	wantErrorText(t, err, "lower Concurrency", "max_connections")
+}
