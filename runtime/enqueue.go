@@ -253,7 +253,7 @@ func (r *EnqueueRequest) check() error {
 	if !json.Valid(r.Payload) {
 		return errors.New("payload is not valid JSON")
 	}
-	if bytes.Contains(r.Payload, []byte(`\u0000`)) {
+	if hasNULEscape(r.Payload) {
 		return errors.New(`payload contains \u0000, which PostgreSQL's jsonb cannot store`)
 	}
 	switch firstByte(r.Payload) {
@@ -262,6 +262,28 @@ func (r *EnqueueRequest) check() error {
 		return errors.New("payload must be a JSON object or array")
 	}
 	return nil
+}
+
+// hasNULEscape reports whether valid JSON holds the escape \u0000 in a
+// string. A backslash that is itself escaped ("C:\\u0000dir", the text
+// C:\u0000dir) does not start one: the escape is real only when the run of
+// backslashes before the u is odd.
+func hasNULEscape(b []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(b[i:], []byte(`u0000`))
+		if j < 0 {
+			return false
+		}
+		at := i + j
+		run := 0
+		for k := at - 1; k >= 0 && b[k] == '\\'; k-- {
+			run++
+		}
+		if run%2 == 1 {
+			return true
+		}
+		i = at + 1
+	}
 }
 
 func firstByte(b []byte) byte {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,8 @@ func TestEnqueueRefusesBadRequestsAndInsertsNothing(t *testing.T) {
 		{"scalar JSON", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(` 42`)}, "must be a JSON object or array"},
 		{"JSON null", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`null`)}, "must be a JSON object or array"},
 		{"NUL in a string", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{"a":"x\u0000y"}`)}, `contains \u0000`},
+		{"NUL after an escaped backslash", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{"a":"x\\\u0000y"}`)}, `contains \u0000`},
+		{"NUL in a key", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{"\u0000":1}`)}, `contains \u0000`},
 		{"huge payload", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{"a":"` + strings.Repeat("x", runtime.MaxPayloadBytes) + `"}`)}, "more than the"},
 		{"negative attempts", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`), EnqueueOptions: runtime.EnqueueOptions{MaxAttempts: -1}}, "max attempts -1 is out of range"},
 		{"negative delay", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`), EnqueueOptions: runtime.EnqueueOptions{Delay: -time.Second}}, "delay -1s is negative"},
@@ -58,6 +61,30 @@ func TestEnqueueRefusesBadRequestsAndInsertsNothing(t *testing.T) {
 	}
 	if n := b.countJobs(t); n != 0 {
 		t.Fatalf("%d jobs inserted by refused requests", n)
+	}
+}
+
+// A backslash that is itself escaped does not start a \u0000 escape: such
+// payloads are valid for jsonb and are stored as sent.
+func TestEnqueueAcceptsEscapedBackslashBeforeU0000(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, payload := range []string{
+		`{"path":"C:\\u0000dir"}`,
+		`{"path":"\\\\u0000"}`,
+		`["u0000", "\\", "x\\\\\\\\u0000"]`,
+	} {
+		id, err := runtime.Enqueue(context.Background(), b.pool, runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(payload)})
+		if err != nil {
+			t.Fatalf("payload %s: %v", payload, err)
+		}
+		var want, got any
+		if err := json.Unmarshal([]byte(payload), &want); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b.job(t, id).Payload, &got); err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("payload %s stored as %s (%v)", payload, b.job(t, id).Payload, err)
+		}
 	}
 }
 
