@@ -1,4 +1,4 @@
--- revision: 1
+-- revision: 2
 -- An operator's changes to single jobs: cancel and retry.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -41,6 +41,11 @@ DECLARE
 BEGIN
     j := pgtask.lock_job_for_change(p_id, '{scheduled,queued,failed}');
     IF j.id IS NULL THEN
+        RETURN false;
+    END IF;
+    IF j.status = 'failed'
+       AND NOT (j.group_key IS NOT NULL AND pgtask.job_blocks_group(j.status, j.fail_blocks_group)) THEN
+        -- Finished: it holds nothing up, and its failure stays on record.
         RETURN false;
     END IF;
     UPDATE pgtask.jobs
