@@ -30,14 +30,30 @@ func (s *Spec[T]) request(t T, opts []runtime.EnqueueOption) (runtime.EnqueueReq
 		return runtime.EnqueueRequest{}, fmt.Errorf("encode %s: %w", s.Kind, err)
 	}
 	req := runtime.EnqueueRequest{Kind: s.Kind, Payload: payload, EnqueueOptions: s.Defaults}
+	var keyErr error
 	if s.GroupKey != nil {
-		req.Group = s.GroupKey(t)
+		req.Group, keyErr = s.groupKey(t)
 	}
 	req.Apply(opts...)
-	if s.GroupKey != nil && req.Group == "" {
+	switch {
+	case s.GroupKey == nil || req.Group != "":
+		return req, nil // WithGroup may stand in for a key that could not be read
+	case keyErr != nil:
+		return runtime.EnqueueRequest{}, keyErr
+	default:
 		return runtime.EnqueueRequest{}, fmt.Errorf("%s: group key %s is empty", s.Kind, s.GroupField)
 	}
-	return req, nil
+}
+
+// groupKey reads t's group key. A String method that panics (on a value it
+// does not expect) makes an error, not a crash of the caller.
+func (s *Spec[T]) groupKey(t T) (key string, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("%s: reading group key %s panicked: %v", s.Kind, s.GroupField, v)
+		}
+	}()
+	return s.GroupKey(t), nil
 }
 
 // Enqueue validates t and inserts it as a job. opts override the task's

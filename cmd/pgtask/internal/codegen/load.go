@@ -41,6 +41,9 @@ const (
 type groupField struct {
 	Name string
 	Kind groupKind
+	// Nilable: a stringer field that can be nil (a pointer or an
+	// interface), whose String method would panic on nil.
+	Nilable bool
 }
 
 // Error is a problem in a task declaration, at a source position.
@@ -232,7 +235,7 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec) (task, bool, Errors) {
 				f.Name(), types.TypeString(f.Type(), types.RelativeTo(pkg.Types)))
 			continue
 		}
-		t.Group = &groupField{Name: f.Name(), Kind: kind}
+		t.Group = &groupField{Name: f.Name(), Kind: kind, Nilable: kind == groupStringer && nilable(f.Type())}
 	}
 	return t, true, errs
 }
@@ -273,6 +276,14 @@ func groupKindOf(typ types.Type) (groupKind, bool) {
 		return groupStringer, true
 	}
 	return 0, false
+}
+
+func nilable(typ types.Type) bool {
+	switch typ.Underlying().(type) {
+	case *types.Pointer, *types.Interface, *types.Map, *types.Slice, *types.Signature, *types.Chan:
+		return true
+	}
+	return false
 }
 
 func hasStringMethod(typ types.Type) bool {

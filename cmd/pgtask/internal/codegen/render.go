@@ -86,9 +86,13 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	if g := t.Group; g != nil {
 		fields = append(fields,
 			field("GroupField", jen.Lit(g.Name)),
-			field("GroupKey", jen.Func().Params(jen.Id("t").Add(typ)).String().Block(
-				jen.Return(groupKey(g, jen.Id("t").Dot(g.Name))),
-			)))
+			field("GroupKey", jen.Func().Params(jen.Id("t").Add(typ)).String().BlockFunc(func(b *jen.Group) {
+				if g.Nilable {
+					// No key: enqueueing then fails with an error naming the field.
+					b.If(jen.Id("t").Dot(g.Name).Op("==").Nil()).Block(jen.Return(jen.Lit("")))
+				}
+				b.Return(groupKey(g, jen.Id("t").Dot(g.Name)))
+			})))
 	}
 	comment(f, "%s holds %s's settings from its task tag.", spec, t.Name)
 	f.Var().Id(spec).Op("=").Op("&").Add(ts("Spec")).Types(typ).Values(multiline(fields)...)

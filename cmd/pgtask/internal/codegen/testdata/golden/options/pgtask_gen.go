@@ -161,3 +161,40 @@ func EnqueueShardMany(ctx context.Context, db runtime.DB, ts []Shard, opts ...ru
 func HandleShard(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Shard) error) error {
 	return taskspec.Handle(w, shardSpec, fn)
 }
+
+// TransferKind is the kind of Transfer jobs, as stored in the jobs table.
+const TransferKind = "transfer"
+
+// transferSpec holds Transfer's settings from its task tag.
+var transferSpec = &taskspec.Spec[Transfer]{
+	Kind:       TransferKind,
+	GroupField: "Owner",
+	GroupKey: func(t Transfer) string {
+		if t.Owner == nil {
+			return ""
+		}
+		return t.Owner.String()
+	},
+}
+
+// EnqueueTransfer validates t and inserts it as a job of kind "transfer" on
+// queue "default", in the FIFO group of its Owner. db may be a pool, a
+// connection or a transaction: in a transaction the job exists only if it
+// commits. opts override the declared settings.
+func EnqueueTransfer(ctx context.Context, db runtime.DB, t Transfer, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
+	return taskspec.Enqueue(ctx, db, transferSpec, t, opts...)
+}
+
+// EnqueueTransferMany validates every element of ts and inserts them all in one
+// statement, or none if any is invalid. Ids are returned in the order of ts,
+// and jobs of one group run in that order.
+func EnqueueTransferMany(ctx context.Context, db runtime.DB, ts []Transfer, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
+	return taskspec.EnqueueMany(ctx, db, transferSpec, ts, opts...)
+}
+
+// HandleTransfer registers fn as the handler of "transfer" jobs on w. fn runs
+// in the job's transaction (job.Tx()): its writes there commit if and only if
+// it returns nil.
+func HandleTransfer(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Transfer) error) error {
+	return taskspec.Handle(w, transferSpec, fn)
+}

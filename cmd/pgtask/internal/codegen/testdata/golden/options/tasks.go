@@ -31,6 +31,13 @@ type Rebalance struct {
 	Region       Region `json:"region" task:"group"`
 }
 
+// Owner's group field is a pointer whose String has a value receiver: a nil
+// one must not reach String.
+type Transfer struct {
+	runtime.Task `task:"transfer"`
+	Owner        *Region `json:"owner" task:"group"`
+}
+
 type Shard struct {
 	runtime.Task `task:"shard"`
 	N            int8 `json:"n" task:"group"`

@@ -1,0 +1,75 @@
+package taskspec_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/pgtasktest"
+	"github.com/pgtask/pgtask/runtime/taskspec"
+)
+
+type region struct{ Name string }
+
+func (r region) String() string { return r.Name }
+
+type transfer struct {
+	Owner *region `json:"owner"`
+}
+
+// What the generator writes for a pointer group field.
+var transferSpec = &taskspec.Spec[transfer]{
+	Kind:       "transfer",
+	GroupField: "Owner",
+	GroupKey: func(t transfer) string {
+		if t.Owner == nil {
+			return ""
+		}
+		return t.Owner.String()
+	},
+}
+
+// A String method that panics, as one with a value receiver does when
+// called through a nil pointer.
+var panickySpec = &taskspec.Spec[transfer]{
+	Kind:       "transfer",
+	GroupField: "Owner",
+	GroupKey:   func(t transfer) string { return t.Owner.String() },
+}
+
+// A group key that cannot be read is an error from Enqueue, never a panic
+// in the caller, and nothing is inserted; WithGroup can stand in for it.
+func TestUnreadableGroupKeyIsAnError(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), pgtasktest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ctx := context.Background()
+	for spec, want := range map[*taskspec.Spec[transfer]]string{
+		transferSpec: "group key Owner is empty",
+		panickySpec:  "reading group key Owner panicked",
+	} {
+		if _, err := taskspec.Enqueue(ctx, pool, spec, transfer{}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Enqueue = %v, want an error saying %q", err, want)
+		}
+		if _, err := taskspec.EnqueueMany(ctx, pool, spec, []transfer{{Owner: &region{"eu"}}, {}}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("EnqueueMany = %v, want an error saying %q", err, want)
+		}
+	}
+	id, err := taskspec.Enqueue(ctx, pool, panickySpec, transfer{}, runtime.WithGroup("eu"))
+	if err != nil {
+		t.Fatalf("Enqueue with WithGroup: %v", err)
+	}
+	info, err := runtime.GetJob(ctx, pool, id)
+	if err != nil || info.Group != "eu" {
+		t.Fatalf("job %d: %+v, %v; want group eu", id, info, err)
+	}
+	if _, err := taskspec.Enqueue(ctx, pool, transferSpec, transfer{Owner: &region{"us"}}); err != nil {
+		t.Fatal(err)
+	}
+}
