@@ -47,6 +47,12 @@ func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
 		{"settings arrays of different lengths", func(p *gen.InsertJobsParams) { p.Kinds = p.Kinds[:1] }, "argument arrays differ in length"},
 		{"group lists of different lengths", func(p *gen.InsertJobsParams) { p.GroupQueues = nil }, "argument arrays differ in length"},
 		{"empty group key", func(p *gen.InsertJobsParams) { p.GroupKeys[0] = "" }, "jobs_group_key_not_empty"},
+		{"long queue, delayed", func(p *gen.InsertJobsParams) {
+			p.Queues[0] = strings.Repeat("q", 3000)
+			p.DelayUs[0] = 3_600_000_000
+		}, "jobs_queue_bounded"},
+		{"long kind", func(p *gen.InsertJobsParams) { p.Kinds[0] = strings.Repeat("k", 129) }, "jobs_kind_bounded"},
+		{"long group key", func(p *gen.InsertJobsParams) { p.GroupKeys[0] = strings.Repeat("g", 1025) }, "queue_groups_group_key_bounded"},
 		{"settings out of range", func(p *gen.InsertJobsParams) { p.Settings[0] = 3 }, misnamed},
 		{"no settings", func(p *gen.InsertJobsParams) { p.Settings[1] = 0 }, misnamed},
 		{"group out of range", func(p *gen.InsertJobsParams) { p.Groups[1] = 2 }, misnamed},

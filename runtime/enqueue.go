@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,6 +37,13 @@ const (
 	// MaxPayloadBytes bounds one job's JSON payload. Large data belongs in a
 	// table of its own, with its key in the payload.
 	MaxPayloadBytes = 8 << 20
+	// MaxQueueBytes, MaxKindBytes and MaxGroupKeyBytes bound a queue name,
+	// a kind and a group key, in bytes of UTF-8. They enter the claim and
+	// group indexes, whose rows PostgreSQL limits to about 2.7 kB; the
+	// schema refuses longer ones too.
+	MaxQueueBytes    = 128
+	MaxKindBytes     = 128
+	MaxGroupKeyBytes = 1024
 )
 
 // EnqueueOptions are a job's settings. Generated Enqueue functions fill them
@@ -232,6 +241,17 @@ func (r *EnqueueRequest) check() error {
 	if r.Queue == "" {
 		r.Queue = DefaultQueue
 	}
+	if err := checkName("kind", r.Kind, MaxKindBytes); err != nil {
+		return err
+	}
+	if err := checkName("queue", r.Queue, MaxQueueBytes); err != nil {
+		return err
+	}
+	if r.Group != "" {
+		if err := checkName("group key", r.Group, MaxGroupKeyBytes); err != nil {
+			return err
+		}
+	}
 	if r.MaxAttempts == 0 {
 		r.MaxAttempts = DefaultMaxAttempts
 	}
@@ -260,6 +280,20 @@ func (r *EnqueueRequest) check() error {
 	case '{', '[':
 	default:
 		return errors.New("payload must be a JSON object or array")
+	}
+	return nil
+}
+
+// checkName refuses a kind, queue name or group key that the database
+// cannot store or index: too long, not UTF-8, or holding a NUL byte.
+func checkName(what, s string, maxBytes int) error {
+	switch {
+	case len(s) > maxBytes:
+		return fmt.Errorf("%s is %d bytes, more than the %d allowed", what, len(s), maxBytes)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%s %q is not valid UTF-8", what, s)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%s %q contains a NUL byte", what, s)
 	}
 	return nil
 }

@@ -47,6 +47,11 @@ func TestEnqueueRefusesBadRequestsAndInsertsNothing(t *testing.T) {
 		{"huge payload", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{"a":"` + strings.Repeat("x", runtime.MaxPayloadBytes) + `"}`)}, "more than the"},
 		{"negative attempts", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`), EnqueueOptions: runtime.EnqueueOptions{MaxAttempts: -1}}, "max attempts -1 is out of range"},
 		{"negative delay", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`), EnqueueOptions: runtime.EnqueueOptions{Delay: -time.Second}}, "delay -1s is negative"},
+		{"long queue, delayed", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`), EnqueueOptions: runtime.EnqueueOptions{Queue: strings.Repeat("q", 3000), Delay: time.Hour}}, "queue is 3000 bytes, more than the 128 allowed"},
+		{"long kind", runtime.EnqueueRequest{Kind: strings.Repeat("k", runtime.MaxKindBytes+1), Payload: json.RawMessage(`{}`)}, "kind is 129 bytes"},
+		{"long group key", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`), EnqueueOptions: runtime.EnqueueOptions{Group: strings.Repeat("g", 2677)}}, "group key is 2677 bytes, more than the 1024 allowed"},
+		{"NUL in a group key", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`), EnqueueOptions: runtime.EnqueueOptions{Group: "a\x00b"}}, "contains a NUL byte"},
+		{"queue not UTF-8", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`), EnqueueOptions: runtime.EnqueueOptions{Queue: "q\xff"}}, "not valid UTF-8"},
 		{"start time and delay", runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`), EnqueueOptions: runtime.EnqueueOptions{RunAt: time.Now(), Delay: time.Second}}, "set RunAt or Delay, not both"},
 	}
 	for _, c := range cases {

@@ -139,3 +139,28 @@ func TestNewWorkerRefusesConcurrencyTheServerCannotServe(t *testing.T) {
 	}
 	wantErrorText(t, err, "lower Concurrency", "max_connections")
 }
+
+// Names the database could not store are refused where they are given: a
+// queue name at NewWorker, a kind at Register.
+func TestWorkerRefusesNamesTooLongToStore(t *testing.T) {
+	t.Parallel()
+	url := pgtasktest.NewDatabase(t)
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("q", runtime.MaxQueueBytes+1)
+	_, err = runtime.NewWorker(context.Background(), pc, runtime.Config{Queues: map[string]runtime.QueueConfig{long: {}}})
+	if err == nil || !strings.Contains(err.Error(), "queue is 129 bytes") {
+		t.Errorf("NewWorker with a %d-byte queue: %v", len(long), err)
+	}
+	w, err := runtime.NewWorker(context.Background(), pc, runtime.Config{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	err = w.Register(runtime.Registration{Kind: strings.Repeat("k", runtime.MaxKindBytes+1), Handler: func(context.Context, *runtime.Job) error { return nil }})
+	if err == nil || !strings.Contains(err.Error(), "kind is 129 bytes") {
+		t.Errorf("Register with a long kind: %v", err)
+	}
+}

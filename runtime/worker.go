@@ -180,6 +180,9 @@ func NewWorker(ctx context.Context, poolConfig *pgxpool.Config, cfg Config) (*Wo
 		if name == "" {
 			return nil, errors.New("new worker: a queue name is empty")
 		}
+		if err := checkName("queue", name, MaxQueueBytes); err != nil {
+			return nil, fmt.Errorf("new worker: %w", err)
+		}
 		w.queues[name] = &queue{name: name, cfg: qc, wake: make(chan struct{}, 1)}
 		need += qc.Concurrency
 	}
@@ -238,6 +241,9 @@ func (w *Worker) Register(r Registration) error {
 	}
 	if r.Handler == nil {
 		return fmt.Errorf("register %s: handler is nil", r.Kind)
+	}
+	if err := checkName("kind", r.Kind, MaxKindBytes); err != nil {
+		return fmt.Errorf("register: %w", err)
 	}
 	if w.started.Load() {
 		return fmt.Errorf("register %s: the worker is already running", r.Kind)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/pgtask/pgtask/runtime"
 )
 
 // settings are a task's declared options, from the tag on its embedded
@@ -43,6 +45,9 @@ func parseTaskTag(tag, typeName string) (settings, error) {
 	if !validKind.MatchString(s.Kind) {
 		return s, fmt.Errorf("kind %q: use letters, digits and _ . : / -", s.Kind)
 	}
+	if len(s.Kind) > runtime.MaxKindBytes {
+		return s, fmt.Errorf("kind %q is %d bytes, more than the %d allowed", s.Kind, len(s.Kind), runtime.MaxKindBytes)
+	}
 	seen := map[string]bool{}
 	for _, part := range parts {
 		part = strings.TrimSpace(part)
@@ -73,6 +78,9 @@ func (s *settings) set(key, value string) error {
 	case "queue":
 		if value == "" {
 			return fmt.Errorf("queue name is empty")
+		}
+		if len(value) > runtime.MaxQueueBytes {
+			return fmt.Errorf("queue name is %d bytes, more than the %d allowed", len(value), runtime.MaxQueueBytes)
 		}
 		s.Queue = value
 	case "max_attempts":
