@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
@@ -30,6 +31,10 @@ type runner struct {
 // bookkeeping bounds each of the runner's own statements. They are not cut
 // short by shutdown: they record what the handlers did.
 const bookkeeping = 30 * time.Second
+
+// maxIdleInTransaction is the largest idle_in_transaction_session_timeout
+// PostgreSQL accepts.
+const maxIdleInTransaction = math.MaxInt32 * time.Millisecond
 
 // afterCommitPatience is how long (ms) a runner, after committing, keeps
 // trying to advance groups that had an enqueue in flight. Maintenance
@@ -228,8 +233,9 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 		longest = max(longest, r.timeout(row.Kind))
 	}
 	// The session idles in the transaction while a handler runs, never
-	// longer than the handler's timeout plus the abandon grace.
-	idle := longest + r.w.cfg.AbandonGrace + 10*time.Second
+	// longer than the handler's timeout plus the abandon grace. The server
+	// takes at most 2^31-1 ms (24.8 days); 0 would mean no limit at all.
+	idle := min(longest+r.w.cfg.AbandonGrace+10*time.Second, maxIdleInTransaction)
 	held, err := qtx.HoldJobs(bctx, gen.HoldJobsParams{Ids: ids, IdleTimeoutMs: idle.Milliseconds()})
 	if err != nil {
 		return nil, nil, ran, fmt.Errorf("lock claimed jobs: %w", err)

@@ -344,3 +344,17 @@ func TestDelayedJobWaitsForItsTime(t *testing.T) {
 		t.Fatal("delayed job never started")
 	}
 }
+
+// A timeout longer than the server's largest idle-in-transaction timeout
+// (24.8 days) still runs the job: the session's limit is clamped to what
+// the server accepts.
+func TestTimeoutBeyondTheServersLimitRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+		Kind: "long", Timeout: 30 * 24 * time.Hour,
+		Handler: func(context.Context, *runtime.Job) error { return nil },
+	})
+	id := enqueue(t, b.pool, "long", map[string]int{})
+	b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+}
