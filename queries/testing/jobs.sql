@@ -38,3 +38,13 @@ SELECT current_setting('transaction_isolation')::text AS level;
 -- Whether a server process with this PID is still there (tests wait for a
 -- terminated session to be gone).
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = @pid::integer) AS present;
+
+-- name: DeleteJob :execrows
+-- What an operator might run by hand.
+DELETE FROM pgtask.jobs WHERE id = @id;
+
+-- name: DeleteFinishedJobs :execrows
+DELETE FROM pgtask.jobs WHERE status IN ('succeeded', 'failed', 'cancelled');
+
+-- name: TruncateJobs :exec
+TRUNCATE pgtask.jobs;

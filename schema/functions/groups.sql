@@ -1,4 +1,4 @@
--- revision: 1
+-- revision: 2
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -151,3 +151,55 @@ BEGIN
     RETURN moved;
 END;
 $$;
+
+-- When heads are deleted (an operator's DELETE of finished jobs, or of a
+-- group's pending head), their groups would point at a row that is gone,
+-- and no worker would ever look at them again: the group would wait
+-- forever. So the deleting statement advances them itself: first as a
+-- worker does (SKIP LOCKED, with some patience for an enqueue in flight),
+-- then, for a group still busy, by waiting for its lock; that wait ends
+-- when the enqueue commits, or in a deadlock error that undoes the DELETE,
+-- never in a wedged group.
+CREATE OR REPLACE FUNCTION pgtask.advance_after_delete() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    g record;
+    busy text[];
+BEGIN
+    FOR g IN
+        SELECT queue, array_agg(DISTINCT group_key ORDER BY group_key) AS keys
+          FROM gone
+         WHERE is_head AND group_key IS NOT NULL
+         GROUP BY queue
+         ORDER BY queue
+    LOOP
+        busy := pgtask.advance_groups(g.queue, g.keys, 1000);
+        IF cardinality(busy) > 0 THEN
+            PERFORM 1 FROM pgtask.queue_groups
+              WHERE queue = g.queue AND group_key = ANY (busy)
+              ORDER BY group_key
+                FOR UPDATE;
+            PERFORM pgtask.advance_group_set(g.queue, busy);
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END;
+$$;
+
+CREATE OR REPLACE TRIGGER jobs_advance_after_delete
+    AFTER DELETE ON pgtask.jobs
+    REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION pgtask.advance_after_delete();
+
+-- TRUNCATE of the jobs leaves no group with work: their rows go too.
+CREATE OR REPLACE FUNCTION pgtask.forget_groups_after_truncate() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM pgtask.queue_groups;
+    RETURN NULL;
+END;
+$$;
+
+CREATE OR REPLACE TRIGGER jobs_forget_groups_after_truncate
+    AFTER TRUNCATE ON pgtask.jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION pgtask.forget_groups_after_truncate();

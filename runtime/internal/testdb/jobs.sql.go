@@ -81,6 +81,31 @@ func (q *Queries) CountListeners(ctx context.Context) (int64, error) {
 	return listeners, err
 }
 
+const deleteFinishedJobs = `-- name: DeleteFinishedJobs :execrows
+DELETE FROM pgtask.jobs WHERE status IN ('succeeded', 'failed', 'cancelled')
+`
+
+func (q *Queries) DeleteFinishedJobs(ctx context.Context) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteFinishedJobs)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const deleteJob = `-- name: DeleteJob :execrows
+DELETE FROM pgtask.jobs WHERE id = $1
+`
+
+// What an operator might run by hand.
+func (q *Queries) DeleteJob(ctx context.Context, id int64) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteJob, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const getGroup = `-- name: GetGroup :one
 SELECT id, queue, group_key, head_id, created_at FROM pgtask.queue_groups WHERE queue = $1 AND group_key = $2
 `
@@ -195,4 +220,13 @@ func (q *Queries) TransactionIsolation(ctx context.Context) (string, error) {
 	var level string
 	err := row.Scan(&level)
 	return level, err
+}
+
+const truncateJobs = `-- name: TruncateJobs :exec
+TRUNCATE pgtask.jobs
+`
+
+func (q *Queries) TruncateJobs(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, truncateJobs)
+	return err
 }

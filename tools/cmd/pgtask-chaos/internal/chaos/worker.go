@@ -85,11 +85,11 @@ func runWorker(ctx context.Context, a workerArgs, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	w, err := runtime.NewWorker(ctx, pc, runtime.Config{
+	w, err := startWorker(ctx, pc, runtime.Config{
 		Queues:        map[string]runtime.QueueConfig{queueName: {Concurrency: a.concurrency, BatchSize: a.batch}},
 		Logger:        log,
 		ShutdownGrace: 5 * time.Second,
-	})
+	}, log)
 	if err != nil {
 		return err
 	}
@@ -288,4 +288,26 @@ func rssKiB(pid int) int64 {
 
 func formatKiB(kib int64) string {
 	return fmt.Sprintf("%.1f MiB", float64(kib)/1024)
+}
+
+// startWorker creates the worker as a process supervisor would: NewWorker
+// fails at once when the database cannot be reached (it is restarting, or
+// the run terminated the checking session), so the process tries again for
+// a while, as a restart policy would restart it. A schema or capacity
+// error is final.
+func startWorker(ctx context.Context, pc *pgxpool.Config, cfg runtime.Config, log *slog.Logger) (*runtime.Worker, error) {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		w, err := runtime.NewWorker(ctx, pc, cfg)
+		if err == nil || errors.Is(err, runtime.ErrSchemaNotCurrent) || errors.Is(err, runtime.ErrNotEnoughConnections) ||
+			ctx.Err() != nil || time.Now().After(deadline) {
+			return w, err
+		}
+		log.Warn("chaos worker: could not start; trying again", "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
