@@ -21,7 +21,7 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		"-enqueue-single", "300", "-enqueue-many", "3000", "-many-batch", "500",
 		"-ungrouped", "2000", "-grouped", "2000", "-groups", "50", "-hot", "300",
 		"-wake-samples", "10", "-claim-backlogs", "100,2000", "-memory-jobs", "3000",
-		"-floor-duration", "500ms", "-batch", "50",
+		"-floor-duration", "500ms", "-batch", "50", "-defaults-jobs", "500",
 	}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
@@ -32,6 +32,9 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		regexp.MustCompile(`EnqueueNoop, 4 goroutines +300 jobs +\d+ jobs/s +\d+\.\d+x`),
 		regexp.MustCompile(`EnqueueGroupedNoopMany, batches of 500, 1 goroutines +3000 jobs +\d+ jobs/s`),
 		regexp.MustCompile(`EnqueueGroupedNoopMany, batches of 500, 4 goroutines +3000 jobs +\d+ jobs/s`),
+		regexp.MustCompile(`defaults: drain ungrouped +500 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.80x floor (met|MISSED)`),
+		regexp.MustCompile(`defaults: drain 50 groups \(FIFO\) +500 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.60x floor (met|MISSED)`),
+		regexp.MustCompile(`defaults: drain 1 hot group \(serial\) +50 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.25x floor (met|MISSED)`),
 		regexp.MustCompile(`drain ungrouped +2000 jobs +\d+ jobs/s`),
 		regexp.MustCompile(`drain 50 groups \(FIFO\) +2000 jobs +\d+ jobs/s`),
 		regexp.MustCompile(`drain 1 hot group \(serial\) +300 jobs +\d+ jobs/s`),
@@ -44,7 +47,7 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", want, table)
 		}
 	}
-	if strings.Count(table, "\n") != 12 {
-		t.Errorf("table has %d lines, want a header and 11 rows:\n%s", strings.Count(table, "\n"), table)
+	if strings.Count(table, "\n") != 15 {
+		t.Errorf("table has %d lines, want a header and 14 rows:\n%s", strings.Count(table, "\n"), table)
 	}
 }
