@@ -8,6 +8,7 @@ package gen
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -43,7 +44,12 @@ func (q *Queries) AdvanceGroups(ctx context.Context, arg AdvanceGroupsParams) ([
 }
 
 const claimJobs = `-- name: ClaimJobs :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id FROM pgtask.claim_jobs($1, $2, $3)
+SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
+       coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
+       c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
+       c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at
+  FROM pgtask.claim_jobs_v2($1, $2, $3)
+       AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at)
 `
 
 type ClaimJobsParams struct {
@@ -52,41 +58,44 @@ type ClaimJobsParams struct {
 	WorkerID int32
 }
 
+type ClaimJobsRow struct {
+	ID              int64
+	Queue           string
+	Kind            string
+	GroupKey        string
+	Priority        int16
+	Payload         json.RawMessage
+	Attempts        int32
+	MaxAttempts     int32
+	FailBlocksGroup bool
+	CreatedAt       time.Time
+}
+
 // Claims up to @max jobs of a queue and counts their attempt (see
 // pgtask.claim_jobs). Run on its own, the statement commits before any
 // handler runs; run at the end of a job transaction, that transaction's
 // commit does. owner_pid names this session: the job transaction that
 // follows runs on the same connection.
-func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]PgtaskJob, error) {
+func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJobsRow, error) {
 	rows, err := q.db.Query(ctx, claimJobs, arg.Queue, arg.Max, arg.WorkerID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []PgtaskJob{}
+	items := []ClaimJobsRow{}
 	for rows.Next() {
-		var i PgtaskJob
+		var i ClaimJobsRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.Queue,
 			&i.Kind,
 			&i.GroupKey,
-			&i.GroupID,
-			&i.IsHead,
-			&i.Status,
 			&i.Priority,
 			&i.Payload,
-			&i.Result,
-			&i.Errors,
 			&i.Attempts,
 			&i.MaxAttempts,
 			&i.FailBlocksGroup,
-			&i.RunAfter,
 			&i.CreatedAt,
-			&i.StartedAt,
-			&i.FinishedAt,
-			&i.OwnerPid,
-			&i.WorkerID,
 		); err != nil {
 			return nil, err
 		}

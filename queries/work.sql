@@ -4,7 +4,12 @@
 -- handler runs; run at the end of a job transaction, that transaction's
 -- commit does. owner_pid names this session: the job transaction that
 -- follows runs on the same connection.
-SELECT * FROM pgtask.claim_jobs(@queue, @max, @worker_id);
+SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
+       coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
+       c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
+       c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at
+  FROM pgtask.claim_jobs_v2(@queue, @max, @worker_id)
+       AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at);
 
 -- name: HoldJobs :many
 -- First statement of the job transaction: locks the claimed rows for as long

@@ -138,7 +138,7 @@ func (r *runner) runBatch(ctx, hard context.Context) (int, error) {
 // holds without having run them are handed back. A rescuer leaves these jobs
 // alone while this process holds its worker lock, so this must happen here;
 // it keeps trying while the database is away, until the hard shutdown.
-func (r *runner) requeueLost(hard context.Context, pid uint32, ran []gen.PgtaskJob, cause error) {
+func (r *runner) requeueLost(hard context.Context, pid uint32, ran []gen.ClaimJobsRow, cause error) {
 	var delay retryDelay
 	for {
 		err := r.requeueLostOnce(hard, pid, ran, cause)
@@ -155,7 +155,7 @@ func (r *runner) requeueLost(hard context.Context, pid uint32, ran []gen.PgtaskJ
 	}
 }
 
-func (r *runner) requeueLostOnce(hard context.Context, pid uint32, ran []gen.PgtaskJob, cause error) error {
+func (r *runner) requeueLostOnce(hard context.Context, pid uint32, ran []gen.ClaimJobsRow, cause error) error {
 	ctx, cancel := bookCtx(hard)
 	defer cancel()
 	conn, err := r.w.pool.Acquire(ctx)
@@ -172,8 +172,8 @@ func (r *runner) requeueLostOnce(hard context.Context, pid uint32, ran []gen.Pgt
 		if err != nil && !errors.Is(err, errChanged) {
 			return err
 		}
-		if row.GroupKey != nil {
-			groups = append(groups, *row.GroupKey)
+		if row.GroupKey != "" {
+			groups = append(groups, row.GroupKey)
 		}
 	}
 	if _, err := q.ReleaseSessionJobs(ctx, gen.ReleaseSessionJobsParams{OwnerPid: int32(pid), WorkerID: r.w.id}); err != nil {
@@ -208,10 +208,10 @@ func discard(conn *pgxpool.Conn) {
 //
 // It also returns the jobs whose handlers it started: when it fails, their
 // attempts were made but the transaction that recorded them is lost.
-func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows []gen.PgtaskJob) (next []gen.PgtaskJob, busy []string, ran []gen.PgtaskJob, err error) {
+func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows []gen.ClaimJobsRow) (next []gen.ClaimJobsRow, busy []string, ran []gen.ClaimJobsRow, err error) {
 	// In id order: a group's run (its head, then the jobs behind it) runs in
 	// group order; the batch was already chosen by priority.
-	slices.SortFunc(rows, func(a, b gen.PgtaskJob) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(rows, func(a, b gen.ClaimJobsRow) int { return cmp.Compare(a.ID, b.ID) })
 	bctx, cancel := bookCtx(ctx)
 	defer cancel()
 	tx, err := conn.Begin(bctx)
@@ -263,7 +263,7 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 			}
 			break
 		}
-		if row.GroupKey != nil && stopped[*row.GroupKey] {
+		if row.GroupKey != "" && stopped[row.GroupKey] {
 			handBack = append(handBack, row.ID)
 			continue
 		}
@@ -281,11 +281,11 @@ func (r *runner) runClaimed(ctx, hard context.Context, conn *pgxpool.Conn, rows 
 			done.Ids = append(done.Ids, row.ID)
 			done.Attempts = append(done.Attempts, row.Attempts)
 			done.Results = append(done.Results, result)
-		case row.GroupKey != nil && (status != StatusFailed || row.FailBlocksGroup):
-			stopped[*row.GroupKey] = true
+		case row.GroupKey != "" && (status != StatusFailed || row.FailBlocksGroup):
+			stopped[row.GroupKey] = true
 		}
-		if row.GroupKey != nil {
-			groups = append(groups, *row.GroupKey)
+		if row.GroupKey != "" {
+			groups = append(groups, row.GroupKey)
 		}
 	}
 	if len(handBack) > 0 {
@@ -342,7 +342,7 @@ func (r *runner) timeout(kind string) time.Duration {
 // batch's others; a failure is recorded here, its writes rolled back to the
 // job's savepoint. It returns an error only when the transaction can no
 // longer be used.
-func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.PgtaskJob) (json.RawMessage, Status, error) {
+func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.ClaimJobsRow) (json.RawMessage, Status, error) {
 	job := &Job{
 		ID:          JobID(row.ID),
 		Kind:        row.Kind,
@@ -353,9 +353,7 @@ func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.PgtaskJob) (jso
 		Payload:     row.Payload,
 		CreatedAt:   row.CreatedAt,
 	}
-	if row.GroupKey != nil {
-		job.Group = *row.GroupKey
-	}
+	job.Group = row.GroupKey // empty for an ungrouped job
 	// Built only when something is logged: most jobs succeed quietly.
 	log := func() *slog.Logger {
 		return r.w.log.With("job_id", row.ID, "kind", row.Kind, "queue", row.Queue, "attempt", row.Attempts)
@@ -514,7 +512,7 @@ func (a *abandonment) Unwrap() error { return errAbandoned }
 // failed attempt; moves the job's group on if that was its last attempt; and
 // hands back the batch's jobs that never started. Whatever fails here, the
 // rescuer and maintenance redo once the session is gone.
-func (r *runner) afterAbandon(ctx context.Context, row gen.PgtaskJob, rest []int64, pid uint32) {
+func (r *runner) afterAbandon(ctx context.Context, row gen.ClaimJobsRow, rest []int64, pid uint32) {
 	bctx, cancel := bookCtx(ctx)
 	defer cancel()
 	q := gen.New(r.w.pool)
@@ -530,8 +528,8 @@ func (r *runner) afterAbandon(ctx context.Context, row gen.PgtaskJob, rest []int
 	if _, err := r.recordFailure(bctx, q, job, r.w.handler(row.Kind), reason, false); err != nil {
 		log.Error("pgtask: could not record the abandoned attempt; the rescuer will", "error", err)
 	}
-	if row.GroupKey != nil {
-		if _, err := q.AdvanceGroups(bctx, gen.AdvanceGroupsParams{Queue: row.Queue, GroupKeys: []string{*row.GroupKey}, PatienceMs: afterCommitPatience}); err != nil {
+	if row.GroupKey != "" {
+		if _, err := q.AdvanceGroups(bctx, gen.AdvanceGroupsParams{Queue: row.Queue, GroupKeys: []string{row.GroupKey}, PatienceMs: afterCommitPatience}); err != nil {
 			log.Error("pgtask: could not advance the abandoned job's group; maintenance will", "error", err)
 		}
 	}

@@ -207,10 +207,11 @@ func TestRescueSparesJobsOfLiveWorkers(t *testing.T) {
 	if err != nil || len(rows) != 1 || rows[0].ID != int64(id) {
 		t.Fatalf("claim: %v, %v", rows, err)
 	}
-	if ok, err := b.gen.TerminateBackend(ctx, rows[0].OwnerPid.Int32); err != nil || !ok {
+	owner := int32(claimer.PgConn().PID())
+	if ok, err := b.gen.TerminateBackend(ctx, owner); err != nil || !ok {
 		t.Fatalf("terminate the claiming session: %v, %v", ok, err)
 	}
-	waitGone(t, b, rows[0].OwnerPid.Int32)
+	waitGone(t, b, owner)
 
 	rescue := func(q *gen.Queries, as int32) []int64 {
 		t.Helper()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -357,4 +358,29 @@ func TestTimeoutBeyondTheServersLimitRuns(t *testing.T) {
 	})
 	id := enqueue(t, b.pool, "long", map[string]int{})
 	b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+}
+
+// The error history keeps the newest 25 failed attempts: a job that fails
+// over and over does not grow a history every attempt must read and write.
+func TestErrorHistoryKeepsTheNewest25(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+		Kind: "flaky",
+		Handler: func(_ context.Context, job *runtime.Job) error {
+			return runtime.RetryAfter(0, fmt.Errorf("attempt %d failed", job.Attempt))
+		},
+	})
+	id := enqueue(t, b.pool, "flaky", map[string]int{}, runtime.WithMaxAttempts(30))
+	j := b.waitStatus(t, id, 30*time.Second, testdb.PgtaskJobStatusFailed)
+	errs := errorsOf(t, j)
+	if j.Attempts != 30 || len(errs) != 25 || errs[0].Attempt != 6 || errs[24].Attempt != 30 {
+		t.Fatalf("attempts %d, history of %d entries from attempt %d to %d; want 30 attempts, entries 6 to 30",
+			j.Attempts, len(errs), errs[0].Attempt, errs[len(errs)-1].Attempt)
+	}
+	for i, e := range errs {
+		if want := fmt.Sprintf("attempt %d failed", 6+i); e.Attempt != 6+i || e.Error != want {
+			t.Fatalf("entry %d: attempt %d %q, want attempt %d %q", i, e.Attempt, e.Error, 6+i, want)
+		}
+	}
 }

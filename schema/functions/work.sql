@@ -1,4 +1,4 @@
--- revision: 2
+-- revision: 3
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -9,18 +9,25 @@
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
 -- schema/functions.go): raise it with every change.
 
--- Claims up to p_max jobs of a queue: runnable heads, by priority then id,
--- and, to fill the batch, the jobs that follow a grouped head in its group.
--- A follower is taken only in an unbroken run right behind its head: the
--- next unfinished jobs of the group in id order, each queued and not locked
--- by anyone (a started one, left by a lost session, ends the run). The worker runs a group's run in order and stops it at the first
--- job that does not let the group move on, handing the rest back; so a run
+-- Claims up to p_max jobs of a queue and returns what a worker needs to run
+-- them (not their error history, which can be large): runnable heads, by
+-- priority then id, and, to fill the batch, the jobs that follow a grouped
+-- head in its group. A follower is taken only in an unbroken run right
+-- behind its head: the next unfinished jobs of the group in id order, each
+-- queued and not locked by anyone (a started one, left by a lost session,
+-- ends the run). The worker runs a group's run in order and stops it at the
+-- first job that does not let the group move on, handing the rest back; so a run
 -- keeps the group's order and one-at-a-time rule while one commit covers many
 -- of its jobs. Every claimed job gets its attempt counted and this session
 -- as owner, and p_worker as the process; the claim commits before any
 -- handler runs.
-CREATE OR REPLACE FUNCTION pgtask.claim_jobs(p_queue text, p_max integer, p_worker integer) RETURNS SETOF pgtask.jobs
+CREATE OR REPLACE FUNCTION pgtask.claim_jobs_v2(p_queue text, p_max integer, p_worker integer)
+RETURNS TABLE (
+    id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
+    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz
+)
 LANGUAGE plpgsql AS $$
+#variable_conflict use_column
 DECLARE
     picked bigint[];
     room integer;
@@ -42,7 +49,8 @@ BEGIN
                             ORDER BY priority, id
                             LIMIT 1
                               FOR UPDATE SKIP LOCKED)
-            RETURNING j.*;
+            RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
+                      j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at;
         RETURN;
     END IF;
     SELECT array_agg(c.id ORDER BY c.priority, c.id) INTO picked FROM (
@@ -90,10 +98,20 @@ BEGIN
                SET status = 'started', attempts = j.attempts + 1,
                    started_at = clock_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker
              WHERE j.id = ANY (picked)
-            RETURNING j.*
+            RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
+                      j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at
         )
-        SELECT * FROM claimed ORDER BY id;
+        SELECT * FROM claimed ORDER BY claimed.id;
 END;
+$$;
+
+-- The claim of workers before claim_jobs_v2, kept while they may still run
+-- (a rolling deploy): the same claim, returning whole rows.
+CREATE OR REPLACE FUNCTION pgtask.claim_jobs(p_queue text, p_max integer, p_worker integer) RETURNS SETOF pgtask.jobs
+LANGUAGE sql AS $$
+    SELECT j.* FROM pgtask.jobs j
+     WHERE j.id IN (SELECT c.id FROM pgtask.claim_jobs_v2(p_queue, p_max, p_worker) c)
+     ORDER BY j.id;
 $$;
 
 -- Locks a batch's claimed jobs for the job transaction (its first statement)
@@ -131,6 +149,18 @@ BEGIN
 END;
 $$;
 
+-- A job's error history with p_entry (a one-element array) appended,
+-- keeping the newest 25 entries: a job that retries for ever must not grow
+-- a history that costs more to read and write with every attempt.
+CREATE OR REPLACE FUNCTION pgtask.append_error(p_errors jsonb, p_entry jsonb) RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN jsonb_array_length(p_errors) < 25 THEN p_errors || p_entry
+                ELSE (SELECT jsonb_agg(t.e ORDER BY t.o)
+                        FROM jsonb_array_elements(p_errors) WITH ORDINALITY AS t(e, o)
+                       WHERE t.o > jsonb_array_length(p_errors) - 24) || p_entry
+           END
+$$;
+
 -- Records a failed attempt. p_retry_in_us is the backoff before the next
 -- attempt in microseconds, or NULL for "do not retry". A job out of attempts
 -- fails for good; its group then moves on when advanced, or stays blocked, as
@@ -155,7 +185,7 @@ BEGIN
     IF p_retry_in_us IS NULL OR j.attempts >= j.max_attempts THEN
         UPDATE pgtask.jobs
            SET status = 'failed', finished_at = clock_timestamp(), owner_pid = NULL,
-               errors = errors || entry, is_head = (is_head AND group_key IS NOT NULL)
+               errors = pgtask.append_error(errors, entry), is_head = (is_head AND group_key IS NOT NULL)
          WHERE id = p_id;
         RETURN 'failed';
     END IF;
@@ -165,7 +195,7 @@ BEGIN
        SET status = next_status,
            run_after = clock_timestamp() + p_retry_in_us * interval '1 microsecond',
            owner_pid = NULL,
-           errors = errors || entry
+           errors = pgtask.append_error(errors, entry)
      WHERE id = p_id;
     IF next_status = 'queued' AND j.is_head THEN
         PERFORM pg_notify('pgtask', j.queue);
