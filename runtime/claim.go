@@ -400,7 +400,12 @@ func (r *runner) runOne(hard context.Context, tx pgx.Tx, row gen.ClaimJobsRow) (
 	if err != nil {
 		return nil, "", err
 	}
-	log().Warn("pgtask: job attempt failed", "error", outcome, "now", status, "took", time.Since(start))
+	if Status(status) == StatusFailed {
+		// Nothing will retry it: someone has to look.
+		log().Error("pgtask: job failed for good", "error", outcome, "took", time.Since(start))
+	} else {
+		log().Warn("pgtask: job attempt failed; it will be retried", "error", outcome, "now", status, "took", time.Since(start))
+	}
 	return nil, Status(status), nil
 }
 

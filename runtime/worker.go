@@ -27,7 +27,11 @@ type Handler func(ctx context.Context, job *Job) error
 
 // Registration ties a kind to its handler and the handler's limits.
 type Registration struct {
-	Kind    string
+	Kind string
+	// Queue is where the kind's jobs go unless enqueued elsewhere (generated
+	// handlers set it from the task's tag). A worker that does not serve it
+	// says so when it starts. Empty: no such check.
+	Queue   string
 	Handler Handler
 	// Timeout bounds one attempt; its context is cancelled then. Default:
 	// Config.DefaultTimeout.
@@ -291,6 +295,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stop()
 
 	w.log.Info("pgtask worker starting", "queues", slices.Sorted(maps.Keys(w.queues)), "kinds", w.kinds())
+	for _, kind := range w.kinds() {
+		if reg := w.handler(kind); reg.Queue != "" && w.queues[reg.Queue] == nil {
+			w.log.Warn("pgtask: this worker handles a kind whose queue it does not serve; such jobs wait for another worker",
+				"kind", kind, "queue", reg.Queue, "served", slices.Sorted(maps.Keys(w.queues)))
+		}
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { w.listen(ctx) })
 	wg.Go(func() { w.maintain(ctx) })

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -382,5 +384,81 @@ func TestErrorHistoryKeepsTheNewest25(t *testing.T) {
 		if want := fmt.Sprintf("attempt %d failed", 6+i); e.Attempt != 6+i || e.Error != want {
 			t.Fatalf("entry %d: attempt %d %q, want attempt %d %q", i, e.Attempt, e.Error, 6+i, want)
 		}
+	}
+}
+
+// recordedLogs keeps a worker's log records for a test to read.
+type recordedLogs struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (l *recordedLogs) Enabled(context.Context, slog.Level) bool { return true }
+func (l *recordedLogs) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.records = append(l.records, r.Clone())
+	return nil
+}
+func (l *recordedLogs) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *recordedLogs) WithGroup(string) slog.Handler      { return l }
+
+func (l *recordedLogs) levelOf(msg string) (slog.Level, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.records {
+		if r.Message == msg {
+			return r.Level, true
+		}
+	}
+	return 0, false
+}
+
+// A final failure is logged as an error, apart from attempts that will be
+// retried, which are warnings.
+func TestFinalFailureIsLoggedAsAnError(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	logs := &recordedLogs{}
+	startWorker(t, b.url, runtime.Config{Logger: slog.New(logs)}, runtime.Registration{
+		Kind: "fail",
+		Handler: func(_ context.Context, job *runtime.Job) error {
+			if job.Attempt == 1 {
+				return runtime.RetryAfter(0, errors.New("try again"))
+			}
+			return runtime.NoRetry(errors.New("give up"))
+		},
+	})
+	id := enqueue(t, b.pool, "fail", map[string]int{})
+	b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusFailed)
+	for msg, want := range map[string]slog.Level{
+		"pgtask: job attempt failed; it will be retried": slog.LevelWarn,
+		"pgtask: job failed for good":                    slog.LevelError,
+	} {
+		if got, ok := logs.levelOf(msg); !ok || got != want {
+			t.Errorf("%q logged at %v (found %v), want %v", msg, got, ok, want)
+		}
+	}
+}
+
+// A handler for a kind whose queue the worker does not serve is reported
+// when the worker starts: those jobs would otherwise wait without a word.
+func TestUnservedQueueIsReportedAtStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	logs := &recordedLogs{}
+	startWorker(t, b.url, runtime.Config{Logger: slog.New(logs)}, runtime.Registration{
+		Kind: "mail", Queue: "emails", Handler: func(context.Context, *runtime.Job) error { return nil },
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		level, ok := logs.levelOf("pgtask: this worker handles a kind whose queue it does not serve; such jobs wait for another worker")
+		if ok && level == slog.LevelWarn {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning about queue emails (found %v at %v)", ok, level)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -94,7 +94,11 @@ func (s *Spec[T]) decode(job *runtime.Job) (T, error) {
 }
 
 func (s *Spec[T]) registration(h runtime.Handler) runtime.Registration {
-	return runtime.Registration{Kind: s.Kind, Handler: h, Timeout: s.Timeout, Backoff: s.Backoff}
+	queue := s.Defaults.Queue
+	if queue == "" {
+		queue = runtime.DefaultQueue
+	}
+	return runtime.Registration{Kind: s.Kind, Queue: queue, Handler: h, Timeout: s.Timeout, Backoff: s.Backoff}
 }
 
 // Handle registers fn as the handler of spec's task on w.
