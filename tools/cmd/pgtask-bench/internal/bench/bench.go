@@ -376,21 +376,10 @@ func (b *bench) measureDefaults(ctx context.Context) error {
 		{"defaults: drain 1 hot group (serial)", n / 10, 1, 0.25},
 	}
 	for _, c := range cases {
-		pool, url, cleanup, err := b.database(ctx, b.o.Conns)
+		r, err := b.drainBacklog(ctx, c.label, c.n, c.groups, pgtask.QueueConfig{})
 		if err != nil {
 			return err
 		}
-		b.say("%s: enqueueing %d jobs", c.label, c.n)
-		if err := enqueueNoops(ctx, pool, "bench", c.n, c.groups); err != nil {
-			cleanup()
-			return err
-		}
-		elapsed, err := b.drain(ctx, pool, url, "bench", c.n, pgtask.QueueConfig{}, c.label, nil)
-		cleanup()
-		if err != nil {
-			return err
-		}
-		r := rate(c.n, elapsed)
 		target, met := fmt.Sprintf(">= %.2fx floor", c.ratio), (*bool)(nil)
 		if b.floor > 0 {
 			met = ok(r >= c.ratio*b.floor)
@@ -400,6 +389,25 @@ func (b *bench) measureDefaults(ctx context.Context) error {
 		b.add(c.label, fmt.Sprintf("%d jobs", c.n), fmtRate(r), r, target, met)
 	}
 	return nil
+}
+
+// drainBacklog enqueues n no-op jobs over groups groups (0: ungrouped) in a
+// fresh database, drains them with a worker serving qc, and returns the rate.
+func (b *bench) drainBacklog(ctx context.Context, label string, n, groups int, qc pgtask.QueueConfig) (float64, error) {
+	pool, url, cleanup, err := b.database(ctx, b.o.Conns)
+	if err != nil {
+		return 0, err
+	}
+	defer cleanup()
+	b.say("%s: enqueueing %d jobs", label, n)
+	if err := enqueueNoops(ctx, pool, "bench", n, groups); err != nil {
+		return 0, err
+	}
+	elapsed, err := b.drain(ctx, pool, url, "bench", n, qc, label, nil)
+	if err != nil {
+		return 0, err
+	}
+	return rate(n, elapsed), nil
 }
 
 func (b *bench) measureDrains(ctx context.Context) error {
@@ -418,21 +426,10 @@ func (b *bench) measureDrains(ctx context.Context) error {
 			pgtask.QueueConfig{Concurrency: 2, BatchSize: b.o.Batch}, 1_500},
 	}
 	for _, c := range cases {
-		pool, url, cleanup, err := b.database(ctx, b.o.Conns)
+		r, err := b.drainBacklog(ctx, c.label, c.n, c.groups, c.qc)
 		if err != nil {
 			return err
 		}
-		b.say("%s: enqueueing %d jobs", c.label, c.n)
-		if err := enqueueNoops(ctx, pool, "bench", c.n, c.groups); err != nil {
-			cleanup()
-			return err
-		}
-		elapsed, err := b.drain(ctx, pool, url, "bench", c.n, c.qc, c.label, nil)
-		cleanup()
-		if err != nil {
-			return err
-		}
-		r := rate(c.n, elapsed)
 		b.add(c.label, c.size, fmtRate(r), r, fmt.Sprintf(">= %.0f jobs/s", c.target), ok(r >= c.target))
 	}
 	return nil
