@@ -126,3 +126,8 @@ type PgtaskQueueGroup struct {
 	HeadID    int64
 	CreatedAt time.Time
 }
+
+type PgtaskStaleGroup struct {
+	Queue    string
+	GroupKey string
+}

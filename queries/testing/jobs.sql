@@ -48,3 +48,7 @@ DELETE FROM pgtask.jobs WHERE status IN ('succeeded', 'failed', 'cancelled');
 
 -- name: TruncateJobs :exec
 TRUNCATE pgtask.jobs;
+
+-- name: ClaimJobsAsPreviousRelease :many
+-- The claim of workers of the previous release, which read whole rows.
+SELECT * FROM pgtask.claim_jobs(@queue, @max, @worker_id);

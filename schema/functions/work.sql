@@ -1,4 +1,4 @@
--- revision: 3
+-- revision: 4
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -106,12 +106,17 @@ END;
 $$;
 
 -- The claim of workers before claim_jobs_v2, kept while they may still run
--- (a rolling deploy): the same claim, returning whole rows.
+-- (a rolling deploy): the same claim, returning whole rows. The rows are
+-- read by a statement after the claim's, so they show the claim: started,
+-- with the attempt counted, which those workers record their outcome by.
 CREATE OR REPLACE FUNCTION pgtask.claim_jobs(p_queue text, p_max integer, p_worker integer) RETURNS SETOF pgtask.jobs
-LANGUAGE sql AS $$
-    SELECT j.* FROM pgtask.jobs j
-     WHERE j.id IN (SELECT c.id FROM pgtask.claim_jobs_v2(p_queue, p_max, p_worker) c)
-     ORDER BY j.id;
+LANGUAGE plpgsql AS $$
+DECLARE
+    ids bigint[];
+BEGIN
+    ids := ARRAY(SELECT c.id FROM pgtask.claim_jobs_v2(p_queue, p_max, p_worker) c);
+    RETURN QUERY SELECT j.* FROM pgtask.jobs j WHERE j.id = ANY (ids) ORDER BY j.id;
+END;
 $$;
 
 -- Locks a batch's claimed jobs for the job transaction (its first statement)
