@@ -14,5 +14,9 @@ SELECT current_setting('max_connections')::integer AS max_connections,
        (SELECT CASE WHEN r.rolsuper THEN 0
                     ELSE current_setting('superuser_reserved_connections')::integer END
           FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) AS reserved,
+       -- A role without pg_read_all_stats sees other roles' sessions with
+       -- their backend_type hidden (NULL) but their role shown; the
+       -- server's own processes have no role. (The logical replication
+       -- launcher is then counted too: one too many, on the safe side.)
        (SELECT count(*)::integer FROM pg_catalog.pg_stat_activity
-         WHERE backend_type = 'client backend') AS in_use;
+         WHERE backend_type = 'client backend' OR (backend_type IS NULL AND usesysid IS NOT NULL)) AS in_use;

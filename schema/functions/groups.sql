@@ -1,4 +1,4 @@
--- revision: 2
+-- revision: 3
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -130,7 +130,8 @@ END;
 $$;
 
 -- Advances groups whose head finished but that did not move on: their worker
--- died before it could, or an enqueue was in flight every time it tried.
+-- died before it could, or an enqueue was in flight every time it tried;
+-- and groups whose head was deleted while they were busy (stale_groups).
 -- Returns how many groups moved on.
 CREATE OR REPLACE FUNCTION pgtask.advance_finished_groups(p_limit integer) RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -148,18 +149,29 @@ BEGIN
             moved := moved + 1;
         END IF;
     END LOOP;
+    -- Groups whose head a DELETE removed while they were busy.
+    FOR g IN
+        SELECT queue, group_key FROM pgtask.stale_groups
+         LIMIT p_limit
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        IF pgtask.advance_group(g.queue, g.group_key) THEN
+            DELETE FROM pgtask.stale_groups WHERE queue = g.queue AND group_key = g.group_key;
+            moved := moved + 1;
+        END IF;
+    END LOOP;
     RETURN moved;
 END;
 $$;
 
 -- When heads are deleted (an operator's DELETE of finished jobs, or of a
 -- group's pending head), their groups would point at a row that is gone,
--- and no worker would ever look at them again: the group would wait
--- forever. So the deleting statement advances them itself: first as a
--- worker does (SKIP LOCKED, with some patience for an enqueue in flight),
--- then, for a group still busy, by waiting for its lock; that wait ends
--- when the enqueue commits, or in a deadlock error that undoes the DELETE,
--- never in a wedged group.
+-- and no worker would ever look at them again. So the deleting statement
+-- advances them as a worker does, with SKIP LOCKED; a group it cannot lock
+-- now (an enqueue or an advance in flight) is recorded in stale_groups for
+-- maintenance (advance_finished_groups) to move on. It never waits for a
+-- group's lock while holding the deleted rows' locks, which an advancing
+-- worker may be waiting for. The triggers are created by migration 0004.
 CREATE OR REPLACE FUNCTION pgtask.advance_after_delete() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -173,33 +185,21 @@ BEGIN
          GROUP BY queue
          ORDER BY queue
     LOOP
-        busy := pgtask.advance_groups(g.queue, g.keys, 1000);
-        IF cardinality(busy) > 0 THEN
-            PERFORM 1 FROM pgtask.queue_groups
-              WHERE queue = g.queue AND group_key = ANY (busy)
-              ORDER BY group_key
-                FOR UPDATE;
-            PERFORM pgtask.advance_group_set(g.queue, busy);
-        END IF;
+        busy := pgtask.advance_group_set(g.queue, g.keys);
+        INSERT INTO pgtask.stale_groups (queue, group_key)
+        SELECT g.queue, k FROM unnest(busy) k
+        ON CONFLICT DO NOTHING;
     END LOOP;
     RETURN NULL;
 END;
 $$;
-
-CREATE OR REPLACE TRIGGER jobs_advance_after_delete
-    AFTER DELETE ON pgtask.jobs
-    REFERENCING OLD TABLE AS gone
-    FOR EACH STATEMENT EXECUTE FUNCTION pgtask.advance_after_delete();
 
 -- TRUNCATE of the jobs leaves no group with work: their rows go too.
 CREATE OR REPLACE FUNCTION pgtask.forget_groups_after_truncate() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM pgtask.queue_groups;
+    DELETE FROM pgtask.stale_groups;
     RETURN NULL;
 END;
 $$;
-
-CREATE OR REPLACE TRIGGER jobs_forget_groups_after_truncate
-    AFTER TRUNCATE ON pgtask.jobs
-    FOR EACH STATEMENT EXECUTE FUNCTION pgtask.forget_groups_after_truncate();
