@@ -297,7 +297,14 @@ const checkOverlaps = `-- name: CheckOverlaps :many
 WITH a AS (
     SELECT t.id, t.job_id, t.attempt, t.group_key, t.instance, t.started_at, t.ended_at,
            CASE WHEN t.ended_at IS NOT NULL THEN t.ended_at
-                ELSE greatest(t.started_at, (SELECT min(d.at) FROM pgtask_chaos.deaths d WHERE d.instance = t.instance))
+                -- A start insert that committed after its handler gave up
+                -- waiting for it: the handler returned at once, and the
+                -- failure it returned was recorded after that.
+                ELSE coalesce(
+                    (SELECT min((x->>'at')::timestamptz) FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
+                      WHERE j.id = t.job_id AND (x->>'attempt')::integer = t.attempt
+                        AND x->>'error' LIKE '%chaos: start not recorded%'),
+                    greatest(t.started_at, (SELECT min(d.at) FROM pgtask_chaos.deaths d WHERE d.instance = t.instance)))
            END AS end_at,
            EXISTS (SELECT 1 FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
                     WHERE j.id = t.job_id AND (x->>'attempt')::integer = t.attempt
@@ -343,8 +350,10 @@ type CheckOverlapsRow struct {
 // ended (a pair found both in its group and in its job is reported once).
 // An attempt with no end was cut off by the death of its process; it
 // is taken to end when that process was signalled (or when it started, if
-// later), a time at which the process was certainly alive. An attempt with
-// no end whose process was never killed is a violation too.
+// later), a time at which the process was certainly alive; or, if its
+// handler failed because it could not confirm its start row (which then
+// committed after all), when that failure was recorded. An attempt with no
+// end whose process was never killed is a violation too.
 func (q *Queries) CheckOverlaps(ctx context.Context) ([]CheckOverlapsRow, error) {
 	rows, err := q.db.Query(ctx, checkOverlaps)
 	if err != nil {
