@@ -127,22 +127,8 @@ func TestFunctionFilesOnlyMoveForward(t *testing.T) {
 // jobs are worked by the current code.
 func TestMigrateFromFirstRelease(t *testing.T) {
 	t.Parallel()
-	pool := emptyPool(t)
+	pool, migrations := firstReleasePool(t)
 	ctx := context.Background()
-	migrations, err := runtime.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range migrations[:2] { // the bootstrap and 0001
-		if _, err := pool.Exec(ctx, m.SQL); err != nil {
-			t.Fatalf("apply %04d: %v", m.Version, err)
-		}
-		if m.Version > 0 {
-			if err := gen.New(pool).RecordMigration(ctx, gen.RecordMigrationParams{Version: int32(m.Version), Name: m.Name}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	first := enqueue(t, pool, "work", map[string]int{"n": 1}, runtime.WithGroup("g"))
 	second := enqueue(t, pool, "work", map[string]int{"n": 2}, runtime.WithGroup("g"))
 
@@ -206,4 +192,27 @@ func TestPreviousReleaseClaimSeesItsClaim(t *testing.T) {
 			}
 		}
 	}
+}
+
+// firstReleasePool returns a pool on a database migrated as the first
+// release left it (the bootstrap and 0001 only), and all the migrations.
+func firstReleasePool(t *testing.T) (*pgxpool.Pool, []runtime.Migration) {
+	t.Helper()
+	pool := emptyPool(t)
+	ctx := context.Background()
+	migrations, err := runtime.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migrations[:2] {
+		if _, err := pool.Exec(ctx, m.SQL); err != nil {
+			t.Fatalf("apply %04d: %v", m.Version, err)
+		}
+		if m.Version > 0 {
+			if err := gen.New(pool).RecordMigration(ctx, gen.RecordMigrationParams{Version: int32(m.Version), Name: m.Name}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return pool, migrations
 }

@@ -74,22 +74,8 @@ func TestNewWorkerFailsOnAnOlderSchema(t *testing.T) {
 	ctx := context.Background()
 
 	// Migrations of an older release only.
-	pool := emptyPool(t)
-	migrations, err := runtime.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range migrations[:2] {
-		if _, err := pool.Exec(ctx, m.SQL); err != nil {
-			t.Fatalf("apply %04d: %v", m.Version, err)
-		}
-		if m.Version > 0 {
-			if err := gen.New(pool).RecordMigration(ctx, gen.RecordMigrationParams{Version: int32(m.Version), Name: m.Name}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	err = startError(t, pool.Config().ConnString(), runtime.Config{})
+	pool, _ := firstReleasePool(t)
+	err := startError(t, pool.Config().ConnString(), runtime.Config{})
 	if !errors.Is(err, runtime.ErrSchemaNotCurrent) {
 		t.Errorf("error %v is not ErrSchemaNotCurrent", err)
 	}
