@@ -107,25 +107,18 @@ func Migrate(ctx context.Context, db Beginner) (*MigrateReport, error) {
 	if err := q.LockMigrations(ctx); err != nil {
 		return nil, fmt.Errorf("migrate: lock: %w", err)
 	}
-	done := map[int]bool{}
 	report := &MigrateReport{}
-	for _, m := range migrations {
-		if m.Version == 0 {
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
-				return nil, fmt.Errorf("migrate: bootstrap: %w", err)
-			}
-			versions, err := q.AppliedMigrations(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("migrate: read applied versions: %w", err)
-			}
-			for _, v := range versions {
-				done[int(v)] = true
-			}
-			continue
-		}
-		if done[m.Version] {
-			continue
-		}
+	if len(migrations) == 0 || migrations[0].Version != 0 {
+		return nil, fmt.Errorf("migrate: no bootstrap migration 0000")
+	}
+	if _, err := tx.Exec(ctx, migrations[0].SQL); err != nil {
+		return nil, fmt.Errorf("migrate: bootstrap: %w", err)
+	}
+	pending, err := pendingMigrations(ctx, q, migrations[1:])
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	for _, m := range pending {
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
 			return nil, fmt.Errorf("migrate: apply %04d_%s: %w", m.Version, m.Name, err)
 		}
@@ -149,19 +142,12 @@ func Migrate(ctx context.Context, db Beginner) (*MigrateReport, error) {
 // the one the database runs, and returns them.
 func applyFunctionFiles(ctx context.Context, tx pgx.Tx, files []schema.FunctionFile) ([]FunctionFileRevision, error) {
 	q := gen.New(tx)
-	applied, err := q.AppliedFunctionFiles(ctx)
+	stale, err := staleFunctionFiles(ctx, q, files)
 	if err != nil {
-		return nil, fmt.Errorf("migrate: read applied function files: %w", err)
-	}
-	running := map[string]int{}
-	for _, a := range applied {
-		running[a.Name] = int(a.Revision)
+		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	var out []FunctionFileRevision
-	for _, f := range files {
-		if rev, ok := running[f.Name]; ok && rev >= f.Revision {
-			continue
-		}
+	for _, f := range stale {
 		if _, err := tx.Exec(ctx, f.SQL); err != nil {
 			return nil, fmt.Errorf("migrate: apply functions/%s (revision %d): %w", f.Name, f.Revision, err)
 		}
@@ -171,4 +157,50 @@ func applyFunctionFiles(ctx context.Context, tx pgx.Tx, files []schema.FunctionF
 		out = append(out, FunctionFileRevision{Name: f.Name, Revision: f.Revision})
 	}
 	return out, nil
+}
+
+// pendingMigrations returns those of migrations the database has not applied.
+func pendingMigrations(ctx context.Context, q *gen.Queries, migrations []Migration) ([]Migration, error) {
+	versions, err := q.AppliedMigrations(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read applied migrations: %w", err)
+	}
+	done := map[int]bool{}
+	for _, v := range versions {
+		done[int(v)] = true
+	}
+	var pending []Migration
+	for _, m := range migrations {
+		if !done[m.Version] {
+			pending = append(pending, m)
+		}
+	}
+	return pending, nil
+}
+
+// staleFunctionFile is a function file at a higher revision than the one
+// the database runs (running is 0 for a file it never ran).
+type staleFunctionFile struct {
+	schema.FunctionFile
+	running int
+}
+
+// staleFunctionFiles returns those of files the database runs an older
+// revision of, or none of.
+func staleFunctionFiles(ctx context.Context, q *gen.Queries, files []schema.FunctionFile) ([]staleFunctionFile, error) {
+	applied, err := q.AppliedFunctionFiles(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read applied function files: %w", err)
+	}
+	running := map[string]int{}
+	for _, a := range applied {
+		running[a.Name] = int(a.Revision)
+	}
+	var stale []staleFunctionFile
+	for _, f := range files {
+		if rev := running[f.Name]; rev < f.Revision {
+			stale = append(stale, staleFunctionFile{FunctionFile: f, running: rev})
+		}
+	}
+	return stale, nil
 }

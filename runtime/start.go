@@ -68,18 +68,13 @@ func checkSchema(ctx context.Context, q *gen.Queries, database string) error {
 	if err != nil {
 		return err
 	}
-	applied, err := q.AppliedMigrations(ctx)
+	pending, err := pendingMigrations(ctx, q, migrations[1:])
 	if err != nil {
-		return fmt.Errorf("read applied migrations: %w", err)
+		return err
 	}
-	have := map[int32]bool{}
-	for _, v := range applied {
-		have[v] = true
-	}
-	for _, m := range migrations[1:] {
-		if !have[int32(m.Version)] {
-			return fmt.Errorf("%w: database %q lacks migration %04d_%s; %s", ErrSchemaNotCurrent, database, m.Version, m.Name, migrate)
-		}
+	if len(pending) > 0 {
+		m := pending[0]
+		return fmt.Errorf("%w: database %q lacks migration %04d_%s; %s", ErrSchemaNotCurrent, database, m.Version, m.Name, migrate)
 	}
 	if !tables.FunctionFiles {
 		return fmt.Errorf("%w: database %q has no record of pgtask's function files; %s", ErrSchemaNotCurrent, database, migrate)
@@ -88,19 +83,14 @@ func checkSchema(ctx context.Context, q *gen.Queries, database string) error {
 	if err != nil {
 		return err
 	}
-	running, err := q.AppliedFunctionFiles(ctx)
+	stale, err := staleFunctionFiles(ctx, q, files)
 	if err != nil {
-		return fmt.Errorf("read applied function files: %w", err)
+		return err
 	}
-	revisions := map[string]int{}
-	for _, r := range running {
-		revisions[r.Name] = int(r.Revision)
-	}
-	for _, f := range files {
-		if rev, ok := revisions[f.Name]; !ok || rev < f.Revision {
-			return fmt.Errorf("%w: database %q runs functions/%s at revision %d, this worker needs %d; %s",
-				ErrSchemaNotCurrent, database, f.Name, rev, f.Revision, migrate)
-		}
+	if len(stale) > 0 {
+		f := stale[0]
+		return fmt.Errorf("%w: database %q runs functions/%s at revision %d, this worker needs %d; %s",
+			ErrSchemaNotCurrent, database, f.Name, f.running, f.Revision, migrate)
 	}
 	return nil
 }
