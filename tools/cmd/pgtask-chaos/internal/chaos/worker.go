@@ -91,6 +91,10 @@ func runWorker(ctx context.Context, a workerArgs, stdout, stderr io.Writer) erro
 		ShutdownGrace: 5 * time.Second,
 	}, log)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped before the worker could start: nothing ran, a clean stop.
+			return nil
+		}
 		return err
 	}
 	defer w.Close()
