@@ -10,7 +10,7 @@ import (
 	"encoding/json"
 )
 
-const insertJobs = `-- name: InsertJobs :one
+const InsertJobs = `-- name: InsertJobs :one
 SELECT pgtask.enqueue_jobs(
     $1::jsonb[], $2::integer[], $3::integer[],
     $4::text[], $5::text[], $6::smallint[], $7::integer[],
@@ -20,18 +20,18 @@ SELECT pgtask.enqueue_jobs(
 `
 
 type InsertJobsParams struct {
-	Payloads        []json.RawMessage
-	Settings        []int32
-	Groups          []int32
-	Kinds           []string
-	Queues          []string
-	Priorities      []int16
-	MaxAttempts     []int32
-	FailBlocksGroup []bool
-	RunAt           []string
-	DelayUs         []int64
-	GroupQueues     []string
-	GroupKeys       []string
+	Payloads        []json.RawMessage `db:"payloads"`
+	Settings        []int32           `db:"settings"`
+	Groups          []int32           `db:"groups"`
+	Kinds           []string          `db:"kinds"`
+	Queues          []string          `db:"queues"`
+	Priorities      []int16           `db:"priorities"`
+	MaxAttempts     []int32           `db:"max_attempts"`
+	FailBlocksGroup []bool            `db:"fail_blocks_group"`
+	RunAt           []string          `db:"run_at"`
+	DelayUs         []int64           `db:"delay_us"`
+	GroupQueues     []string          `db:"group_queues"`
+	GroupKeys       []string          `db:"group_keys"`
 }
 
 // Inserts a batch of jobs in one round trip; see pgtask.enqueue_jobs. Each
@@ -39,7 +39,7 @@ type InsertJobsParams struct {
 // its group by its position in group_queues/group_keys (0: ungrouped); an
 // empty run_at means "now plus the delay".
 func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64, error) {
-	row := q.db.QueryRow(ctx, insertJobs,
+	row := q.db.QueryRow(ctx, InsertJobs,
 		arg.Payloads,
 		arg.Settings,
 		arg.Groups,

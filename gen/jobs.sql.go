@@ -9,23 +9,23 @@ import (
 	"context"
 )
 
-const cancelJob = `-- name: CancelJob :one
+const CancelJob = `-- name: CancelJob :one
 SELECT pgtask.cancel_job($1) AS cancelled
 `
 
 func (q *Queries) CancelJob(ctx context.Context, id int64) (bool, error) {
-	row := q.db.QueryRow(ctx, cancelJob, id)
+	row := q.db.QueryRow(ctx, CancelJob, id)
 	var cancelled bool
 	err := row.Scan(&cancelled)
 	return cancelled, err
 }
 
-const getJob = `-- name: GetJob :one
+const GetJob = `-- name: GetJob :one
 SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id FROM pgtask.jobs WHERE id = $1
 `
 
 func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
-	row := q.db.QueryRow(ctx, getJob, id)
+	row := q.db.QueryRow(ctx, GetJob, id)
 	var i PgtaskJob
 	err := row.Scan(
 		&i.ID,
@@ -52,12 +52,12 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 	return i, err
 }
 
-const retryJob = `-- name: RetryJob :one
+const RetryJob = `-- name: RetryJob :one
 SELECT pgtask.retry_job($1) AS retried
 `
 
 func (q *Queries) RetryJob(ctx context.Context, id int64) (bool, error) {
-	row := q.db.QueryRow(ctx, retryJob, id)
+	row := q.db.QueryRow(ctx, RetryJob, id)
 	var retried bool
 	err := row.Scan(&retried)
 	return retried, err

@@ -9,18 +9,18 @@ import (
 	"context"
 )
 
-const appliedFunctionFiles = `-- name: AppliedFunctionFiles :many
+const AppliedFunctionFiles = `-- name: AppliedFunctionFiles :many
 SELECT name, revision FROM pgtask.function_files ORDER BY name
 `
 
 type AppliedFunctionFilesRow struct {
-	Name     string
-	Revision int32
+	Name     string `db:"name"`
+	Revision int32  `db:"revision"`
 }
 
 // The revision of each function file the database runs (see schema/functions).
 func (q *Queries) AppliedFunctionFiles(ctx context.Context) ([]AppliedFunctionFilesRow, error) {
-	rows, err := q.db.Query(ctx, appliedFunctionFiles)
+	rows, err := q.db.Query(ctx, AppliedFunctionFiles)
 	if err != nil {
 		return nil, err
 	}
@@ -39,12 +39,12 @@ func (q *Queries) AppliedFunctionFiles(ctx context.Context) ([]AppliedFunctionFi
 	return items, nil
 }
 
-const appliedMigrations = `-- name: AppliedMigrations :many
+const AppliedMigrations = `-- name: AppliedMigrations :many
 SELECT version FROM pgtask.migrations ORDER BY version
 `
 
 func (q *Queries) AppliedMigrations(ctx context.Context) ([]int32, error) {
-	rows, err := q.db.Query(ctx, appliedMigrations)
+	rows, err := q.db.Query(ctx, AppliedMigrations)
 	if err != nil {
 		return nil, err
 	}
@@ -63,43 +63,43 @@ func (q *Queries) AppliedMigrations(ctx context.Context) ([]int32, error) {
 	return items, nil
 }
 
-const lockMigrations = `-- name: LockMigrations :exec
+const LockMigrations = `-- name: LockMigrations :exec
 SELECT pg_advisory_xact_lock(hashtext('pgtask.migrate')::bigint)
 `
 
 // Serialises concurrent migrators (several workers starting at once).
 func (q *Queries) LockMigrations(ctx context.Context) error {
-	_, err := q.db.Exec(ctx, lockMigrations)
+	_, err := q.db.Exec(ctx, LockMigrations)
 	return err
 }
 
-const recordFunctionFile = `-- name: RecordFunctionFile :exec
+const RecordFunctionFile = `-- name: RecordFunctionFile :exec
 INSERT INTO pgtask.function_files (name, revision, sha256) VALUES ($1, $2, $3)
 ON CONFLICT (name) DO UPDATE
    SET revision = excluded.revision, sha256 = excluded.sha256, applied_at = now()
 `
 
 type RecordFunctionFileParams struct {
-	Name     string
-	Revision int32
-	Sha256   string
+	Name     string `db:"name"`
+	Revision int32  `db:"revision"`
+	Sha256   string `db:"sha256"`
 }
 
 func (q *Queries) RecordFunctionFile(ctx context.Context, arg RecordFunctionFileParams) error {
-	_, err := q.db.Exec(ctx, recordFunctionFile, arg.Name, arg.Revision, arg.Sha256)
+	_, err := q.db.Exec(ctx, RecordFunctionFile, arg.Name, arg.Revision, arg.Sha256)
 	return err
 }
 
-const recordMigration = `-- name: RecordMigration :exec
+const RecordMigration = `-- name: RecordMigration :exec
 INSERT INTO pgtask.migrations (version, name) VALUES ($1, $2)
 `
 
 type RecordMigrationParams struct {
-	Version int32
-	Name    string
+	Version int32  `db:"version"`
+	Name    string `db:"name"`
 }
 
 func (q *Queries) RecordMigration(ctx context.Context, arg RecordMigrationParams) error {
-	_, err := q.db.Exec(ctx, recordMigration, arg.Version, arg.Name)
+	_, err := q.db.Exec(ctx, RecordMigration, arg.Version, arg.Name)
 	return err
 }

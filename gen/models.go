@@ -84,50 +84,50 @@ func AllPgtaskJobStatusValues() []PgtaskJobStatus {
 }
 
 type PgtaskFunctionFile struct {
-	Name      string
-	Revision  int32
-	Sha256    string
-	AppliedAt time.Time
+	Name      string    `db:"name"`
+	Revision  int32     `db:"revision"`
+	Sha256    string    `db:"sha256"`
+	AppliedAt time.Time `db:"applied_at"`
 }
 
 type PgtaskJob struct {
-	ID              int64
-	Queue           string
-	Kind            string
-	GroupKey        *string
-	GroupID         pgtype.Int8
-	IsHead          bool
-	Status          PgtaskJobStatus
-	Priority        int16
-	Payload         json.RawMessage
-	Result          json.RawMessage
-	Errors          json.RawMessage
-	Attempts        int32
-	MaxAttempts     int32
-	FailBlocksGroup bool
-	RunAfter        time.Time
-	CreatedAt       time.Time
-	StartedAt       *time.Time
-	FinishedAt      *time.Time
-	OwnerPid        pgtype.Int4
-	WorkerID        pgtype.Int4
+	ID              int64           `db:"id"`
+	Queue           string          `db:"queue"`
+	Kind            string          `db:"kind"`
+	GroupKey        *string         `db:"group_key"`
+	GroupID         pgtype.Int8     `db:"group_id"`
+	IsHead          bool            `db:"is_head"`
+	Status          PgtaskJobStatus `db:"status"`
+	Priority        int16           `db:"priority"`
+	Payload         json.RawMessage `db:"payload"`
+	Result          json.RawMessage `db:"result"`
+	Errors          json.RawMessage `db:"errors"`
+	Attempts        int32           `db:"attempts"`
+	MaxAttempts     int32           `db:"max_attempts"`
+	FailBlocksGroup bool            `db:"fail_blocks_group"`
+	RunAfter        time.Time       `db:"run_after"`
+	CreatedAt       time.Time       `db:"created_at"`
+	StartedAt       *time.Time      `db:"started_at"`
+	FinishedAt      *time.Time      `db:"finished_at"`
+	OwnerPid        pgtype.Int4     `db:"owner_pid"`
+	WorkerID        pgtype.Int4     `db:"worker_id"`
 }
 
 type PgtaskMigration struct {
-	Version   int32
-	Name      string
-	AppliedAt time.Time
+	Version   int32     `db:"version"`
+	Name      string    `db:"name"`
+	AppliedAt time.Time `db:"applied_at"`
 }
 
 type PgtaskQueueGroup struct {
-	ID        int64
-	Queue     string
-	GroupKey  string
-	HeadID    int64
-	CreatedAt time.Time
+	ID        int64     `db:"id"`
+	Queue     string    `db:"queue"`
+	GroupKey  string    `db:"group_key"`
+	HeadID    int64     `db:"head_id"`
+	CreatedAt time.Time `db:"created_at"`
 }
 
 type PgtaskStaleGroup struct {
-	Queue    string
-	GroupKey string
+	Queue    string `db:"queue"`
+	GroupKey string `db:"group_key"`
 }

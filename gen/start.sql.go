@@ -9,7 +9,7 @@ import (
 	"context"
 )
 
-const connectionCapacity = `-- name: ConnectionCapacity :one
+const ConnectionCapacity = `-- name: ConnectionCapacity :one
 SELECT current_setting('max_connections')::integer AS max_connections,
        (SELECT CASE WHEN r.rolsuper THEN 0
                     ELSE current_setting('superuser_reserved_connections')::integer END
@@ -23,29 +23,42 @@ SELECT current_setting('max_connections')::integer AS max_connections,
 `
 
 type ConnectionCapacityRow struct {
-	MaxConnections int32
-	Reserved       int32
-	InUse          int32
+	MaxConnections int32 `db:"max_connections"`
+	Reserved       int32 `db:"reserved"`
+	InUse          int32 `db:"in_use"`
 }
 
 // The server's connection limits as they apply to the current role, and how
 // many client connections are open now.
 func (q *Queries) ConnectionCapacity(ctx context.Context) (ConnectionCapacityRow, error) {
-	row := q.db.QueryRow(ctx, connectionCapacity)
+	row := q.db.QueryRow(ctx, ConnectionCapacity)
 	var i ConnectionCapacityRow
 	err := row.Scan(&i.MaxConnections, &i.Reserved, &i.InUse)
 	return i, err
 }
 
-const schemaTables = `-- name: SchemaTables :one
+const DefaultIsolation = `-- name: DefaultIsolation :one
+SELECT current_setting('default_transaction_isolation')::text AS isolation
+`
+
+// The isolation level a session's transactions get unless they ask: a pool
+// the application lends the worker must give READ COMMITTED.
+func (q *Queries) DefaultIsolation(ctx context.Context) (string, error) {
+	row := q.db.QueryRow(ctx, DefaultIsolation)
+	var isolation string
+	err := row.Scan(&isolation)
+	return isolation, err
+}
+
+const SchemaTables = `-- name: SchemaTables :one
 
 SELECT (to_regclass('pgtask.migrations') IS NOT NULL)::boolean AS migrations,
        (to_regclass('pgtask.function_files') IS NOT NULL)::boolean AS function_files
 `
 
 type SchemaTablesRow struct {
-	Migrations    bool
-	FunctionFiles bool
+	Migrations    bool `db:"migrations"`
+	FunctionFiles bool `db:"function_files"`
 }
 
 // What a worker checks before it starts: that the database has pgtask's
@@ -53,7 +66,7 @@ type SchemaTablesRow struct {
 // Which of the migration runner's record tables exist (none: the schema was
 // never migrated; no function_files: migrated by a release before 0002).
 func (q *Queries) SchemaTables(ctx context.Context) (SchemaTablesRow, error) {
-	row := q.db.QueryRow(ctx, schemaTables)
+	row := q.db.QueryRow(ctx, SchemaTables)
 	var i SchemaTablesRow
 	err := row.Scan(&i.Migrations, &i.FunctionFiles)
 	return i, err

@@ -13,37 +13,48 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const advanceFinishedGroups = `-- name: AdvanceFinishedGroups :one
+const AdvanceFinishedGroups = `-- name: AdvanceFinishedGroups :one
 SELECT pgtask.advance_finished_groups($1) AS moved
 `
 
 func (q *Queries) AdvanceFinishedGroups(ctx context.Context, max int32) (int32, error) {
-	row := q.db.QueryRow(ctx, advanceFinishedGroups, max)
+	row := q.db.QueryRow(ctx, AdvanceFinishedGroups, max)
 	var moved int32
 	err := row.Scan(&moved)
 	return moved, err
 }
 
-const advanceGroups = `-- name: AdvanceGroups :one
+const AdvanceGroups = `-- name: AdvanceGroups :one
 SELECT pgtask.advance_groups($1, $2::text[], $3::integer)::text[] AS busy
 `
 
 type AdvanceGroupsParams struct {
-	Queue      string
-	GroupKeys  []string
-	PatienceMs int32
+	Queue      string   `db:"queue"`
+	GroupKeys  []string `db:"group_keys"`
+	PatienceMs int32    `db:"patience_ms"`
 }
 
 // Moves a batch's groups on (see pgtask.advance_groups); returns the keys
 // that were busy with an enqueue in flight.
 func (q *Queries) AdvanceGroups(ctx context.Context, arg AdvanceGroupsParams) ([]string, error) {
-	row := q.db.QueryRow(ctx, advanceGroups, arg.Queue, arg.GroupKeys, arg.PatienceMs)
+	row := q.db.QueryRow(ctx, AdvanceGroups, arg.Queue, arg.GroupKeys, arg.PatienceMs)
 	var busy []string
 	err := row.Scan(&busy)
 	return busy, err
 }
 
-const claimJobs = `-- name: ClaimJobs :many
+const BeginJobTransaction = `-- name: BeginJobTransaction :exec
+BEGIN ISOLATION LEVEL READ COMMITTED
+`
+
+// Claiming and advancing groups read what was committed after they took
+// their locks, which needs READ COMMITTED whatever the session defaults to.
+func (q *Queries) BeginJobTransaction(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, BeginJobTransaction)
+	return err
+}
+
+const ClaimJobs = `-- name: ClaimJobs :many
 SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
@@ -53,22 +64,22 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
 `
 
 type ClaimJobsParams struct {
-	Queue    string
-	Max      int32
-	WorkerID int32
+	Queue    string `db:"queue"`
+	Max      int32  `db:"max"`
+	WorkerID int32  `db:"worker_id"`
 }
 
 type ClaimJobsRow struct {
-	ID              int64
-	Queue           string
-	Kind            string
-	GroupKey        string
-	Priority        int16
-	Payload         json.RawMessage
-	Attempts        int32
-	MaxAttempts     int32
-	FailBlocksGroup bool
-	CreatedAt       time.Time
+	ID              int64           `db:"id"`
+	Queue           string          `db:"queue"`
+	Kind            string          `db:"kind"`
+	GroupKey        string          `db:"group_key"`
+	Priority        int16           `db:"priority"`
+	Payload         json.RawMessage `db:"payload"`
+	Attempts        int32           `db:"attempts"`
+	MaxAttempts     int32           `db:"max_attempts"`
+	FailBlocksGroup bool            `db:"fail_blocks_group"`
+	CreatedAt       time.Time       `db:"created_at"`
 }
 
 // Claims up to @max jobs of a queue and counts their attempt (see
@@ -77,7 +88,7 @@ type ClaimJobsRow struct {
 // commit does. owner_pid names this session: the job transaction that
 // follows runs on the same connection.
 func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJobsRow, error) {
-	rows, err := q.db.Query(ctx, claimJobs, arg.Queue, arg.Max, arg.WorkerID)
+	rows, err := q.db.Query(ctx, ClaimJobs, arg.Queue, arg.Max, arg.WorkerID)
 	if err != nil {
 		return nil, err
 	}
@@ -107,37 +118,46 @@ func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJo
 	return items, nil
 }
 
-const completeJobs = `-- name: CompleteJobs :one
+const CommitJobTransaction = `-- name: CommitJobTransaction :exec
+COMMIT
+`
+
+func (q *Queries) CommitJobTransaction(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, CommitJobTransaction)
+	return err
+}
+
+const CompleteJobs = `-- name: CompleteJobs :one
 SELECT pgtask.complete_jobs($1::bigint[], $2::integer[], $3::jsonb[]) AS recorded
 `
 
 type CompleteJobsParams struct {
-	Ids      []int64
-	Attempts []int32
-	Results  []json.RawMessage
+	Ids      []int64           `db:"ids"`
+	Attempts []int32           `db:"attempts"`
+	Results  []json.RawMessage `db:"results"`
 }
 
 func (q *Queries) CompleteJobs(ctx context.Context, arg CompleteJobsParams) (int32, error) {
-	row := q.db.QueryRow(ctx, completeJobs, arg.Ids, arg.Attempts, arg.Results)
+	row := q.db.QueryRow(ctx, CompleteJobs, arg.Ids, arg.Attempts, arg.Results)
 	var recorded int32
 	err := row.Scan(&recorded)
 	return recorded, err
 }
 
-const failJob = `-- name: FailJob :one
+const FailJob = `-- name: FailJob :one
 SELECT COALESCE(pgtask.fail_job($1, $2, $3, $4)::text, '')::text AS status
 `
 
 type FailJobParams struct {
-	ID        int64
-	Attempt   int32
-	Error     json.RawMessage
-	RetryInUs pgtype.Int8
+	ID        int64           `db:"id"`
+	Attempt   int32           `db:"attempt"`
+	Error     json.RawMessage `db:"error"`
+	RetryInUs pgtype.Int8     `db:"retry_in_us"`
 }
 
 // The status is empty when the job was not the caller's started attempt.
 func (q *Queries) FailJob(ctx context.Context, arg FailJobParams) (string, error) {
-	row := q.db.QueryRow(ctx, failJob,
+	row := q.db.QueryRow(ctx, FailJob,
 		arg.ID,
 		arg.Attempt,
 		arg.Error,
@@ -148,20 +168,20 @@ func (q *Queries) FailJob(ctx context.Context, arg FailJobParams) (string, error
 	return status, err
 }
 
-const holdJobs = `-- name: HoldJobs :many
+const HoldJobs = `-- name: HoldJobs :many
 SELECT h.id::bigint AS id FROM pgtask.hold_jobs($1::bigint[], $2::bigint) AS h(id)
 `
 
 type HoldJobsParams struct {
-	Ids           []int64
-	IdleTimeoutMs int64
+	Ids           []int64 `db:"ids"`
+	IdleTimeoutMs int64   `db:"idle_timeout_ms"`
 }
 
 // First statement of the job transaction: locks the claimed rows for as long
 // as the handlers run (the lock tells everyone else the jobs are alive) and
 // sets the transaction's idle timeout.
 func (q *Queries) HoldJobs(ctx context.Context, arg HoldJobsParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, holdJobs, arg.Ids, arg.IdleTimeoutMs)
+	rows, err := q.db.Query(ctx, HoldJobs, arg.Ids, arg.IdleTimeoutMs)
 	if err != nil {
 		return nil, err
 	}
@@ -180,16 +200,47 @@ func (q *Queries) HoldJobs(ctx context.Context, arg HoldJobsParams) ([]int64, er
 	return items, nil
 }
 
-const listen = `-- name: Listen :exec
+const HoldSessionJobs = `-- name: HoldSessionJobs :many
+SELECT h.id::bigint AS id FROM pgtask.hold_session_jobs($1::integer, $2::bigint) AS h(id)
+`
+
+type HoldSessionJobsParams struct {
+	WorkerID      int32 `db:"worker_id"`
+	IdleTimeoutMs int64 `db:"idle_timeout_ms"`
+}
+
+// First statement of a job transaction begun in the same round trip as the
+// previous transaction's claim and commit: locks what that claim took.
+func (q *Queries) HoldSessionJobs(ctx context.Context, arg HoldSessionJobsParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, HoldSessionJobs, arg.WorkerID, arg.IdleTimeoutMs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const Listen = `-- name: Listen :exec
 LISTEN pgtask
 `
 
 func (q *Queries) Listen(ctx context.Context) error {
-	_, err := q.db.Exec(ctx, listen)
+	_, err := q.db.Exec(ctx, Listen)
 	return err
 }
 
-const lockWorker = `-- name: LockWorker :exec
+const LockWorker = `-- name: LockWorker :exec
 SELECT pg_advisory_lock_shared(pgtask.worker_lock_class(), $1::integer)
 `
 
@@ -197,79 +248,79 @@ SELECT pg_advisory_lock_shared(pgtask.worker_lock_class(), $1::integer)
 // held while the session lives: it tells rescuers the process is alive even
 // when the session a job ran on is lost.
 func (q *Queries) LockWorker(ctx context.Context, workerID int32) error {
-	_, err := q.db.Exec(ctx, lockWorker, workerID)
+	_, err := q.db.Exec(ctx, LockWorker, workerID)
 	return err
 }
 
-const promoteScheduled = `-- name: PromoteScheduled :one
+const PromoteScheduled = `-- name: PromoteScheduled :one
 SELECT pgtask.promote_scheduled($1) AS moved
 `
 
 func (q *Queries) PromoteScheduled(ctx context.Context, max int32) (int32, error) {
-	row := q.db.QueryRow(ctx, promoteScheduled, max)
+	row := q.db.QueryRow(ctx, PromoteScheduled, max)
 	var moved int32
 	err := row.Scan(&moved)
 	return moved, err
 }
 
-const releaseJobSavepoint = `-- name: ReleaseJobSavepoint :exec
+const ReleaseJobSavepoint = `-- name: ReleaseJobSavepoint :exec
 RELEASE SAVEPOINT pgtask_job
 `
 
 func (q *Queries) ReleaseJobSavepoint(ctx context.Context) error {
-	_, err := q.db.Exec(ctx, releaseJobSavepoint)
+	_, err := q.db.Exec(ctx, ReleaseJobSavepoint)
 	return err
 }
 
-const releaseJobs = `-- name: ReleaseJobs :execrows
+const ReleaseJobs = `-- name: ReleaseJobs :execrows
 UPDATE pgtask.jobs
    SET status = 'queued', attempts = attempts - 1, owner_pid = NULL
  WHERE id = ANY($1::bigint[]) AND status = 'started' AND owner_pid = $2::integer
 `
 
 type ReleaseJobsParams struct {
-	Ids      []int64
-	OwnerPid int32
+	Ids      []int64 `db:"ids"`
+	OwnerPid int32   `db:"owner_pid"`
 }
 
 // Gives back claimed jobs whose handler never started (shutdown, or a batch
 // cut short): their attempt is returned, since nothing ran.
 func (q *Queries) ReleaseJobs(ctx context.Context, arg ReleaseJobsParams) (int64, error) {
-	result, err := q.db.Exec(ctx, releaseJobs, arg.Ids, arg.OwnerPid)
+	result, err := q.db.Exec(ctx, ReleaseJobs, arg.Ids, arg.OwnerPid)
 	if err != nil {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
 }
 
-const releaseSessionJobs = `-- name: ReleaseSessionJobs :one
+const ReleaseSessionJobs = `-- name: ReleaseSessionJobs :one
 SELECT pgtask.release_session_jobs($1::integer, $2::integer) AS released
 `
 
 type ReleaseSessionJobsParams struct {
-	OwnerPid int32
-	WorkerID int32
+	OwnerPid int32 `db:"owner_pid"`
+	WorkerID int32 `db:"worker_id"`
 }
 
 func (q *Queries) ReleaseSessionJobs(ctx context.Context, arg ReleaseSessionJobsParams) (int32, error) {
-	row := q.db.QueryRow(ctx, releaseSessionJobs, arg.OwnerPid, arg.WorkerID)
+	row := q.db.QueryRow(ctx, ReleaseSessionJobs, arg.OwnerPid, arg.WorkerID)
 	var released int32
 	err := row.Scan(&released)
 	return released, err
 }
 
-const rescueOrphans = `-- name: RescueOrphans :many
+const RescueOrphans = `-- name: RescueOrphans :many
 SELECT r.id::bigint AS id FROM pgtask.rescue_orphans($1, $2::integer) AS r(id)
 `
 
 type RescueOrphansParams struct {
-	Max      int32
-	WorkerID int32
+	Max      int32 `db:"max"`
+	WorkerID int32 `db:"worker_id"`
 }
 
 // Requeues jobs of dead workers; worker_id is the caller's own worker.
 func (q *Queries) RescueOrphans(ctx context.Context, arg RescueOrphansParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, rescueOrphans, arg.Max, arg.WorkerID)
+	rows, err := q.db.Query(ctx, RescueOrphans, arg.Max, arg.WorkerID)
 	if err != nil {
 		return nil, err
 	}
@@ -288,32 +339,69 @@ func (q *Queries) RescueOrphans(ctx context.Context, arg RescueOrphansParams) ([
 	return items, nil
 }
 
-const rollbackJobSavepoint = `-- name: RollbackJobSavepoint :exec
+const RollbackJobSavepoint = `-- name: RollbackJobSavepoint :exec
 ROLLBACK TO SAVEPOINT pgtask_job
 `
 
 func (q *Queries) RollbackJobSavepoint(ctx context.Context) error {
-	_, err := q.db.Exec(ctx, rollbackJobSavepoint)
+	_, err := q.db.Exec(ctx, RollbackJobSavepoint)
 	return err
 }
 
-const savepointJob = `-- name: SavepointJob :exec
+const SavepointJob = `-- name: SavepointJob :exec
 SAVEPOINT pgtask_job
 `
 
 // Each job of a batch runs between these, so a failed job's writes roll back
 // alone and the batch's other jobs commit.
 func (q *Queries) SavepointJob(ctx context.Context) error {
-	_, err := q.db.Exec(ctx, savepointJob)
+	_, err := q.db.Exec(ctx, SavepointJob)
 	return err
 }
 
-const terminateBackend = `-- name: TerminateBackend :one
+const SettleJobs = `-- name: SettleJobs :one
+SELECT s.recorded::integer AS recorded, s.busy::text[] AS busy
+  FROM pgtask.settle_jobs($1, $2::bigint[], $3::integer[], $4::jsonb[], $5::jsonb[], $6::bigint[], $7::boolean) s
+`
+
+type SettleJobsParams struct {
+	Queue     string            `db:"queue"`
+	Ids       []int64           `db:"ids"`
+	Attempts  []int32           `db:"attempts"`
+	Results   []json.RawMessage `db:"results"`
+	Errors    []json.RawMessage `db:"errors"`
+	RetryInUs []int64           `db:"retry_in_us"`
+	Claiming  bool              `db:"claiming"`
+}
+
+type SettleJobsRow struct {
+	Recorded int32    `db:"recorded"`
+	Busy     []string `db:"busy"`
+}
+
+// Records a batch's outcomes and moves their groups on (see
+// pgtask.settle_jobs); sent with the next claim and the commit.
+func (q *Queries) SettleJobs(ctx context.Context, arg SettleJobsParams) (SettleJobsRow, error) {
+	row := q.db.QueryRow(ctx, SettleJobs,
+		arg.Queue,
+		arg.Ids,
+		arg.Attempts,
+		arg.Results,
+		arg.Errors,
+		arg.RetryInUs,
+		arg.Claiming,
+	)
+	var i SettleJobsRow
+	err := row.Scan(&i.Recorded, &i.Busy)
+	return i, err
+}
+
+const TerminateBackend = `-- name: TerminateBackend :one
 SELECT pg_terminate_backend($1) AS terminated
 `
 
 func (q *Queries) TerminateBackend(ctx context.Context, pid int32) (bool, error) {
-	row := q.db.QueryRow(ctx, terminateBackend, pid)
+	row := q.db.QueryRow(ctx, TerminateBackend, pid)
 	var terminated bool
 	err := row.Scan(&terminated)
 	return terminated, err

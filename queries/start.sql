@@ -20,3 +20,8 @@ SELECT current_setting('max_connections')::integer AS max_connections,
        -- launcher is then counted too: one too many, on the safe side.)
        (SELECT count(*)::integer FROM pg_catalog.pg_stat_activity
          WHERE backend_type = 'client backend' OR (backend_type IS NULL AND usesysid IS NOT NULL)) AS in_use;
+
+-- name: DefaultIsolation :one
+-- The isolation level a session's transactions get unless they ask: a pool
+-- the application lends the worker must give READ COMMITTED.
+SELECT current_setting('default_transaction_isolation')::text AS isolation;

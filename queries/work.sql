@@ -72,3 +72,22 @@ SELECT pg_advisory_lock_shared(pgtask.worker_lock_class(), @worker_id::integer);
 
 -- name: ReleaseSessionJobs :one
 SELECT pgtask.release_session_jobs(@owner_pid::integer, @worker_id::integer) AS released;
+
+-- name: SettleJobs :one
+-- Records a batch's outcomes and moves their groups on (see
+-- pgtask.settle_jobs); sent with the next claim and the commit.
+SELECT s.recorded::integer AS recorded, s.busy::text[] AS busy
+  FROM pgtask.settle_jobs(@queue, @ids::bigint[], @attempts::integer[], @results::jsonb[], @errors::jsonb[], @retry_in_us::bigint[], @claiming::boolean) s;
+
+-- name: HoldSessionJobs :many
+-- First statement of a job transaction begun in the same round trip as the
+-- previous transaction's claim and commit: locks what that claim took.
+SELECT h.id::bigint AS id FROM pgtask.hold_session_jobs(@worker_id::integer, @idle_timeout_ms::bigint) AS h(id);
+
+-- name: BeginJobTransaction :exec
+-- Claiming and advancing groups read what was committed after they took
+-- their locks, which needs READ COMMITTED whatever the session defaults to.
+BEGIN ISOLATION LEVEL READ COMMITTED;
+
+-- name: CommitJobTransaction :exec
+COMMIT;

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,4 +168,57 @@ func TestAbandonedLastAttemptMovesTheGroupOn(t *testing.T) {
 	}
 	b.waitStatus(t, next, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	waitGroupGone(t, b, runtime.DefaultQueue, "g")
+}
+
+// A handler is abandoned in the middle of a batch. Ending its session rolls
+// back the whole batch, so the job that ran before it must be recorded as a
+// retried attempt and its group must go on, not left started behind a dead
+// session that no rescuer takes while the worker lives.
+func TestAbandonedHandlerSettlesItsWholeBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	// One claim takes all three: the first two are heads, the third follows
+	// its group's head.
+	before := enqueue(t, b.pool, "ok", map[string]int{}, runtime.WithGroup("ga"))
+	stuck := enqueue(t, b.pool, "stubborn", map[string]int{})
+	after := enqueue(t, b.pool, "ok", map[string]int{}, runtime.WithGroup("ga"))
+	var okRuns atomic.Int32
+	startWorker(t, b.url, runtime.Config{
+		AbandonGrace: 200 * time.Millisecond,
+		Queues:       map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 4}},
+	}, runtime.Registration{
+		Kind:    "stubborn",
+		Timeout: 200 * time.Millisecond,
+		Backoff: fastRetry,
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			if job.Attempt == 1 {
+				<-release // ignores its context
+			}
+			return nil
+		},
+	}, runtime.Registration{
+		Kind: "ok",
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			okRuns.Add(1)
+			return nil
+		},
+	})
+	j := b.waitStatus(t, before, 15*time.Second, testdb.PgtaskJobStatusSucceeded)
+	if e := errorsOf(t, j); j.Attempts != 2 || len(e) != 1 || !strings.Contains(e[0].Error, "abandoned") {
+		t.Fatalf("the job before the abandoned one: attempts=%d errors=%s; want its rolled-back attempt recorded", j.Attempts, j.Errors)
+	}
+	s := b.waitStatus(t, stuck, 15*time.Second, testdb.PgtaskJobStatusSucceeded)
+	if e := errorsOf(t, s); s.Attempts != 2 || len(e) != 1 || !strings.Contains(e[0].Error, "timed out") {
+		t.Fatalf("the abandoned job: attempts=%d errors=%s", s.Attempts, s.Errors)
+	}
+	a := b.waitStatus(t, after, 15*time.Second, testdb.PgtaskJobStatusSucceeded)
+	if a.Attempts != 1 {
+		t.Fatalf("the job after the abandoned one never started, yet attempts=%d", a.Attempts)
+	}
+	waitGroupGone(t, b, runtime.DefaultQueue, "ga")
+	if n := okRuns.Load(); n != 3 {
+		t.Fatalf("ok ran %d times, want 3", n)
+	}
 }

@@ -33,11 +33,16 @@ type Job struct {
 // Commit or Rollback on it returns an error.
 func (j *Job) Tx() pgx.Tx { return j.tx }
 
-// SetResult stores v, as JSON, as the job's result when the handler succeeds.
+// SetResult stores v, as JSON, as the job's result when the handler
+// succeeds. It refuses a value jsonb cannot store: a string holding a NUL
+// character.
 func (j *Job) SetResult(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("job %d: encode result: %w", j.ID, err)
+	}
+	if hasNULEscape(b) {
+		return fmt.Errorf(`job %d: result contains \u0000, which PostgreSQL's jsonb cannot store`, j.ID)
 	}
 	j.result = b
 	return nil

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/schema"
@@ -51,6 +53,21 @@ func checkDatabase(ctx context.Context, cc *pgx.ConnConfig, need int) error {
 			"the server allows %d (max_connections %d, %d reserved for superusers), %d are open, and %d are left for others: "+
 			"lower Concurrency, or raise max_connections",
 			ErrNotEnoughConnections, need, c.MaxConnections-c.Reserved, c.MaxConnections, c.Reserved, c.InUse-1, margin)
+	}
+	return nil
+}
+
+// checkIsolation checks that a pool the application lends the worker gives
+// its sessions READ COMMITTED by default: maintenance runs on it in
+// statements of their own.
+func checkIsolation(ctx context.Context, pool *pgxpool.Pool) error {
+	level, err := gen.New(pool).DefaultIsolation(ctx)
+	if err != nil {
+		return fmt.Errorf("read the pool's default isolation level: %w", err)
+	}
+	if level != "read committed" {
+		return fmt.Errorf("the pool's sessions default to %s isolation, and pgtask's worker needs READ COMMITTED: "+
+			`set RuntimeParams["default_transaction_isolation"] = "read committed" in the pool's config, or use NewWorker`, strings.ToUpper(level))
 	}
 	return nil
 }

@@ -3,8 +3,10 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
 	"github.com/pgtask/pgtask/runtime/pgtasktest"
 	"github.com/pgtask/pgtask/schema"
 )
@@ -149,4 +152,95 @@ func TestWorkerRefusesNamesTooLongToStore(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "kind is 129 bytes") {
 		t.Errorf("Register with a long kind: %v", err)
 	}
+}
+
+// A worker can run on the application's pool: its jobs run there, on no
+// more connections than the pool allows, and closing the worker leaves the
+// pool to the application.
+func TestWorkerOnTheApplicationsPool(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	w, err := runtime.NewWorkerFromPool(ctx, pool, runtime.Config{
+		Logger: testLogger(t),
+		Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 2}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var peak atomic.Int32
+	if err := w.Register(runtime.Registration{Kind: "app", Handler: func(ctx context.Context, job *runtime.Job) error {
+		peak.Store(max(peak.Load(), pool.Stat().AcquiredConns()))
+		level, err := testdb.New(job.Tx()).TransactionIsolation(ctx)
+		if err == nil && level != "read committed" {
+			err = fmt.Errorf("job transaction at %s", level)
+		}
+		return err
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []runtime.JobID
+	for range 20 {
+		ids = append(ids, enqueue(t, pool, "app", map[string]int{}))
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	for _, id := range ids {
+		b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if err := pool.Ping(ctx); err != nil {
+		t.Fatalf("the application's pool after the worker closed: %v", err)
+	}
+	if p := peak.Load(); p > 3 {
+		t.Fatalf("%d of the pool's connections in use at once, want at most Concurrency + 1", p)
+	}
+}
+
+// A pool that cannot serve the worker is refused at start, with what to change.
+func TestWorkerOnTheApplicationsPoolChecksIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	newPool := func(maxConns int32, isolation string) *pgxpool.Pool {
+		pc, err := pgxpool.ParseConfig(b.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc.MaxConns = maxConns
+		if isolation != "" {
+			pc.ConnConfig.RuntimeParams["default_transaction_isolation"] = isolation
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	_, err := runtime.NewWorkerFromPool(ctx, newPool(10, ""), runtime.Config{})
+	if !errors.Is(err, runtime.ErrNotEnoughConnections) {
+		t.Fatalf("Concurrency 10 on a pool of 10: %v, want ErrNotEnoughConnections", err)
+	}
+	wantErrorText(t, err, "need 11", "MaxConns is 10")
+	_, err = runtime.NewWorkerFromPool(ctx, newPool(20, "repeatable read"), runtime.Config{})
+	if err == nil {
+		t.Fatal("a pool defaulting to REPEATABLE READ was accepted")
+	}
+	wantErrorText(t, err, "REPEATABLE READ", "READ COMMITTED")
 }

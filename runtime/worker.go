@@ -124,6 +124,8 @@ type Worker struct {
 	cfg  Config
 	log  *slog.Logger
 	pool *pgxpool.Pool
+	// ownPool: the worker made its pool and closes it.
+	ownPool bool
 	// listenConfig makes the listener's connection, outside the pool. It keeps
 	// pgx's default reaction to a cancelled context (close the connection at
 	// once), which is right for a connection that only waits.
@@ -134,6 +136,14 @@ type Worker struct {
 	started  atomic.Bool
 
 	queues map[string]*queue
+
+	// idleTimeout bounds how long a job transaction may sit idle while a
+	// handler runs: the longest handler timeout plus the abandon grace, set
+	// when Run starts. A worker that hangs rather than dies still lets its
+	// jobs go then.
+	idleTimeout time.Duration
+	// later takes groups an enqueue kept from moving on after a commit.
+	later chan groupsOf
 
 	// id names this worker process in the jobs it claims. Every session
 	// of the worker holds the worker lock on it, shared (see LockWorker): a
@@ -171,24 +181,9 @@ func NewWorker(ctx context.Context, poolConfig *pgxpool.Config, cfg Config) (*Wo
 	if poolConfig == nil {
 		return nil, errors.New("new worker: pool config is nil")
 	}
-	cfg = cfg.withDefaults()
-	w := &Worker{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		handlers: map[string]*Registration{},
-		queues:   map[string]*queue{},
-		id:       newWorkerID(),
-	}
-	need := extraConns
-	for name, qc := range cfg.Queues {
-		if name == "" {
-			return nil, errors.New("new worker: a queue name is empty")
-		}
-		if err := checkName("queue", name, MaxQueueBytes); err != nil {
-			return nil, fmt.Errorf("new worker: %w", err)
-		}
-		w.queues[name] = &queue{name: name, cfg: qc, wake: make(chan struct{}, 1)}
-		need += qc.Concurrency
+	w, need, err := newWorker(cfg)
+	if err != nil {
+		return nil, err
 	}
 	pc := poolConfig.Copy()
 	if int(pc.MaxConns) < need {
@@ -227,15 +222,92 @@ func NewWorker(ctx context.Context, poolConfig *pgxpool.Config, cfg Config) (*Wo
 		return nil, fmt.Errorf("new worker: create pool: %w", err)
 	}
 	w.pool = pool
+	w.ownPool = true
 	return w, nil
+}
+
+// NewWorkerFromPool creates a worker that runs its jobs on connections of
+// the application's pool, which it does not close. Its listener opens one
+// connection of its own, with the pool's settings.
+//
+// The pool must have room for the worker: the sum of its queues'
+// Concurrency plus 1 for maintenance, and 1 more left to the application;
+// and its sessions must default to READ COMMITTED, which pgtask's group and
+// claim functions need. NewWorkerFromPool checks both, and what NewWorker
+// checks, and fails with one clear error (ErrNotEnoughConnections,
+// ErrSchemaNotCurrent, ...) rather than a worker that cannot work.
+//
+// Unlike NewWorker's own pool, a pool built with pgx's defaults closes a
+// connection whose query is cancelled: a handler that times out inside a
+// query then costs its batch's transaction, whose jobs are recorded as
+// retried attempts.
+func NewWorkerFromPool(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Worker, error) {
+	if pool == nil {
+		return nil, errors.New("new worker: pool is nil")
+	}
+	w, need, err := newWorker(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pc := pool.Config()
+	if max := int(pc.MaxConns); need+1 > max {
+		return nil, fmt.Errorf("new worker: %w: its queues need %d of the pool's connections (the sum of their Concurrency, plus 1 for maintenance), "+
+			"and 1 more is left to the application, but the pool's MaxConns is %d: raise MaxConns or lower Concurrency",
+			ErrNotEnoughConnections, need, max)
+	}
+	w.listenConfig = pc.ConnConfig.Copy()
+	if w.listenConfig.RuntimeParams["application_name"] == "" {
+		w.listenConfig.RuntimeParams["application_name"] = "pgtask worker"
+	}
+	// The server must have room for the connections the pool has yet to
+	// open, and the listener's.
+	unopened := max(0, int(pc.MaxConns)-int(pool.Stat().TotalConns()))
+	if err := checkDatabase(ctx, w.listenConfig, unopened+1); err != nil {
+		return nil, fmt.Errorf("new worker: %w", err)
+	}
+	if err := checkIsolation(ctx, pool); err != nil {
+		return nil, fmt.Errorf("new worker: %w", err)
+	}
+	w.pool = pool
+	return w, nil
+}
+
+// newWorker makes a worker without its pool, and returns how many pooled
+// connections it needs.
+func newWorker(cfg Config) (*Worker, int, error) {
+	cfg = cfg.withDefaults()
+	w := &Worker{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		handlers: map[string]*Registration{},
+		queues:   map[string]*queue{},
+		id:       newWorkerID(),
+	}
+	need := extraConns
+	for name, qc := range cfg.Queues {
+		if name == "" {
+			return nil, 0, errors.New("new worker: a queue name is empty")
+		}
+		if err := checkName("queue", name, MaxQueueBytes); err != nil {
+			return nil, 0, fmt.Errorf("new worker: %w", err)
+		}
+		w.queues[name] = &queue{name: name, cfg: qc, wake: make(chan struct{}, 1)}
+		need += qc.Concurrency
+	}
+	return w, need, nil
 }
 
 // Pool is the worker's connection pool. Enqueueing through it is fine, but
 // every connection it lends out is one fewer for running jobs.
 func (w *Worker) Pool() *pgxpool.Pool { return w.pool }
 
-// Close closes the worker's pool. Call it after Run has returned.
-func (w *Worker) Close() { w.pool.Close() }
+// Close closes the worker's pool, unless it is the application's (see
+// NewWorkerFromPool). Call it after Run has returned.
+func (w *Worker) Close() {
+	if w.ownPool {
+		w.pool.Close()
+	}
+}
 
 // Register adds a handler. It fails for a kind registered twice and after
 // Run has started.
@@ -301,18 +373,69 @@ func (w *Worker) Run(ctx context.Context) error {
 				"kind", kind, "queue", reg.Queue, "served", slices.Sorted(maps.Keys(w.queues)))
 		}
 	}
-	var wg sync.WaitGroup
+	w.idleTimeout = w.longestIdle()
+	w.later = make(chan groupsOf, 64)
+	var wg, runners sync.WaitGroup
 	wg.Go(func() { w.listen(ctx) })
 	wg.Go(func() { w.maintain(ctx) })
+	// Runners hand it work until the last of them has stopped.
+	advancing, stopAdvancing := context.WithCancel(context.WithoutCancel(ctx))
+	wg.Go(func() { w.advanceBusyGroups(advancing) })
 	for _, q := range w.queues {
 		for range q.cfg.Concurrency {
 			r := &runner{w: w, q: q}
-			wg.Go(func() { r.loop(ctx, hard) })
+			runners.Go(func() { r.loop(ctx, hard) })
 		}
 	}
+	runners.Wait()
+	stopAdvancing()
 	wg.Wait()
 	w.log.Info("pgtask worker stopped")
 	return nil
+}
+
+// longestIdle is the idle timeout of job transactions: long enough for any
+// registered handler's timeout and the abandon grace. The server takes at
+// most 2^31-1 ms (24.8 days); 0 would mean no limit at all.
+func (w *Worker) longestIdle() time.Duration {
+	longest := w.cfg.DefaultTimeout // for kinds the worker does not know
+	for _, kind := range w.kinds() {
+		longest = max(longest, w.handler(kind).Timeout)
+	}
+	return min(longest+w.cfg.AbandonGrace+10*time.Second, maxIdleInTransaction)
+}
+
+// groupsOf names groups of a queue.
+type groupsOf struct {
+	queue string
+	keys  []string
+}
+
+// advanceLater has the worker try again, on a connection of its own, to
+// move on groups an enqueue kept from moving on at a job's commit. When it
+// is busy, maintenance does it a little later.
+func (w *Worker) advanceLater(queue string, keys []string) {
+	select {
+	case w.later <- groupsOf{queue, keys}:
+	default:
+	}
+}
+
+func (w *Worker) advanceBusyGroups(ctx context.Context) {
+	for {
+		var g groupsOf
+		select {
+		case <-ctx.Done():
+			return
+		case g = <-w.later:
+		}
+		actx, cancel := bookCtx(ctx)
+		still, err := gen.New(w.pool).AdvanceGroups(actx, gen.AdvanceGroupsParams{Queue: g.queue, GroupKeys: g.keys, PatienceMs: afterCommitPatience})
+		cancel()
+		if err != nil || len(still) > 0 {
+			w.log.Debug("pgtask: groups left for maintenance to advance", "queue", g.queue, "groups", still, "error", err)
+		}
+	}
 }
 
 // newWorkerID draws a random positive id. Two live workers drawing the same

@@ -431,6 +431,12 @@ func TestFinalFailureIsLoggedAsAnError(t *testing.T) {
 	})
 	id := enqueue(t, b.pool, "fail", map[string]int{})
 	b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusFailed)
+	// The worker logs what its commit recorded once the commit returns.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, ok := logs.levelOf("pgtask: job failed for good"); ok {
+			break
+		}
+	}
 	for msg, want := range map[string]slog.Level{
 		"pgtask: job attempt failed; it will be retried": slog.LevelWarn,
 		"pgtask: job failed for good":                    slog.LevelError,
@@ -460,5 +466,53 @@ func TestUnservedQueueIsReportedAtStart(t *testing.T) {
 			t.Fatalf("no warning about queue emails (found %v at %v)", ok, level)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// What jsonb cannot store (a NUL character) in an error text or a result
+// must not make recording fail: that once failed the whole batch as a lost
+// session, ignored NoRetry and the backoff, and lost the error text.
+func TestNULInErrorsAndResultsIsRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	startWorker(t, b.url, runtime.Config{
+		Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 3}},
+	}, runtime.Registration{
+		Kind: "nul-error",
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			return runtime.NoRetry(errors.New("bad byte \x00 here"))
+		},
+	}, runtime.Registration{
+		Kind: "nul-result",
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			if err := job.SetResult(map[string]string{"s": "a\x00b"}); err == nil {
+				return errors.New("SetResult accepted a NUL character")
+			}
+			return job.SetResult(map[string]string{"s": "fine"})
+		},
+	}, runtime.Registration{
+		Kind:    "innocent",
+		Handler: func(ctx context.Context, job *runtime.Job) error { return nil },
+	})
+	tx, err := b.pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := enqueue(t, tx, "nul-error", map[string]int{})
+	res := enqueue(t, tx, "nul-result", map[string]int{})
+	ok := enqueue(t, tx, "innocent", map[string]int{})
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	j := b.waitStatus(t, bad, 10*time.Second, testdb.PgtaskJobStatusFailed)
+	if e := errorsOf(t, j); j.Attempts != 1 || len(e) != 1 || e[0].Error != `bad byte \x00 here` {
+		t.Fatalf("attempts=%d errors=%s; want one attempt (NoRetry) with its text", j.Attempts, j.Errors)
+	}
+	r := b.waitStatus(t, res, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	if string(r.Result) != `{"s": "fine"}` || r.Attempts != 1 {
+		t.Fatalf("result %s after %d attempts", r.Result, r.Attempts)
+	}
+	if o := b.waitStatus(t, ok, 10*time.Second, testdb.PgtaskJobStatusSucceeded); o.Attempts != 1 {
+		t.Fatalf("the batch's other job took %d attempts", o.Attempts)
 	}
 }

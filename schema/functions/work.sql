@@ -1,4 +1,4 @@
--- revision: 4
+-- revision: 5
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -151,6 +151,81 @@ BEGIN
      WHERE j.id = d.id AND j.status = 'started' AND j.attempts = d.attempt;
     GET DIAGNOSTICS recorded = ROW_COUNT;
     RETURN recorded;
+END;
+$$;
+
+-- Locks, as the first statement of a job transaction, the jobs this session
+-- claimed for worker p_worker and still holds started: the batch the
+-- previous transaction claimed. Needing no ids, it can be sent in the same
+-- round trip as that claim and its commit. Sets the transaction's idle
+-- timeout like hold_jobs. Returns the ids it locked.
+CREATE OR REPLACE FUNCTION pgtask.hold_session_jobs(p_worker integer, p_idle_timeout_ms bigint) RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('idle_in_transaction_session_timeout', p_idle_timeout_ms::text, true);
+    RETURN QUERY
+        SELECT id FROM pgtask.jobs
+         WHERE status = 'started' AND owner_pid = pg_backend_pid() AND worker_id = p_worker
+         ORDER BY id
+           FOR UPDATE;
+END;
+$$;
+
+-- Records how a batch's attempts ended, in one statement, and moves their
+-- groups on. Each element of the arrays is one attempt: p_errors NULL for a
+-- success (p_results its result), else the failure's error entry, with
+-- p_retry_in_us the backoff before the next attempt, or below zero for none
+-- (see fail_job). Only jobs still in the started attempt the caller ran change.
+-- Groups are advanced without patience (the caller's transaction holds its
+-- jobs' locks), and with p_claiming (the caller claims next in the same
+-- transaction and wakes its own runners) a few send no wake-up; busy names those an enqueue kept from moving on, for the
+-- caller to try again after its commit.
+CREATE OR REPLACE FUNCTION pgtask.settle_jobs(
+    p_queue text, p_ids bigint[], p_attempts integer[], p_results jsonb[], p_errors jsonb[], p_retry_in_us bigint[],
+    p_claiming boolean, OUT recorded integer, OUT busy text[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    groups text[];
+    f record;
+    outcome pgtask.job_status;
+BEGIN
+    WITH done AS (
+        UPDATE pgtask.jobs j
+           SET status = 'succeeded', result = d.result, finished_at = clock_timestamp(),
+               is_head = (j.is_head AND j.group_key IS NOT NULL), owner_pid = NULL
+          FROM unnest(p_ids, p_attempts, p_results, p_errors) AS d(id, attempt, result, error)
+         WHERE d.error IS NULL AND j.id = d.id AND j.status = 'started' AND j.attempts = d.attempt
+        RETURNING j.group_key
+    )
+    SELECT count(*), coalesce(array_agg(group_key) FILTER (WHERE group_key IS NOT NULL), '{}')
+      INTO recorded, groups
+      FROM done;
+    FOR f IN
+        SELECT d.id, d.attempt, d.error, d.retry, j.group_key
+          FROM unnest(p_ids, p_attempts, p_errors, p_retry_in_us) AS d(id, attempt, error, retry)
+          JOIN pgtask.jobs j ON j.id = d.id
+         WHERE d.error IS NOT NULL
+         ORDER BY d.id
+    LOOP
+        outcome := pgtask.fail_job(f.id, f.attempt, f.error, CASE WHEN f.retry >= 0 THEN f.retry END);
+        CONTINUE WHEN outcome IS NULL;
+        recorded := recorded + 1;
+        IF outcome = 'failed' AND f.group_key IS NOT NULL THEN
+            groups := groups || f.group_key;
+        END IF;
+    END LOOP;
+    busy := '{}';
+    SELECT coalesce(array_agg(DISTINCT k ORDER BY k), '{}') INTO groups FROM unnest(groups) k;
+    IF cardinality(groups) <= 4 THEN
+        -- A few groups, as BatchSize 1 gives: one at a time is cheaper.
+        FOR i IN 1 .. cardinality(groups) LOOP
+            IF NOT pgtask.advance_one_group(p_queue, groups[i], NOT p_claiming) THEN
+                busy := busy || groups[i];
+            END IF;
+        END LOOP;
+    ELSE
+        busy := pgtask.advance_groups(p_queue, groups, 0);
+    END IF;
 END;
 $$;
 

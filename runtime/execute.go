@@ -1,0 +1,148 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/pgtask/pgtask/gen"
+)
+
+// execute runs one claimed job of the session's transaction and returns how
+// it ended. A failed job's writes are rolled back to its savepoint here, so
+// the batch's other jobs commit; recording the outcome is settle's. It
+// returns an abandonment instead when the handler ignored its context past
+// AbandonGrace: the transaction can no longer be used.
+func (s *session) execute(hard context.Context, row gen.ClaimJobsRow) (outcome, *abandonment) {
+	r := s.r
+	job := newJob(row)
+	jtx := &jobTx{Tx: s.tx, savepoint: gen.New(s.tx).SavepointJob}
+	job.tx = jtx
+	o := outcome{row: row, reg: r.w.handler(row.Kind), start: time.Now()}
+
+	if o.reg == nil {
+		// Retried like any failure: a newer worker may know the kind.
+		o.err = fmt.Errorf("no handler for kind %q in this worker (it handles %v)", row.Kind, r.w.kinds())
+		return o, nil
+	}
+	var done <-chan error
+	o.err, done = r.w.call(hard, o.reg, job)
+	o.shutdown = hard.Err() != nil
+	if done != nil {
+		r.w.log.Error("pgtask: abandoning a handler that ignores its context", "job_id", row.ID, "kind", row.Kind, "error", o.err)
+		return o, &abandonment{outcome: o, done: done}
+	}
+	s.closeAttempt(hard, jtx, &o, job)
+	if s.conn.Conn().IsClosed() {
+		// Whatever the handler returned, its writes are gone with the
+		// session; settling fails next, and settleLost records the attempt.
+		o.lost = true
+	}
+	return o, nil
+}
+
+// closeAttempt keeps a successful attempt's writes (releasing its savepoint)
+// or rolls a failed one's back to it.
+func (s *session) closeAttempt(hard context.Context, jtx *jobTx, o *outcome, job *Job) {
+	q := gen.New(s.tx)
+	ctx, cancel := bookCtx(hard)
+	defer cancel()
+	if o.err == nil {
+		o.result = job.result
+		if !jtx.taken {
+			return
+		}
+		err := q.ReleaseJobSavepoint(ctx)
+		if err == nil {
+			return
+		}
+		// Typically a statement the handler ran failed and it ignored the
+		// error: the transaction is aborted.
+		o.result = nil
+		o.err = fmt.Errorf("the handler returned success but its transaction failed: %w", err)
+	}
+	if jtx.taken {
+		if err := q.RollbackJobSavepoint(ctx); err != nil {
+			// The transaction is unusable; settling it will fail, and
+			// settleLost records this outcome.
+			o.err = fmt.Errorf("%w (and rolling back its writes failed: %v)", o.err, err)
+		}
+	}
+}
+
+func newJob(row gen.ClaimJobsRow) *Job {
+	return &Job{
+		ID:          JobID(row.ID),
+		Kind:        row.Kind,
+		Queue:       row.Queue,
+		Group:       row.GroupKey, // empty for an ungrouped job
+		Priority:    row.Priority,
+		Attempt:     int(row.Attempts),
+		MaxAttempts: int(row.MaxAttempts),
+		Payload:     row.Payload,
+		CreatedAt:   row.CreatedAt,
+	}
+}
+
+// call runs the handler with its timeout, recovering a panic. It gives up on
+// a handler that ignores its context for AbandonGrace past the timeout and
+// then returns the channel the handler's result will arrive on, if ever.
+func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error, <-chan error) {
+	ctx, cancel := context.WithTimeout(hard, reg.Timeout)
+	defer cancel() // an abandoned handler's context is past its deadline already
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				done <- &PanicError{Value: v, Stack: debug.Stack()}
+			}
+		}()
+		done <- reg.Handler(ctx, job)
+	}()
+	timedOut := func() bool { return errors.Is(ctx.Err(), context.DeadlineExceeded) && hard.Err() == nil }
+	select {
+	case err := <-done:
+		if timedOut() {
+			// Finished after its deadline: its writes may be cut short, so
+			// the attempt fails whatever it returned.
+			return fmt.Errorf("timed out after %s: %w", reg.Timeout, nonNil(err, ctx.Err())), nil
+		}
+		return err, nil
+	case <-ctx.Done():
+	}
+	grace := time.NewTimer(w.cfg.AbandonGrace)
+	defer grace.Stop()
+	select {
+	case err := <-done:
+		if !timedOut() {
+			return fmt.Errorf("worker shut down during the attempt: %w", nonNil(err, ctx.Err())), nil
+		}
+		return fmt.Errorf("timed out after %s: %w", reg.Timeout, nonNil(err, ctx.Err())), nil
+	case <-grace.C:
+		return fmt.Errorf("timed out after %s and ignored cancellation for %s; abandoned", reg.Timeout, w.cfg.AbandonGrace), done
+	}
+}
+
+// abandonment is a handler the runner gave up on: outcome is its recorded
+// failure, and done delivers its result if it ever returns.
+type abandonment struct {
+	outcome outcome
+	done    <-chan error
+}
+
+func (a *abandonment) Error() string {
+	return fmt.Sprintf("job %d: %v: %v", a.outcome.row.ID, errAbandoned, a.outcome.err)
+}
+
+func (a *abandonment) Unwrap() error { return errAbandoned }
+
+func nonNil(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,348 @@
+package runtime
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/gen"
+)
+
+// A runner is one slot of a queue's concurrency in the held-transaction
+// mode. It runs claimed jobs on one connection, inside a transaction that
+// holds their row locks, and keeps that connection while there is work:
+//
+//   - fetch: a claim, committed before any handler runs, so a job's attempt
+//     is counted even if its worker dies in the handler;
+//   - execute: each job's handler, returning an outcome value;
+//   - settle: the outcomes recorded, the groups moved on and the next batch
+//     claimed, all in the job transaction, then its commit, the next
+//     transaction's begin and its lock: one round trip per batch.
+//
+// When the connection cannot be trusted any more (a lost session, an
+// abandoned handler), settleLost records the same outcomes from another
+// connection; every way an attempt ends goes through one of the two.
+type runner struct {
+	w *Worker
+	q *queue
+}
+
+// bookkeeping bounds each of the runner's own statements. They are not cut
+// short by shutdown: they record what the handlers did.
+const bookkeeping = 30 * time.Second
+
+// maxIdleInTransaction is the largest idle_in_transaction_session_timeout
+// PostgreSQL accepts.
+const maxIdleInTransaction = math.MaxInt32 * time.Millisecond
+
+// afterCommitPatience is how long (ms) the worker, after a commit, keeps
+// trying to advance groups that had an enqueue in flight. Maintenance
+// advances whatever is still left.
+const afterCommitPatience = 500
+
+func bookCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(parent), bookkeeping)
+}
+
+func (r *runner) loop(ctx, hard context.Context) {
+	var delay retryDelay
+	for ctx.Err() == nil {
+		n, err := r.work(ctx, hard)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			wait := delay.next()
+			r.w.log.Warn("pgtask: claim or run failed; retrying", "queue", r.q.name, "error", err, "retry_in", wait)
+			sleep(ctx, wait)
+			continue
+		case n > 0:
+			delay.reset()
+			continue
+		}
+		poll := time.NewTimer(jitter(r.w.cfg.PollInterval))
+		select {
+		case <-ctx.Done():
+		case <-r.q.wake:
+		case <-poll.C:
+		}
+		poll.Stop()
+	}
+}
+
+// session is a runner's connection while it has work.
+type session struct {
+	r    *runner
+	conn *pgxpool.Conn
+	pid  uint32
+	// tx is the handle pgx returned for the connection's first transaction.
+	// A pgx transaction handle is the connection and a savepoint counter,
+	// nothing more, so it serves each transaction the pipelines begin in
+	// turn; the runner never commits or rolls back through it.
+	tx pgx.Tx
+	// open: a transaction begun by the runner is open on the connection.
+	open bool
+}
+
+// work acquires a connection and runs batches on it until the queue has
+// none for it. It returns how many jobs it ran. When it errs after claiming,
+// the connection could not be trusted: it is closed, and what its session
+// claimed is settled from another (see settleLost).
+func (r *runner) work(ctx, hard context.Context) (int, error) {
+	conn, err := r.w.pool.Acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("acquire connection: %w", err)
+	}
+	s := &session{r: r, conn: conn, pid: conn.Conn().PgConn().PID()}
+	c, err := s.start(ctx)
+	total := 0
+	for err == nil && len(c.next) > 0 {
+		total += len(c.next)
+		if len(c.next) >= r.q.cfg.BatchSize {
+			// A full batch: there is probably more; let an idle runner help.
+			r.q.signal()
+		}
+		end, ab := s.run(ctx, hard, c.next)
+		if ab != nil {
+			s.abandon(ctx, hard, end, ab)
+			return total, ab
+		}
+		if c, err = s.settle(ctx, end); err != nil {
+			discard(conn)
+			r.settleLost(hard, s.pid, end.outcomes, err, false)
+			return total, err
+		}
+		r.afterSettle(end.outcomes, c.busy)
+	}
+	if err != nil {
+		// The claim may have committed with its reply lost: hand back
+		// whatever that session holds, since no rescuer will while this
+		// process lives.
+		discard(conn)
+		r.settleLost(hard, s.pid, nil, err, false)
+		return total, err
+	}
+	if !s.open {
+		conn.Release()
+		return total, nil
+	}
+	// The pipeline began a transaction that found nothing to run.
+	bctx, cancel := bookCtx(ctx)
+	defer cancel()
+	if err := s.tx.Commit(bctx); err != nil {
+		discard(conn)
+		return total, fmt.Errorf("end job transaction: %w", err)
+	}
+	conn.Release()
+	return total, nil
+}
+
+// start claims in a transaction of its own, committed at once (one round
+// trip: a runner woken for work that another took costs no more). With jobs
+// claimed, it begins the job transaction and locks them.
+func (s *session) start(ctx context.Context) (cycled, error) {
+	r := s.r
+	bctx, cancel := bookCtx(ctx)
+	defer cancel()
+	var next []gen.ClaimJobsRow
+	b := &pgx.Batch{}
+	b.Queue(gen.BeginJobTransaction)
+	r.queueClaim(b, &next)
+	b.Queue(gen.CommitJobTransaction)
+	if err := s.conn.SendBatch(bctx, b).Close(); err != nil || len(next) == 0 {
+		return cycled{}, err
+	}
+	var err error
+	if s.tx, err = s.conn.BeginTx(bctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}); err != nil {
+		return cycled{}, fmt.Errorf("begin job transaction: %w", err)
+	}
+	s.open = true
+	held, err := gen.New(s.tx).HoldJobs(bctx, gen.HoldJobsParams{Ids: ids(next), IdleTimeoutMs: r.w.idleTimeout.Milliseconds()})
+	if err != nil {
+		return cycled{}, fmt.Errorf("lock claimed jobs: %w", err)
+	}
+	return cycled{next: r.keepHeld(next, held)}, nil
+}
+
+// queueClaim adds the queue's claim to b, its rows to go to next.
+func (r *runner) queueClaim(b *pgx.Batch, next *[]gen.ClaimJobsRow) {
+	b.Queue(gen.ClaimJobs, r.q.name, int32(r.q.cfg.BatchSize), r.w.id).Query(func(rows pgx.Rows) error {
+		var err error
+		*next, err = pgx.CollectRows(rows, pgx.RowToStructByName[gen.ClaimJobsRow])
+		if err != nil {
+			return fmt.Errorf("claim jobs: %w", err)
+		}
+		return nil
+	})
+}
+
+// keepHeld drops from a claimed batch what the job transaction could not
+// lock: only an operator's hand can get here; run what is still ours.
+func (r *runner) keepHeld(next []gen.ClaimJobsRow, held []int64) []gen.ClaimJobsRow {
+	if len(held) == len(next) {
+		return next
+	}
+	r.w.log.Warn("pgtask: some claimed jobs changed before they could be locked", "claimed", ids(next), "held", held)
+	return slices.DeleteFunc(next, func(row gen.ClaimJobsRow) bool { return !slices.Contains(held, row.ID) })
+}
+
+// batchEnd is how a batch ended: the outcomes of the jobs that ran and the
+// jobs handed back unstarted.
+type batchEnd struct {
+	outcomes []outcome
+	handBack []int64
+}
+
+// cycled is what a settle pipeline returns: the next batch, locked in the
+// transaction it began, and the groups an enqueue kept from moving on.
+type cycled struct {
+	next []gen.ClaimJobsRow
+	busy []string
+}
+
+// settle sends, in one round trip: the hand-back of unstarted jobs, the
+// outcomes, the next claim and the commit, then the next transaction's begin
+// and its lock on what that claim took. Shutting down, it claims nothing and
+// begins nothing.
+func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
+	r := s.r
+	var c cycled
+	b := &pgx.Batch{}
+	if len(end.handBack) > 0 {
+		b.Queue(gen.ReleaseJobs, end.handBack, int32(s.pid))
+	}
+	claiming := ctx.Err() == nil
+	if len(end.outcomes) > 0 {
+		p := settlement(r.q.name, end.outcomes, claiming)
+		b.Queue(gen.SettleJobs, p.Queue, p.Ids, p.Attempts, p.Results, p.Errors, p.RetryInUs, p.Claiming).QueryRow(func(row pgx.Row) error {
+			var res gen.SettleJobsRow
+			if err := row.Scan(&res.Recorded, &res.Busy); err != nil {
+				return fmt.Errorf("record outcomes: %w", err)
+			}
+			if int(res.Recorded) != len(p.Ids) {
+				// The jobs were locked all along: only an operator's hand
+				// on the table gets here.
+				r.w.log.Error("pgtask: some outcomes were not recorded: their jobs changed under the worker",
+					"queue", r.q.name, "jobs", p.Ids, "recorded", res.Recorded)
+			}
+			c.busy = res.Busy
+			return nil
+		})
+	}
+	if claiming {
+		r.queueClaim(b, &c.next)
+	}
+	b.Queue(gen.CommitJobTransaction)
+	var held []int64
+	if claiming {
+		b.Queue(gen.BeginJobTransaction)
+		b.Queue(gen.HoldSessionJobs, r.w.id, r.w.idleTimeout.Milliseconds()).Query(func(rows pgx.Rows) error {
+			var err error
+			held, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			if err != nil {
+				return fmt.Errorf("lock claimed jobs: %w", err)
+			}
+			return nil
+		})
+	}
+	bctx, cancel := bookCtx(ctx)
+	defer cancel()
+	if err := s.conn.SendBatch(bctx, b).Close(); err != nil {
+		return c, err
+	}
+	s.open = claiming
+	c.next = r.keepHeld(c.next, held)
+	return c, nil
+}
+
+// run executes a batch in the job transaction, in id order: a group's run
+// (its head, then the jobs behind it) runs in group order; the batch was
+// already chosen by priority. A job whose group cannot go on in this batch
+// (an earlier one failed and waits for its retry, or blocks the group) is
+// handed back, as is everything not started when shutdown begins. It stops
+// at an abandoned handler.
+func (s *session) run(ctx, hard context.Context, batch []gen.ClaimJobsRow) (batchEnd, *abandonment) {
+	slices.SortFunc(batch, func(a, b gen.ClaimJobsRow) int { return cmp.Compare(a.ID, b.ID) })
+	var end batchEnd
+	stopped := map[string]bool{}
+	for i, row := range batch {
+		if ctx.Err() != nil {
+			for _, left := range batch[i:] {
+				end.handBack = append(end.handBack, left.ID)
+			}
+			break
+		}
+		if row.GroupKey != "" && stopped[row.GroupKey] {
+			end.handBack = append(end.handBack, row.ID)
+			continue
+		}
+		o, ab := s.execute(hard, row)
+		if ab != nil {
+			for _, left := range batch[i+1:] {
+				end.handBack = append(end.handBack, left.ID)
+			}
+			return end, ab
+		}
+		end.outcomes = append(end.outcomes, o)
+		if row.GroupKey != "" && o.err != nil && (o.retries() || row.FailBlocksGroup) {
+			stopped[row.GroupKey] = true
+		}
+	}
+	return end, nil
+}
+
+// abandon gives up the connection of a batch whose handler ignored its
+// context: the handler may still use it, so it leaves the pool and is closed
+// once the handler lets go. Its session is ended from another connection,
+// which rolls back every job of the batch; settleLost records them.
+func (s *session) abandon(ctx, hard context.Context, end batchEnd, ab *abandonment) {
+	pc := s.conn.Hijack()
+	go func() {
+		<-ab.done
+		pc.Close(context.Background()) //nolint:errcheck // the session is gone
+	}()
+	cause := fmt.Errorf("job %d of the same batch was abandoned: %w", ab.outcome.row.ID, errAbandoned)
+	s.r.settleLost(hard, s.pid, append(end.outcomes, ab.outcome), cause, true)
+}
+
+// afterSettle logs the failures a commit recorded and hands the groups an
+// enqueue kept from moving on to the worker, which retries them on another
+// connection: this one is already in the next job transaction.
+func (r *runner) afterSettle(outcomes []outcome, busy []string) {
+	for _, o := range outcomes {
+		o.log(r.w)
+	}
+	if len(busy) > 0 {
+		r.w.advanceLater(r.q.name, busy)
+	}
+}
+
+func ids(rows []gen.ClaimJobsRow) []int64 {
+	out := make([]int64, len(rows))
+	for i, row := range rows {
+		out[i] = row.ID
+	}
+	return out
+}
+
+// discard closes a pooled connection, which ends its session and so
+// releases its locks and rolls back whatever it had not committed.
+func discard(conn *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	conn.Conn().Close(ctx) //nolint:errcheck // the connection is being thrown away
+	cancel()
+	conn.Release()
+}
+
+// jitter spreads d by ±10% so idle runners do not poll in step.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
+}
+
+var errAbandoned = errors.New("handler abandoned")

@@ -1,0 +1,219 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgtask/pgtask/gen"
+)
+
+// outcome is how one attempt ended: a success with its result, or a failure.
+type outcome struct {
+	row   gen.ClaimJobsRow
+	reg   *Registration // nil when the worker has no handler for the kind
+	start time.Time
+	// err is nil for a success.
+	err    error
+	result json.RawMessage
+	// retryNow retries a failure at once, whatever its backoff: the attempt
+	// was cut short by shutdown or rolled back with its batch, not failed by
+	// the handler.
+	retryNow bool
+	// shutdown: the worker's hard shutdown cut the attempt short.
+	shutdown bool
+	// lost: the job's database session was gone when the handler returned,
+	// so whatever it did there was rolled back.
+	lost bool
+}
+
+// retries reports whether a failed attempt will be retried.
+func (o outcome) retries() bool {
+	return o.err != nil && !IsNoRetry(o.err) && o.row.Attempts < o.row.MaxAttempts
+}
+
+// retryInUs is the backoff before the next attempt in microseconds, or -1
+// for none (see pgtask.settle_jobs).
+func (o outcome) retryInUs() int64 {
+	var ra *retryAfterError
+	switch {
+	case IsNoRetry(o.err):
+		return -1
+	case o.retryNow || o.shutdown:
+		return 0
+	case errors.As(o.err, &ra):
+		return ra.delay.Microseconds()
+	}
+	var b Backoff // zero: the default policy
+	if o.reg != nil {
+		b = o.reg.Backoff
+	}
+	return b.Delay(int(o.row.Attempts)).Microseconds()
+}
+
+// errorEntry is the failure as stored in the job's error history. Its text
+// is cleaned of what jsonb cannot store and capped, so recording it cannot
+// fail on its content.
+func (o outcome) errorEntry() json.RawMessage {
+	entry := map[string]any{"attempt": o.row.Attempts, "error": storable(o.err.Error(), 4096)}
+	var pe *PanicError
+	if errors.As(o.err, &pe) {
+		entry["panic"] = true
+		entry["stack"] = storable(string(pe.Stack), 8192)
+	}
+	b, err := json.Marshal(entry)
+	if err != nil {
+		// Strings and numbers always encode.
+		panic(fmt.Sprintf("pgtask: encode error entry: %v", err))
+	}
+	return b
+}
+
+func (o outcome) log(w *Worker) {
+	if o.err == nil {
+		return
+	}
+	args := []any{"job_id", o.row.ID, "kind", o.row.Kind, "queue", o.row.Queue, "attempt", o.row.Attempts,
+		"error", o.err, "took", time.Since(o.start)}
+	if o.retries() {
+		w.log.Warn("pgtask: job attempt failed; it will be retried", args...)
+	} else {
+		// Nothing will retry it: someone has to look.
+		w.log.Error("pgtask: job failed for good", args...)
+	}
+}
+
+// settlement is the arguments of SettleJobs for outcomes.
+func settlement(queue string, outs []outcome, claiming bool) gen.SettleJobsParams {
+	p := gen.SettleJobsParams{Queue: queue, Claiming: claiming}
+	for _, o := range outs {
+		p.Ids = append(p.Ids, o.row.ID)
+		p.Attempts = append(p.Attempts, o.row.Attempts)
+		if o.err == nil {
+			p.Results = append(p.Results, o.result)
+			p.Errors = append(p.Errors, nil)
+			p.RetryInUs = append(p.RetryInUs, -1)
+			continue
+		}
+		p.Results = append(p.Results, nil)
+		p.Errors = append(p.Errors, o.errorEntry())
+		p.RetryInUs = append(p.RetryInUs, o.retryInUs())
+	}
+	return p
+}
+
+// settleLost records, from another connection, what a lost job transaction
+// could not. With terminate, the session is still open (an abandoned
+// handler may be using it) and is ended first. Then every attempt that ran
+// is recorded as failed (a success among them is retried, since its writes
+// were rolled back), and the jobs the session claimed without running them
+// are handed back with their attempt returned. A rescuer leaves all of these
+// alone while this process holds its worker lock, so this must happen here;
+// it keeps trying while the database is away, until the hard shutdown.
+func (r *runner) settleLost(hard context.Context, pid uint32, ran []outcome, cause error, terminate bool) {
+	// A statement the server refused may be refused again: those attempts
+	// wait their backoff. A session that went away is no one's fault.
+	refused := refusal(cause)
+	outs := make([]outcome, len(ran))
+	for i, o := range ran {
+		switch {
+		case o.lost || (o.err == nil && !refused):
+			o.err = fmt.Errorf("worker lost its database session during the attempt, so its writes were rolled back: %w", cause)
+			o.retryNow = true
+		case o.err == nil:
+			o.err = fmt.Errorf("recording the attempt failed, so its writes were rolled back: %w", cause)
+		}
+		outs[i] = o
+	}
+	var delay retryDelay
+	for try := 1; ; try++ {
+		err := r.settleLostOnce(hard, pid, outs, terminate)
+		if err == nil {
+			for _, o := range outs {
+				o.log(r.w)
+			}
+			return
+		}
+		if hard.Err() != nil || (refusal(err) && try >= 3) {
+			r.w.log.Error("pgtask: could not record the attempts of a lost job transaction; rescuers will once this process is gone",
+				"queue", r.q.name, "pid", pid, "jobs", len(outs), "error", err)
+			return
+		}
+		wait := delay.next()
+		r.w.log.Warn("pgtask: recording the attempts of a lost job transaction failed; retrying",
+			"queue", r.q.name, "pid", pid, "error", err, "retry_in", wait)
+		sleep(hard, wait)
+	}
+}
+
+func (r *runner) settleLostOnce(hard context.Context, pid uint32, outs []outcome, terminate bool) error {
+	ctx, cancel := bookCtx(hard)
+	defer cancel()
+	conn, err := r.w.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	q := gen.New(conn)
+	if terminate {
+		// Rolls back the job transaction and releases its locks; false
+		// means the session is gone already.
+		if _, err := q.TerminateBackend(ctx, int32(pid)); err != nil {
+			return fmt.Errorf("end session %d: %w", pid, err)
+		}
+	}
+	if len(outs) > 0 {
+		// Waits for the ended session's row locks, then records.
+		res, err := q.SettleJobs(ctx, settlement(r.q.name, outs, false))
+		if err != nil {
+			return fmt.Errorf("record attempts: %w", err)
+		}
+		if len(res.Busy) > 0 {
+			r.w.advanceLater(r.q.name, res.Busy)
+		}
+	}
+	if _, err := q.ReleaseSessionJobs(ctx, gen.ReleaseSessionJobsParams{OwnerPid: int32(pid), WorkerID: r.w.id}); err != nil {
+		return fmt.Errorf("hand back unstarted jobs: %w", err)
+	}
+	return nil
+}
+
+// refusal reports whether err is the server refusing a statement, which
+// may happen again, rather than the session or the server going away.
+func refusal(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch {
+	case pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC":
+		return false
+	case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "57"), strings.HasPrefix(pgErr.Code, "53"):
+		// connection exceptions, operator intervention (shutdown, cancel,
+		// terminate), insufficient resources
+		return false
+	}
+	var ce *pgconn.ConnectError
+	return !errors.As(err, &ce)
+}
+
+// storable makes s storable in jsonb and at most n bytes: jsonb cannot hold
+// a NUL character, so each is written out as \x00.
+func storable(s string, n int) string {
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", `\x00`)
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…(truncated)"
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
