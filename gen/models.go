@@ -111,6 +111,8 @@ type PgtaskJob struct {
 	FinishedAt      *time.Time      `db:"finished_at"`
 	OwnerPid        pgtype.Int4     `db:"owner_pid"`
 	WorkerID        pgtype.Int4     `db:"worker_id"`
+	LeaseUntil      *time.Time      `db:"lease_until"`
+	StaleOutcomes   int32           `db:"stale_outcomes"`
 }
 
 type PgtaskMigration struct {

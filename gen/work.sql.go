@@ -118,6 +118,73 @@ func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJo
 	return items, nil
 }
 
+const ClaimLeasedJobs = `-- name: ClaimLeasedJobs :many
+SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
+       coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
+       c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
+       c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at
+  FROM pgtask.claim_leased_jobs($1, $2, $3, $4::bigint)
+       AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at)
+`
+
+type ClaimLeasedJobsParams struct {
+	Queue    string `db:"queue"`
+	Max      int32  `db:"max"`
+	WorkerID int32  `db:"worker_id"`
+	LeaseMs  int64  `db:"lease_ms"`
+}
+
+type ClaimLeasedJobsRow struct {
+	ID              int64           `db:"id"`
+	Queue           string          `db:"queue"`
+	Kind            string          `db:"kind"`
+	GroupKey        string          `db:"group_key"`
+	Priority        int16           `db:"priority"`
+	Payload         json.RawMessage `db:"payload"`
+	Attempts        int32           `db:"attempts"`
+	MaxAttempts     int32           `db:"max_attempts"`
+	FailBlocksGroup bool            `db:"fail_blocks_group"`
+	CreatedAt       time.Time       `db:"created_at"`
+}
+
+// Claims up to @max runnable heads with a lease (see
+// pgtask.claim_leased_jobs); sent with a batch's outcomes and its commit.
+func (q *Queries) ClaimLeasedJobs(ctx context.Context, arg ClaimLeasedJobsParams) ([]ClaimLeasedJobsRow, error) {
+	rows, err := q.db.Query(ctx, ClaimLeasedJobs,
+		arg.Queue,
+		arg.Max,
+		arg.WorkerID,
+		arg.LeaseMs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClaimLeasedJobsRow{}
+	for rows.Next() {
+		var i ClaimLeasedJobsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.GroupKey,
+			&i.Priority,
+			&i.Payload,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.FailBlocksGroup,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const CommitJobTransaction = `-- name: CommitJobTransaction :exec
 COMMIT
 `
@@ -142,6 +209,65 @@ func (q *Queries) CompleteJobs(ctx context.Context, arg CompleteJobsParams) (int
 	var recorded int32
 	err := row.Scan(&recorded)
 	return recorded, err
+}
+
+const ExpireLeases = `-- name: ExpireLeases :many
+SELECT e.id::bigint AS id FROM pgtask.expire_leases($1, $2::integer) AS e(id)
+`
+
+type ExpireLeasesParams struct {
+	Max      int32 `db:"max"`
+	WorkerID int32 `db:"worker_id"`
+}
+
+func (q *Queries) ExpireLeases(ctx context.Context, arg ExpireLeasesParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, ExpireLeases, arg.Max, arg.WorkerID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const ExtendLeases = `-- name: ExtendLeases :many
+SELECT e.id::bigint AS id FROM pgtask.extend_leases($1::bigint[], $2::integer[], $3::bigint) AS e(id)
+`
+
+type ExtendLeasesParams struct {
+	Ids      []int64 `db:"ids"`
+	Attempts []int32 `db:"attempts"`
+	LeaseMs  int64   `db:"lease_ms"`
+}
+
+func (q *Queries) ExtendLeases(ctx context.Context, arg ExtendLeasesParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, ExtendLeases, arg.Ids, arg.Attempts, arg.LeaseMs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const FailJob = `-- name: FailJob :one
@@ -356,6 +482,16 @@ SAVEPOINT pgtask_job
 // alone and the batch's other jobs commit.
 func (q *Queries) SavepointJob(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, SavepointJob)
+	return err
+}
+
+const SetTransactionIdleTimeout = `-- name: SetTransactionIdleTimeout :exec
+SELECT set_config('idle_in_transaction_session_timeout', $1, true)
+`
+
+// Bounds how long a lease-mode job's own transaction may sit idle.
+func (q *Queries) SetTransactionIdleTimeout(ctx context.Context, timeoutMspgCatalogint8 string) error {
+	_, err := q.db.Exec(ctx, SetTransactionIdleTimeout, timeoutMspgCatalogint8)
 	return err
 }
 

@@ -91,3 +91,23 @@ BEGIN ISOLATION LEVEL READ COMMITTED;
 
 -- name: CommitJobTransaction :exec
 COMMIT;
+
+-- name: ClaimLeasedJobs :many
+-- Claims up to @max runnable heads with a lease (see
+-- pgtask.claim_leased_jobs); sent with a batch's outcomes and its commit.
+SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
+       coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
+       c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
+       c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at
+  FROM pgtask.claim_leased_jobs(@queue, @max, @worker_id, @lease_ms::bigint)
+       AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at);
+
+-- name: ExtendLeases :many
+SELECT e.id::bigint AS id FROM pgtask.extend_leases(@ids::bigint[], @attempts::integer[], @lease_ms::bigint) AS e(id);
+
+-- name: ExpireLeases :many
+SELECT e.id::bigint AS id FROM pgtask.expire_leases(@max, @worker_id::integer) AS e(id);
+
+-- name: SetTransactionIdleTimeout :exec
+-- Bounds how long a lease-mode job's own transaction may sit idle.
+SELECT set_config('idle_in_transaction_session_timeout', @timeout_ms::bigint::text, true);

@@ -127,6 +127,12 @@ func TestGroupsRunOneAtATimeInEnqueueOrder(t *testing.T) {
 			Queues: map[string]runtime.QueueConfig{"fifo": {Concurrency: 5, BatchSize: batch}},
 		}, runtime.Registration{Kind: "seq", Handler: handler, Backoff: fastRetry})
 	}
+	// Lease-mode workers race with them over the same queue.
+	for range 2 {
+		startWorker(t, b.url, runtime.Config{
+			Queues: map[string]runtime.QueueConfig{"fifo": {Mode: runtime.ModeLease, Concurrency: 20}},
+		}, runtime.Registration{Kind: "seq", Handler: handler, Backoff: fastRetry})
+	}
 
 	// One producer, in order per group: some jobs singly, most in batches
 	// that mix groups.

@@ -25,12 +25,19 @@ type Job struct {
 
 	tx     pgx.Tx
 	result json.RawMessage
+	lease  *jobLease // nil in the held-transaction mode
 }
 
-// Tx is the transaction that holds the job's lock. What the handler writes
-// through it commits together with the job's success and is rolled back if
-// the handler fails, panics or times out. The worker commits it; calling
-// Commit or Rollback on it returns an error.
+// Tx is the job's transaction. What the handler writes through it commits
+// together with the job's success and is rolled back if the handler fails,
+// panics or times out. The worker commits it; calling Commit or Rollback on
+// it returns an error.
+//
+// In the held-transaction mode it is the transaction that holds the job's
+// lock, open for the whole attempt. In lease mode it begins on first use, on
+// a connection of the worker's pool held until the attempt ends, and the
+// success is recorded in it only if the attempt is still the job's current
+// one: a taken-over attempt's writes are rolled back.
 func (j *Job) Tx() pgx.Tx { return j.tx }
 
 // SetResult stores v, as JSON, as the job's result when the handler

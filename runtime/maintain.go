@@ -12,7 +12,8 @@ const maintainBatch = 1000
 
 // maintain periodically moves due scheduled jobs (delayed jobs and retries
 // waiting out their backoff) to their queue, requeues jobs whose worker's
-// session ended mid-attempt, and moves on groups whose finished head was left
+// session ended mid-attempt, takes over leased jobs whose lease ran out,
+// and moves on groups whose finished head was left
 // in place (an enqueue was in flight, or the worker died). Every worker does this; SKIP LOCKED keeps them
 // from getting in each other's way.
 func (w *Worker) maintain(ctx context.Context) {
@@ -56,6 +57,13 @@ func (w *Worker) maintainOnce(ctx context.Context, q *gen.Queries) error {
 	}
 	if len(rescued) > 0 {
 		w.log.Warn("pgtask: requeued jobs whose worker died mid-attempt", "jobs", rescued)
+	}
+	expired, err := q.ExpireLeases(ctx, gen.ExpireLeasesParams{Max: maintainBatch, WorkerID: w.id})
+	if err != nil {
+		return err
+	}
+	if len(expired) > 0 {
+		w.log.Warn("pgtask: took over jobs whose lease ran out while their worker lived", "jobs", expired)
 	}
 	if _, err := q.AdvanceFinishedGroups(ctx, maintainBatch); err != nil {
 		return err

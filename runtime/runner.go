@@ -81,7 +81,8 @@ type session struct {
 	r    *runner
 	conn *pgxpool.Conn
 	pid  uint32
-	// tx is the handle pgx returned for the connection's first transaction.
+	// tx is the handle pgx returned for the first transaction of this use of
+	// the connection.
 	// A pgx transaction handle is the connection and a savepoint counter,
 	// nothing more, so it serves each transaction the pipelines begin in
 	// turn; the runner never commits or rolls back through it.
@@ -158,13 +159,19 @@ func (s *session) start(ctx context.Context) (cycled, error) {
 	if err := s.conn.SendBatch(bctx, b).Close(); err != nil || len(next) == 0 {
 		return cycled{}, err
 	}
-	var err error
-	if s.tx, err = s.conn.BeginTx(bctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}); err != nil {
-		return cycled{}, fmt.Errorf("begin job transaction: %w", err)
-	}
+	// The job transaction's begin and its lock, in one round trip.
+	var held []int64
+	b = &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	b.Queue(gen.HoldJobs, ids(next), r.w.idleTimeout.Milliseconds()).Query(func(rows pgx.Rows) error {
+		var err error
+		held, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	})
+	br := s.conn.SendBatch(bctx, b)
+	s.tx = br.Tx()
 	s.open = true
-	held, err := gen.New(s.tx).HoldJobs(bctx, gen.HoldJobsParams{Ids: ids(next), IdleTimeoutMs: r.w.idleTimeout.Milliseconds()})
-	if err != nil {
+	if err := br.Close(); err != nil {
 		return cycled{}, fmt.Errorf("lock claimed jobs: %w", err)
 	}
 	return cycled{next: r.keepHeld(next, held)}, nil

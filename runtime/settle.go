@@ -27,6 +27,9 @@ type outcome struct {
 	retryNow bool
 	// shutdown: the worker's hard shutdown cut the attempt short.
 	shutdown bool
+	// settled: recorded already, in the handler's own transaction (lease
+	// mode), with its writes.
+	settled bool
 	// lost: the job's database session was gone when the handler returned,
 	// so whatever it did there was rolled back.
 	lost bool

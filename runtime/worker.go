@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -38,20 +39,52 @@ type Registration struct {
 	Timeout time.Duration
 	// Backoff spaces retries. Zero value: DefaultBackoff().
 	Backoff Backoff
+	// Mode is the mode the kind's handler needs (generated handlers set it
+	// from the task's tag), or empty for either. A queue whose mode is not
+	// configured takes its kinds' mode; Run fails when they disagree with
+	// each other or with the queue's configured mode.
+	Mode Mode
 }
+
+// Mode is how a worker runs a queue's jobs.
+type Mode string
+
+const (
+	// ModeHeld runs each job inside a transaction that holds the job's row
+	// lock for the whole attempt, on a connection of its own. The handler's
+	// writes commit with the success; a worker that dies lets its jobs go
+	// within about a second. Each running job holds a connection and keeps
+	// a transaction open, so jobs should be short. The default.
+	ModeHeld Mode = "held"
+	// ModeLease claims jobs with a lease (Config.Lease) that a heartbeat
+	// extends while the handler runs. Handlers hold no connection (unless
+	// they use Job.Tx), so thousands can run on a few connections, and jobs
+	// may run for hours and outlive a database restart. A worker that dies
+	// lets its jobs go at once; one that hangs, when their leases run out,
+	// and its late outcomes are then refused.
+	ModeLease Mode = "lease"
+)
 
 // QueueConfig says how a worker serves one queue.
 type QueueConfig struct {
-	// Concurrency is how many batches of the queue run at once; each holds
-	// one database connection while it runs. With BatchSize 1 it is how many
-	// jobs run at once. Default 10.
+	// Mode runs the queue's jobs in the held-transaction or the lease mode.
+	// Default: Config.Mode, else the mode the queue's registered kinds ask
+	// for, else ModeHeld.
+	Mode Mode
+	// Concurrency in the held-transaction mode is how many batches of the
+	// queue run at once; each holds one database connection while it runs.
+	// With BatchSize 1 it is how many jobs run at once. Default 10.
+	//
+	// In lease mode it is how many handlers run at once, on no connection
+	// of their own. Default 100.
 	Concurrency int
 	// BatchSize is how many jobs one claim takes: runnable heads, and behind
 	// a grouped head the run of its group's next queued jobs. A batch's jobs
 	// run one after another in one transaction, each rolled back alone if it
 	// fails, and commit together: far fewer round trips and commits for
 	// short jobs, at the price of a batch's jobs waiting for each other.
-	// Default 1.
+	// Default 1. Lease mode claims as many jobs as it has free handlers and
+	// ignores BatchSize.
 	BatchSize int
 }
 
@@ -76,6 +109,13 @@ type Config struct {
 	// worker gives up on it: it ends the job's database session, records the
 	// timeout and moves on. Default 5s.
 	AbandonGrace time.Duration
+	// Mode is the mode of queues that do not set one. Empty: each queue
+	// takes its kinds' mode, else ModeHeld.
+	Mode Mode
+	// Lease is how long a lease-mode claim answers for its job: the
+	// heartbeat extends it every third of it, and a job whose lease ran out
+	// is taken over by another worker. Default 30s.
+	Lease time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -84,8 +124,8 @@ func (c Config) withDefaults() Config {
 	}
 	queues := make(map[string]QueueConfig, len(c.Queues))
 	for name, q := range c.Queues {
-		if q.Concurrency <= 0 {
-			q.Concurrency = 10
+		if q.Mode == "" {
+			q.Mode = c.Mode
 		}
 		if q.BatchSize <= 0 {
 			q.BatchSize = 1
@@ -110,6 +150,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AbandonGrace <= 0 {
 		c.AbandonGrace = 5 * time.Second
+	}
+	if c.Lease <= 0 {
+		c.Lease = 30 * time.Second
 	}
 	return c
 }
@@ -151,9 +194,32 @@ type Worker struct {
 	id int32
 }
 
+// connections is how many pooled connections serving the queue takes: one
+// per runner in the held-transaction mode (a queue whose mode its kinds
+// decide is counted so), and in lease mode one for recording and claiming
+// and one for the heartbeat.
+func (qc QueueConfig) connections() int {
+	if qc.Mode == ModeLease {
+		return 2
+	}
+	return cmp.Or(max(qc.Concurrency, 0), 10)
+}
+
+// withConcurrency gives Concurrency its default for the queue's mode.
+func (qc QueueConfig) withConcurrency() QueueConfig {
+	if qc.Concurrency <= 0 {
+		qc.Concurrency = 10
+		if qc.Mode == ModeLease {
+			qc.Concurrency = 100
+		}
+	}
+	return qc
+}
+
 type queue struct {
 	name string
-	cfg  QueueConfig
+	// cfg has its mode and concurrency settled when Run starts.
+	cfg QueueConfig
 	// wake holds at most one pending wake-up; an idle runner takes it.
 	wake chan struct{}
 }
@@ -291,8 +357,11 @@ func newWorker(cfg Config) (*Worker, int, error) {
 		if err := checkName("queue", name, MaxQueueBytes); err != nil {
 			return nil, 0, fmt.Errorf("new worker: %w", err)
 		}
+		if qc.Mode != "" && qc.Mode != ModeHeld && qc.Mode != ModeLease {
+			return nil, 0, fmt.Errorf("new worker: queue %s: unknown mode %q (want %q or %q)", name, qc.Mode, ModeHeld, ModeLease)
+		}
 		w.queues[name] = &queue{name: name, cfg: qc, wake: make(chan struct{}, 1)}
-		need += qc.Concurrency
+		need += qc.connections()
 	}
 	return w, need, nil
 }
@@ -366,6 +435,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	})
 	defer stop()
 
+	if err := w.settleModes(); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
 	w.log.Info("pgtask worker starting", "queues", slices.Sorted(maps.Keys(w.queues)), "kinds", w.kinds())
 	for _, kind := range w.kinds() {
 		if reg := w.handler(kind); reg.Queue != "" && w.queues[reg.Queue] == nil {
@@ -382,6 +454,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	advancing, stopAdvancing := context.WithCancel(context.WithoutCancel(ctx))
 	wg.Go(func() { w.advanceBusyGroups(advancing) })
 	for _, q := range w.queues {
+		if q.cfg.Mode == ModeLease {
+			l := newLeaser(w, q)
+			runners.Go(func() { l.loop(ctx, hard) })
+			continue
+		}
 		for range q.cfg.Concurrency {
 			r := &runner{w: w, q: q}
 			runners.Go(func() { r.loop(ctx, hard) })
@@ -391,6 +468,38 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopAdvancing()
 	wg.Wait()
 	w.log.Info("pgtask worker stopped")
+	return nil
+}
+
+// settleModes gives each queue its mode, from its configuration or else
+// from the kinds registered for it, and its concurrency. A kind whose
+// handler needs another mode than its queue's is an error.
+func (w *Worker) settleModes() error {
+	for _, name := range slices.Sorted(maps.Keys(w.queues)) {
+		q := w.queues[name]
+		mode, from := q.cfg.Mode, "configured"
+		for _, kind := range w.kinds() {
+			reg := w.handler(kind)
+			if reg.Queue != name || reg.Mode == "" {
+				continue
+			}
+			if reg.Mode != ModeHeld && reg.Mode != ModeLease {
+				return fmt.Errorf("kind %s: unknown mode %q (want %q or %q)", kind, reg.Mode, ModeHeld, ModeLease)
+			}
+			switch {
+			case mode == "":
+				mode, from = reg.Mode, "kind "+kind
+			case mode != reg.Mode:
+				return fmt.Errorf("kind %s needs mode %s, but queue %s runs in mode %s (%s): "+
+					"serve the kinds of different modes from different queues, or set QueueConfig.Mode", kind, reg.Mode, name, mode, from)
+			}
+		}
+		if mode == "" {
+			mode = ModeHeld
+		}
+		q.cfg.Mode = mode
+		q.cfg = q.cfg.withConcurrency()
+	}
 	return nil
 }
 

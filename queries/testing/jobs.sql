@@ -52,3 +52,8 @@ TRUNCATE pgtask.jobs;
 -- name: ClaimJobsAsPreviousRelease :many
 -- The claim of workers of the previous release, which read whole rows.
 SELECT * FROM pgtask.claim_jobs(@queue, @max, @worker_id);
+
+-- name: ExpireLease :execrows
+-- Makes a leased job's lease run out now, as a hung worker's would.
+UPDATE pgtask.jobs SET lease_until = now() - interval '1 second'
+ WHERE id = @id AND status = 'started' AND lease_until IS NOT NULL;

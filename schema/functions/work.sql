@@ -1,4 +1,4 @@
--- revision: 5
+-- revision: 7
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -171,11 +171,20 @@ BEGIN
 END;
 $$;
 
+-- Counts, on each job, an outcome refused because its attempt was no longer
+-- the job's current one (see stale_outcomes in migration 0006).
+CREATE OR REPLACE FUNCTION pgtask.count_stale_outcomes(p_ids bigint[]) RETURNS void
+LANGUAGE sql AS $$
+    UPDATE pgtask.jobs SET stale_outcomes = stale_outcomes + 1 WHERE id = ANY (p_ids);
+$$;
+
 -- Records how a batch's attempts ended, in one statement, and moves their
 -- groups on. Each element of the arrays is one attempt: p_errors NULL for a
 -- success (p_results its result), else the failure's error entry, with
 -- p_retry_in_us the backoff before the next attempt, or below zero for none
 -- (see fail_job). Only jobs still in the started attempt the caller ran change.
+-- An outcome whose attempt is no longer the job's current one (a stale
+-- worker's, after another took the job over) is refused and counted.
 -- Groups are advanced without patience (the caller's transaction holds its
 -- jobs' locks), and with p_claiming (the caller claims next in the same
 -- transaction and wakes its own runners) a few send no wake-up; busy names those an enqueue kept from moving on, for the
@@ -188,17 +197,39 @@ DECLARE
     groups text[];
     f record;
     outcome pgtask.job_status;
+    head_group text;
+    done_ids bigint[];
 BEGIN
+    IF cardinality(p_ids) = 1 AND p_errors[1] IS NULL THEN
+        -- One success, as BatchSize 1 gives: plain statements whose plans
+        -- the session keeps.
+        UPDATE pgtask.jobs
+           SET status = 'succeeded', result = p_results[1], finished_at = clock_timestamp(),
+               is_head = (is_head AND group_key IS NOT NULL), owner_pid = NULL
+         WHERE id = p_ids[1] AND status = 'started' AND attempts = p_attempts[1]
+        RETURNING group_key INTO head_group;
+        recorded := CASE WHEN FOUND THEN 1 ELSE 0 END;
+        busy := '{}';
+        IF recorded = 0 THEN
+            PERFORM pgtask.count_stale_outcomes(p_ids);
+            RETURN;
+        END IF;
+        IF head_group IS NOT NULL AND NOT pgtask.advance_one_group(p_queue, head_group, NOT p_claiming) THEN
+            busy := ARRAY[head_group];
+        END IF;
+        RETURN;
+    END IF;
     WITH done AS (
         UPDATE pgtask.jobs j
            SET status = 'succeeded', result = d.result, finished_at = clock_timestamp(),
                is_head = (j.is_head AND j.group_key IS NOT NULL), owner_pid = NULL
           FROM unnest(p_ids, p_attempts, p_results, p_errors) AS d(id, attempt, result, error)
          WHERE d.error IS NULL AND j.id = d.id AND j.status = 'started' AND j.attempts = d.attempt
-        RETURNING j.group_key
+        RETURNING j.id, j.group_key
     )
-    SELECT count(*), coalesce(array_agg(group_key) FILTER (WHERE group_key IS NOT NULL), '{}')
-      INTO recorded, groups
+    SELECT count(*), coalesce(array_agg(group_key) FILTER (WHERE group_key IS NOT NULL), '{}'),
+           coalesce(array_agg(id), '{}')
+      INTO recorded, groups, done_ids
       FROM done;
     FOR f IN
         SELECT d.id, d.attempt, d.error, d.retry, j.group_key
@@ -209,11 +240,15 @@ BEGIN
     LOOP
         outcome := pgtask.fail_job(f.id, f.attempt, f.error, CASE WHEN f.retry >= 0 THEN f.retry END);
         CONTINUE WHEN outcome IS NULL;
+        done_ids := done_ids || f.id;
         recorded := recorded + 1;
         IF outcome = 'failed' AND f.group_key IS NOT NULL THEN
             groups := groups || f.group_key;
         END IF;
     END LOOP;
+    IF recorded < cardinality(p_ids) THEN
+        PERFORM pgtask.count_stale_outcomes(ARRAY(SELECT u FROM unnest(p_ids) u WHERE u <> ALL (done_ids)));
+    END IF;
     busy := '{}';
     SELECT coalesce(array_agg(DISTINCT k ORDER BY k), '{}') INTO groups FROM unnest(groups) k;
     IF cardinality(groups) <= 4 THEN
@@ -297,5 +332,89 @@ BEGIN
      WHERE status = 'started' AND owner_pid = p_owner_pid AND worker_id = p_worker;
     GET DIAGNOSTICS released = ROW_COUNT;
     RETURN released;
+END;
+$$;
+
+-- Lease mode. A worker claims jobs with a lease and runs their handlers
+-- without holding a connection; it records their outcomes in batches with
+-- settle_jobs, fenced by attempt like every outcome. Its heartbeat extends
+-- the leases of the jobs it runs (extend_leases). A job whose worker died is
+-- rescued at once, since its worker lock is gone (rescue_orphans: a leased
+-- job has no owner session); one whose lease ran out while its worker lives
+-- (hung, or cut off from the database) is taken over by another worker
+-- (expire_leases), and the late outcome of the stale attempt is refused.
+
+-- Claims up to p_max runnable heads of a queue, by priority then id, with a
+-- lease of p_lease_ms: their attempt is counted and committed before any
+-- handler runs. Only heads: a group's next job becomes claimable when its
+-- head's success is recorded, so FIFO holds as in the held mode.
+CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint)
+RETURNS TABLE (
+    id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
+    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz
+)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM pgtask.require_read_committed('claiming jobs');
+    RETURN QUERY
+        WITH picked AS (
+            SELECT id FROM pgtask.jobs
+             WHERE queue = p_queue AND status = 'queued' AND is_head
+             ORDER BY priority, id
+             LIMIT p_max
+               FOR UPDATE SKIP LOCKED
+        ), claimed AS (
+            UPDATE pgtask.jobs j
+               SET status = 'started', attempts = j.attempts + 1, started_at = clock_timestamp(),
+                   owner_pid = NULL, worker_id = p_worker,
+                   lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond'
+              FROM picked WHERE j.id = picked.id
+            RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
+                      j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at
+        )
+        SELECT * FROM claimed ORDER BY claimed.priority, claimed.id;
+END;
+$$;
+
+-- Extends to p_lease_ms from now the leases of running attempts (p_ids with
+-- their p_attempts) and returns the ids it extended; an attempt left out was
+-- taken over or settled, and its handler should stop.
+CREATE OR REPLACE FUNCTION pgtask.extend_leases(p_ids bigint[], p_attempts integer[], p_lease_ms bigint) RETURNS SETOF bigint
+LANGUAGE sql AS $$
+    UPDATE pgtask.jobs j
+       SET lease_until = greatest(j.lease_until, clock_timestamp() + p_lease_ms * interval '1 millisecond')
+      FROM unnest(p_ids, p_attempts) AS d(id, attempt)
+     WHERE j.id = d.id AND j.status = 'started' AND j.attempts = d.attempt AND j.lease_until IS NOT NULL
+    RETURNING j.id;
+$$;
+
+-- Takes over leased jobs whose lease ran out while their worker lives: each
+-- attempt is recorded as failed and retried at once (its group keeps its
+-- place), and a last attempt fails for good and moves its group on. The
+-- caller's own jobs (p_worker) are never its to take: it knows they run.
+-- Returns the ids it took over.
+CREATE OR REPLACE FUNCTION pgtask.expire_leases(p_limit integer, p_worker integer) RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    o record;
+BEGIN
+    FOR o IN
+        SELECT j.id, j.attempts, j.queue, j.group_key, j.worker_id, j.lease_until
+          FROM pgtask.jobs j
+         WHERE j.status = 'started' AND j.lease_until < clock_timestamp()
+           AND j.worker_id IS DISTINCT FROM p_worker
+         ORDER BY j.id
+         LIMIT p_limit
+           FOR UPDATE OF j SKIP LOCKED
+    LOOP
+        IF pgtask.fail_job(o.id, o.attempts, jsonb_build_object(
+               'attempt', o.attempts,
+               'error', format('lease expired at %s: worker %s stopped answering for the job; taken over', o.lease_until, o.worker_id)),
+               0) = 'failed' AND o.group_key IS NOT NULL THEN
+            PERFORM pgtask.advance_group(o.queue, o.group_key);
+        END IF;
+        RETURN NEXT o.id;
+    END LOOP;
 END;
 $$;

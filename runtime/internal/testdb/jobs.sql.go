@@ -33,7 +33,7 @@ func (q *Queries) BackendExists(ctx context.Context, pid int32) (bool, error) {
 }
 
 const claimJobsAsPreviousRelease = `-- name: ClaimJobsAsPreviousRelease :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id FROM pgtask.claim_jobs($1, $2, $3)
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, lease_until, stale_outcomes FROM pgtask.claim_jobs($1, $2, $3)
 `
 
 type ClaimJobsAsPreviousReleaseParams struct {
@@ -73,6 +73,8 @@ func (q *Queries) ClaimJobsAsPreviousRelease(ctx context.Context, arg ClaimJobsA
 			&i.FinishedAt,
 			&i.OwnerPid,
 			&i.WorkerID,
+			&i.LeaseUntil,
+			&i.StaleOutcomes,
 		); err != nil {
 			return nil, err
 		}
@@ -158,6 +160,20 @@ func (q *Queries) DeleteJob(ctx context.Context, id int64) (int64, error) {
 	return result.RowsAffected(), nil
 }
 
+const expireLease = `-- name: ExpireLease :execrows
+UPDATE pgtask.jobs SET lease_until = now() - interval '1 second'
+ WHERE id = $1 AND status = 'started' AND lease_until IS NOT NULL
+`
+
+// Makes a leased job's lease run out now, as a hung worker's would.
+func (q *Queries) ExpireLease(ctx context.Context, id int64) (int64, error) {
+	result, err := q.db.Exec(ctx, expireLease, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const getGroup = `-- name: GetGroup :one
 SELECT id, queue, group_key, head_id, created_at FROM pgtask.queue_groups WHERE queue = $1 AND group_key = $2
 `
@@ -182,7 +198,7 @@ func (q *Queries) GetGroup(ctx context.Context, arg GetGroupParams) (PgtaskQueue
 
 const getJob = `-- name: GetJob :one
 
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id FROM pgtask.jobs WHERE id = $1
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, lease_until, stale_outcomes FROM pgtask.jobs WHERE id = $1
 `
 
 // Queries runtime's tests read the database with. The runtime never runs
@@ -212,12 +228,14 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 		&i.FinishedAt,
 		&i.OwnerPid,
 		&i.WorkerID,
+		&i.LeaseUntil,
+		&i.StaleOutcomes,
 	)
 	return i, err
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id FROM pgtask.jobs WHERE queue = $1 ORDER BY id
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, lease_until, stale_outcomes FROM pgtask.jobs WHERE queue = $1 ORDER BY id
 `
 
 // A queue's jobs in id order.
@@ -251,6 +269,8 @@ func (q *Queries) ListJobs(ctx context.Context, queue string) ([]PgtaskJob, erro
 			&i.FinishedAt,
 			&i.OwnerPid,
 			&i.WorkerID,
+			&i.LeaseUntil,
+			&i.StaleOutcomes,
 		); err != nil {
 			return nil, err
 		}

@@ -104,6 +104,8 @@ type PgtaskJob struct {
 	FinishedAt      *time.Time
 	OwnerPid        pgtype.Int4
 	WorkerID        pgtype.Int4
+	LeaseUntil      *time.Time
+	StaleOutcomes   int32
 }
 
 type PgtaskQueueGroup struct {

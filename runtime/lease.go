@@ -1,0 +1,346 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtask/pgtask/gen"
+)
+
+// ErrLeaseLost is returned by Job.Extend when the job's attempt is no
+// longer this worker's: its lease ran out and another worker took it over,
+// or it was settled. The handler should stop; its outcome will be refused.
+var ErrLeaseLost = errors.New("pgtask: the job's lease was lost to a takeover")
+
+// maxLeaseClaim bounds how many jobs one lease-mode claim takes.
+const maxLeaseClaim = 1000
+
+// A leaser serves one queue in lease mode. One loop claims jobs with a lease
+// into free handler slots and records finished attempts, both in one round
+// trip per turn: the outcomes gathered while the previous turn was in
+// flight, the next claim, and their commit. Handlers run on goroutines of
+// their own and hold no connection, so Concurrency is not bounded by the
+// pool; a heartbeat extends the leases of the jobs that run.
+type leaser struct {
+	w *Worker
+	q *queue
+	// done receives each finished attempt.
+	done chan outcome
+
+	mu      sync.Mutex
+	running map[int64]*leasedJob
+}
+
+// leasedJob is a running attempt: the heartbeat extends its lease, and
+// cancels it once the lease is lost.
+type leasedJob struct {
+	attempt int32
+	cancel  context.CancelFunc
+}
+
+func newLeaser(w *Worker, q *queue) *leaser {
+	return &leaser{w: w, q: q, done: make(chan outcome, q.cfg.Concurrency), running: map[int64]*leasedJob{}}
+}
+
+func (l *leaser) loop(ctx, hard context.Context) {
+	var heartbeat sync.WaitGroup
+	beat, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
+	heartbeat.Go(func() { l.heartbeat(beat) })
+	defer func() { stopBeat(); heartbeat.Wait() }()
+
+	var (
+		pending  []outcome
+		inFlight int
+		// more: the last claim was full, or a wake-up came; claim again.
+		more  = true
+		delay retryDelay
+	)
+	take := func(o outcome) {
+		inFlight--
+		pending = append(pending, o)
+	}
+	for {
+		claiming := ctx.Err() == nil
+		if ctx.Err() != nil && inFlight == 0 && len(pending) == 0 {
+			return
+		}
+		free := min(l.q.cfg.Concurrency-inFlight, maxLeaseClaim)
+		if len(pending) > 0 || (claiming && more && free > 0) {
+			want := 0
+			if claiming {
+				want = free
+			}
+			next, err := l.turn(ctx, pending, want)
+			if err != nil && hard.Err() != nil && inFlight == 0 {
+				l.w.log.Error("pgtask: could not record outcomes before shutting down; their jobs are taken over when their leases run out",
+					"queue", l.q.name, "outcomes", len(pending), "error", err)
+				return
+			}
+			if err != nil {
+				wait := delay.next()
+				l.w.log.Warn("pgtask: recording outcomes or claiming failed; retrying", "queue", l.q.name, "error", err, "retry_in", wait)
+				// Handlers go on meanwhile; their outcomes wait here.
+				l.gather(hard, wait, take)
+				continue
+			}
+			delay.reset()
+			for _, o := range pending {
+				o.log(l.w)
+			}
+			pending = pending[:0]
+			more = want > 0 && len(next) == want
+			if more {
+				l.q.signal()
+			}
+			for _, row := range next {
+				inFlight++
+				l.start(hard, row)
+			}
+			// Outcomes that came in during the round trip go in the next.
+			l.collect(take)
+			if len(pending) > 0 || more {
+				continue
+			}
+		}
+		// Nothing to record and nothing to claim: wait for a handler, a
+		// wake-up, the poll, or shutdown.
+		poll := time.NewTimer(jitter(l.w.cfg.PollInterval))
+		select {
+		case o := <-l.done:
+			take(o)
+			l.collect(take)
+		case <-l.q.wake:
+			more = true
+		case <-poll.C:
+			more = true
+		case <-ctx.Done():
+		}
+		poll.Stop()
+	}
+}
+
+// collect takes the outcomes that are ready, without waiting.
+func (l *leaser) collect(take func(outcome)) {
+	for {
+		select {
+		case o := <-l.done:
+			take(o)
+		default:
+			return
+		}
+	}
+}
+
+// gather takes outcomes for d (a backoff after a failed turn).
+func (l *leaser) gather(hard context.Context, d time.Duration, take func(outcome)) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case o := <-l.done:
+			take(o)
+		case <-t.C:
+			return
+		case <-hard.Done():
+			return
+		}
+	}
+}
+
+// turn records outcomes and claims up to want jobs with a lease, in one
+// transaction sent in one round trip.
+func (l *leaser) turn(ctx context.Context, outs []outcome, want int) ([]gen.ClaimJobsRow, error) {
+	var next []gen.ClaimJobsRow
+	b := &pgx.Batch{}
+	b.Queue(gen.BeginJobTransaction)
+	var unsettled []outcome
+	for _, o := range outs {
+		if !o.settled {
+			unsettled = append(unsettled, o)
+		}
+	}
+	if len(unsettled) > 0 {
+		p := settlement(l.q.name, unsettled, want > 0)
+		b.Queue(gen.SettleJobs, p.Queue, p.Ids, p.Attempts, p.Results, p.Errors, p.RetryInUs, p.Claiming).QueryRow(func(row pgx.Row) error {
+			var res gen.SettleJobsRow
+			if err := row.Scan(&res.Recorded, &res.Busy); err != nil {
+				return fmt.Errorf("record outcomes: %w", err)
+			}
+			if refused := len(p.Ids) - int(res.Recorded); refused > 0 {
+				l.w.log.Warn("pgtask: refused the outcomes of attempts that were taken over", "queue", l.q.name, "refused", refused)
+			}
+			if len(res.Busy) > 0 {
+				l.w.advanceLater(l.q.name, res.Busy)
+			}
+			return nil
+		})
+	}
+	if want > 0 {
+		b.Queue(gen.ClaimLeasedJobs, l.q.name, int32(want), l.w.id, l.w.cfg.Lease.Milliseconds()).Query(func(rows pgx.Rows) error {
+			var err error
+			next, err = pgx.CollectRows(rows, pgx.RowToStructByName[gen.ClaimJobsRow])
+			if err != nil {
+				return fmt.Errorf("claim jobs: %w", err)
+			}
+			return nil
+		})
+	}
+	b.Queue(gen.CommitJobTransaction)
+	bctx, cancel := bookCtx(ctx)
+	defer cancel()
+	if err := l.w.pool.SendBatch(bctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return next, nil
+}
+
+// start runs a claimed job's handler on a goroutine of its own.
+func (l *leaser) start(hard context.Context, row gen.ClaimJobsRow) {
+	jctx, cancel := context.WithCancel(hard)
+	l.mu.Lock()
+	l.running[row.ID] = &leasedJob{attempt: row.Attempts, cancel: cancel}
+	l.mu.Unlock()
+	go func() {
+		o := l.execute(jctx, row)
+		cancel()
+		l.mu.Lock()
+		delete(l.running, row.ID)
+		l.mu.Unlock()
+		o.shutdown = hard.Err() != nil
+		l.done <- o
+	}()
+}
+
+// execute runs one leased job. When the handler used the job's
+// transaction, a success is recorded in it, fenced by attempt, and commits
+// with the handler's writes (or, refused, is rolled back with them).
+func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow) outcome {
+	w := l.w
+	job := newJob(row)
+	job.lease = &jobLease{w: w, id: row.ID, attempt: row.Attempts}
+	ltx := &lazyTx{w: w}
+	job.tx = ltx
+	o := outcome{row: row, reg: w.handler(row.Kind), start: time.Now()}
+	if o.reg == nil {
+		o.err = fmt.Errorf("no handler for kind %q in this worker (it handles %v)", row.Kind, w.kinds())
+		return o
+	}
+	var abandoned <-chan error
+	o.err, abandoned = w.call(ctx, o.reg, job)
+	if abandoned != nil {
+		// The handler may still use its transaction: it is never committed,
+		// and is rolled back when the handler returns, if ever.
+		w.log.Error("pgtask: abandoning a handler that ignores its context", "job_id", row.ID, "kind", row.Kind, "error", o.err)
+		go func() {
+			<-abandoned
+			ltx.end(context.Background(), false) //nolint:errcheck // nothing is kept
+		}()
+		return o
+	}
+	if o.err == nil {
+		o.result = job.result
+	}
+	if !ltx.begun() {
+		return o
+	}
+	bctx, cancel := bookCtx(ctx)
+	defer cancel()
+	if o.err != nil {
+		if err := ltx.end(bctx, false); err != nil {
+			w.log.Warn("pgtask: rolling back a failed job's transaction failed", "job_id", row.ID, "error", err)
+		}
+		return o
+	}
+	recorded, err := ltx.settle(bctx, settlement(l.q.name, []outcome{o}, false))
+	switch {
+	case err != nil:
+		o.result = nil
+		o.err = fmt.Errorf("recording the success with the job's writes failed, so they were rolled back: %w", err)
+		o.retryNow = !refusal(err)
+	case !recorded:
+		// Refused: the attempt was taken over. The batch records nothing
+		// for it either, and counts the refusal.
+	default:
+		o.settled = true
+	}
+	return o
+}
+
+// heartbeat extends the leases of the running jobs every third of the lease,
+// and cancels those whose lease was lost.
+func (l *leaser) heartbeat(ctx context.Context) {
+	t := time.NewTicker(l.w.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		var p gen.ExtendLeasesParams
+		for id, j := range l.running {
+			p.Ids = append(p.Ids, id)
+			p.Attempts = append(p.Attempts, j.attempt)
+		}
+		l.mu.Unlock()
+		if len(p.Ids) == 0 {
+			continue
+		}
+		p.LeaseMs = l.w.cfg.Lease.Milliseconds()
+		bctx, cancel := bookCtx(ctx)
+		kept, err := gen.New(l.w.pool).ExtendLeases(bctx, p)
+		cancel()
+		if err != nil {
+			l.w.log.Warn("pgtask: extending leases failed; will retry", "queue", l.q.name, "jobs", len(p.Ids), "error", err)
+			continue
+		}
+		if len(kept) == len(p.Ids) {
+			continue
+		}
+		keep := map[int64]bool{}
+		for _, id := range kept {
+			keep[id] = true
+		}
+		l.mu.Lock()
+		for _, id := range p.Ids {
+			if j := l.running[id]; j != nil && !keep[id] {
+				l.w.log.Warn("pgtask: a job's lease was lost to a takeover; cancelling its handler", "job_id", id, "attempt", j.attempt)
+				j.cancel()
+			}
+		}
+		l.mu.Unlock()
+	}
+}
+
+// jobLease is what Job.Extend needs of a leased attempt.
+type jobLease struct {
+	w       *Worker
+	id      int64
+	attempt int32
+}
+
+// Extend asks for the job's lease to run at least d from now. In the
+// held-transaction mode there is no lease (the job's transaction answers
+// for it) and Extend does nothing. It returns ErrLeaseLost when the
+// attempt was taken over.
+func (j *Job) Extend(ctx context.Context, d time.Duration) error {
+	if j.lease == nil {
+		return nil
+	}
+	kept, err := gen.New(j.lease.w.pool).ExtendLeases(ctx, gen.ExtendLeasesParams{
+		Ids: []int64{j.lease.id}, Attempts: []int32{j.lease.attempt}, LeaseMs: d.Milliseconds(),
+	})
+	if err != nil {
+		return fmt.Errorf("job %d: extend lease: %w", j.ID, err)
+	}
+	if len(kept) == 0 {
+		return fmt.Errorf("job %d attempt %d: %w", j.ID, j.lease.attempt, ErrLeaseLost)
+	}
+	return nil
+}

@@ -1,0 +1,181 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
+)
+
+func leaseConfig(concurrency int) runtime.Config {
+	return runtime.Config{Queues: map[string]runtime.QueueConfig{
+		runtime.DefaultQueue: {Mode: runtime.ModeLease, Concurrency: concurrency},
+	}}
+}
+
+// A lease-mode worker hangs in a handler (as a SIGSTOPped process would)
+// and its lease runs out: another worker takes the job over and runs it
+// again. When the hung handler comes back, its success is refused and
+// counted, its writes through Job.Tx roll back, and Extend says the lease
+// is gone.
+func TestLeaseTakeoverRefusesTheStaleOutcome(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	release := make(chan struct{})
+	running := make(chan struct{}, 1)
+	extended := make(chan error, 1)
+	hung := runtime.Registration{Kind: "hangs", Handler: func(ctx context.Context, job *runtime.Job) error {
+		if job.Attempt > 1 {
+			return job.SetResult("second attempt")
+		}
+		running <- struct{}{}
+		<-release
+		extended <- job.Extend(ctx, time.Hour)
+		if _, err := runtime.Enqueue(ctx, job.Tx(), runtime.EnqueueRequest{Kind: "marker", Payload: []byte(`{}`)}); err != nil {
+			return err
+		}
+		return job.SetResult("stale attempt")
+	}}
+	marker := runtime.Registration{Kind: "marker", Handler: func(context.Context, *runtime.Job) error { return nil }}
+
+	cfg := leaseConfig(4)
+	cfg.Lease = time.Hour // only the test makes it run out
+	startWorker(t, b.url, cfg, hung, marker)
+	id := enqueue(t, b.pool, "hangs", map[string]int{})
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job did not start")
+	}
+	if n, err := b.q.ExpireLease(ctx, int64(id)); err != nil || n != 1 {
+		t.Fatalf("expire the lease: %d rows, %v", n, err)
+	}
+	// Another worker's maintenance takes it over and runs it again.
+	startWorker(t, b.url, cfg, hung, marker)
+	j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	if e := errorsOf(t, j); j.Attempts != 2 || len(e) != 1 || !strings.Contains(e[0].Error, "lease expired") {
+		t.Fatalf("attempts=%d errors=%s", j.Attempts, j.Errors)
+	}
+
+	close(release)
+	if err := <-extended; !errors.Is(err, runtime.ErrLeaseLost) {
+		t.Fatalf("Extend after the takeover: %v, want ErrLeaseLost", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		j = b.job(t, id)
+		if j.StaleOutcomes > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stale attempt's outcome was not counted as refused")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if string(j.Result) != `"second attempt"` || j.Attempts != 2 || j.StaleOutcomes != 1 {
+		t.Fatalf("after the stale outcome: result %s, attempts %d, refused %d", j.Result, j.Attempts, j.StaleOutcomes)
+	}
+	jobs, err := b.q.ListJobs(ctx, runtime.DefaultQueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range jobs {
+		if other.Kind == "marker" {
+			t.Fatalf("the stale attempt's write through Job.Tx committed: job %d", other.ID)
+		}
+	}
+}
+
+// In lease mode Job.Tx begins on first use; a success commits with the
+// handler's writes, a failure rolls them back.
+func TestLeaseJobTxCommitsWithTheOutcome(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	write := func(fail bool) runtime.Handler {
+		return func(ctx context.Context, job *runtime.Job) error {
+			if _, err := runtime.Enqueue(ctx, job.Tx(), runtime.EnqueueRequest{Kind: "marker", Payload: []byte(`{}`)}); err != nil {
+				return err
+			}
+			if fail {
+				return runtime.NoRetry(errors.New("fails after writing"))
+			}
+			return job.SetResult("wrote")
+		}
+	}
+	startWorker(t, b.url, leaseConfig(4),
+		runtime.Registration{Kind: "writes", Handler: write(false)},
+		runtime.Registration{Kind: "writes-then-fails", Handler: write(true)},
+		runtime.Registration{Kind: "marker", Handler: func(context.Context, *runtime.Job) error { return nil }})
+	ok := enqueue(t, b.pool, "writes", map[string]int{}, runtime.WithGroup("g"))
+	bad := enqueue(t, b.pool, "writes-then-fails", map[string]int{})
+	if j := b.waitStatus(t, ok, 10*time.Second, testdb.PgtaskJobStatusSucceeded); string(j.Result) != `"wrote"` {
+		t.Fatalf("result %s", j.Result)
+	}
+	b.waitStatus(t, bad, 10*time.Second, testdb.PgtaskJobStatusFailed)
+	waitGroupGone(t, b, runtime.DefaultQueue, "g")
+	var markers int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		jobs, err := b.q.ListJobs(ctx, runtime.DefaultQueue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		markers = 0
+		for _, j := range jobs {
+			if j.Kind == "marker" {
+				markers++
+			}
+		}
+		if markers > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if markers != 1 {
+		t.Fatalf("%d marker jobs, want the succeeded job's one only", markers)
+	}
+}
+
+// Lease-mode handlers hold no connection: many more run at once than the
+// worker's pool has connections.
+func TestLeaseConcurrencyIsNotBoundByThePool(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const jobs, concurrency = 600, 300
+	var active, peak atomic.Int32
+	w := startWorker(t, b.url, leaseConfig(concurrency), runtime.Registration{Kind: "io", Handler: func(ctx context.Context, job *runtime.Job) error {
+		n := active.Add(1)
+		defer active.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+		return nil
+	}})
+	reqs := make([]runtime.EnqueueRequest, jobs)
+	for i := range reqs {
+		reqs[i] = runtime.EnqueueRequest{Kind: "io", Payload: []byte(`{}`)}
+	}
+	if _, err := runtime.EnqueueMany(context.Background(), b.pool, reqs); err != nil {
+		t.Fatal(err)
+	}
+	done := b.waitQueueDone(t, runtime.DefaultQueue, 30*time.Second)
+	for _, j := range done {
+		if j.Status != testdb.PgtaskJobStatusSucceeded {
+			t.Fatalf("job %d is %s: %s", j.ID, j.Status, j.Errors)
+		}
+	}
+	conns := w.Pool().Stat().MaxConns()
+	if p := peak.Load(); p < concurrency/2 || int32(conns) > 4 {
+		t.Fatalf("%d handlers at once on a pool of %d connections; want at least %d on at most 4", p, conns, concurrency/2)
+	}
+	t.Logf("%d handlers at once on a pool of %d connections", peak.Load(), conns)
+}
