@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -178,4 +180,43 @@ func TestLeaseConcurrencyIsNotBoundByThePool(t *testing.T) {
 		t.Fatalf("%d handlers at once on a pool of %d connections; want at least %d on at most 4", p, conns, concurrency/2)
 	}
 	t.Logf("%d handlers at once on a pool of %d connections", peak.Load(), conns)
+}
+
+// A queue whose mode is not configured takes the mode its kinds ask for
+// (generated handlers set it from the task tag's mode option); a kind that
+// asks for another mode than its queue's configured one stops Run at start.
+func TestQueueModeFollowsItsKinds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
+		Kind: "leased", Queue: runtime.DefaultQueue, Mode: runtime.ModeLease,
+		Handler: func(context.Context, *runtime.Job) error { return nil },
+	})
+	id := enqueue(t, b.pool, "leased", map[string]int{})
+	if j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded); j.LeaseUntil == nil {
+		t.Fatal("the job ran without a lease: the queue was not served in lease mode")
+	}
+
+	pc, err := pgxpool.ParseConfig(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := runtime.NewWorker(context.Background(), pc, runtime.Config{
+		Logger: testLogger(t),
+		Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: runtime.ModeHeld}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Register(runtime.Registration{Kind: "leased", Queue: runtime.DefaultQueue, Mode: runtime.ModeLease,
+		Handler: func(context.Context, *runtime.Job) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = w.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "kind leased needs mode lease, but queue default runs in mode held") {
+		t.Fatalf("Run: %v", err)
+	}
 }

@@ -15,6 +15,7 @@ type Spec[T any] struct {
 	Defaults runtime.EnqueueOptions // queue, priority, attempts, group policy
 	Timeout  time.Duration          // zero: the worker's default
 	Backoff  runtime.Backoff
+	Mode     runtime.Mode // empty: either
 	// GroupField names the group key field (for messages); GroupKey reads it.
 	// Both are empty for ungrouped tasks.
 	GroupField string
@@ -98,7 +99,7 @@ func (s *Spec[T]) registration(h runtime.Handler) runtime.Registration {
 	if queue == "" {
 		queue = runtime.DefaultQueue
 	}
-	return runtime.Registration{Kind: s.Kind, Queue: queue, Handler: h, Timeout: s.Timeout, Backoff: s.Backoff}
+	return runtime.Registration{Kind: s.Kind, Queue: queue, Handler: h, Timeout: s.Timeout, Backoff: s.Backoff, Mode: s.Mode}
 }
 
 // Handle registers fn as the handler of spec's task on w.

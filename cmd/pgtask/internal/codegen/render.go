@@ -76,6 +76,12 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	if s.Timeout != 0 {
 		fields = append(fields, field("Timeout", duration(s.Timeout)))
 	}
+	switch s.Mode {
+	case "held":
+		fields = append(fields, field("Mode", rt("ModeHeld")))
+	case "lease":
+		fields = append(fields, field("Mode", rt("ModeLease")))
+	}
 	if s.BackoffMin != 0 {
 		backoff := []jen.Code{field("Min", duration(s.BackoffMin))}
 		if s.BackoffMax != 0 {

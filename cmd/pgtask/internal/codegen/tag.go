@@ -23,6 +23,7 @@ type settings struct {
 	BackoffMin      time.Duration
 	BackoffMax      time.Duration
 	FailBlocksGroup bool
+	Mode            string // "held", "lease", or empty for either
 }
 
 var validKind = regexp.MustCompile(`^[a-zA-Z0-9_.:/-]+$`)
@@ -71,7 +72,7 @@ func parseTaskTag(tag, typeName string) (settings, error) {
 }
 
 // options lists the tag's options for the "unknown option" message.
-const options = "queue, max_attempts, priority, timeout, backoff, on_fail"
+const options = "queue, max_attempts, priority, timeout, backoff, on_fail, mode"
 
 func (s *settings) set(key, value string) error {
 	switch key {
@@ -127,6 +128,13 @@ func (s *settings) set(key, value string) error {
 			s.FailBlocksGroup = true
 		default:
 			return fmt.Errorf("want skip (the group moves on) or block (the group waits for an operator)")
+		}
+	case "mode":
+		switch runtime.Mode(value) {
+		case runtime.ModeHeld, runtime.ModeLease:
+			s.Mode = value
+		default:
+			return fmt.Errorf("want held (each job in a transaction that holds its lock) or lease (handlers without a connection, under a lease)")
 		}
 	default:
 		return fmt.Errorf("unknown option (known: %s)", options)

@@ -49,3 +49,7 @@ type LongKind struct {
 type LongQueue struct {
 	runtime.Task `task:"j,queue=qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq"`
 }
+
+type BadMode struct {
+	runtime.Task `task:"k,mode=async"`
+}

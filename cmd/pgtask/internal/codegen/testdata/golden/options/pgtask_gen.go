@@ -21,6 +21,7 @@ var chargeSpec = &taskspec.Spec[Charge]{
 		MaxAttempts: 1,
 	},
 	Timeout:    90 * time.Second,
+	Mode:       runtime.ModeHeld,
 	Backoff:    runtime.Backoff{Min: 3 * time.Second},
 	GroupField: "Account",
 	GroupKey: func(t Charge) string {
@@ -100,6 +101,7 @@ var rebalanceSpec = &taskspec.Spec[Rebalance]{
 		Priority: 7,
 	},
 	Timeout:    1500 * time.Millisecond,
+	Mode:       runtime.ModeLease,
 	GroupField: "Region",
 	GroupKey: func(t Rebalance) string {
 		return t.Region.String()

@@ -21,13 +21,13 @@ type HTTPRequest struct {
 }
 
 type Charge struct {
-	runtime.Task `task:"billing.charge,max_attempts=1,on_fail=skip,backoff=3s,timeout=90s"`
+	runtime.Task `task:"billing.charge,max_attempts=1,on_fail=skip,backoff=3s,timeout=90s,mode=held"`
 	Account      AccountID `json:"account" task:"group"`
 	Cents        int64     `json:"cents" validate:"gt=0"`
 }
 
 type Rebalance struct {
-	runtime.Task `task:"rebalance,priority=7,timeout=1500ms"`
+	runtime.Task `task:"rebalance,priority=7,timeout=1500ms,mode=lease"`
 	Region       Region `json:"region" task:"group"`
 }
 
