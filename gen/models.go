@@ -111,6 +111,7 @@ type PgtaskJob struct {
 	FinishedAt      *time.Time      `db:"finished_at"`
 	OwnerPid        pgtype.Int4     `db:"owner_pid"`
 	WorkerID        pgtype.Int4     `db:"worker_id"`
+	ClaimToken      pgtype.Int8     `db:"claim_token"`
 	LeaseUntil      *time.Time      `db:"lease_until"`
 	StaleOutcomes   int32           `db:"stale_outcomes"`
 }

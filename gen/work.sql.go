@@ -59,14 +59,18 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at
-  FROM pgtask.claim_jobs_v2($1, $2, $3)
+  FROM pgtask.claim_jobs_v3($1, $2, $3, $4::smallint, $5::bigint,
+                            $6::bigint)
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at)
 `
 
 type ClaimJobsParams struct {
-	Queue    string `db:"queue"`
-	Max      int32  `db:"max"`
-	WorkerID int32  `db:"worker_id"`
+	Queue         string      `db:"queue"`
+	Max           int32       `db:"max"`
+	WorkerID      int32       `db:"worker_id"`
+	AfterPriority pgtype.Int2 `db:"after_priority"`
+	AfterID       pgtype.Int8 `db:"after_id"`
+	Token         pgtype.Int8 `db:"token"`
 }
 
 type ClaimJobsRow struct {
@@ -83,12 +87,20 @@ type ClaimJobsRow struct {
 }
 
 // Claims up to @max jobs of a queue and counts their attempt (see
-// pgtask.claim_jobs). Run on its own, the statement commits before any
+// pgtask.claim_jobs_v3; the cursor is the last head the worker claimed, or
+// NULL). Run on its own, the statement commits before any
 // handler runs; run at the end of a job transaction, that transaction's
 // commit does. owner_pid names this session: the job transaction that
 // follows runs on the same connection.
 func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJobsRow, error) {
-	rows, err := q.db.Query(ctx, ClaimJobs, arg.Queue, arg.Max, arg.WorkerID)
+	rows, err := q.db.Query(ctx, ClaimJobs,
+		arg.Queue,
+		arg.Max,
+		arg.WorkerID,
+		arg.AfterPriority,
+		arg.AfterID,
+		arg.Token,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -123,15 +135,18 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at
-  FROM pgtask.claim_leased_jobs($1, $2, $3, $4::bigint)
+  FROM pgtask.claim_leased_jobs($1, $2, $3, $4::bigint,
+                                $5::smallint, $6::bigint)
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at)
 `
 
 type ClaimLeasedJobsParams struct {
-	Queue    string `db:"queue"`
-	Max      int32  `db:"max"`
-	WorkerID int32  `db:"worker_id"`
-	LeaseMs  int64  `db:"lease_ms"`
+	Queue         string      `db:"queue"`
+	Max           int32       `db:"max"`
+	WorkerID      int32       `db:"worker_id"`
+	LeaseMs       int64       `db:"lease_ms"`
+	AfterPriority pgtype.Int2 `db:"after_priority"`
+	AfterID       pgtype.Int8 `db:"after_id"`
 }
 
 type ClaimLeasedJobsRow struct {
@@ -155,6 +170,8 @@ func (q *Queries) ClaimLeasedJobs(ctx context.Context, arg ClaimLeasedJobsParams
 		arg.Max,
 		arg.WorkerID,
 		arg.LeaseMs,
+		arg.AfterPriority,
+		arg.AfterID,
 	)
 	if err != nil {
 		return nil, err
@@ -294,20 +311,19 @@ func (q *Queries) FailJob(ctx context.Context, arg FailJobParams) (string, error
 	return status, err
 }
 
-const HoldJobs = `-- name: HoldJobs :many
-SELECT h.id::bigint AS id FROM pgtask.hold_jobs($1::bigint[], $2::bigint) AS h(id)
+const HoldClaimedJobs = `-- name: HoldClaimedJobs :many
+SELECT h.id::bigint AS id FROM pgtask.hold_claimed_jobs($1::bigint, $2::bigint) AS h(id)
 `
 
-type HoldJobsParams struct {
-	Ids           []int64 `db:"ids"`
-	IdleTimeoutMs int64   `db:"idle_timeout_ms"`
+type HoldClaimedJobsParams struct {
+	Token         int64 `db:"token"`
+	IdleTimeoutMs int64 `db:"idle_timeout_ms"`
 }
 
-// First statement of the job transaction: locks the claimed rows for as long
-// as the handlers run (the lock tells everyone else the jobs are alive) and
-// sets the transaction's idle timeout.
-func (q *Queries) HoldJobs(ctx context.Context, arg HoldJobsParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, HoldJobs, arg.Ids, arg.IdleTimeoutMs)
+// First statement of a job transaction begun in the same round trip as the
+// previous transaction's claim and commit: locks what that claim took.
+func (q *Queries) HoldClaimedJobs(ctx context.Context, arg HoldClaimedJobsParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, HoldClaimedJobs, arg.Token, arg.IdleTimeoutMs)
 	if err != nil {
 		return nil, err
 	}
@@ -326,19 +342,20 @@ func (q *Queries) HoldJobs(ctx context.Context, arg HoldJobsParams) ([]int64, er
 	return items, nil
 }
 
-const HoldSessionJobs = `-- name: HoldSessionJobs :many
-SELECT h.id::bigint AS id FROM pgtask.hold_session_jobs($1::integer, $2::bigint) AS h(id)
+const HoldJobs = `-- name: HoldJobs :many
+SELECT h.id::bigint AS id FROM pgtask.hold_jobs($1::bigint[], $2::bigint) AS h(id)
 `
 
-type HoldSessionJobsParams struct {
-	WorkerID      int32 `db:"worker_id"`
-	IdleTimeoutMs int64 `db:"idle_timeout_ms"`
+type HoldJobsParams struct {
+	Ids           []int64 `db:"ids"`
+	IdleTimeoutMs int64   `db:"idle_timeout_ms"`
 }
 
-// First statement of a job transaction begun in the same round trip as the
-// previous transaction's claim and commit: locks what that claim took.
-func (q *Queries) HoldSessionJobs(ctx context.Context, arg HoldSessionJobsParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, HoldSessionJobs, arg.WorkerID, arg.IdleTimeoutMs)
+// First statement of the job transaction: locks the claimed rows for as long
+// as the handlers run (the lock tells everyone else the jobs are alive) and
+// sets the transaction's idle timeout.
+func (q *Queries) HoldJobs(ctx context.Context, arg HoldJobsParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, HoldJobs, arg.Ids, arg.IdleTimeoutMs)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 -- name: ClaimJobs :many
 -- Claims up to @max jobs of a queue and counts their attempt (see
--- pgtask.claim_jobs). Run on its own, the statement commits before any
+-- pgtask.claim_jobs_v3; the cursor is the last head the worker claimed, or
+-- NULL). Run on its own, the statement commits before any
 -- handler runs; run at the end of a job transaction, that transaction's
 -- commit does. owner_pid names this session: the job transaction that
 -- follows runs on the same connection.
@@ -8,7 +9,8 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at
-  FROM pgtask.claim_jobs_v2(@queue, @max, @worker_id)
+  FROM pgtask.claim_jobs_v3(@queue, @max, @worker_id, sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint,
+                            sqlc.narg(token)::bigint)
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at);
 
 -- name: HoldJobs :many
@@ -79,10 +81,10 @@ SELECT pgtask.release_session_jobs(@owner_pid::integer, @worker_id::integer) AS 
 SELECT s.recorded::integer AS recorded, s.busy::text[] AS busy
   FROM pgtask.settle_jobs(@queue, @ids::bigint[], @attempts::integer[], @results::jsonb[], @errors::jsonb[], @retry_in_us::bigint[], @claiming::boolean) s;
 
--- name: HoldSessionJobs :many
+-- name: HoldClaimedJobs :many
 -- First statement of a job transaction begun in the same round trip as the
 -- previous transaction's claim and commit: locks what that claim took.
-SELECT h.id::bigint AS id FROM pgtask.hold_session_jobs(@worker_id::integer, @idle_timeout_ms::bigint) AS h(id);
+SELECT h.id::bigint AS id FROM pgtask.hold_claimed_jobs(@token::bigint, @idle_timeout_ms::bigint) AS h(id);
 
 -- name: BeginJobTransaction :exec
 -- Claiming and advancing groups read what was committed after they took
@@ -99,7 +101,8 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at
-  FROM pgtask.claim_leased_jobs(@queue, @max, @worker_id, @lease_ms::bigint)
+  FROM pgtask.claim_leased_jobs(@queue, @max, @worker_id, @lease_ms::bigint,
+                                sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint)
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at);
 
 -- name: ExtendLeases :many

@@ -181,14 +181,9 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int) ([]gen.Clai
 		})
 	}
 	if want > 0 {
-		b.Queue(gen.ClaimLeasedJobs, l.q.name, int32(want), l.w.id, l.w.cfg.Lease.Milliseconds()).Query(func(rows pgx.Rows) error {
-			var err error
-			next, err = pgx.CollectRows(rows, pgx.RowToStructByName[gen.ClaimJobsRow])
-			if err != nil {
-				return fmt.Errorf("claim jobs: %w", err)
-			}
-			return nil
-		})
+		priority, id := l.q.cursor.get()
+		b.Queue(gen.ClaimLeasedJobs, l.q.name, int32(want), l.w.id, l.w.cfg.Lease.Milliseconds(), priority, id).
+			Query(l.q.collectClaim(&next))
 	}
 	b.Queue(gen.CommitJobTransaction)
 	bctx, cancel := bookCtx(ctx)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/gen"
@@ -154,7 +155,7 @@ func (s *session) start(ctx context.Context) (cycled, error) {
 	var next []gen.ClaimJobsRow
 	b := &pgx.Batch{}
 	b.Queue(gen.BeginJobTransaction)
-	r.queueClaim(b, &next)
+	r.queueClaim(b, &next, pgtype.Int8{})
 	b.Queue(gen.CommitJobTransaction)
 	if err := s.conn.SendBatch(bctx, b).Close(); err != nil || len(next) == 0 {
 		return cycled{}, err
@@ -177,16 +178,11 @@ func (s *session) start(ctx context.Context) (cycled, error) {
 	return cycled{next: r.keepHeld(next, held)}, nil
 }
 
-// queueClaim adds the queue's claim to b, its rows to go to next.
-func (r *runner) queueClaim(b *pgx.Batch, next *[]gen.ClaimJobsRow) {
-	b.Queue(gen.ClaimJobs, r.q.name, int32(r.q.cfg.BatchSize), r.w.id).Query(func(rows pgx.Rows) error {
-		var err error
-		*next, err = pgx.CollectRows(rows, pgx.RowToStructByName[gen.ClaimJobsRow])
-		if err != nil {
-			return fmt.Errorf("claim jobs: %w", err)
-		}
-		return nil
-	})
+// queueClaim adds the queue's claim to b, its rows to go to next; token,
+// when valid, marks the claimed jobs for hold_claimed_jobs.
+func (r *runner) queueClaim(b *pgx.Batch, next *[]gen.ClaimJobsRow, token pgtype.Int8) {
+	priority, id := r.q.cursor.get()
+	b.Queue(gen.ClaimJobs, r.q.name, int32(r.q.cfg.BatchSize), r.w.id, priority, id, token).Query(r.q.collectClaim(next))
 }
 
 // keepHeld drops from a claimed batch what the job transaction could not
@@ -214,8 +210,8 @@ type cycled struct {
 }
 
 // settle sends, in one round trip: the hand-back of unstarted jobs, the
-// outcomes, the next claim and the commit, then the next transaction's begin
-// and its lock on what that claim took. Shutting down, it claims nothing and
+// outcomes, the next claim (marked with a token of its own) and the commit,
+// then the next transaction's begin and its lock on what that claim took. Shutting down, it claims nothing and
 // begins nothing.
 func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 	r := s.r
@@ -242,14 +238,15 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 			return nil
 		})
 	}
+	token := pgtype.Int8{Int64: rand.Int64(), Valid: true}
 	if claiming {
-		r.queueClaim(b, &c.next)
+		r.queueClaim(b, &c.next, token)
 	}
 	b.Queue(gen.CommitJobTransaction)
 	var held []int64
 	if claiming {
 		b.Queue(gen.BeginJobTransaction)
-		b.Queue(gen.HoldSessionJobs, r.w.id, r.w.idleTimeout.Milliseconds()).Query(func(rows pgx.Rows) error {
+		b.Queue(gen.HoldClaimedJobs, token.Int64, r.w.idleTimeout.Milliseconds()).Query(func(rows pgx.Rows) error {
 			var err error
 			held, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 			if err != nil {

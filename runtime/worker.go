@@ -219,7 +219,8 @@ func (qc QueueConfig) withConcurrency() QueueConfig {
 type queue struct {
 	name string
 	// cfg has its mode and concurrency settled when Run starts.
-	cfg QueueConfig
+	cfg    QueueConfig
+	cursor claimCursor
 	// wake holds at most one pending wake-up; an idle runner takes it.
 	wake chan struct{}
 }

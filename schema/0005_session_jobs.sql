@@ -1,7 +1,12 @@
--- The started jobs of each database session, so a job transaction can lock
--- the jobs its session claimed without being told their ids: the worker then
--- sends the claim's commit, the next transaction's begin and that lock in one
--- round trip (see hold_session_jobs in functions/work.sql). Only started
--- jobs are in it, so it stays as small as the number of running jobs.
-CREATE INDEX jobs_started_session ON pgtask.jobs (owner_pid, worker_id)
+-- A token that a worker gives each claim it sends together with the commit
+-- and the next job transaction's begin, so that transaction can lock what
+-- the claim took without being told the ids (see hold_claimed_jobs in
+-- functions/work.sql): the claim, its commit, the begin and the lock go in
+-- one round trip. Each claim has its own token, so the lookup finds its
+-- jobs only, even while a long transaction elsewhere keeps the index
+-- entries of earlier claims from being cleaned up. Only started jobs are in
+-- the index.
+ALTER TABLE pgtask.jobs ADD COLUMN claim_token bigint;
+
+CREATE INDEX jobs_claim_token ON pgtask.jobs (claim_token)
     WHERE status = 'started';

@@ -1,4 +1,4 @@
--- revision: 7
+-- revision: 8
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -9,19 +9,77 @@
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
 -- schema/functions.go): raise it with every change.
 
+-- Picks and locks (FOR UPDATE SKIP LOCKED) up to p_max runnable heads of a
+-- queue, by priority then id. A worker passes the (priority, id) of the last
+-- head it claimed as a cursor, and the scan starts there: the claim index's
+-- entries of the heads claimed before it are dead, but while some other
+-- session keeps a transaction open (pinning the vacuum horizon), nothing can
+-- remove them, and a scan from the start would step over every one, every
+-- time. Heads of a better priority than the cursor's are looked for first;
+-- the part before the cursor at its priority (retries, promoted heads, jobs
+-- handed back) only when the rest does not fill the claim. Without a cursor
+-- (NULL) the scan starts at the beginning.
+CREATE OR REPLACE FUNCTION pgtask.pick_heads(p_queue text, p_max integer, p_after_priority smallint, p_after_id bigint)
+RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    picked bigint[] := '{}';
+    more bigint[];
+BEGIN
+    IF p_after_priority IS NULL THEN
+        SELECT coalesce(array_agg(c.id ORDER BY c.priority, c.id), '{}') INTO picked FROM (
+            SELECT id, priority FROM pgtask.jobs
+             WHERE queue = p_queue AND status = 'queued' AND is_head
+             ORDER BY priority, id
+             LIMIT p_max
+               FOR UPDATE SKIP LOCKED) c;
+        RETURN picked;
+    END IF;
+    SELECT coalesce(array_agg(c.id ORDER BY c.priority, c.id), '{}') INTO picked FROM (
+        SELECT id, priority FROM pgtask.jobs
+         WHERE queue = p_queue AND status = 'queued' AND is_head AND priority < p_after_priority
+         ORDER BY priority, id
+         LIMIT p_max
+           FOR UPDATE SKIP LOCKED) c;
+    IF cardinality(picked) < p_max THEN
+        SELECT coalesce(array_agg(c.id ORDER BY c.priority, c.id), '{}') INTO more FROM (
+            SELECT id, priority FROM pgtask.jobs
+             WHERE queue = p_queue AND status = 'queued' AND is_head
+               AND (priority, id) > (p_after_priority, p_after_id)
+             ORDER BY priority, id
+             LIMIT p_max - cardinality(picked)
+               FOR UPDATE SKIP LOCKED) c;
+        picked := picked || more;
+    END IF;
+    IF cardinality(picked) < p_max THEN
+        SELECT coalesce(array_agg(c.id ORDER BY c.id), '{}') INTO more FROM (
+            SELECT id FROM pgtask.jobs
+             WHERE queue = p_queue AND status = 'queued' AND is_head
+               AND priority = p_after_priority AND id <= p_after_id
+             ORDER BY priority, id
+             LIMIT p_max - cardinality(picked)
+               FOR UPDATE SKIP LOCKED) c;
+        picked := picked || more;
+    END IF;
+    RETURN picked;
+END;
+$$;
+
 -- Claims up to p_max jobs of a queue and returns what a worker needs to run
--- them (not their error history, which can be large): runnable heads, by
--- priority then id, and, to fill the batch, the jobs that follow a grouped
--- head in its group. A follower is taken only in an unbroken run right
--- behind its head: the next unfinished jobs of the group in id order, each
--- queued and not locked by anyone (a started one, left by a lost session,
--- ends the run). The worker runs a group's run in order and stops it at the
--- first job that does not let the group move on, handing the rest back; so a run
--- keeps the group's order and one-at-a-time rule while one commit covers many
--- of its jobs. Every claimed job gets its attempt counted and this session
--- as owner, and p_worker as the process; the claim commits before any
--- handler runs.
-CREATE OR REPLACE FUNCTION pgtask.claim_jobs_v2(p_queue text, p_max integer, p_worker integer)
+-- them (not their error history, which can be large): runnable heads (see
+-- pick_heads for the cursor p_after_priority, p_after_id), and, to fill the
+-- batch, the jobs that follow a grouped head in its group. A follower is
+-- taken only in an unbroken run right behind its head: the next unfinished
+-- jobs of the group in id order, each queued and not locked by anyone (a
+-- started one, left by a lost session, ends the run). The worker runs a
+-- group's run in order and stops it at the first job that does not let the
+-- group move on, handing the rest back; so a run keeps the group's order and
+-- one-at-a-time rule while one commit covers many of its jobs. Every claimed
+-- job gets its attempt counted, this session as owner, p_worker as the
+-- process and p_token (see hold_claimed_jobs); the claim commits before any
+-- handler runs. Rows come in priority, id order.
+CREATE OR REPLACE FUNCTION pgtask.claim_jobs_v3(p_queue text, p_max integer, p_worker integer,
+                                                p_after_priority smallint, p_after_id bigint, p_token bigint)
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz
@@ -37,29 +95,32 @@ DECLARE
     n integer;
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
-    IF p_max = 1 THEN
-        -- One job, so no run behind a head to fill: the claim is one
-        -- statement, a third of the cost of the general path below.
+    IF p_max = 1 AND p_after_priority IS NOT NULL THEN
+        -- One job, so no run behind a head to fill: one statement, the
+        -- scans of pick_heads in turn until one finds a head.
         RETURN QUERY
             UPDATE pgtask.jobs j
                SET status = 'started', attempts = j.attempts + 1,
-                   started_at = clock_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker
-             WHERE j.id = (SELECT id FROM pgtask.jobs
-                            WHERE queue = p_queue AND status = 'queued' AND is_head
-                            ORDER BY priority, id
-                            LIMIT 1
-                              FOR UPDATE SKIP LOCKED)
+                   started_at = clock_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker,
+                   claim_token = p_token
+             WHERE j.id = coalesce(
+                   (SELECT id FROM pgtask.jobs
+                     WHERE queue = p_queue AND status = 'queued' AND is_head AND priority < p_after_priority
+                     ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED),
+                   (SELECT id FROM pgtask.jobs
+                     WHERE queue = p_queue AND status = 'queued' AND is_head
+                       AND (priority, id) > (p_after_priority, p_after_id)
+                     ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED),
+                   (SELECT id FROM pgtask.jobs
+                     WHERE queue = p_queue AND status = 'queued' AND is_head
+                       AND priority = p_after_priority AND id <= p_after_id
+                     ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED))
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at;
         RETURN;
     END IF;
-    SELECT array_agg(c.id ORDER BY c.priority, c.id) INTO picked FROM (
-        SELECT id, priority FROM pgtask.jobs
-         WHERE queue = p_queue AND status = 'queued' AND is_head
-         ORDER BY priority, id
-         LIMIT p_max
-           FOR UPDATE SKIP LOCKED) c;
-    IF picked IS NULL THEN
+    picked := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id);
+    IF cardinality(picked) = 0 THEN
         RETURN;
     END IF;
     room := p_max - cardinality(picked);
@@ -96,16 +157,28 @@ BEGIN
         WITH claimed AS (
             UPDATE pgtask.jobs j
                SET status = 'started', attempts = j.attempts + 1,
-                   started_at = clock_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker
+                   started_at = clock_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker,
+                   claim_token = p_token
              WHERE j.id = ANY (picked)
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at
         )
-        SELECT * FROM claimed ORDER BY claimed.id;
+        SELECT * FROM claimed ORDER BY claimed.priority, claimed.id;
 END;
 $$;
 
--- The claim of workers before claim_jobs_v2, kept while they may still run
+-- The claim of workers of the previous release: claim_jobs_v3 without a
+-- cursor, in id order.
+CREATE OR REPLACE FUNCTION pgtask.claim_jobs_v2(p_queue text, p_max integer, p_worker integer)
+RETURNS TABLE (
+    id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
+    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz
+)
+LANGUAGE sql AS $$
+    SELECT * FROM pgtask.claim_jobs_v3(p_queue, p_max, p_worker, NULL, NULL, NULL) c ORDER BY c.id;
+$$;
+
+-- The claim of workers two releases back, kept while they may still run
 -- (a rolling deploy): the same claim, returning whole rows. The rows are
 -- read by a statement after the claim's, so they show the claim: started,
 -- with the attempt counted, which those workers record their outcome by.
@@ -114,7 +187,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     ids bigint[];
 BEGIN
-    ids := ARRAY(SELECT c.id FROM pgtask.claim_jobs_v2(p_queue, p_max, p_worker) c);
+    ids := ARRAY(SELECT c.id FROM pgtask.claim_jobs_v3(p_queue, p_max, p_worker, NULL, NULL, NULL) c);
     RETURN QUERY SELECT j.* FROM pgtask.jobs j WHERE j.id = ANY (ids) ORDER BY j.id;
 END;
 $$;
@@ -154,18 +227,18 @@ BEGIN
 END;
 $$;
 
--- Locks, as the first statement of a job transaction, the jobs this session
--- claimed for worker p_worker and still holds started: the batch the
--- previous transaction claimed. Needing no ids, it can be sent in the same
--- round trip as that claim and its commit. Sets the transaction's idle
--- timeout like hold_jobs. Returns the ids it locked.
-CREATE OR REPLACE FUNCTION pgtask.hold_session_jobs(p_worker integer, p_idle_timeout_ms bigint) RETURNS SETOF bigint
+-- Locks, as the first statement of a job transaction, the jobs the previous
+-- transaction's claim took with p_token and that this session still holds
+-- started. Needing no ids, it can be sent in the same round trip as that
+-- claim and its commit. Sets the transaction's idle timeout like hold_jobs.
+-- Returns the ids it locked.
+CREATE OR REPLACE FUNCTION pgtask.hold_claimed_jobs(p_token bigint, p_idle_timeout_ms bigint) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM set_config('idle_in_transaction_session_timeout', p_idle_timeout_ms::text, true);
     RETURN QUERY
         SELECT id FROM pgtask.jobs
-         WHERE status = 'started' AND owner_pid = pg_backend_pid() AND worker_id = p_worker
+         WHERE claim_token = p_token AND status = 'started' AND owner_pid = pg_backend_pid()
          ORDER BY id
            FOR UPDATE;
 END;
@@ -344,32 +417,30 @@ $$;
 -- (hung, or cut off from the database) is taken over by another worker
 -- (expire_leases), and the late outcome of the stale attempt is refused.
 
--- Claims up to p_max runnable heads of a queue, by priority then id, with a
--- lease of p_lease_ms: their attempt is counted and committed before any
+-- Claims up to p_max runnable heads of a queue, by priority then id (see
+-- pick_heads for the cursor), with a lease of p_lease_ms: their attempt is counted and committed before any
 -- handler runs. Only heads: a group's next job becomes claimable when its
 -- head's success is recorded, so FIFO holds as in the held mode.
-CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint)
+CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
+                                                    p_after_priority smallint, p_after_id bigint)
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz
 )
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
+DECLARE
+    picked bigint[];
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
+    picked := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id);
     RETURN QUERY
-        WITH picked AS (
-            SELECT id FROM pgtask.jobs
-             WHERE queue = p_queue AND status = 'queued' AND is_head
-             ORDER BY priority, id
-             LIMIT p_max
-               FOR UPDATE SKIP LOCKED
-        ), claimed AS (
+        WITH claimed AS (
             UPDATE pgtask.jobs j
                SET status = 'started', attempts = j.attempts + 1, started_at = clock_timestamp(),
                    owner_pid = NULL, worker_id = p_worker,
                    lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond'
-              FROM picked WHERE j.id = picked.id
+             WHERE j.id = ANY (picked)
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at
         )

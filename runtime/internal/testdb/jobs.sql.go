@@ -33,7 +33,7 @@ func (q *Queries) BackendExists(ctx context.Context, pid int32) (bool, error) {
 }
 
 const claimJobsAsPreviousRelease = `-- name: ClaimJobsAsPreviousRelease :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, lease_until, stale_outcomes FROM pgtask.claim_jobs($1, $2, $3)
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes FROM pgtask.claim_jobs($1, $2, $3)
 `
 
 type ClaimJobsAsPreviousReleaseParams struct {
@@ -73,6 +73,7 @@ func (q *Queries) ClaimJobsAsPreviousRelease(ctx context.Context, arg ClaimJobsA
 			&i.FinishedAt,
 			&i.OwnerPid,
 			&i.WorkerID,
+			&i.ClaimToken,
 			&i.LeaseUntil,
 			&i.StaleOutcomes,
 		); err != nil {
@@ -198,7 +199,7 @@ func (q *Queries) GetGroup(ctx context.Context, arg GetGroupParams) (PgtaskQueue
 
 const getJob = `-- name: GetJob :one
 
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, lease_until, stale_outcomes FROM pgtask.jobs WHERE id = $1
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes FROM pgtask.jobs WHERE id = $1
 `
 
 // Queries runtime's tests read the database with. The runtime never runs
@@ -228,6 +229,7 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 		&i.FinishedAt,
 		&i.OwnerPid,
 		&i.WorkerID,
+		&i.ClaimToken,
 		&i.LeaseUntil,
 		&i.StaleOutcomes,
 	)
@@ -235,7 +237,7 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, lease_until, stale_outcomes FROM pgtask.jobs WHERE queue = $1 ORDER BY id
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes FROM pgtask.jobs WHERE queue = $1 ORDER BY id
 `
 
 // A queue's jobs in id order.
@@ -269,6 +271,7 @@ func (q *Queries) ListJobs(ctx context.Context, queue string) ([]PgtaskJob, erro
 			&i.FinishedAt,
 			&i.OwnerPid,
 			&i.WorkerID,
+			&i.ClaimToken,
 			&i.LeaseUntil,
 			&i.StaleOutcomes,
 		); err != nil {

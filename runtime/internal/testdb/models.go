@@ -104,6 +104,7 @@ type PgtaskJob struct {
 	FinishedAt      *time.Time
 	OwnerPid        pgtype.Int4
 	WorkerID        pgtype.Int4
+	ClaimToken      pgtype.Int8
 	LeaseUntil      *time.Time
 	StaleOutcomes   int32
 }

@@ -19,3 +19,10 @@ SELECT status::text AS status, count(*)::bigint AS jobs
  WHERE queue = @queue
  GROUP BY status
  ORDER BY status;
+
+-- name: PinHorizon :one
+-- Run in a transaction left open: takes a transaction id, which holds back
+-- the xmin horizon of the whole server, as any long transaction of an
+-- application does, so vacuum and index cleanup cannot remove what dies
+-- meanwhile.
+SELECT txid_current()::bigint AS xid;

@@ -282,29 +282,65 @@ func enqueueNoops(ctx context.Context, pool *pgxpool.Pool, queue string, n, grou
 	return benchdb.New(pool).AnalyzeJobs(ctx)
 }
 
-// drain works n queued jobs of queue with a worker and returns how long it
+// drainSpec says how a drain runs.
+type drainSpec struct {
+	label string
+	n     int
+	qc    pgtask.QueueConfig
+	// sleep is how long each handler sleeps: 0 for no-op handlers.
+	sleep  time.Duration
+	sample func(done int64)
+	// wakeSamples, when above 0, has the worker, once the drain is done,
+	// wait idle for that many single jobs and time each from enqueue to
+	// handler start.
+	wakeSamples int
+}
+
+// drainResult is what a drain measured.
+type drainResult struct {
+	elapsed time.Duration
+	// conns is the most connections the worker's pool may open.
+	conns int32
+	// wake holds the sorted wake-up latencies, if asked for.
+	wake []time.Duration
+}
+
+// drain works d.n queued jobs of queue with a worker and returns how long it
 // took from the worker's start until the last job's commit was visible.
-func (b *bench) drain(ctx context.Context, pool *pgxpool.Pool, url, queue string, n int, qc pgtask.QueueConfig, label string, sample func(done int64)) (time.Duration, error) {
+func (b *bench) drain(ctx context.Context, pool *pgxpool.Pool, url, queue string, d drainSpec) (drainResult, error) {
+	var res drainResult
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return 0, err
+		return res, err
 	}
 	w, err := pgtask.NewWorker(ctx, cfg, pgtask.Config{
-		Queues: map[string]pgtask.QueueConfig{queue: qc},
+		Queues: map[string]pgtask.QueueConfig{queue: d.qc},
 		Logger: b.quiet,
 	})
 	if err != nil {
-		return 0, err
+		return res, err
 	}
 	defer w.Close()
+	res.conns = w.Pool().Stat().MaxConns()
 	var handled atomic.Int64
-	count := func(context.Context, *pgtask.Job, benchtasks.Noop) error { handled.Add(1); return nil }
-	countGrouped := func(context.Context, *pgtask.Job, benchtasks.GroupedNoop) error { handled.Add(1); return nil }
+	started := make(chan time.Time, 1)
+	var waking atomic.Bool
+	work := func() {
+		if d.sleep > 0 {
+			time.Sleep(d.sleep)
+		}
+		if waking.Load() {
+			started <- time.Now()
+		}
+		handled.Add(1)
+	}
+	count := func(context.Context, *pgtask.Job, benchtasks.Noop) error { work(); return nil }
+	countGrouped := func(context.Context, *pgtask.Job, benchtasks.GroupedNoop) error { work(); return nil }
 	if err := benchtasks.HandleNoop(w, count); err != nil {
-		return 0, err
+		return res, err
 	}
 	if err := benchtasks.HandleGroupedNoop(w, countGrouped); err != nil {
-		return 0, err
+		return res, err
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -315,15 +351,15 @@ func (b *bench) drain(ctx context.Context, pool *pgxpool.Pool, url, queue string
 
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	for handled.Load() < int64(n) {
+	for handled.Load() < int64(d.n) {
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return res, ctx.Err()
 		case <-tick.C:
-			d := handled.Load()
-			b.say("%s: %d/%d jobs, %.0f jobs/s", label, d, n, rate(int(d), time.Since(start)))
-			if sample != nil {
-				sample(d)
+			done := handled.Load()
+			b.say("%s: %d/%d jobs, %.0f jobs/s", d.label, done, d.n, rate(int(done), time.Since(start)))
+			if d.sample != nil {
+				d.sample(done)
 			}
 		}
 	}
@@ -331,19 +367,51 @@ func (b *bench) drain(ctx context.Context, pool *pgxpool.Pool, url, queue string
 	for {
 		unfinished, err := unfinishedJobs(ctx, pool, queue)
 		if err != nil {
-			return 0, err
+			return res, err
 		}
 		if unfinished == 0 {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	elapsed := time.Since(start)
-	b.say("%s: %d jobs in %.2fs, %.0f jobs/s", label, n, elapsed.Seconds(), rate(n, elapsed))
+	res.elapsed = time.Since(start)
+	b.say("%s: %d jobs in %.2fs, %.0f jobs/s", d.label, d.n, res.elapsed.Seconds(), rate(d.n, res.elapsed))
+	if d.wakeSamples > 0 {
+		waking.Store(true)
+		if res.wake, err = wakeups(ctx, pool, queue, d.wakeSamples, started); err != nil {
+			return res, err
+		}
+	}
 	b.done()
 	stop()
 	wg.Wait()
-	return elapsed, runErr
+	return res, runErr
+}
+
+// wakeups enqueues n jobs one at a time into queue, each once the worker
+// is idle, and returns the sorted times from enqueue to handler start.
+func wakeups(ctx context.Context, pool *pgxpool.Pool, queue string, n int, started <-chan time.Time) ([]time.Duration, error) {
+	lat := make([]time.Duration, 0, n)
+	for i := range n {
+		time.Sleep(20 * time.Millisecond) // let the worker go idle
+		at := time.Now()
+		if _, err := benchtasks.EnqueueNoop(ctx, pool, benchtasks.Noop{N: i}, pgtask.WithQueue(queue)); err != nil {
+			return nil, err
+		}
+		select {
+		case s := <-started:
+			lat = append(lat, s.Sub(at))
+		case <-time.After(10 * time.Second):
+			return nil, fmt.Errorf("sample %d: the idle worker did not start the job within 10s", i)
+		}
+	}
+	slices.Sort(lat)
+	return lat, nil
+}
+
+// percentile of sorted durations.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
 }
 
 func unfinishedJobs(ctx context.Context, pool *pgxpool.Pool, queue string) (int64, error) {
@@ -360,54 +428,108 @@ func unfinishedJobs(ctx context.Context, pool *pgxpool.Pool, queue string) (int6
 	return n, nil
 }
 
-// measureDefaults drains with the Config a user gets without tuning
-// (runtime.QueueConfig{}: 10 runners, one job per claim), the figures that
-// are the product's. Targets are ratios to the floor of the same run.
+// measureDefaults drains with the Config a user gets without tuning, in
+// each mode: the figures that are the product's. Targets are ratios to the
+// floor of the same run. Then lease mode with sleeping handlers, and both
+// modes while another session keeps a transaction open.
 func (b *bench) measureDefaults(ctx context.Context) error {
 	n := b.o.DefaultsJobs
+	lease := pgtask.QueueConfig{Mode: pgtask.ModeLease}
 	cases := []struct {
 		label  string
 		n      int
 		groups int
+		qc     pgtask.QueueConfig
 		ratio  float64
 	}{
-		{"defaults: drain ungrouped", n, 0, 0.8},
-		{fmt.Sprintf("defaults: drain %d groups (FIFO)", b.o.Groups), n, b.o.Groups, 0.6},
-		{"defaults: drain 1 hot group (serial)", n / 10, 1, 0.25},
+		{"defaults: drain ungrouped", n, 0, pgtask.QueueConfig{}, 0.8},
+		{fmt.Sprintf("defaults: drain %d groups (FIFO)", b.o.Groups), n, b.o.Groups, pgtask.QueueConfig{}, 0.6},
+		{"defaults: drain 1 hot group (serial)", n / 10, 1, pgtask.QueueConfig{}, 0.25},
+		{"lease defaults: drain ungrouped", n, 0, lease, 2.5},
+		{fmt.Sprintf("lease defaults: drain %d groups (FIFO)", b.o.Groups), n, b.o.Groups, lease, 1.5},
+		{"lease defaults: drain 1 hot group (serial)", n / 10, 1, lease, 0.25},
 	}
+	rates := map[string]float64{}
 	for _, c := range cases {
-		r, err := b.drainBacklog(ctx, c.label, c.n, c.groups, pgtask.QueueConfig{})
+		r, err := b.drainBacklog(ctx, c.groups, false, drainSpec{label: c.label, n: c.n, qc: c.qc})
 		if err != nil {
 			return err
 		}
-		target, met := fmt.Sprintf(">= %.2fx floor", c.ratio), (*bool)(nil)
-		if b.floor > 0 {
-			met = ok(r >= c.ratio*b.floor)
-		} else {
-			target += " (no floor measured)"
+		rates[c.label] = rate(c.n, r.elapsed)
+		b.addRatio(c.label, fmt.Sprintf("%d jobs", c.n), rates[c.label], c.ratio)
+	}
+
+	// I/O-bound handlers: 20ms each, 500 at once, in lease mode.
+	noop := rates["lease defaults: drain ungrouped"]
+	label := "lease: 20ms handlers, Concurrency 500"
+	r, err := b.drainBacklog(ctx, 0, false, drainSpec{label: label, n: n, sleep: 20 * time.Millisecond,
+		qc: pgtask.QueueConfig{Mode: pgtask.ModeLease, Concurrency: 500}})
+	if err != nil {
+		return err
+	}
+	got := rate(n, r.elapsed)
+	b.add(label, fmt.Sprintf("%d jobs", n), fmt.Sprintf("%s on %d conns", fmtRate(got), r.conns), got,
+		fmt.Sprintf(">= %.0f jobs/s (0.8x lease no-op) on <= 10 conns", 0.8*noop), ok(got >= 0.8*noop && r.conns <= 10))
+
+	// Another session holds a transaction open for the whole drain, so
+	// nothing that dies meanwhile can be cleaned up; then the idle worker's
+	// wake-up is timed with the dead rows still there.
+	for _, c := range []struct {
+		label, base string
+		qc          pgtask.QueueConfig
+	}{
+		{"defaults, transaction held open: drain ungrouped", "defaults: drain ungrouped", pgtask.QueueConfig{}},
+		{"lease, transaction held open: drain ungrouped", "lease defaults: drain ungrouped", lease},
+	} {
+		r, err := b.drainBacklog(ctx, 0, true, drainSpec{label: c.label, n: n, qc: c.qc, wakeSamples: b.o.WakeSamples / 3})
+		if err != nil {
+			return err
 		}
-		b.add(c.label, fmt.Sprintf("%d jobs", c.n), fmtRate(r), r, target, met)
+		got, base := rate(n, r.elapsed), rates[c.base]
+		b.add(c.label, fmt.Sprintf("%d jobs", n), fmtRate(got), got,
+			fmt.Sprintf(">= %.0f jobs/s (0.8x the same without)", 0.8*base), ok(got >= 0.8*base))
+		p99 := percentile(r.wake, 0.99)
+		b.add(strings.Replace(c.label, "drain ungrouped", "wake-up after it", 1), fmt.Sprintf("%d samples", len(r.wake)),
+			fmt.Sprintf("p50 %s, p99 %s", ms(percentile(r.wake, 0.5)), ms(p99)), 0, "p99 < 100ms", ok(p99 < 100*time.Millisecond))
 	}
 	return nil
 }
 
-// drainBacklog enqueues n no-op jobs over groups groups (0: ungrouped) in a
-// fresh database, drains them with a worker serving qc, and returns the rate.
-func (b *bench) drainBacklog(ctx context.Context, label string, n, groups int, qc pgtask.QueueConfig) (float64, error) {
+// addRatio adds a drain's row with a target as a ratio to the floor.
+func (b *bench) addRatio(label, size string, r, ratio float64) {
+	target, met := fmt.Sprintf(">= %.2fx floor", ratio), (*bool)(nil)
+	if b.floor > 0 {
+		met = ok(r >= ratio*b.floor)
+	} else {
+		target += " (no floor measured)"
+	}
+	b.add(label, size, fmtRate(r), r, target, met)
+}
+
+// drainBacklog enqueues d.n no-op jobs over groups groups (0: ungrouped) in
+// a fresh database and drains them; with pinned, another session holds a
+// transaction open from before the drain until after it.
+func (b *bench) drainBacklog(ctx context.Context, groups int, pinned bool, d drainSpec) (drainResult, error) {
 	pool, url, cleanup, err := b.database(ctx, b.o.Conns)
 	if err != nil {
-		return 0, err
+		return drainResult{}, err
 	}
 	defer cleanup()
-	b.say("%s: enqueueing %d jobs", label, n)
-	if err := enqueueNoops(ctx, pool, "bench", n, groups); err != nil {
-		return 0, err
+	b.say("%s: enqueueing %d jobs", d.label, d.n)
+	if err := enqueueNoops(ctx, pool, "bench", d.n, groups); err != nil {
+		return drainResult{}, err
 	}
-	elapsed, err := b.drain(ctx, pool, url, "bench", n, qc, label, nil)
-	if err != nil {
-		return 0, err
+	if pinned {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return drainResult{}, err
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // it only read
+		if _, err := benchdb.New(tx).PinHorizon(ctx); err != nil {
+			return drainResult{}, err
+		}
 	}
-	return rate(n, elapsed), nil
+	return b.drain(ctx, pool, url, "bench", d)
 }
 
 func (b *bench) measureDrains(ctx context.Context) error {
@@ -426,10 +548,11 @@ func (b *bench) measureDrains(ctx context.Context) error {
 			pgtask.QueueConfig{Concurrency: 2, BatchSize: b.o.Batch}, 1_500},
 	}
 	for _, c := range cases {
-		r, err := b.drainBacklog(ctx, c.label, c.n, c.groups, c.qc)
+		res, err := b.drainBacklog(ctx, c.groups, false, drainSpec{label: c.label, n: c.n, qc: c.qc})
 		if err != nil {
 			return err
 		}
+		r := rate(c.n, res.elapsed)
 		b.add(c.label, c.size, fmtRate(r), r, fmt.Sprintf(">= %.0f jobs/s", c.target), ok(r >= c.target))
 	}
 	return nil
@@ -568,7 +691,7 @@ func (b *bench) measureWakeup(ctx context.Context) error {
 	}
 	b.done()
 	slices.Sort(lat)
-	p := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
+	p := func(q float64) time.Duration { return percentile(lat, q) }
 	b.add("wake-up: enqueue to handler start", fmt.Sprintf("%d samples", len(lat)),
 		fmt.Sprintf("p50 %s, p95 %s, p99 %s", ms(p(0.50)), ms(p(0.95)), ms(p(0.99))), 0, "p50 <= 5ms", ok(p(0.50) <= 5*time.Millisecond))
 	return nil
@@ -664,7 +787,9 @@ func (b *bench) measureMemory(ctx context.Context) error {
 		peak = max(peak, rss)
 		last = rss
 	}
-	elapsed, err := b.drain(ctx, pool, url, "bench", b.o.MemoryJobs, pgtask.QueueConfig{Concurrency: b.o.Conns, BatchSize: b.o.Batch}, "memory", sample)
+	res, err := b.drain(ctx, pool, url, "bench", drainSpec{label: "memory", n: b.o.MemoryJobs,
+		qc: pgtask.QueueConfig{Concurrency: b.o.Conns, BatchSize: b.o.Batch}, sample: sample})
+	elapsed := res.elapsed
 	if err != nil {
 		return err
 	}

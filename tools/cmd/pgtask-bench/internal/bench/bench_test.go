@@ -35,6 +35,14 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		regexp.MustCompile(`defaults: drain ungrouped +500 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.80x floor (met|MISSED)`),
 		regexp.MustCompile(`defaults: drain 50 groups \(FIFO\) +500 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.60x floor (met|MISSED)`),
 		regexp.MustCompile(`defaults: drain 1 hot group \(serial\) +50 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.25x floor (met|MISSED)`),
+		regexp.MustCompile(`lease defaults: drain ungrouped +500 jobs +\d+ jobs/s +\d+\.\d+x +>= 2\.50x floor (met|MISSED)`),
+		regexp.MustCompile(`lease defaults: drain 50 groups \(FIFO\) +500 jobs +\d+ jobs/s +\d+\.\d+x +>= 1\.50x floor (met|MISSED)`),
+		regexp.MustCompile(`lease defaults: drain 1 hot group \(serial\) +50 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.25x floor (met|MISSED)`),
+		regexp.MustCompile(`lease: 20ms handlers, Concurrency 500 +500 jobs +\d+ jobs/s on \d+ conns +\d+\.\d+x +>= \d+ jobs/s \(0\.8x lease no-op\) on <= 10 conns (met|MISSED)`),
+		regexp.MustCompile(`defaults, transaction held open: drain ungrouped +500 jobs +\d+ jobs/s +\d+\.\d+x +>= \d+ jobs/s \(0\.8x the same without\) (met|MISSED)`),
+		regexp.MustCompile(`defaults, transaction held open: wake-up after it +3 samples +p50 [\d.]+ms, p99 [\d.]+ms +p99 < 100ms (met|MISSED)`),
+		regexp.MustCompile(`lease, transaction held open: drain ungrouped +500 jobs +\d+ jobs/s +\d+\.\d+x +>= \d+ jobs/s \(0\.8x the same without\) (met|MISSED)`),
+		regexp.MustCompile(`lease, transaction held open: wake-up after it +3 samples +p50 [\d.]+ms, p99 [\d.]+ms +p99 < 100ms (met|MISSED)`),
 		regexp.MustCompile(`drain ungrouped +2000 jobs +\d+ jobs/s`),
 		regexp.MustCompile(`drain 50 groups \(FIFO\) +2000 jobs +\d+ jobs/s`),
 		regexp.MustCompile(`drain 1 hot group \(serial\) +300 jobs +\d+ jobs/s`),
@@ -47,7 +55,7 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", want, table)
 		}
 	}
-	if strings.Count(table, "\n") != 15 {
-		t.Errorf("table has %d lines, want a header and 14 rows:\n%s", strings.Count(table, "\n"), table)
+	if strings.Count(table, "\n") != 23 {
+		t.Errorf("table has %d lines, want a header and 22 rows:\n%s", strings.Count(table, "\n"), table)
 	}
 }

@@ -74,3 +74,18 @@ func (q *Queries) JobsByStatus(ctx context.Context, queue string) ([]JobsByStatu
 	}
 	return items, nil
 }
+
+const pinHorizon = `-- name: PinHorizon :one
+SELECT txid_current()::bigint AS xid
+`
+
+// Run in a transaction left open: takes a transaction id, which holds back
+// the xmin horizon of the whole server, as any long transaction of an
+// application does, so vacuum and index cleanup cannot remove what dies
+// meanwhile.
+func (q *Queries) PinHorizon(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, pinHorizon)
+	var xid int64
+	err := row.Scan(&xid)
+	return xid, err
+}
