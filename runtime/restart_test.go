@@ -106,3 +106,52 @@ func TestDatabaseRestartIsSurvived(t *testing.T) {
 	log.checkOrder(t, groups, perGroup)
 	t.Logf("%d jobs succeeded, %d of them needed another attempt after the restart", len(jobs), retried)
 }
+
+// In lease mode a job outlives a database restart: its handler runs on
+// through it, and its success is recorded once the database is back, as
+// the same attempt.
+func TestLeasedJobOutlivesADatabaseRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cluster, err := pgtasktest.StartCluster(ctx, pgtasktest.ClusterOptions{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cluster.Close() }) //nolint:errcheck // best effort
+	url := cluster.URL("postgres")
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := runtime.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	b := newBundle(url, pool)
+	running := make(chan struct{})
+	restarted := make(chan struct{})
+	startWorker(t, url, leaseConfig(4), runtime.Registration{Kind: "long", Handler: func(ctx context.Context, job *runtime.Job) error {
+		close(running)
+		select {
+		case <-restarted:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return job.SetResult("done after the restart")
+	}})
+	id := enqueue(t, pool, "long", map[string]int{})
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job did not start")
+	}
+	if err := cluster.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(restarted)
+	pool.Reset() // the test's own connections died with the server
+	j := b.waitStatus(t, id, 30*time.Second, testdb.PgtaskJobStatusSucceeded)
+	if j.Attempts != 1 || string(j.Result) != `"done after the restart"` || len(errorsOf(t, j)) != 0 {
+		t.Fatalf("attempts=%d result=%s errors=%s; want the first attempt's success", j.Attempts, j.Result, j.Errors)
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/pgtask/pgtask/runtime"
 )
 
 // stopTimeout is how long a worker process may take to stop after SIGTERM
@@ -97,9 +99,18 @@ func newFleet(o *orchestrator) *fleet {
 	return &fleet{o: o, ctx: ctx, stop: cancel, alive: map[int]*proc{}}
 }
 
-// Slots alternate between batches of 1 and 8, with concurrency 4, 2, 3, 3.
-func batchOf(slot int) int       { return []int{1, 8}[slot%2] }
-func concurrencyOf(slot int) int { return []int{4, 2, 3, 3}[slot%4] }
+// Slots alternate between batches of 1 and 8, with concurrency 4, 2, 3, 3;
+// every third slot runs in lease mode instead, with 16 handlers at once.
+func batchOf(slot int) int { return []int{1, 8}[slot%2] }
+func concurrencyOf(slot int) int {
+	if modeOf(slot) == runtime.ModeLease {
+		return 16
+	}
+	return []int{4, 2, 3, 3}[slot%4]
+}
+func modeOf(slot int) runtime.Mode {
+	return []runtime.Mode{runtime.ModeHeld, runtime.ModeHeld, runtime.ModeLease}[slot%3]
+}
 
 func (f *fleet) start(n int) {
 	for slot := range n {
@@ -147,7 +158,7 @@ func (f *fleet) spawn(slot int) (*proc, error) {
 	f.instances++
 	instance := f.instances
 	f.mu.Unlock()
-	a := workerArgs{url: f.o.url, slot: slot, instance: instance, batch: batchOf(slot), concurrency: concurrencyOf(slot)}
+	a := workerArgs{url: f.o.url, slot: slot, instance: instance, batch: batchOf(slot), concurrency: concurrencyOf(slot), mode: string(modeOf(slot))}
 	logPath := filepath.Join(f.o.cfg.LogDir, fmt.Sprintf("worker-%03d-slot%d.log", instance, slot))
 	log, err := os.Create(logPath)
 	if err != nil {

@@ -39,6 +39,7 @@ type workerArgs struct {
 	instance    int // unique within the run
 	batch       int
 	concurrency int
+	mode        string // runtime.ModeHeld or runtime.ModeLease
 }
 
 func (a workerArgs) list() []string {
@@ -48,6 +49,7 @@ func (a workerArgs) list() []string {
 		"-instance", strconv.Itoa(a.instance),
 		"-batch", strconv.Itoa(a.batch),
 		"-concurrency", strconv.Itoa(a.concurrency),
+		"-mode", a.mode,
 	}
 }
 
@@ -60,6 +62,7 @@ func mainWorker(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&a.instance, "instance", 0, "worker process number, unique within the run")
 	fs.IntVar(&a.batch, "batch", 1, "BatchSize of the chaos queue")
 	fs.IntVar(&a.concurrency, "concurrency", 2, "Concurrency of the chaos queue")
+	fs.StringVar(&a.mode, "mode", string(runtime.ModeHeld), "mode of the chaos queue: held or lease")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -86,7 +89,7 @@ func runWorker(ctx context.Context, a workerArgs, stdout, stderr io.Writer) erro
 		return err
 	}
 	w, err := startWorker(ctx, pc, runtime.Config{
-		Queues:        map[string]runtime.QueueConfig{queueName: {Concurrency: a.concurrency, BatchSize: a.batch}},
+		Queues:        map[string]runtime.QueueConfig{queueName: {Concurrency: a.concurrency, BatchSize: a.batch, Mode: runtime.Mode(a.mode)}},
 		Logger:        log,
 		ShutdownGrace: 5 * time.Second,
 	}, log)
@@ -123,8 +126,8 @@ func runWorker(ctx context.Context, a workerArgs, stdout, stderr io.Writer) erro
 	}
 
 	printRSS := func(when string) {
-		fmt.Fprintf(stdout, "pgtask-chaos worker %d (slot %d, pid %d, batch %d, concurrency %d): rss %s %s\n",
-			a.instance, a.slot, h.pid, a.batch, a.concurrency, formatKiB(rssKiB(h.pid)), when)
+		fmt.Fprintf(stdout, "pgtask-chaos worker %d (slot %d, pid %d, %s mode, batch %d, concurrency %d): rss %s %s\n",
+			a.instance, a.slot, h.pid, a.mode, a.batch, a.concurrency, formatKiB(rssKiB(h.pid)), when)
 	}
 	printRSS("at start")
 	done := make(chan struct{})
