@@ -37,7 +37,10 @@ type Job struct {
 // lock, open for the whole attempt. In lease mode it begins on first use, on
 // a connection of the worker's pool held until the attempt ends, and the
 // success is recorded in it only if the attempt is still the job's current
-// one: a taken-over attempt's writes are rolled back.
+// one: a taken-over attempt's writes are rolled back. A transaction that
+// could not begin (the database is away) makes every method that returns
+// an error return that error; Conn then returns nil and LargeObjects a zero
+// value.
 func (j *Job) Tx() pgx.Tx { return j.tx }
 
 // SetResult stores v, as JSON, as the job's result when the handler

@@ -168,7 +168,13 @@ func (h *handler) handle(ctx context.Context, job *runtime.Job) error {
 	if err != nil {
 		return err
 	}
-	backend := job.Tx().Conn().PgConn().PID()
+	conn := job.Tx().Conn()
+	if conn == nil {
+		// Lease mode: the job's transaction begins here, and could not
+		// (the database was away).
+		return fmt.Errorf("%w: the job's transaction could not begin", errStartNotRecorded)
+	}
+	backend := conn.PgConn().PID()
 	id, err := h.start(ctx, job, backend)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errStartNotRecorded, err)
