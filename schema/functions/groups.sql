@@ -104,8 +104,7 @@ $$;
 -- their plans are made once per session, so one group costs a fraction of
 -- the set's price. Returns false when an enqueue into the group was in
 -- flight. With p_notify false it sends no wake-up for a head it makes
--- runnable: the caller claims in the same transaction and wakes its own
--- idle runners.
+-- runnable.
 CREATE OR REPLACE FUNCTION pgtask.advance_one_group(p_queue text, p_group_key text, p_notify boolean) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE

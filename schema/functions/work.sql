@@ -259,12 +259,11 @@ $$;
 -- An outcome whose attempt is no longer the job's current one (a stale
 -- worker's, after another took the job over) is refused and counted.
 -- Groups are advanced without patience (the caller's transaction holds its
--- jobs' locks), and with p_claiming (the caller claims next in the same
--- transaction and wakes its own runners) a few send no wake-up; busy names those an enqueue kept from moving on, for the
+-- jobs' locks); busy names those an enqueue kept from moving on, for the
 -- caller to try again after its commit.
 CREATE OR REPLACE FUNCTION pgtask.settle_jobs(
     p_queue text, p_ids bigint[], p_attempts integer[], p_results jsonb[], p_errors jsonb[], p_retry_in_us bigint[],
-    p_claiming boolean, OUT recorded integer, OUT busy text[])
+    OUT recorded integer, OUT busy text[])
 LANGUAGE plpgsql AS $$
 DECLARE
     groups text[];
@@ -287,7 +286,7 @@ BEGIN
             PERFORM pgtask.count_stale_outcomes(p_ids);
             RETURN;
         END IF;
-        IF head_group IS NOT NULL AND NOT pgtask.advance_one_group(p_queue, head_group, NOT p_claiming) THEN
+        IF head_group IS NOT NULL AND NOT pgtask.advance_one_group(p_queue, head_group, true) THEN
             busy := ARRAY[head_group];
         END IF;
         RETURN;
@@ -327,7 +326,7 @@ BEGIN
     IF cardinality(groups) <= 4 THEN
         -- A few groups, as BatchSize 1 gives: one at a time is cheaper.
         FOR i IN 1 .. cardinality(groups) LOOP
-            IF NOT pgtask.advance_one_group(p_queue, groups[i], NOT p_claiming) THEN
+            IF NOT pgtask.advance_one_group(p_queue, groups[i], true) THEN
                 busy := busy || groups[i];
             END IF;
         END LOOP;
