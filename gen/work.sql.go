@@ -514,7 +514,7 @@ func (q *Queries) SetTransactionIdleTimeout(ctx context.Context, timeoutMspgCata
 
 const SettleJobs = `-- name: SettleJobs :one
 SELECT s.recorded::integer AS recorded, s.busy::text[] AS busy
-  FROM pgtask.settle_jobs($1, $2::bigint[], $3::integer[], $4::jsonb[], $5::jsonb[], $6::bigint[]) s
+  FROM pgtask.settle_jobs($1, $2::bigint[], $3::integer[], $4::jsonb[], $5::jsonb[], $6::bigint[], $7::boolean) s
 `
 
 type SettleJobsParams struct {
@@ -524,6 +524,7 @@ type SettleJobsParams struct {
 	Results   []json.RawMessage `db:"results"`
 	Errors    []json.RawMessage `db:"errors"`
 	RetryInUs []int64           `db:"retry_in_us"`
+	Claiming  bool              `db:"claiming"`
 }
 
 type SettleJobsRow struct {
@@ -541,6 +542,7 @@ func (q *Queries) SettleJobs(ctx context.Context, arg SettleJobsParams) (SettleJ
 		arg.Results,
 		arg.Errors,
 		arg.RetryInUs,
+		arg.Claiming,
 	)
 	var i SettleJobsRow
 	err := row.Scan(&i.Recorded, &i.Busy)

@@ -79,7 +79,7 @@ SELECT pgtask.release_session_jobs(@owner_pid::integer, @worker_id::integer) AS 
 -- Records a batch's outcomes and moves their groups on (see
 -- pgtask.settle_jobs); sent with the next claim and the commit.
 SELECT s.recorded::integer AS recorded, s.busy::text[] AS busy
-  FROM pgtask.settle_jobs(@queue, @ids::bigint[], @attempts::integer[], @results::jsonb[], @errors::jsonb[], @retry_in_us::bigint[]) s;
+  FROM pgtask.settle_jobs(@queue, @ids::bigint[], @attempts::integer[], @results::jsonb[], @errors::jsonb[], @retry_in_us::bigint[], @claiming::boolean) s;
 
 -- name: HoldClaimedJobs :many
 -- First statement of a job transaction begun in the same round trip as the

@@ -188,17 +188,7 @@ func TestAbandonedHandlerSettlesItsWholeBatch(t *testing.T) {
 	startWorker(t, b.url, runtime.Config{
 		AbandonGrace: 200 * time.Millisecond,
 		Queues:       map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 4}},
-	}, runtime.Registration{
-		Kind:    "stubborn",
-		Timeout: 200 * time.Millisecond,
-		Backoff: fastRetry,
-		Handler: func(ctx context.Context, job *runtime.Job) error {
-			if job.Attempt == 1 {
-				<-release // ignores its context
-			}
-			return nil
-		},
-	}, runtime.Registration{
+	}, stubbornOnce(release), runtime.Registration{
 		Kind: "ok",
 		Handler: func(ctx context.Context, job *runtime.Job) error {
 			okRuns.Add(1)

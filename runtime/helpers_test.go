@@ -188,3 +188,19 @@ func errorsOf(t *testing.T, j testdb.PgtaskJob) jobErrors {
 	}
 	return e
 }
+
+// stubbornOnce registers kind "stubborn": a 200ms timeout, and a first
+// attempt that ignores its context until release is closed.
+func stubbornOnce(release <-chan struct{}) runtime.Registration {
+	return runtime.Registration{
+		Kind:    "stubborn",
+		Timeout: 200 * time.Millisecond,
+		Backoff: fastRetry,
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			if job.Attempt == 1 {
+				<-release // ignores its context
+			}
+			return nil
+		},
+	}
+}

@@ -165,8 +165,8 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int) ([]gen.Clai
 		}
 	}
 	if len(unsettled) > 0 {
-		p := settlement(l.q.name, unsettled)
-		b.Queue(gen.SettleJobs, p.Queue, p.Ids, p.Attempts, p.Results, p.Errors, p.RetryInUs).QueryRow(func(row pgx.Row) error {
+		p := settlement(l.q.name, unsettled, want > 0)
+		b.Queue(gen.SettleJobs, p.Queue, p.Ids, p.Attempts, p.Results, p.Errors, p.RetryInUs, p.Claiming).QueryRow(func(row pgx.Row) error {
 			var res gen.SettleJobsRow
 			if err := row.Scan(&res.Recorded, &res.Busy); err != nil {
 				return fmt.Errorf("record outcomes: %w", err)
@@ -251,7 +251,7 @@ func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow) outcome {
 		}
 		return o
 	}
-	recorded, err := ltx.settle(bctx, settlement(l.q.name, []outcome{o}))
+	recorded, err := ltx.settle(bctx, settlement(l.q.name, []outcome{o}, false))
 	switch {
 	case err != nil:
 		o.result = nil

@@ -19,21 +19,8 @@ import (
 func TestDatabaseRestartIsSurvived(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cluster, err := pgtasktest.StartCluster(ctx, pgtasktest.ClusterOptions{Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cluster.Close() }) //nolint:errcheck // best effort
-	url := cluster.URL("postgres")
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if _, err := runtime.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	b := newBundle(url, pool)
+	cluster, b := restartableDatabase(t)
+	url, pool := b.url, b.pool
 
 	const groups, perGroup, ungrouped = 20, 15, 100
 	var reqs []runtime.EnqueueRequest
@@ -113,21 +100,8 @@ func TestDatabaseRestartIsSurvived(t *testing.T) {
 func TestLeasedJobOutlivesADatabaseRestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cluster, err := pgtasktest.StartCluster(ctx, pgtasktest.ClusterOptions{Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cluster.Close() }) //nolint:errcheck // best effort
-	url := cluster.URL("postgres")
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if _, err := runtime.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	b := newBundle(url, pool)
+	cluster, b := restartableDatabase(t)
+	url, pool := b.url, b.pool
 	running := make(chan struct{})
 	restarted := make(chan struct{})
 	startWorker(t, url, leaseConfig(4), runtime.Registration{Kind: "long", Handler: func(ctx context.Context, job *runtime.Job) error {
@@ -154,4 +128,26 @@ func TestLeasedJobOutlivesADatabaseRestart(t *testing.T) {
 	if j.Attempts != 1 || string(j.Result) != `"done after the restart"` || len(errorsOf(t, j)) != 0 {
 		t.Fatalf("attempts=%d result=%s errors=%s; want the first attempt's success", j.Attempts, j.Result, j.Errors)
 	}
+}
+
+// restartableDatabase starts a cluster of the test's own, which the test may
+// restart, with pgtask's schema in its postgres database.
+func restartableDatabase(t *testing.T) (*pgtasktest.Cluster, *bundle) {
+	t.Helper()
+	ctx := context.Background()
+	cluster, err := pgtasktest.StartCluster(ctx, pgtasktest.ClusterOptions{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cluster.Close() }) //nolint:errcheck // best effort
+	url := cluster.URL("postgres")
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := runtime.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return cluster, newBundle(url, pool)
 }

@@ -222,8 +222,8 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 	}
 	claiming := ctx.Err() == nil
 	if len(end.outcomes) > 0 {
-		p := settlement(r.q.name, end.outcomes)
-		b.Queue(gen.SettleJobs, p.Queue, p.Ids, p.Attempts, p.Results, p.Errors, p.RetryInUs).QueryRow(func(row pgx.Row) error {
+		p := settlement(r.q.name, end.outcomes, claiming)
+		b.Queue(gen.SettleJobs, p.Queue, p.Ids, p.Attempts, p.Results, p.Errors, p.RetryInUs, p.Claiming).QueryRow(func(row pgx.Row) error {
 			var res gen.SettleJobsRow
 			if err := row.Scan(&res.Recorded, &res.Busy); err != nil {
 				return fmt.Errorf("record outcomes: %w", err)

@@ -92,8 +92,8 @@ func (o outcome) log(w *Worker) {
 }
 
 // settlement is the arguments of SettleJobs for outcomes.
-func settlement(queue string, outs []outcome) gen.SettleJobsParams {
-	p := gen.SettleJobsParams{Queue: queue}
+func settlement(queue string, outs []outcome, claiming bool) gen.SettleJobsParams {
+	p := gen.SettleJobsParams{Queue: queue, Claiming: claiming}
 	for _, o := range outs {
 		p.Ids = append(p.Ids, o.row.ID)
 		p.Attempts = append(p.Attempts, o.row.Attempts)
@@ -172,7 +172,7 @@ func (r *runner) settleLostOnce(hard context.Context, pid uint32, outs []outcome
 	}
 	if len(outs) > 0 {
 		// Waits for the ended session's row locks, then records.
-		res, err := q.SettleJobs(ctx, settlement(r.q.name, outs))
+		res, err := q.SettleJobs(ctx, settlement(r.q.name, outs, false))
 		if err != nil {
 			return fmt.Errorf("record attempts: %w", err)
 		}

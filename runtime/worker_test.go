@@ -249,17 +249,7 @@ func TestTimeoutAndAbandon(t *testing.T) {
 	b := setup(t)
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
-	startWorker(t, b.url, runtime.Config{AbandonGrace: 200 * time.Millisecond}, runtime.Registration{
-		Kind:    "stubborn",
-		Timeout: 200 * time.Millisecond,
-		Backoff: fastRetry,
-		Handler: func(ctx context.Context, job *runtime.Job) error {
-			if job.Attempt == 1 {
-				<-release // ignores its context
-			}
-			return nil
-		},
-	}, runtime.Registration{
+	startWorker(t, b.url, runtime.Config{AbandonGrace: 200 * time.Millisecond}, stubbornOnce(release), runtime.Registration{
 		Kind:    "other",
 		Handler: func(ctx context.Context, job *runtime.Job) error { return nil },
 	})

@@ -1,4 +1,4 @@
--- revision: 4
+-- revision: 5
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -104,7 +104,9 @@ $$;
 -- their plans are made once per session, so one group costs a fraction of
 -- the set's price. Returns false when an enqueue into the group was in
 -- flight. With p_notify false it sends no wake-up for a head it makes
--- runnable.
+-- runnable, but leaves its id for the claim that follows in the same
+-- transaction (see pick_heads), which takes it first and wakes workers for
+-- it only if it has no room left.
 CREATE OR REPLACE FUNCTION pgtask.advance_one_group(p_queue text, p_group_key text, p_notify boolean) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -143,8 +145,13 @@ BEGIN
     END IF;
     UPDATE pgtask.jobs SET is_head = true WHERE id = chosen RETURNING status INTO promoted;
     UPDATE pgtask.queue_groups SET head_id = chosen WHERE queue = p_queue AND group_key = p_group_key;
-    IF p_notify AND promoted = 'queued' THEN
-        PERFORM pg_notify('pgtask', p_queue);
+    IF promoted = 'queued' THEN
+        IF p_notify THEN
+            PERFORM pg_notify('pgtask', p_queue);
+        ELSE
+            PERFORM set_config('pgtask.promoted',
+                               concat_ws(',', nullif(current_setting('pgtask.promoted', true), ''), chosen), true);
+        END IF;
     END IF;
     RETURN true;
 END;

@@ -1,4 +1,4 @@
--- revision: 8
+-- revision: 9
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -24,28 +24,50 @@ RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
     picked bigint[] := '{}';
+    promoted bigint[];
     more bigint[];
 BEGIN
-    IF p_after_priority IS NULL THEN
+    -- Heads this transaction's worker just made runnable by finishing their
+    -- group's previous job (advance_one_group): taken first, by id, and
+    -- wherever they are in the index.
+    promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
+    IF promoted IS NOT NULL THEN
+        PERFORM set_config('pgtask.promoted', '', true);
         SELECT coalesce(array_agg(c.id ORDER BY c.priority, c.id), '{}') INTO picked FROM (
             SELECT id, priority FROM pgtask.jobs
-             WHERE queue = p_queue AND status = 'queued' AND is_head
+             WHERE id = ANY (promoted) AND queue = p_queue AND status = 'queued' AND is_head
              ORDER BY priority, id
              LIMIT p_max
                FOR UPDATE SKIP LOCKED) c;
-        RETURN picked;
+        IF EXISTS (SELECT 1 FROM unnest(promoted) u WHERE u <> ALL (picked)) THEN
+            -- No room for all of them: someone else may take the rest.
+            PERFORM pg_notify('pgtask', p_queue);
+        END IF;
     END IF;
-    SELECT coalesce(array_agg(c.id ORDER BY c.priority, c.id), '{}') INTO picked FROM (
-        SELECT id, priority FROM pgtask.jobs
-         WHERE queue = p_queue AND status = 'queued' AND is_head AND priority < p_after_priority
-         ORDER BY priority, id
-         LIMIT p_max
-           FOR UPDATE SKIP LOCKED) c;
+    IF cardinality(picked) < p_max AND p_after_priority IS NULL THEN
+        SELECT coalesce(array_agg(c.id ORDER BY c.priority, c.id), '{}') INTO more FROM (
+            SELECT id, priority FROM pgtask.jobs
+             WHERE queue = p_queue AND status = 'queued' AND is_head AND id <> ALL (picked)
+             ORDER BY priority, id
+             LIMIT p_max - cardinality(picked)
+               FOR UPDATE SKIP LOCKED) c;
+        RETURN picked || more;
+    END IF;
+    IF cardinality(picked) < p_max THEN
+        SELECT coalesce(array_agg(c.id ORDER BY c.priority, c.id), '{}') INTO more FROM (
+            SELECT id, priority FROM pgtask.jobs
+             WHERE queue = p_queue AND status = 'queued' AND is_head AND priority < p_after_priority
+               AND id <> ALL (picked)
+             ORDER BY priority, id
+             LIMIT p_max - cardinality(picked)
+               FOR UPDATE SKIP LOCKED) c;
+        picked := picked || more;
+    END IF;
     IF cardinality(picked) < p_max THEN
         SELECT coalesce(array_agg(c.id ORDER BY c.priority, c.id), '{}') INTO more FROM (
             SELECT id, priority FROM pgtask.jobs
              WHERE queue = p_queue AND status = 'queued' AND is_head
-               AND (priority, id) > (p_after_priority, p_after_id)
+               AND (priority, id) > (p_after_priority, p_after_id) AND id <> ALL (picked)
              ORDER BY priority, id
              LIMIT p_max - cardinality(picked)
                FOR UPDATE SKIP LOCKED) c;
@@ -55,7 +77,7 @@ BEGIN
         SELECT coalesce(array_agg(c.id ORDER BY c.id), '{}') INTO more FROM (
             SELECT id FROM pgtask.jobs
              WHERE queue = p_queue AND status = 'queued' AND is_head
-               AND priority = p_after_priority AND id <= p_after_id
+               AND priority = p_after_priority AND id <= p_after_id AND id <> ALL (picked)
              ORDER BY priority, id
              LIMIT p_max - cardinality(picked)
                FOR UPDATE SKIP LOCKED) c;
@@ -95,7 +117,8 @@ DECLARE
     n integer;
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
-    IF p_max = 1 AND p_after_priority IS NOT NULL THEN
+    IF p_max = 1 AND p_after_priority IS NOT NULL
+       AND coalesce(current_setting('pgtask.promoted', true), '') = '' THEN
         -- One job, so no run behind a head to fill: one statement, the
         -- scans of pick_heads in turn until one finds a head.
         RETURN QUERY
@@ -259,11 +282,13 @@ $$;
 -- An outcome whose attempt is no longer the job's current one (a stale
 -- worker's, after another took the job over) is refused and counted.
 -- Groups are advanced without patience (the caller's transaction holds its
--- jobs' locks); busy names those an enqueue kept from moving on, for the
+-- jobs' locks). With p_claiming (a claim follows in the same transaction)
+-- a few groups' new heads are left for that claim to take first (see
+-- pick_heads) instead of waking workers for them; busy names those an enqueue kept from moving on, for the
 -- caller to try again after its commit.
 CREATE OR REPLACE FUNCTION pgtask.settle_jobs(
     p_queue text, p_ids bigint[], p_attempts integer[], p_results jsonb[], p_errors jsonb[], p_retry_in_us bigint[],
-    OUT recorded integer, OUT busy text[])
+    p_claiming boolean, OUT recorded integer, OUT busy text[])
 LANGUAGE plpgsql AS $$
 DECLARE
     groups text[];
@@ -286,7 +311,7 @@ BEGIN
             PERFORM pgtask.count_stale_outcomes(p_ids);
             RETURN;
         END IF;
-        IF head_group IS NOT NULL AND NOT pgtask.advance_one_group(p_queue, head_group, true) THEN
+        IF head_group IS NOT NULL AND NOT pgtask.advance_one_group(p_queue, head_group, NOT p_claiming) THEN
             busy := ARRAY[head_group];
         END IF;
         RETURN;
@@ -326,7 +351,7 @@ BEGIN
     IF cardinality(groups) <= 4 THEN
         -- A few groups, as BatchSize 1 gives: one at a time is cheaper.
         FOR i IN 1 .. cardinality(groups) LOOP
-            IF NOT pgtask.advance_one_group(p_queue, groups[i], true) THEN
+            IF NOT pgtask.advance_one_group(p_queue, groups[i], NOT p_claiming) THEN
                 busy := busy || groups[i];
             END IF;
         END LOOP;
