@@ -1,4 +1,4 @@
--- revision: 9
+-- revision: 10
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -110,6 +110,7 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     picked bigint[];
+    promoted bigint[];
     room integer;
     h record;
     expected bigint[];
@@ -117,16 +118,26 @@ DECLARE
     n integer;
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
-    IF p_max = 1 AND p_after_priority IS NOT NULL
-       AND coalesce(current_setting('pgtask.promoted', true), '') = '' THEN
+    IF p_max = 1 AND p_after_priority IS NOT NULL THEN
         -- One job, so no run behind a head to fill: one statement, the
-        -- scans of pick_heads in turn until one finds a head.
+        -- scans of pick_heads in turn until one finds a head, starting
+        -- with a head this transaction just promoted.
+        promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
+        IF promoted IS NOT NULL THEN
+            PERFORM set_config('pgtask.promoted', '', true);
+            IF cardinality(promoted) > 1 THEN
+                PERFORM pg_notify('pgtask', p_queue); -- room for one only
+            END IF;
+        END IF;
         RETURN QUERY
             UPDATE pgtask.jobs j
                SET status = 'started', attempts = j.attempts + 1,
                    started_at = clock_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker,
                    claim_token = p_token
              WHERE j.id = coalesce(
+                   (SELECT id FROM pgtask.jobs
+                     WHERE id = ANY (promoted) AND queue = p_queue AND status = 'queued' AND is_head
+                     ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED),
                    (SELECT id FROM pgtask.jobs
                      WHERE queue = p_queue AND status = 'queued' AND is_head AND priority < p_after_priority
                      ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED),
