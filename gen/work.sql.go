@@ -136,7 +136,7 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at
   FROM pgtask.claim_leased_jobs($1, $2, $3, $4::bigint,
-                                $5::smallint, $6::bigint)
+                                $5::smallint, $6::bigint, $7::bigint)
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at)
 `
 
@@ -147,6 +147,7 @@ type ClaimLeasedJobsParams struct {
 	LeaseMs       int64       `db:"lease_ms"`
 	AfterPriority pgtype.Int2 `db:"after_priority"`
 	AfterID       pgtype.Int8 `db:"after_id"`
+	Token         int64       `db:"token"`
 }
 
 type ClaimLeasedJobsRow struct {
@@ -172,6 +173,7 @@ func (q *Queries) ClaimLeasedJobs(ctx context.Context, arg ClaimLeasedJobsParams
 		arg.LeaseMs,
 		arg.AfterPriority,
 		arg.AfterID,
+		arg.Token,
 	)
 	if err != nil {
 		return nil, err
@@ -434,6 +436,17 @@ func (q *Queries) ReleaseJobs(ctx context.Context, arg ReleaseJobsParams) (int64
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const ReleaseLeasedClaim = `-- name: ReleaseLeasedClaim :one
+SELECT pgtask.release_leased_claim($1::bigint) AS released
+`
+
+func (q *Queries) ReleaseLeasedClaim(ctx context.Context, token int64) (int32, error) {
+	row := q.db.QueryRow(ctx, ReleaseLeasedClaim, token)
+	var released int32
+	err := row.Scan(&released)
+	return released, err
 }
 
 const ReleaseSessionJobs = `-- name: ReleaseSessionJobs :one

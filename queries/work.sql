@@ -102,7 +102,7 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at
   FROM pgtask.claim_leased_jobs(@queue, @max, @worker_id, @lease_ms::bigint,
-                                sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint)
+                                sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint, @token::bigint)
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at);
 
 -- name: ExtendLeases :many
@@ -114,3 +114,6 @@ SELECT e.id::bigint AS id FROM pgtask.expire_leases(@max, @worker_id::integer) A
 -- name: SetTransactionIdleTimeout :exec
 -- Bounds how long a lease-mode job's own transaction may sit idle.
 SELECT set_config('idle_in_transaction_session_timeout', @timeout_ms::bigint::text, true);
+
+-- name: ReleaseLeasedClaim :one
+SELECT pgtask.release_leased_claim(@token::bigint) AS released;

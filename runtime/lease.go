@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -75,7 +76,13 @@ func (l *leaser) loop(ctx, hard context.Context) {
 			if claiming {
 				want = free
 			}
-			next, err := l.turn(ctx, pending, want)
+			token := rand.Int64()
+			next, err := l.turn(ctx, pending, want, token)
+			if err != nil && want > 0 {
+				// The claim may have committed with its reply lost: hand
+				// back what it took, or it would wait out its leases.
+				l.releaseClaim(hard, token)
+			}
 			if err != nil && hard.Err() != nil && inFlight == 0 {
 				l.w.log.Error("pgtask: could not record outcomes before shutting down; their jobs are taken over when their leases run out",
 					"queue", l.q.name, "outcomes", len(pending), "error", err)
@@ -154,7 +161,7 @@ func (l *leaser) gather(hard context.Context, d time.Duration, take func(outcome
 
 // turn records outcomes and claims up to want jobs with a lease, in one
 // transaction sent in one round trip.
-func (l *leaser) turn(ctx context.Context, outs []outcome, want int) ([]gen.ClaimJobsRow, error) {
+func (l *leaser) turn(ctx context.Context, outs []outcome, want int, token int64) ([]gen.ClaimJobsRow, error) {
 	var next []gen.ClaimJobsRow
 	b := &pgx.Batch{}
 	b.Queue(gen.BeginJobTransaction)
@@ -182,7 +189,7 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int) ([]gen.Clai
 	}
 	if want > 0 {
 		priority, id := l.q.cursor.get()
-		b.Queue(gen.ClaimLeasedJobs, l.q.name, int32(want), l.w.id, l.w.cfg.Lease.Milliseconds(), priority, id).
+		b.Queue(gen.ClaimLeasedJobs, l.q.name, int32(want), l.w.id, l.w.cfg.Lease.Milliseconds(), priority, id, token).
 			Query(l.q.collectClaim(&next))
 	}
 	b.Queue(gen.CommitJobTransaction)
@@ -192,6 +199,29 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int) ([]gen.Clai
 		return nil, err
 	}
 	return next, nil
+}
+
+// releaseClaim hands back what the claim marked token took, if it
+// committed; it keeps trying while the database is away, until the hard
+// shutdown.
+func (l *leaser) releaseClaim(hard context.Context, token int64) {
+	var delay retryDelay
+	for {
+		ctx, cancel := bookCtx(hard)
+		_, err := gen.New(l.w.pool).ReleaseLeasedClaim(ctx, token)
+		cancel()
+		if err == nil {
+			return
+		}
+		if hard.Err() != nil {
+			l.w.log.Error("pgtask: could not hand back a claim whose reply was lost; its jobs wait for their leases to run out",
+				"queue", l.q.name, "error", err)
+			return
+		}
+		wait := delay.next()
+		l.w.log.Warn("pgtask: handing back a claim whose reply was lost failed; retrying", "queue", l.q.name, "error", err, "retry_in", wait)
+		sleep(hard, wait)
+	}
 }
 
 // start runs a claimed job's handler on a goroutine of its own.

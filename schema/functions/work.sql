@@ -1,4 +1,4 @@
--- revision: 10
+-- revision: 11
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -133,7 +133,7 @@ BEGIN
             UPDATE pgtask.jobs j
                SET status = 'started', attempts = j.attempts + 1,
                    started_at = clock_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker,
-                   claim_token = p_token
+                   claim_token = p_token, lease_until = NULL
              WHERE j.id = coalesce(
                    (SELECT id FROM pgtask.jobs
                      WHERE id = ANY (promoted) AND queue = p_queue AND status = 'queued' AND is_head
@@ -192,7 +192,7 @@ BEGIN
             UPDATE pgtask.jobs j
                SET status = 'started', attempts = j.attempts + 1,
                    started_at = clock_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker,
-                   claim_token = p_token
+                   claim_token = p_token, lease_until = NULL
              WHERE j.id = ANY (picked)
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at
@@ -455,9 +455,11 @@ $$;
 -- Claims up to p_max runnable heads of a queue, by priority then id (see
 -- pick_heads for the cursor), with a lease of p_lease_ms: their attempt is counted and committed before any
 -- handler runs. Only heads: a group's next job becomes claimable when its
--- head's success is recorded, so FIFO holds as in the held mode.
+-- head's success is recorded, so FIFO holds as in the held mode. p_token
+-- marks the claim, so that a worker that lost the reply can hand back what
+-- it may have claimed (release_leased_claim).
 CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
-                                                    p_after_priority smallint, p_after_id bigint)
+                                                    p_after_priority smallint, p_after_id bigint, p_token bigint)
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz
@@ -473,7 +475,7 @@ BEGIN
         WITH claimed AS (
             UPDATE pgtask.jobs j
                SET status = 'started', attempts = j.attempts + 1, started_at = clock_timestamp(),
-                   owner_pid = NULL, worker_id = p_worker,
+                   owner_pid = NULL, worker_id = p_worker, claim_token = p_token,
                    lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond'
              WHERE j.id = ANY (picked)
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
@@ -508,7 +510,7 @@ BEGIN
     FOR o IN
         SELECT j.id, j.attempts, j.queue, j.group_key, j.worker_id, j.lease_until
           FROM pgtask.jobs j
-         WHERE j.status = 'started' AND j.lease_until < clock_timestamp()
+         WHERE j.status = 'started' AND j.lease_until < clock_timestamp() AND j.owner_pid IS NULL
            AND j.worker_id IS DISTINCT FROM p_worker
          ORDER BY j.id
          LIMIT p_limit
@@ -522,5 +524,26 @@ BEGIN
         END IF;
         RETURN NEXT o.id;
     END LOOP;
+END;
+$$;
+
+-- Hands back, attempts returned, what a lease-mode claim marked p_token
+-- took, when the worker lost the reply and never ran the jobs. Nothing
+-- matches when the claim did not commit. Returns how many.
+CREATE OR REPLACE FUNCTION pgtask.release_leased_claim(p_token bigint) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    released integer;
+    queues text[];
+BEGIN
+    WITH gone AS (
+        UPDATE pgtask.jobs
+           SET status = 'queued', attempts = attempts - 1, lease_until = NULL, claim_token = NULL
+         WHERE claim_token = p_token AND status = 'started' AND lease_until IS NOT NULL
+        RETURNING queue
+    )
+    SELECT count(*), array_agg(DISTINCT queue) INTO released, queues FROM gone;
+    PERFORM pg_notify('pgtask', q) FROM unnest(queues) q;
+    RETURN released;
 END;
 $$;
