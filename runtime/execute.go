@@ -20,16 +20,13 @@ func (s *session) execute(hard context.Context, row gen.ClaimJobsRow) (outcome, 
 	job := newJob(row)
 	jtx := &jobTx{Tx: s.tx, savepoint: gen.New(s.tx).SavepointJob}
 	job.tx = jtx
-	o := outcome{row: row, reg: r.w.handler(row.Kind), start: time.Now()}
-
+	o := r.w.newOutcome(row)
 	if o.reg == nil {
-		// Retried like any failure: a newer worker may know the kind.
-		o.err = fmt.Errorf("no handler for kind %q in this worker (it handles %v)", row.Kind, r.w.kinds())
 		return o, nil
 	}
 	var done <-chan error
 	o.err, done = r.w.call(hard, o.reg, job)
-	o.shutdown = hard.Err() != nil
+	o.retryNow = hard.Err() != nil
 	if done != nil {
 		r.w.log.Error("pgtask: abandoning a handler that ignores its context", "job_id", row.ID, "kind", row.Kind, "error", o.err)
 		return o, &abandonment{outcome: o, done: done}
@@ -70,6 +67,17 @@ func (s *session) closeAttempt(hard context.Context, jtx *jobTx, o *outcome, job
 			o.err = fmt.Errorf("%w (and rolling back its writes failed: %v)", o.err, err)
 		}
 	}
+}
+
+// newOutcome starts the outcome of a claimed job's attempt. Without a
+// handler for the kind it is already a failure, retried like any: a newer
+// worker may know the kind.
+func (w *Worker) newOutcome(row gen.ClaimJobsRow) outcome {
+	o := outcome{row: row, reg: w.handler(row.Kind), start: time.Now()}
+	if o.reg == nil {
+		o.err = fmt.Errorf("no handler for kind %q in this worker (it handles %v)", row.Kind, w.kinds())
+	}
+	return o
 }
 
 func newJob(row gen.ClaimJobsRow) *Job {

@@ -171,21 +171,10 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int, token int64
 			unsettled = append(unsettled, o)
 		}
 	}
+	var res gen.SettleJobsRow
+	var p gen.SettleJobsParams
 	if len(unsettled) > 0 {
-		p := settlement(l.q.name, unsettled, want > 0)
-		b.Queue(gen.SettleJobs, p.Queue, p.Ids, p.Attempts, p.Results, p.Errors, p.RetryInUs, p.Claiming).QueryRow(func(row pgx.Row) error {
-			var res gen.SettleJobsRow
-			if err := row.Scan(&res.Recorded, &res.Busy); err != nil {
-				return fmt.Errorf("record outcomes: %w", err)
-			}
-			if refused := len(p.Ids) - int(res.Recorded); refused > 0 {
-				l.w.log.Warn("pgtask: refused the outcomes of attempts that were taken over", "queue", l.q.name, "refused", refused)
-			}
-			if len(res.Busy) > 0 {
-				l.w.advanceLater(l.q.name, res.Busy)
-			}
-			return nil
-		})
+		p = queueSettle(b, l.q.name, unsettled, want > 0, &res)
 	}
 	if want > 0 {
 		priority, id := l.q.cursor.get()
@@ -197,6 +186,12 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int, token int64
 	defer cancel()
 	if err := l.w.pool.SendBatch(bctx, b).Close(); err != nil {
 		return nil, err
+	}
+	if refused := len(p.Ids) - int(res.Recorded); refused > 0 {
+		l.w.log.Warn("pgtask: refused the outcomes of attempts that were taken over", "queue", l.q.name, "refused", refused)
+	}
+	if len(res.Busy) > 0 {
+		l.w.advanceLater(l.q.name, res.Busy)
 	}
 	return next, nil
 }
@@ -236,7 +231,7 @@ func (l *leaser) start(hard context.Context, row gen.ClaimJobsRow) {
 		l.mu.Lock()
 		delete(l.running, row.ID)
 		l.mu.Unlock()
-		o.shutdown = hard.Err() != nil
+		o.retryNow = o.retryNow || hard.Err() != nil
 		l.done <- o
 	}()
 }
@@ -250,9 +245,8 @@ func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow) outcome {
 	job.lease = &jobLease{w: w, id: row.ID, attempt: row.Attempts}
 	ltx := &lazyTx{w: w}
 	job.tx = ltx
-	o := outcome{row: row, reg: w.handler(row.Kind), start: time.Now()}
+	o := w.newOutcome(row)
 	if o.reg == nil {
-		o.err = fmt.Errorf("no handler for kind %q in this worker (it handles %v)", row.Kind, w.kinds())
 		return o
 	}
 	var abandoned <-chan error

@@ -164,16 +164,12 @@ func (s *session) start(ctx context.Context) (cycled, error) {
 	var held []int64
 	b = &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	b.Queue(gen.HoldJobs, ids(next), r.w.idleTimeout.Milliseconds()).Query(func(rows pgx.Rows) error {
-		var err error
-		held, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		return err
-	})
+	b.Queue(gen.HoldJobs, ids(next), r.w.idleTimeout.Milliseconds()).Query(collectHeld(&held))
 	br := s.conn.SendBatch(bctx, b)
 	s.tx = br.Tx()
 	s.open = true
 	if err := br.Close(); err != nil {
-		return cycled{}, fmt.Errorf("lock claimed jobs: %w", err)
+		return cycled{}, fmt.Errorf("begin job transaction: %w", err)
 	}
 	return cycled{next: r.keepHeld(next, held)}, nil
 }
@@ -221,22 +217,10 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 		b.Queue(gen.ReleaseJobs, end.handBack, int32(s.pid))
 	}
 	claiming := ctx.Err() == nil
+	var res gen.SettleJobsRow
+	var p gen.SettleJobsParams
 	if len(end.outcomes) > 0 {
-		p := settlement(r.q.name, end.outcomes, claiming)
-		b.Queue(gen.SettleJobs, p.Queue, p.Ids, p.Attempts, p.Results, p.Errors, p.RetryInUs, p.Claiming).QueryRow(func(row pgx.Row) error {
-			var res gen.SettleJobsRow
-			if err := row.Scan(&res.Recorded, &res.Busy); err != nil {
-				return fmt.Errorf("record outcomes: %w", err)
-			}
-			if int(res.Recorded) != len(p.Ids) {
-				// The jobs were locked all along: only an operator's hand
-				// on the table gets here.
-				r.w.log.Error("pgtask: some outcomes were not recorded: their jobs changed under the worker",
-					"queue", r.q.name, "jobs", p.Ids, "recorded", res.Recorded)
-			}
-			c.busy = res.Busy
-			return nil
-		})
+		p = queueSettle(b, r.q.name, end.outcomes, claiming, &res)
 	}
 	token := pgtype.Int8{Int64: rand.Int64(), Valid: true}
 	if claiming {
@@ -246,14 +230,7 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 	var held []int64
 	if claiming {
 		b.Queue(gen.BeginJobTransaction)
-		b.Queue(gen.HoldClaimedJobs, token.Int64, r.w.idleTimeout.Milliseconds()).Query(func(rows pgx.Rows) error {
-			var err error
-			held, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-			if err != nil {
-				return fmt.Errorf("lock claimed jobs: %w", err)
-			}
-			return nil
-		})
+		b.Queue(gen.HoldClaimedJobs, token.Int64, r.w.idleTimeout.Milliseconds()).Query(collectHeld(&held))
 	}
 	bctx, cancel := bookCtx(ctx)
 	defer cancel()
@@ -261,6 +238,13 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 		return c, err
 	}
 	s.open = claiming
+	if int(res.Recorded) != len(p.Ids) {
+		// The jobs were locked all along: only an operator's hand on the
+		// table gets here.
+		r.w.log.Error("pgtask: some outcomes were not recorded: their jobs changed under the worker",
+			"queue", r.q.name, "jobs", p.Ids, "recorded", res.Recorded)
+	}
+	c.busy = res.Busy
 	c.next = r.keepHeld(c.next, held)
 	return c, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgtask/pgtask/gen"
@@ -22,11 +23,9 @@ type outcome struct {
 	err    error
 	result json.RawMessage
 	// retryNow retries a failure at once, whatever its backoff: the attempt
-	// was cut short by shutdown or rolled back with its batch, not failed by
-	// the handler.
+	// was cut short by the worker's hard shutdown, or rolled back with its
+	// batch or its lost session, not failed by the handler.
 	retryNow bool
-	// shutdown: the worker's hard shutdown cut the attempt short.
-	shutdown bool
 	// settled: recorded already, in the handler's own transaction (lease
 	// mode), with its writes.
 	settled bool
@@ -47,7 +46,7 @@ func (o outcome) retryInUs() int64 {
 	switch {
 	case IsNoRetry(o.err):
 		return -1
-	case o.retryNow || o.shutdown:
+	case o.retryNow:
 		return 0
 	case errors.As(o.err, &ra):
 		return ra.delay.Microseconds()
@@ -108,6 +107,32 @@ func settlement(queue string, outs []outcome, claiming bool) gen.SettleJobsParam
 		p.RetryInUs = append(p.RetryInUs, o.retryInUs())
 	}
 	return p
+}
+
+// queueSettle adds to b the statement that records outs (SettleJobs), its
+// result to go to res. The caller hands res.Busy to advanceLater once the
+// statement's transaction has committed: before, the groups' heads are not
+// seen as finished by anyone else.
+func queueSettle(b *pgx.Batch, queue string, outs []outcome, claiming bool, res *gen.SettleJobsRow) gen.SettleJobsParams {
+	p := settlement(queue, outs, claiming)
+	b.Queue(gen.SettleJobs, p.Queue, p.Ids, p.Attempts, p.Results, p.Errors, p.RetryInUs, p.Claiming).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&res.Recorded, &res.Busy); err != nil {
+			return fmt.Errorf("record outcomes: %w", err)
+		}
+		return nil
+	})
+	return p
+}
+
+// collectHeld reads the ids a job transaction's lock statement locked.
+func collectHeld(ids *[]int64) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		var err error
+		if *ids, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+			return fmt.Errorf("lock claimed jobs: %w", err)
+		}
+		return nil
+	}
 }
 
 // settleLost records, from another connection, what a lost job transaction

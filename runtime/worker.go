@@ -65,6 +65,14 @@ const (
 	ModeLease Mode = "lease"
 )
 
+// check refuses a mode that is neither empty nor one of the two.
+func (m Mode) check() error {
+	if m != "" && m != ModeHeld && m != ModeLease {
+		return fmt.Errorf("unknown mode %q (want %q or %q)", m, ModeHeld, ModeLease)
+	}
+	return nil
+}
+
 // QueueConfig says how a worker serves one queue.
 type QueueConfig struct {
 	// Mode runs the queue's jobs in the held-transaction or the lease mode.
@@ -358,8 +366,8 @@ func newWorker(cfg Config) (*Worker, int, error) {
 		if err := checkName("queue", name, MaxQueueBytes); err != nil {
 			return nil, 0, fmt.Errorf("new worker: %w", err)
 		}
-		if qc.Mode != "" && qc.Mode != ModeHeld && qc.Mode != ModeLease {
-			return nil, 0, fmt.Errorf("new worker: queue %s: unknown mode %q (want %q or %q)", name, qc.Mode, ModeHeld, ModeLease)
+		if err := qc.Mode.check(); err != nil {
+			return nil, 0, fmt.Errorf("new worker: queue %s: %w", name, err)
 		}
 		w.queues[name] = &queue{name: name, cfg: qc, wake: make(chan struct{}, 1)}
 		need += qc.connections()
@@ -484,8 +492,8 @@ func (w *Worker) settleModes() error {
 			if reg.Queue != name || reg.Mode == "" {
 				continue
 			}
-			if reg.Mode != ModeHeld && reg.Mode != ModeLease {
-				return fmt.Errorf("kind %s: unknown mode %q (want %q or %q)", kind, reg.Mode, ModeHeld, ModeLease)
+			if err := reg.Mode.check(); err != nil {
+				return fmt.Errorf("kind %s: %w", kind, err)
 			}
 			switch {
 			case mode == "":
