@@ -397,6 +397,43 @@ func (q *Queries) LockWorker(ctx context.Context, workerID int32) error {
 	return err
 }
 
+const OwnOrphans = `-- name: OwnOrphans :many
+SELECT o.id::bigint AS id, coalesce(o.claim_token, 0)::bigint AS token
+  FROM pgtask.own_orphans($1::integer, $2::integer) AS o
+`
+
+type OwnOrphansParams struct {
+	WorkerID int32 `db:"worker_id"`
+	Max      int32 `db:"max"`
+}
+
+type OwnOrphansRow struct {
+	ID    int64 `db:"id"`
+	Token int64 `db:"token"`
+}
+
+// The worker's own held-mode jobs whose session is gone, locked until the
+// transaction ends (see pgtask.own_orphans); token is the claim's.
+func (q *Queries) OwnOrphans(ctx context.Context, arg OwnOrphansParams) ([]OwnOrphansRow, error) {
+	rows, err := q.db.Query(ctx, OwnOrphans, arg.WorkerID, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OwnOrphansRow{}
+	for rows.Next() {
+		var i OwnOrphansRow
+		if err := rows.Scan(&i.ID, &i.Token); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const PromoteScheduled = `-- name: PromoteScheduled :one
 SELECT pgtask.promote_scheduled($1) AS moved
 `
@@ -463,6 +500,31 @@ func (q *Queries) ReleaseSessionJobs(ctx context.Context, arg ReleaseSessionJobs
 	var released int32
 	err := row.Scan(&released)
 	return released, err
+}
+
+const RescueJobs = `-- name: RescueJobs :many
+SELECT r.id::bigint AS id FROM pgtask.rescue_jobs($1::bigint[]) AS r(id)
+`
+
+// Records the attempts of started jobs as lost with their worker.
+func (q *Queries) RescueJobs(ctx context.Context, ids []int64) ([]int64, error) {
+	rows, err := q.db.Query(ctx, RescueJobs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const RescueOrphans = `-- name: RescueOrphans :many

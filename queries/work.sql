@@ -117,3 +117,13 @@ SELECT set_config('idle_in_transaction_session_timeout', @timeout_ms::bigint::te
 
 -- name: ReleaseLeasedClaim :one
 SELECT pgtask.release_leased_claim(@token::bigint) AS released;
+
+-- name: OwnOrphans :many
+-- The worker's own held-mode jobs whose session is gone, locked until the
+-- transaction ends (see pgtask.own_orphans); token is the claim's.
+SELECT o.id::bigint AS id, coalesce(o.claim_token, 0)::bigint AS token
+  FROM pgtask.own_orphans(@worker_id::integer, @max::integer) AS o;
+
+-- name: RescueJobs :many
+-- Records the attempts of started jobs as lost with their worker.
+SELECT r.id::bigint AS id FROM pgtask.rescue_jobs(@ids::bigint[]) AS r(id);

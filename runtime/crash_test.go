@@ -6,11 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
@@ -254,4 +257,85 @@ func waitGone(t *testing.T, b *bundle, pid int32) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// A claim that commits after its runner gave up on the reply leaves started
+// jobs of a live worker whose session is gone: other workers leave them to
+// it. The worker rescues those of its own that no runner holds, and leaves
+// the ones a runner still holds (it may be running their handler). Here the
+// claims are made as the worker on sessions of their own, then ended.
+func TestStrandedClaimsOfALiveWorkerAreRescued(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := runtime.NewWorker(ctx, pc, runtime.Config{Logger: testLogger(t), MaintenanceInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var ran sync.Map
+	if err := w.Register(runtime.Registration{Kind: "k", Handler: func(ctx context.Context, job *runtime.Job) error {
+		ran.Store(job.ID, job.Attempt)
+		return nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	const strayToken, heldToken = 11, 12
+	stray := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithGroup("g1"))
+	held := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithGroup("g2"))
+	behind := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithGroup("g1"))
+	for _, c := range []struct {
+		id    runtime.JobID
+		token int64
+	}{{stray, strayToken}, {held, heldToken}} {
+		conn, err := pgx.Connect(ctx, b.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := gen.New(conn).ClaimJobs(ctx, gen.ClaimJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: w.ID(),
+			Token: pgtype.Int8{Int64: c.token, Valid: true}})
+		if err != nil || len(rows) != 1 || rows[0].ID != int64(c.id) {
+			t.Fatalf("claim: %v, %v", rows, err)
+		}
+		pid := int32(conn.PgConn().PID())
+		if err := conn.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, b, pid)
+	}
+	w.HoldClaim(heldToken)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	for _, id := range []runtime.JobID{stray, behind} {
+		j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+		if id == stray {
+			if e := errorsOf(t, j); j.Attempts != 2 || len(e) != 1 || !strings.Contains(e[0].Error, "worker lost") {
+				t.Fatalf("stray claim's job: attempts=%d errors=%s, want its lost attempt recorded and a second", j.Attempts, j.Errors)
+			}
+		}
+	}
+	// Many maintenance rounds later, the held claim's job is still left to
+	// its runner.
+	time.Sleep(500 * time.Millisecond)
+	if j := b.job(t, held); j.Status != testdb.PgtaskJobStatusStarted {
+		t.Fatalf("the job of a claim a runner holds is %s, want it left started", j.Status)
+	}
+	if _, ok := ran.Load(held); ok {
+		t.Fatal("the job of a claim a runner holds ran again")
+	}
+	w.ForgetClaim(heldToken)
+	b.waitStatus(t, held, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 }

@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/pgtask/pgtask/gen"
@@ -58,6 +60,9 @@ func (w *Worker) maintainOnce(ctx context.Context, q *gen.Queries) error {
 	if len(rescued) > 0 {
 		w.log.Warn("pgtask: requeued jobs whose worker died mid-attempt", "jobs", rescued)
 	}
+	if err := w.rescueOwnOrphans(ctx); err != nil {
+		return err
+	}
 	expired, err := q.ExpireLeases(ctx, gen.ExpireLeasesParams{Max: maintainBatch, WorkerID: w.id})
 	if err != nil {
 		return err
@@ -68,5 +73,74 @@ func (w *Worker) maintainOnce(ctx context.Context, q *gen.Queries) error {
 	if _, err := q.AdvanceFinishedGroups(ctx, maintainBatch); err != nil {
 		return err
 	}
+	return nil
+}
+
+// claimTokens is a set of claim tokens, safe for concurrent use.
+type claimTokens struct {
+	mu   sync.Mutex
+	held map[int64]struct{}
+}
+
+func (c *claimTokens) add(token int64) {
+	c.mu.Lock()
+	c.held[token] = struct{}{}
+	c.mu.Unlock()
+}
+
+func (c *claimTokens) drop(tokens ...int64) {
+	c.mu.Lock()
+	for _, t := range tokens {
+		delete(c.held, t)
+	}
+	c.mu.Unlock()
+}
+
+func (c *claimTokens) holds(token int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.held[token]
+	return ok
+}
+
+// rescueOwnOrphans rescues this worker's own held-mode jobs whose session
+// is gone and that none of its runners holds any more: a claim that
+// committed on the server after its runner gave up waiting for the reply
+// (and so after the runner handed back what its session held), or a lost
+// batch the runner could not record. Other workers leave them alone while
+// this one lives, and nothing else would ever move them, or their groups, on.
+//
+// The rows are locked first and the tokens checked after: a runner marks a
+// claim's token as held before it sends the claim, and forgets it only when
+// it is done with every job the claim took, so a job whose token is not held
+// once its row is locked has no handler of this worker running it.
+func (w *Worker) rescueOwnOrphans(ctx context.Context) error {
+	tx, err := w.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	q := gen.New(tx)
+	found, err := q.OwnOrphans(ctx, gen.OwnOrphansParams{WorkerID: w.id, Max: maintainBatch})
+	if err != nil || len(found) == 0 {
+		return err
+	}
+	var ids []int64
+	for _, o := range found {
+		if !w.claims.holds(o.Token) {
+			ids = append(ids, o.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rescued, err := q.RescueJobs(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("rescue jobs of lost sessions: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	w.log.Warn("pgtask: requeued jobs of this worker whose session ended and that no runner held", "jobs", rescued)
 	return nil
 }

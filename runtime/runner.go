@@ -90,6 +90,25 @@ type session struct {
 	tx pgx.Tx
 	// open: a transaction begun by the runner is open on the connection.
 	open bool
+	// tokens are the session's claims the worker marks as held (see
+	// claimTokens), the newest last.
+	tokens []int64
+}
+
+// newToken marks a claim about to be sent as held by this runner.
+func (s *session) newToken() pgtype.Int8 {
+	t := rand.Int64()
+	s.r.w.claims.add(t)
+	s.tokens = append(s.tokens, t)
+	return pgtype.Int8{Int64: t, Valid: true}
+}
+
+// forget unmarks the session's claims but the newest keep: the runner is
+// done with their jobs.
+func (s *session) forget(keep int) {
+	n := max(len(s.tokens)-keep, 0)
+	s.r.w.claims.drop(s.tokens[:n]...)
+	s.tokens = slices.Delete(s.tokens, 0, n)
 }
 
 // work acquires a connection and runs batches on it until the queue has
@@ -102,6 +121,9 @@ func (r *runner) work(ctx, hard context.Context) (int, error) {
 		return 0, fmt.Errorf("acquire connection: %w", err)
 	}
 	s := &session{r: r, conn: conn, pid: conn.Conn().PgConn().PID()}
+	// Every way out of here has recorded or handed back what the session's
+	// claims took, or given up on it (settleLost).
+	defer s.forget(0)
 	c, err := s.start(ctx)
 	total := 0
 	for err == nil && len(c.next) > 0 {
@@ -155,7 +177,7 @@ func (s *session) start(ctx context.Context) (cycled, error) {
 	var next []gen.ClaimJobsRow
 	b := &pgx.Batch{}
 	b.Queue(gen.BeginJobTransaction)
-	r.queueClaim(b, &next, pgtype.Int8{})
+	r.queueClaim(b, &next, s.newToken())
 	b.Queue(gen.CommitJobTransaction)
 	if err := s.conn.SendBatch(bctx, b).Close(); err != nil || len(next) == 0 {
 		return cycled{}, err
@@ -222,8 +244,9 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 	if len(end.outcomes) > 0 {
 		p = queueSettle(b, r.q.name, end.outcomes, claiming, &res)
 	}
-	token := pgtype.Int8{Int64: rand.Int64(), Valid: true}
+	var token pgtype.Int8
 	if claiming {
+		token = s.newToken()
 		r.queueClaim(b, &c.next, token)
 	}
 	b.Queue(gen.CommitJobTransaction)
@@ -238,6 +261,11 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 		return c, err
 	}
 	s.open = claiming
+	if claiming {
+		s.forget(1)
+	} else {
+		s.forget(0)
+	}
 	if int(res.Recorded) != len(p.Ids) {
 		// The jobs were locked all along: only an operator's hand on the
 		// table gets here.

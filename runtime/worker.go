@@ -200,6 +200,10 @@ type Worker struct {
 	// of the worker holds the worker lock on it, shared (see LockWorker): a
 	// rescuer leaves the jobs of a process with any session left to it.
 	id int32
+	// claims are the tokens of the held-mode claims whose jobs a runner may
+	// still run: maintenance rescues the worker's own jobs with a dead
+	// session only when their claim is not among them (rescueOwnOrphans).
+	claims claimTokens
 }
 
 // connections is how many pooled connections serving the queue takes: one
@@ -357,6 +361,7 @@ func newWorker(cfg Config) (*Worker, int, error) {
 		handlers: map[string]*Registration{},
 		queues:   map[string]*queue{},
 		id:       newWorkerID(),
+		claims:   claimTokens{held: map[int64]struct{}{}},
 	}
 	need := extraConns
 	for name, qc := range cfg.Queues {

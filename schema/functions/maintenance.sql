@@ -1,4 +1,4 @@
--- revision: 1
+-- revision: 2
 -- Maintenance that every worker runs: queueing due jobs and rescuing the
 -- jobs of dead workers.
 --
@@ -41,21 +41,21 @@ $$;
 -- its lock; backend_start guards against a reused PID) and no session of its
 -- worker process is left: every session of a worker holds its worker lock
 -- shared (see LockWorker), so the lock is free only when all are gone. The
--- caller's own jobs (p_worker) are never its to rescue: it is alive, and its
--- session holds that lock too, which does not stop its own try below. After
--- the server restarts, every session ended at once, live workers' too: jobs
--- claimed before then wait 10 seconds for their workers to reconnect and take
--- their lock again. The attempt was counted at claim time, so a job that
--- kills its worker every time still runs out of attempts.
+-- caller's own jobs (p_worker) are never its to rescue here: it is alive, and
+-- its session holds that lock too, which does not stop its own try below; it
+-- finds those with own_orphans. After the server restarts, every session
+-- ended at once, live workers' too: jobs claimed before then wait 10 seconds
+-- for their workers to reconnect and take their lock again. The attempt was
+-- counted at claim time, so a job that kills its worker every time still
+-- runs out of attempts.
 CREATE OR REPLACE FUNCTION pgtask.rescue_orphans(p_limit integer, p_worker integer) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     o record;
-    queues text[] := '{}';
-    keys text[] := '{}';
+    ids bigint[] := '{}';
 BEGIN
     FOR o IN
-        SELECT j.id, j.attempts, j.owner_pid, j.queue, j.group_key, j.worker_id, j.started_at
+        SELECT j.id, j.worker_id, j.started_at
           FROM pgtask.jobs j
          WHERE j.status = 'started' AND j.worker_id IS DISTINCT FROM p_worker
            AND NOT EXISTS (
@@ -70,9 +70,58 @@ BEGIN
                  AND NOT pg_try_advisory_xact_lock(pgtask.worker_lock_class(), o.worker_id);
         CONTINUE WHEN o.started_at < pg_postmaster_start_time()
                  AND clock_timestamp() < pg_postmaster_start_time() + interval '10 seconds';
+        ids := ids || o.id;
+    END LOOP;
+    RETURN QUERY SELECT r.id FROM pgtask.rescue_jobs(ids) AS r(id);
+END;
+$$;
+
+-- The caller's own held-mode jobs whose job session is gone, locked for the
+-- rest of the caller's transaction: a claim that committed after the worker
+-- gave up waiting for its reply, or the batch of a lost session the worker
+-- could not record. The worker is alive, so only it can tell whether a
+-- handler of its still runs such a job: the claim's token says which of its
+-- claims took the job, and the worker passes to rescue_jobs only those of
+-- claims it no longer holds. (Locked first, checked after: a claim the
+-- worker still works on was marked as held before it was sent.)
+CREATE OR REPLACE FUNCTION pgtask.own_orphans(p_worker integer, p_limit integer)
+RETURNS TABLE (id bigint, claim_token bigint)
+LANGUAGE sql AS $$
+    SELECT j.id, j.claim_token
+      FROM pgtask.jobs j
+     WHERE j.status = 'started' AND j.worker_id = p_worker
+       AND j.owner_pid IS NOT NULL AND j.lease_until IS NULL
+       AND NOT EXISTS (
+           SELECT 1 FROM pg_stat_activity a
+            WHERE a.pid = j.owner_pid
+              AND (a.backend_start IS NULL OR a.backend_start <= j.started_at))
+     ORDER BY j.id
+     LIMIT p_limit
+       FOR UPDATE OF j SKIP LOCKED
+$$;
+
+-- Records the attempt of each of the started jobs p_ids as lost with its
+-- worker, then moves on the groups whose head ran out of attempts. Returns
+-- the jobs it rescued.
+CREATE OR REPLACE FUNCTION pgtask.rescue_jobs(p_ids bigint[]) RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    o record;
+    queues text[] := '{}';
+    keys text[] := '{}';
+BEGIN
+    FOR o IN
+        SELECT j.id, j.attempts, j.owner_pid, j.queue, j.group_key
+          FROM pgtask.jobs j
+         WHERE j.id = ANY (p_ids) AND j.status = 'started'
+         ORDER BY j.id
+           FOR UPDATE OF j
+    LOOP
         PERFORM pgtask.fail_job(o.id, o.attempts, jsonb_build_object(
             'attempt', o.attempts,
-            'error', format('worker lost: its database session (pid %s) ended during the attempt', o.owner_pid)),
+            'error', CASE WHEN o.owner_pid IS NULL
+                          THEN 'worker lost: its process ended during the attempt'
+                          ELSE format('worker lost: its database session (pid %s) ended during the attempt', o.owner_pid) END),
             0);
         queues := queues || o.queue;
         keys := keys || o.group_key;
