@@ -386,12 +386,18 @@ func (q *Queries) Listen(ctx context.Context) error {
 }
 
 const LockWorker = `-- name: LockWorker :exec
-SELECT pg_advisory_lock_shared(pgtask.worker_lock_class(), $1::integer)
+SELECT pg_advisory_lock_shared(pgtask.worker_lock_class(), $1::integer),
+       CASE WHEN current_setting('server_version_num')::integer >= 140000
+            THEN set_config('idle_session_timeout', '0', false) END
 `
 
 // Taken, shared, by every session of a worker process when it connects, and
 // held while the session lives: it tells rescuers the process is alive even
-// when the session a job ran on is lost.
+// when the session a job ran on is lost. So the session also turns off
+// idle_session_timeout (PostgreSQL 14 and later), which a database or role
+// may set: a worker's sessions wait idle for work, and the listener's always
+// does; were they all ended, the lock would be free while the process lives
+// and runs leased jobs.
 func (q *Queries) LockWorker(ctx context.Context, workerID int32) error {
 	_, err := q.db.Exec(ctx, LockWorker, workerID)
 	return err

@@ -69,8 +69,14 @@ SELECT pgtask.advance_finished_groups(@max) AS moved;
 -- name: LockWorker :exec
 -- Taken, shared, by every session of a worker process when it connects, and
 -- held while the session lives: it tells rescuers the process is alive even
--- when the session a job ran on is lost.
-SELECT pg_advisory_lock_shared(pgtask.worker_lock_class(), @worker_id::integer);
+-- when the session a job ran on is lost. So the session also turns off
+-- idle_session_timeout (PostgreSQL 14 and later), which a database or role
+-- may set: a worker's sessions wait idle for work, and the listener's always
+-- does; were they all ended, the lock would be free while the process lives
+-- and runs leased jobs.
+SELECT pg_advisory_lock_shared(pgtask.worker_lock_class(), @worker_id::integer),
+       CASE WHEN current_setting('server_version_num')::integer >= 140000
+            THEN set_config('idle_session_timeout', '0', false) END;
 
 -- name: ReleaseSessionJobs :one
 SELECT pgtask.release_session_jobs(@owner_pid::integer, @worker_id::integer) AS released;
