@@ -73,6 +73,54 @@ func (q *Queries) LockMigrations(ctx context.Context) error {
 	return err
 }
 
+const PgtaskLockHolders = `-- name: PgtaskLockHolders :many
+SELECT a.pid::integer AS pid, coalesce(a.state, '')::text AS state,
+       coalesce(a.application_name, '')::text AS application_name,
+       coalesce(extract(epoch FROM now() - a.xact_start), 0)::float8 AS transaction_seconds
+  FROM pg_catalog.pg_stat_activity a
+ WHERE a.pid <> pg_backend_pid()
+   AND a.pid IN (SELECT l.pid FROM pg_catalog.pg_locks l
+                   JOIN pg_catalog.pg_class c ON c.oid = l.relation
+                   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                  WHERE l.granted AND n.nspname = 'pgtask')
+ ORDER BY a.xact_start NULLS LAST
+ LIMIT 5
+`
+
+type PgtaskLockHoldersRow struct {
+	Pid                int32   `db:"pid"`
+	State              string  `db:"state"`
+	ApplicationName    string  `db:"application_name"`
+	TransactionSeconds float64 `db:"transaction_seconds"`
+}
+
+// Other sessions holding locks on pgtask's tables, oldest transaction first:
+// what a migration that could not take its locks waited for.
+func (q *Queries) PgtaskLockHolders(ctx context.Context) ([]PgtaskLockHoldersRow, error) {
+	rows, err := q.db.Query(ctx, PgtaskLockHolders)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PgtaskLockHoldersRow{}
+	for rows.Next() {
+		var i PgtaskLockHoldersRow
+		if err := rows.Scan(
+			&i.Pid,
+			&i.State,
+			&i.ApplicationName,
+			&i.TransactionSeconds,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const RecordFunctionFile = `-- name: RecordFunctionFile :exec
 INSERT INTO pgtask.function_files (name, revision, sha256) VALUES ($1, $2, $3)
 ON CONFLICT (name) DO UPDATE
@@ -101,5 +149,17 @@ type RecordMigrationParams struct {
 
 func (q *Queries) RecordMigration(ctx context.Context, arg RecordMigrationParams) error {
 	_, err := q.db.Exec(ctx, RecordMigration, arg.Version, arg.Name)
+	return err
+}
+
+const SetMigrationLockTimeout = `-- name: SetMigrationLockTimeout :exec
+SELECT set_config('lock_timeout', $1::text, true)
+`
+
+// Bounds, for the rest of the migration's transaction, how long each of its
+// statements waits for a table lock: an ALTER TABLE waiting behind a long
+// transaction would hold up every enqueue and claim queued behind it.
+func (q *Queries) SetMigrationLockTimeout(ctx context.Context, timeout string) error {
+	_, err := q.db.Exec(ctx, SetMigrationLockTimeout, timeout)
 	return err
 }

@@ -2,13 +2,17 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/schema"
@@ -80,6 +84,20 @@ func (r *MigrateReport) Changed() bool {
 	return r != nil && (len(r.Migrations) > 0 || len(r.Functions) > 0)
 }
 
+// A migration's statements wait at most migrateLockTimeout for each table
+// lock (lock_timeout). One that waits behind a long transaction on pgtask's
+// tables holds up every enqueue and claim queued behind its own request, so
+// it gives up instead, and Migrate tries again after a pause, for up to
+// migratePatience (or until ctx is done).
+const (
+	migrateLockTimeout = 2 * time.Second
+	migratePatience    = time.Minute
+)
+
+// ErrMigrationLocked is returned by Migrate when other sessions held locks on
+// pgtask's tables through every try. The error names them.
+var ErrMigrationLocked = errors.New("migration could not take its table locks")
+
 // Migrate brings the pgtask schema up to date: it applies the migrations the
 // database has not run, then every function file whose revision is higher
 // than the one the database runs. A file at a lower revision than the
@@ -88,6 +106,12 @@ func (r *MigrateReport) Changed() bool {
 // in one transaction under an advisory lock, so concurrent callers (several
 // workers starting at once) are safe: the first applies, the others find
 // nothing to do.
+//
+// Each statement waits at most 2 seconds for a table lock, so that a
+// migration stuck behind a long transaction does not stall the queues; the
+// transaction is then rolled back and tried again after a pause, for up to
+// a minute or until ctx is done. If the locks were never granted, Migrate
+// returns ErrMigrationLocked, naming the sessions that held them.
 func Migrate(ctx context.Context, db Beginner) (*MigrateReport, error) {
 	migrations, err := Migrations()
 	if err != nil {
@@ -97,6 +121,55 @@ func Migrate(ctx context.Context, db Beginner) (*MigrateReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	began := time.Now()
+	var delay retryDelay
+	for tries := 1; ; tries++ {
+		report, err := migrateOnce(ctx, db, migrations, functions)
+		if !lockNotAvailable(err) {
+			return report, err
+		}
+		wait := delay.next()
+		deadline, ok := ctx.Deadline()
+		if time.Since(began)+wait > migratePatience || (ok && time.Now().Add(wait+migrateLockTimeout).After(deadline)) {
+			return nil, migrationLocked(ctx, db, err, tries, time.Since(began))
+		}
+		sleep(ctx, wait)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("migrate: %w", ctx.Err())
+		}
+	}
+}
+
+// lockNotAvailable reports whether err is a statement giving up on a lock
+// (lock_timeout).
+func lockNotAvailable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// migrationLocked describes a migration that never got its locks: how often
+// it tried, and who held locks on pgtask's tables at the end.
+func migrationLocked(ctx context.Context, db Beginner, last error, tries int, waited time.Duration) error {
+	holders := "none found now"
+	if tx, err := db.Begin(ctx); err == nil {
+		rows, err := gen.New(tx).PgtaskLockHolders(ctx)
+		tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
+		if err == nil && len(rows) > 0 {
+			var parts []string
+			for _, r := range rows {
+				parts = append(parts, fmt.Sprintf("pid %d (%s, application %q, in a transaction for %.0fs)",
+					r.Pid, r.State, r.ApplicationName, r.TransactionSeconds))
+			}
+			holders = strings.Join(parts, "; ")
+		}
+	}
+	return fmt.Errorf("%w: %d tries over %s each waited %s (lock_timeout) for a lock and gave up (%v); sessions holding locks on pgtask's tables: %s. "+
+		"End or wait out their transactions (held-mode job transactions last as long as their handlers), then migrate again",
+		ErrMigrationLocked, tries, waited.Round(time.Second), migrateLockTimeout, last, holders)
+}
+
+// migrateOnce is one try of Migrate, in one transaction.
+func migrateOnce(ctx context.Context, db Beginner, migrations []Migration, functions []schema.FunctionFile) (*MigrateReport, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: begin: %w", err)
@@ -106,6 +179,9 @@ func Migrate(ctx context.Context, db Beginner) (*MigrateReport, error) {
 	q := gen.New(tx)
 	if err := q.LockMigrations(ctx); err != nil {
 		return nil, fmt.Errorf("migrate: lock: %w", err)
+	}
+	if err := q.SetMigrationLockTimeout(ctx, strconv.FormatInt(migrateLockTimeout.Milliseconds(), 10)); err != nil {
+		return nil, fmt.Errorf("migrate: set lock_timeout: %w", err)
 	}
 	report := &MigrateReport{}
 	if len(migrations) == 0 || migrations[0].Version != 0 {

@@ -2,11 +2,15 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/gen"
@@ -215,4 +219,81 @@ func firstReleasePool(t *testing.T) (*pgxpool.Pool, []runtime.Migration) {
 		}
 	}
 	return pool, migrations
+}
+
+// A migration that needs a lock a long transaction holds waits for it only
+// briefly at a time: the enqueues queued behind its lock request go on in
+// between. It applies once the transaction ends.
+func TestMigrationBehindALongTransactionLetsEnqueuesThrough(t *testing.T) {
+	t.Parallel()
+	pool, _ := firstReleasePool(t)
+	ctx := context.Background()
+	blocker := holdJobsTable(t, pool)
+
+	migrated := make(chan error, 1)
+	go func() {
+		_, err := runtime.Migrate(ctx, pool)
+		migrated <- err
+	}()
+	// Each of these waits behind the migration's lock request while it
+	// lasts, then goes on.
+	for i := range 3 {
+		time.Sleep(700 * time.Millisecond)
+		ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := runtime.Enqueue(ectx, pool, runtime.EnqueueRequest{Kind: "work", Payload: mustJSON(t, map[string]int{"n": i})})
+		cancel()
+		if err != nil {
+			t.Fatalf("enqueue %d behind the migration: %v", i, err)
+		}
+	}
+	select {
+	case err := <-migrated:
+		t.Fatalf("migration returned %v while the transaction held its lock", err)
+	default:
+	}
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-migrated:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("migration still waiting 30s after the transaction ended")
+	}
+}
+
+// A migration whose locks are never granted fails with an error that names
+// the session holding them.
+func TestMigrationThatCannotLockNamesTheHolder(t *testing.T) {
+	t.Parallel()
+	pool, _ := firstReleasePool(t)
+	blocker := holdJobsTable(t, pool)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	_, err := runtime.Migrate(ctx, pool)
+	if !errors.Is(err, runtime.ErrMigrationLocked) {
+		t.Fatalf("Migrate: %v, want ErrMigrationLocked", err)
+	}
+	pid := fmt.Sprintf("pid %d ", blocker.Conn().PgConn().PID())
+	if !strings.Contains(err.Error(), pid) || !strings.Contains(err.Error(), "lock_timeout") {
+		t.Fatalf("error %q names neither %q nor lock_timeout", err, pid)
+	}
+}
+
+// holdJobsTable opens a transaction that has read pgtask.jobs, and so holds a
+// lock on it that an ALTER TABLE waits for, until the test ends.
+func holdJobsTable(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) }) //nolint:errcheck // may be over already
+	if _, err := testdb.New(tx).CountJobs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }
