@@ -26,11 +26,11 @@ var (
 
 // checkDatabase connects once, on a connection of its own, and checks that
 // the worker can work: the database is there, its schema is as new as this
-// code, and the server has room for need connections beside those open now,
-// with a tenth of max_connections (at least 3) left over for others. It is
-// the difference between one clear error at start and a worker that logs
-// failures forever, or one that takes every connection of the server.
-func checkDatabase(ctx context.Context, cc *pgx.ConnConfig, need int) error {
+// code, and the server has room for need more connections as check says
+// (see ConnectionCheck). It is the difference between one clear error at
+// start and a worker that logs failures forever, or one that takes every
+// connection of the server.
+func checkDatabase(ctx context.Context, cc *pgx.ConnConfig, need int, check ConnectionCheck) error {
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return fmt.Errorf("connect to the database: %w", err)
@@ -40,21 +40,29 @@ func checkDatabase(ctx context.Context, cc *pgx.ConnConfig, need int) error {
 	if err := checkSchema(ctx, q, cc.Database); err != nil {
 		return err
 	}
+	if check == CheckNone {
+		return nil
+	}
 	c, err := q.ConnectionCapacity(ctx)
 	if err != nil {
 		return fmt.Errorf("read the server's connection limits: %w", err)
 	}
 	margin := max(3, int(c.MaxConnections)/10)
+	allowed := int(c.MaxConnections - c.Reserved)
 	// The checking connection is counted in use, and is gone once the
 	// worker opens its own.
-	free := int(c.MaxConnections-c.Reserved-c.InUse) + 1
-	if need > free-margin {
-		return fmt.Errorf("%w: its queues need %d connections (the sum of their Concurrency, plus 1 for maintenance and 1 for notifications); "+
-			"the server allows %d (max_connections %d, %d reserved for superusers), %d are open, and %d are left for others: "+
-			"lower Concurrency, or raise max_connections",
-			ErrNotEnoughConnections, need, c.MaxConnections-c.Reserved, c.MaxConnections, c.Reserved, c.InUse-1, margin)
+	open := int(c.InUse) - 1
+	free := allowed - open
+	if need <= allowed-margin && (check == CheckMax || need <= free-margin) {
+		return nil
 	}
-	return nil
+	fix := "lower Concurrency, or raise max_connections"
+	if need <= allowed-margin {
+		fix = "lower Concurrency, close some of the other sessions, or set Config.ConnectionCheck to CheckMax if they are about to go (a rolling deploy)"
+	}
+	return fmt.Errorf("%w: its queues need %d connections (the sum of their Concurrency, plus 1 for maintenance and 1 for notifications); "+
+		"the server allows %d (max_connections %d, %d reserved for superusers), %d are open, and %d are left for others: %s",
+		ErrNotEnoughConnections, need, allowed, c.MaxConnections, c.Reserved, open, margin, fix)
 }
 
 // checkIsolation checks that a pool the application lends the worker gives

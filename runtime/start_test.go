@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/gen"
@@ -127,6 +128,66 @@ func TestNewWorkerRefusesConcurrencyTheServerCannotServe(t *testing.T) {
 		t.Errorf("error %v is not ErrNotEnoughConnections", err)
 	}
 	wantErrorText(t, err, "lower Concurrency", "max_connections")
+}
+
+// Connections open now count against the default check, but not against
+// CheckMax (a rolling deploy's old workers about to go), which still refuses
+// what max_connections could never serve; CheckNone (behind a pooler)
+// checks nothing. No worker here runs: NewWorker opens no connection of its
+// pool.
+func TestConnectionCheckChoosesWhatCounts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	// Another session, open for the whole test.
+	other, err := pgx.Connect(ctx, b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx) //nolint:errcheck // read-only session
+	c, err := b.gen.ConnectionCapacity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	margin := max(3, int(c.MaxConnections)/10)
+	// Fits max_connections with its margin exactly, with nothing else open.
+	fits := int(c.MaxConnections-c.Reserved) - margin - 2
+	queues := func(concurrency int) map[string]runtime.QueueConfig {
+		return map[string]runtime.QueueConfig{"default": {Concurrency: concurrency}}
+	}
+	err = startError(t, b.url, runtime.Config{Queues: queues(fits)})
+	if !errors.Is(err, runtime.ErrNotEnoughConnections) {
+		t.Fatalf("default check with other sessions open: %v, want ErrNotEnoughConnections", err)
+	}
+	wantErrorText(t, err, "CheckMax")
+	for _, check := range []runtime.ConnectionCheck{runtime.CheckMax, runtime.CheckNone} {
+		pc, err := pgxpool.ParseConfig(b.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := runtime.NewWorker(ctx, pc, runtime.Config{Queues: queues(fits), ConnectionCheck: check, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatalf("%q check, %d connections: %v", check, fits+2, err)
+		}
+		w.Close()
+	}
+	err = startError(t, b.url, runtime.Config{Queues: queues(fits + 1), ConnectionCheck: runtime.CheckMax})
+	if !errors.Is(err, runtime.ErrNotEnoughConnections) {
+		t.Fatalf("CheckMax past max_connections: %v, want ErrNotEnoughConnections", err)
+	}
+	wantErrorText(t, err, "raise max_connections")
+	pc, err := pgxpool.ParseConfig(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := runtime.NewWorker(ctx, pc, runtime.Config{Queues: queues(10 * int(c.MaxConnections)), ConnectionCheck: runtime.CheckNone, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("CheckNone: %v", err)
+	}
+	w.Close()
+	if err := startError(t, b.url, runtime.Config{ConnectionCheck: "sometimes"}); err == nil || !strings.Contains(err.Error(), "CheckFree") {
+		t.Fatalf("an unknown check: %v", err)
+	}
 }
 
 // Names the database could not store are refused where they are given: a

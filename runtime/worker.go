@@ -124,7 +124,33 @@ type Config struct {
 	// heartbeat extends it every third of it, and a job whose lease ran out
 	// is taken over by another worker. Default 30s.
 	Lease time.Duration
+	// ConnectionCheck is what NewWorker checks of the server's connection
+	// limits. Default CheckFree.
+	ConnectionCheck ConnectionCheck
 }
+
+// ConnectionCheck says how NewWorker makes sure that the server can give
+// the worker its connections (the sum of its queues' connections, plus one
+// for maintenance and one for notifications), and fails with
+// ErrNotEnoughConnections when it cannot.
+type ConnectionCheck string
+
+const (
+	// CheckFree wants room for the worker's connections beside every
+	// session open now, with a tenth of max_connections (at least 3) left
+	// for others.
+	CheckFree ConnectionCheck = ""
+	// CheckMax wants the worker's connections to fit max_connections with
+	// the same margin, whoever is connected now: for a rolling deploy, where
+	// the previous release's workers hold connections they are about to give
+	// back, or any other moment of known, passing crowding.
+	CheckMax ConnectionCheck = "max"
+	// CheckNone checks nothing: for a worker that connects through a
+	// connection pooler such as PgBouncer, whose limits the server cannot
+	// report. (The pooler must pool sessions: the worker holds session
+	// locks and LISTENs, which transaction pooling does not keep.)
+	CheckNone ConnectionCheck = "none"
+)
 
 func (c Config) withDefaults() Config {
 	if len(c.Queues) == 0 {
@@ -277,7 +303,7 @@ func NewWorker(ctx context.Context, poolConfig *pgxpool.Config, cfg Config) (*Wo
 	pc.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	w.listenConfig = pc.ConnConfig.Copy()
 	// The pool's connections plus the listener's.
-	if err := checkDatabase(ctx, w.listenConfig, need+1); err != nil {
+	if err := checkDatabase(ctx, w.listenConfig, need+1, w.cfg.ConnectionCheck); err != nil {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
 	userAfterConnect := pc.AfterConnect
@@ -341,7 +367,7 @@ func NewWorkerFromPool(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Wo
 	// The server must have room for the connections the pool has yet to
 	// open, and the listener's.
 	unopened := max(0, int(pc.MaxConns)-int(pool.Stat().TotalConns()))
-	if err := checkDatabase(ctx, w.listenConfig, unopened+1); err != nil {
+	if err := checkDatabase(ctx, w.listenConfig, unopened+1, w.cfg.ConnectionCheck); err != nil {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
 	if err := checkIsolation(ctx, pool); err != nil {
@@ -362,6 +388,11 @@ func newWorker(cfg Config) (*Worker, int, error) {
 		queues:   map[string]*queue{},
 		id:       newWorkerID(),
 		claims:   claimTokens{held: map[int64]struct{}{}},
+	}
+	switch cfg.ConnectionCheck {
+	case CheckFree, CheckMax, CheckNone:
+	default:
+		return nil, 0, fmt.Errorf("new worker: ConnectionCheck %q is none of CheckFree, CheckMax and CheckNone", cfg.ConnectionCheck)
 	}
 	need := extraConns
 	for name, qc := range cfg.Queues {
