@@ -37,6 +37,8 @@ const (
 	// MaxPayloadBytes bounds one job's JSON payload. Large data belongs in a
 	// table of its own, with its key in the payload.
 	MaxPayloadBytes = 8 << 20
+	// MaxResultBytes bounds the JSON of one job's result (Job.SetResult).
+	MaxResultBytes = 8 << 20
 	// MaxQueueBytes, MaxKindBytes and MaxGroupKeyBytes bound a queue name,
 	// a kind and a group key, in bytes of UTF-8. They enter the claim and
 	// group indexes, whose rows PostgreSQL limits to about 2.7 kB; the

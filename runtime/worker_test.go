@@ -478,6 +478,9 @@ func TestNULInErrorsAndResultsIsRecorded(t *testing.T) {
 			if err := job.SetResult(map[string]string{"s": "a\x00b"}); err == nil {
 				return errors.New("SetResult accepted a NUL character")
 			}
+			if err := job.SetResult(strings.Repeat("x", runtime.MaxResultBytes)); err == nil {
+				return errors.New("SetResult accepted a result over MaxResultBytes")
+			}
 			return job.SetResult(map[string]string{"s": "fine"})
 		},
 	}, runtime.Registration{
