@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -266,6 +265,9 @@ func (r *EnqueueRequest) check() error {
 	if r.Delay != 0 && !r.RunAt.IsZero() {
 		return errors.New("set RunAt or Delay, not both")
 	}
+	if !r.RunAt.IsZero() && (r.RunAt.Year() < 1 || r.RunAt.Year() > 9999) {
+		return fmt.Errorf("RunAt %s is outside the years 1 to 9999", r.RunAt.UTC())
+	}
 	if len(r.Payload) == 0 {
 		return errors.New("payload is empty")
 	}
@@ -275,8 +277,8 @@ func (r *EnqueueRequest) check() error {
 	if !json.Valid(r.Payload) {
 		return errors.New("payload is not valid JSON")
 	}
-	if hasNULEscape(r.Payload) {
-		return errors.New(`payload contains \u0000, which PostgreSQL's jsonb cannot store`)
+	if err := jsonbRefusal(r.Payload); err != nil {
+		return fmt.Errorf("payload %w", err)
 	}
 	switch firstByte(r.Payload) {
 	case '{', '[':
@@ -298,28 +300,6 @@ func checkName(what, s string, maxBytes int) error {
 		return fmt.Errorf("%s %q contains a NUL byte", what, s)
 	}
 	return nil
-}
-
-// hasNULEscape reports whether valid JSON holds the escape \u0000 in a
-// string. A backslash that is itself escaped ("C:\\u0000dir", the text
-// C:\u0000dir) does not start one: the escape is real only when the run of
-// backslashes before the u is odd.
-func hasNULEscape(b []byte) bool {
-	for i := 0; ; {
-		j := bytes.Index(b[i:], []byte(`u0000`))
-		if j < 0 {
-			return false
-		}
-		at := i + j
-		run := 0
-		for k := at - 1; k >= 0 && b[k] == '\\'; k-- {
-			run++
-		}
-		if run%2 == 1 {
-			return true
-		}
-		i = at + 1
-	}
 }
 
 func firstByte(b []byte) byte {

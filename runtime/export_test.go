@@ -3,8 +3,9 @@ package runtime
 // ApplyFunctionFiles lets tests apply function files of their own making.
 var ApplyFunctionFiles = applyFunctionFiles
 
-// HasNULEscape lets the fuzz test compare the payload check with a decoder.
-var HasNULEscape = hasNULEscape
+// JSONBRefusal lets the fuzz test compare the payload check with the
+// server's jsonb input.
+var JSONBRefusal = jsonbRefusal
 
 // ID is the worker's id, which its claims carry.
 func (w *Worker) ID() int32 { return w.id }

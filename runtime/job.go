@@ -45,14 +45,15 @@ func (j *Job) Tx() pgx.Tx { return j.tx }
 
 // SetResult stores v, as JSON, as the job's result when the handler
 // succeeds. It refuses a value jsonb cannot store (a string holding a NUL
-// character) and one whose JSON is longer than MaxResultBytes.
+// character, a number too large for numeric) and one whose JSON is longer
+// than MaxResultBytes.
 func (j *Job) SetResult(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("job %d: encode result: %w", j.ID, err)
 	}
-	if hasNULEscape(b) {
-		return fmt.Errorf(`job %d: result contains \u0000, which PostgreSQL's jsonb cannot store`, j.ID)
+	if err := jsonbRefusal(b); err != nil {
+		return fmt.Errorf("job %d: result %w", j.ID, err)
 	}
 	if len(b) > MaxResultBytes {
 		return fmt.Errorf("job %d: result is %d bytes of JSON, more than the %d allowed: store large data in a table of its own", j.ID, len(b), MaxResultBytes)

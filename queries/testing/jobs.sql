@@ -57,3 +57,8 @@ SELECT * FROM pgtask.claim_jobs(@queue, @max, @worker_id);
 -- Makes a leased job's lease run out now, as a hung worker's would.
 UPDATE pgtask.jobs SET lease_until = now() - interval '1 second'
  WHERE id = @id AND status = 'started' AND lease_until IS NOT NULL;
+
+-- name: ParseJSONB :one
+-- The server's own verdict on a JSON document: what the payload check must
+-- agree with.
+SELECT CAST(sqlc.arg(doc)::text AS jsonb) AS doc;

@@ -7,6 +7,7 @@ package testdb
 
 import (
 	"context"
+	"encoding/json"
 )
 
 const analyzeJobs = `-- name: AnalyzeJobs :exec
@@ -283,6 +284,19 @@ func (q *Queries) ListJobs(ctx context.Context, queue string) ([]PgtaskJob, erro
 		return nil, err
 	}
 	return items, nil
+}
+
+const parseJSONB = `-- name: ParseJSONB :one
+SELECT CAST($1::text AS jsonb) AS doc
+`
+
+// The server's own verdict on a JSON document: what the payload check must
+// agree with.
+func (q *Queries) ParseJSONB(ctx context.Context, doc string) (json.RawMessage, error) {
+	row := q.db.QueryRow(ctx, parseJSONB, doc)
+	var doc_2 json.RawMessage
+	err := row.Scan(&doc_2)
+	return doc_2, err
 }
 
 const transactionIsolation = `-- name: TransactionIsolation :one
