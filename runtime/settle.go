@@ -237,11 +237,12 @@ func storable(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n
+	const marker = "…(truncated)"
+	cut := max(n-len(marker), 0)
 	for cut > 0 && !utf8RuneStart(s[cut]) {
 		cut--
 	}
-	return s[:cut] + "…(truncated)"
+	return s[:cut] + marker
 }
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
