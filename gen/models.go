@@ -116,10 +116,22 @@ type PgtaskJob struct {
 	StaleOutcomes   int32           `db:"stale_outcomes"`
 }
 
+type PgtaskLeader struct {
+	Duty      string    `db:"duty"`
+	WorkerID  int32     `db:"worker_id"`
+	ElectedAt time.Time `db:"elected_at"`
+	Until     time.Time `db:"until"`
+}
+
 type PgtaskMigration struct {
 	Version   int32     `db:"version"`
 	Name      string    `db:"name"`
 	AppliedAt time.Time `db:"applied_at"`
+}
+
+type PgtaskPausedQueue struct {
+	Queue    string    `db:"queue"`
+	PausedAt time.Time `db:"paused_at"`
 }
 
 type PgtaskQueueGroup struct {

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -102,4 +103,49 @@ func RetryJob(ctx context.Context, db DB, id JobID) (bool, error) {
 		return false, fmt.Errorf("retry job %d: %w", id, err)
 	}
 	return ok, nil
+}
+
+// PauseQueue pauses a queue across every worker: from when it returns, no
+// claim takes a job of the queue until ResumeQueue. Jobs already running
+// finish; enqueueing goes on. The pause is stored in the database, so it
+// holds for workers that start later too. It reports whether the queue was
+// running.
+func PauseQueue(ctx context.Context, db DB, queue string) (bool, error) {
+	if err := checkName("queue", queue, MaxQueueBytes); err != nil || queue == "" {
+		return false, fmt.Errorf("pause queue: %w", cmp.Or(err, errors.New("queue name is empty")))
+	}
+	paused, err := gen.New(db).PauseQueue(ctx, queue)
+	if err != nil {
+		return false, fmt.Errorf("pause queue %s: %w", queue, err)
+	}
+	return paused, nil
+}
+
+// ResumeQueue resumes a paused queue and wakes its workers. It reports
+// whether the queue was paused.
+func ResumeQueue(ctx context.Context, db DB, queue string) (bool, error) {
+	resumed, err := gen.New(db).ResumeQueue(ctx, queue)
+	if err != nil {
+		return false, fmt.Errorf("resume queue %s: %w", queue, err)
+	}
+	return resumed, nil
+}
+
+// PausedQueue is a queue that is paused, and since when.
+type PausedQueue struct {
+	Queue    string
+	PausedAt time.Time
+}
+
+// PausedQueues lists the paused queues.
+func PausedQueues(ctx context.Context, db DB) ([]PausedQueue, error) {
+	rows, err := gen.New(db).PausedQueues(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list paused queues: %w", err)
+	}
+	out := make([]PausedQueue, len(rows))
+	for i, r := range rows {
+		out[i] = PausedQueue{Queue: r.Queue, PausedAt: r.PausedAt}
+	}
+	return out, nil
 }

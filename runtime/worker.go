@@ -127,6 +127,10 @@ type Config struct {
 	// ConnectionCheck is what NewWorker checks of the server's connection
 	// limits. Default CheckFree.
 	ConnectionCheck ConnectionCheck
+	// Retention is how long finished jobs are kept (by default a day for
+	// succeeded jobs, a week for failed and cancelled ones). The worker
+	// elected leader deletes older ones.
+	Retention Retention
 }
 
 // ConnectionCheck says how NewWorker makes sure that the server can give
@@ -188,6 +192,7 @@ func (c Config) withDefaults() Config {
 	if c.Lease <= 0 {
 		c.Lease = 30 * time.Second
 	}
+	c.Retention = c.Retention.withDefaults()
 	return c
 }
 
@@ -230,6 +235,8 @@ type Worker struct {
 	// still run: maintenance rescues the worker's own jobs with a dead
 	// session only when their claim is not among them (rescueOwnOrphans).
 	claims claimTokens
+	// leader: the worker is the leader now (see lead).
+	leader atomic.Bool
 }
 
 // connections is how many pooled connections serving the queue takes: one
@@ -495,6 +502,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var wg, runners sync.WaitGroup
 	wg.Go(func() { w.listen(ctx) })
 	wg.Go(func() { w.maintain(ctx) })
+	wg.Go(func() { w.lead(ctx) })
 	// Runners hand it work until the last of them has stopped.
 	advancing, stopAdvancing := context.WithCancel(context.WithoutCancel(ctx))
 	wg.Go(func() { w.advanceBusyGroups(advancing) })

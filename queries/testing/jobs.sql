@@ -62,3 +62,20 @@ UPDATE pgtask.jobs SET lease_until = now() - interval '1 second'
 -- The server's own verdict on a JSON document: what the payload check must
 -- agree with.
 SELECT CAST(sqlc.arg(doc)::text AS jsonb) AS doc;
+
+-- name: DatabaseNow :one
+SELECT clock_timestamp()::timestamptz AS now;
+
+-- name: CountStartedAfter :one
+-- Jobs of a queue whose current attempt was claimed after a moment.
+SELECT count(*)::bigint AS started FROM pgtask.jobs WHERE queue = @queue AND started_at > @after::timestamptz;
+
+-- name: CountQueueStatus :one
+SELECT count(*)::bigint AS jobs FROM pgtask.jobs WHERE queue = @queue AND status = @status;
+
+-- name: BackdateFinished :exec
+-- Makes a finished job look as if it finished @age_ms ago.
+UPDATE pgtask.jobs SET finished_at = clock_timestamp() - make_interval(secs => @age_seconds::float8) WHERE id = @id;
+
+-- name: CurrentLeader :one
+SELECT worker_id FROM pgtask.leaders WHERE duty = 'leader';

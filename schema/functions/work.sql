@@ -1,4 +1,4 @@
--- revision: 11
+-- revision: 12
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -99,7 +99,9 @@ $$;
 -- one-at-a-time rule while one commit covers many of its jobs. Every claimed
 -- job gets its attempt counted, this session as owner, p_worker as the
 -- process and p_token (see hold_claimed_jobs); the claim commits before any
--- handler runs. Rows come in priority, id order.
+-- handler runs. Rows come in priority, id order. A paused queue (see
+-- pause_queue) gives nothing. started_at is when the claim's statement
+-- began: a claim stamped later than a pause's commit saw the pause.
 CREATE OR REPLACE FUNCTION pgtask.claim_jobs_v3(p_queue text, p_max integer, p_worker integer,
                                                 p_after_priority smallint, p_after_id bigint, p_token bigint)
 RETURNS TABLE (
@@ -118,6 +120,9 @@ DECLARE
     n integer;
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
+    IF EXISTS (SELECT 1 FROM pgtask.paused_queues q WHERE q.queue = p_queue) THEN
+        RETURN;
+    END IF;
     IF p_max = 1 AND p_after_priority IS NOT NULL THEN
         -- One job, so no run behind a head to fill: one statement, the
         -- scans of pick_heads in turn until one finds a head, starting
@@ -132,7 +137,7 @@ BEGIN
         RETURN QUERY
             UPDATE pgtask.jobs j
                SET status = 'started', attempts = j.attempts + 1,
-                   started_at = clock_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker,
+                   started_at = statement_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker,
                    claim_token = p_token, lease_until = NULL
              WHERE j.id = coalesce(
                    (SELECT id FROM pgtask.jobs
@@ -191,7 +196,7 @@ BEGIN
         WITH claimed AS (
             UPDATE pgtask.jobs j
                SET status = 'started', attempts = j.attempts + 1,
-                   started_at = clock_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker,
+                   started_at = statement_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker,
                    claim_token = p_token, lease_until = NULL
              WHERE j.id = ANY (picked)
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
@@ -470,11 +475,14 @@ DECLARE
     picked bigint[];
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
+    IF EXISTS (SELECT 1 FROM pgtask.paused_queues q WHERE q.queue = p_queue) THEN
+        RETURN;
+    END IF;
     picked := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id);
     RETURN QUERY
         WITH claimed AS (
             UPDATE pgtask.jobs j
-               SET status = 'started', attempts = j.attempts + 1, started_at = clock_timestamp(),
+               SET status = 'started', attempts = j.attempts + 1, started_at = statement_timestamp(),
                    owner_pid = NULL, worker_id = p_worker, claim_token = p_token,
                    lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond'
              WHERE j.id = ANY (picked)

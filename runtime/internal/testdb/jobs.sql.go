@@ -8,6 +8,7 @@ package testdb
 import (
 	"context"
 	"encoding/json"
+	"time"
 )
 
 const analyzeJobs = `-- name: AnalyzeJobs :exec
@@ -17,6 +18,21 @@ ANALYZE pgtask.jobs
 // Refreshes the planner's statistics after a bulk load (the claim benchmark).
 func (q *Queries) AnalyzeJobs(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, analyzeJobs)
+	return err
+}
+
+const backdateFinished = `-- name: BackdateFinished :exec
+UPDATE pgtask.jobs SET finished_at = clock_timestamp() - make_interval(secs => $1::float8) WHERE id = $2
+`
+
+type BackdateFinishedParams struct {
+	AgeSeconds float64
+	ID         int64
+}
+
+// Makes a finished job look as if it finished @age_ms ago.
+func (q *Queries) BackdateFinished(ctx context.Context, arg BackdateFinishedParams) error {
+	_, err := q.db.Exec(ctx, backdateFinished, arg.AgeSeconds, arg.ID)
 	return err
 }
 
@@ -135,6 +151,61 @@ func (q *Queries) CountListeners(ctx context.Context) (int64, error) {
 	var listeners int64
 	err := row.Scan(&listeners)
 	return listeners, err
+}
+
+const countQueueStatus = `-- name: CountQueueStatus :one
+SELECT count(*)::bigint AS jobs FROM pgtask.jobs WHERE queue = $1 AND status = $2
+`
+
+type CountQueueStatusParams struct {
+	Queue  string
+	Status PgtaskJobStatus
+}
+
+func (q *Queries) CountQueueStatus(ctx context.Context, arg CountQueueStatusParams) (int64, error) {
+	row := q.db.QueryRow(ctx, countQueueStatus, arg.Queue, arg.Status)
+	var jobs int64
+	err := row.Scan(&jobs)
+	return jobs, err
+}
+
+const countStartedAfter = `-- name: CountStartedAfter :one
+SELECT count(*)::bigint AS started FROM pgtask.jobs WHERE queue = $1 AND started_at > $2::timestamptz
+`
+
+type CountStartedAfterParams struct {
+	Queue string
+	After time.Time
+}
+
+// Jobs of a queue whose current attempt was claimed after a moment.
+func (q *Queries) CountStartedAfter(ctx context.Context, arg CountStartedAfterParams) (int64, error) {
+	row := q.db.QueryRow(ctx, countStartedAfter, arg.Queue, arg.After)
+	var started int64
+	err := row.Scan(&started)
+	return started, err
+}
+
+const currentLeader = `-- name: CurrentLeader :one
+SELECT worker_id FROM pgtask.leaders WHERE duty = 'leader'
+`
+
+func (q *Queries) CurrentLeader(ctx context.Context) (int32, error) {
+	row := q.db.QueryRow(ctx, currentLeader)
+	var worker_id int32
+	err := row.Scan(&worker_id)
+	return worker_id, err
+}
+
+const databaseNow = `-- name: DatabaseNow :one
+SELECT clock_timestamp()::timestamptz AS now
+`
+
+func (q *Queries) DatabaseNow(ctx context.Context) (time.Time, error) {
+	row := q.db.QueryRow(ctx, databaseNow)
+	var now time.Time
+	err := row.Scan(&now)
+	return now, err
 }
 
 const deleteFinishedJobs = `-- name: DeleteFinishedJobs :execrows
