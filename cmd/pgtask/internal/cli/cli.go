@@ -25,6 +25,8 @@ commands:
   gen       generate typed Enqueue/Handle functions for the tasks in a package
             (what //go:generate go run github.com/pgtask/pgtask/cmd/pgtask gen runs)
   migrate   apply pgtask's schema migrations to a database
+  pause     pause queues: no worker claims their jobs until they are resumed
+  resume    resume paused queues
   help      show this text
 
 Run 'pgtask <command> -h' for a command's flags.
@@ -42,6 +44,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = gen(args[1:], stdout, stderr)
 	case "migrate":
 		err = migrate(ctx, args[1:], stdout, stderr)
+	case "pause", "resume":
+		err = pauseResume(ctx, args[0], args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -115,7 +119,7 @@ func gen(args []string, stdout, stderr io.Writer) error {
 func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("pgtask migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	url := fs.String("database-url", os.Getenv("DATABASE_URL"), "database to migrate (default $DATABASE_URL)")
+	url := databaseFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -126,12 +130,9 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stderr, "pgtask migrate: unexpected argument %q\n", fs.Arg(0))
 		return errUsage
 	}
-	if *url == "" {
-		return errors.New("no database: set DATABASE_URL or pass -database-url")
-	}
-	conn, err := pgx.Connect(ctx, *url)
+	conn, err := connect(ctx, *url)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	report, err := runtime.Migrate(ctx, conn)
@@ -149,4 +150,76 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "applied functions/%s (revision %d)\n", f.Name, f.Revision)
 	}
 	return nil
+}
+
+// pauseResume pauses or resumes the queues named in args.
+func pauseResume(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pgtask "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		if cmd == "pause" {
+			fmt.Fprintln(stderr, "usage: pgtask pause [-database-url URL] queue...\n\n"+
+				"Pauses the queues across every worker: no claim takes their jobs until they are resumed.\n"+
+				"Running jobs finish; enqueueing goes on.")
+		} else {
+			fmt.Fprintln(stderr, "usage: pgtask resume [-database-url URL] queue...\n\nResumes paused queues and wakes their workers.")
+		}
+		fs.PrintDefaults()
+	}
+	url := databaseFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintf(stderr, "pgtask %s: name at least one queue\n", cmd)
+		return errUsage
+	}
+	conn, err := connect(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, queue := range fs.Args() {
+		if cmd == "pause" {
+			paused, err := runtime.PauseQueue(ctx, conn, queue)
+			if err != nil {
+				return err
+			}
+			if paused {
+				fmt.Fprintf(stdout, "paused queue %s\n", queue)
+			} else {
+				fmt.Fprintf(stdout, "queue %s was paused already\n", queue)
+			}
+			continue
+		}
+		resumed, err := runtime.ResumeQueue(ctx, conn, queue)
+		if err != nil {
+			return err
+		}
+		if resumed {
+			fmt.Fprintf(stdout, "resumed queue %s\n", queue)
+		} else {
+			fmt.Fprintf(stdout, "queue %s was not paused\n", queue)
+		}
+	}
+	return nil
+}
+
+// databaseFlag adds the -database-url flag, which defaults to $DATABASE_URL.
+func databaseFlag(fs *flag.FlagSet) *string {
+	return fs.String("database-url", os.Getenv("DATABASE_URL"), "the database (default $DATABASE_URL)")
+}
+
+func connect(ctx context.Context, url string) (*pgx.Conn, error) {
+	if url == "" {
+		return nil, errors.New("no database: set DATABASE_URL or pass -database-url")
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return conn, nil
 }

@@ -8,7 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgtask/pgtask/cmd/pgtask/internal/cli"
+	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/pgtasktest"
 )
 
@@ -32,6 +35,37 @@ func TestMigrateAppliesThenReportsCurrent(t *testing.T) {
 	}
 }
 
+// pause and resume change the database and say what they did.
+func TestPauseAndResume(t *testing.T) {
+	t.Parallel()
+	url := pgtasktest.NewDatabase(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pause", "-database-url", url, "emails", "reports"}, "paused queue emails\npaused queue reports\n"},
+		{[]string{"pause", "-database-url", url, "emails"}, "queue emails was paused already\n"},
+		{[]string{"resume", "-database-url", url, "emails"}, "resumed queue emails\n"},
+		{[]string{"resume", "-database-url", url, "emails"}, "queue emails was not paused\n"},
+	} {
+		if code, out, errOut := run(t, c.args...); code != 0 || out != c.want {
+			t.Errorf("pgtask %v: code %d, stdout %q, stderr %q; want %q", c.args[:1], code, out, errOut, c.want)
+		}
+	}
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	paused, err := runtime.PausedQueues(context.Background(), pool)
+	if err != nil || len(paused) != 1 || paused[0].Queue != "reports" {
+		t.Fatalf("paused queues %v, %v; want reports", paused, err)
+	}
+	if code, _, errOut := run(t, "pause", "-database-url", url, strings.Repeat("q", 200)); code != 1 || !strings.Contains(errOut, "more than the 128 allowed") {
+		t.Errorf("pausing a queue name too long: code %d, stderr %q", code, errOut)
+	}
+}
+
 func TestCommandErrors(t *testing.T) {
 	t.Setenv("DATABASE_URL", "")
 	cases := []struct {
@@ -45,6 +79,8 @@ func TestCommandErrors(t *testing.T) {
 		{[]string{"migrate", "-nope"}, 2, "flag provided but not defined: -nope"},
 		{[]string{"migrate", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"migrate", "-database-url", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2"}, 1, "pgtask migrate: connect:"},
+		{[]string{"pause"}, 2, "name at least one queue"},
+		{[]string{"resume", "q"}, 1, "no database: set DATABASE_URL or pass -database-url"},
 	}
 	for _, c := range cases {
 		code, _, errOut := run(t, c.args...)
