@@ -134,6 +134,12 @@ type PgtaskPausedQueue struct {
 	PausedAt time.Time `db:"paused_at"`
 }
 
+type PgtaskPeriodicTick struct {
+	Name       string    `db:"name"`
+	TickAt     time.Time `db:"tick_at"`
+	EnqueuedAt time.Time `db:"enqueued_at"`
+}
+
 type PgtaskQueueGroup struct {
 	ID        int64     `db:"id"`
 	Queue     string    `db:"queue"`

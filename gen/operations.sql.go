@@ -7,6 +7,7 @@ package gen
 
 import (
 	"context"
+	"time"
 )
 
 const DeleteFinishedJobs = `-- name: DeleteFinishedJobs :one
@@ -45,6 +46,40 @@ func (q *Queries) Elect(ctx context.Context, arg ElectParams) (bool, error) {
 	var leader bool
 	err := row.Scan(&leader)
 	return leader, err
+}
+
+const LastPeriodicTicks = `-- name: LastPeriodicTicks :many
+SELECT n.name::text AS name, coalesce(t.tick_at, 'epoch')::timestamptz AS last_tick, clock_timestamp()::timestamptz AS now
+  FROM unnest($1::text[]) AS n(name)
+  LEFT JOIN LATERAL (SELECT max(p.tick_at) AS tick_at FROM pgtask.periodic_ticks p WHERE p.name = n.name) t ON true
+`
+
+type LastPeriodicTicksRow struct {
+	Name     string    `db:"name"`
+	LastTick time.Time `db:"last_tick"`
+	Now      time.Time `db:"now"`
+}
+
+// The latest tick enqueued of each periodic job (the epoch for none yet),
+// and the database's clock.
+func (q *Queries) LastPeriodicTicks(ctx context.Context, names []string) ([]LastPeriodicTicksRow, error) {
+	rows, err := q.db.Query(ctx, LastPeriodicTicks, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LastPeriodicTicksRow{}
+	for rows.Next() {
+		var i LastPeriodicTicksRow
+		if err := rows.Scan(&i.Name, &i.LastTick, &i.Now); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const PauseQueue = `-- name: PauseQueue :one
@@ -105,4 +140,21 @@ func (q *Queries) ResumeQueue(ctx context.Context, queue string) (bool, error) {
 	var resumed bool
 	err := row.Scan(&resumed)
 	return resumed, err
+}
+
+const TakePeriodicTick = `-- name: TakePeriodicTick :one
+SELECT pgtask.take_periodic_tick($1, $2::timestamptz, $3::timestamptz) AS taken
+`
+
+type TakePeriodicTickParams struct {
+	Name      string    `db:"name"`
+	TickAt    time.Time `db:"tick_at"`
+	KeepAfter time.Time `db:"keep_after"`
+}
+
+func (q *Queries) TakePeriodicTick(ctx context.Context, arg TakePeriodicTickParams) (bool, error) {
+	row := q.db.QueryRow(ctx, TakePeriodicTick, arg.Name, arg.TickAt, arg.KeepAfter)
+	var taken bool
+	err := row.Scan(&taken)
+	return taken, err
 }

@@ -1,5 +1,7 @@
 package runtime
 
+import "context"
+
 // ApplyFunctionFiles lets tests apply function files of their own making.
 var ApplyFunctionFiles = applyFunctionFiles
 
@@ -14,3 +16,7 @@ func (w *Worker) ID() int32 { return w.id }
 // ForgetClaim unmarks it.
 func (w *Worker) HoldClaim(token int64)   { w.claims.add(token) }
 func (w *Worker) ForgetClaim(token int64) { w.claims.drop(token) }
+
+// SchedulePeriodic runs one round of the leader's periodic scheduling,
+// leader or not: tests race it to show the database keeps one job per tick.
+func (w *Worker) SchedulePeriodic(ctx context.Context) { w.schedulePeriodic(ctx) }

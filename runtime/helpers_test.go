@@ -62,6 +62,20 @@ func startWorker(t *testing.T, url string, cfg runtime.Config, regs ...runtime.R
 // waits for it to return.
 func newWorker(t *testing.T, url string, cfg runtime.Config, regs ...runtime.Registration) (*runtime.Worker, func()) {
 	t.Helper()
+	return newWorkerWith(t, url, cfg, func(w *runtime.Worker) error {
+		for _, r := range regs {
+			if err := w.Register(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// newWorkerWith is newWorker with what is registered left to prepare,
+// which runs before Run.
+func newWorkerWith(t *testing.T, url string, cfg runtime.Config, prepare func(*runtime.Worker) error) (*runtime.Worker, func()) {
+	t.Helper()
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
@@ -76,10 +90,8 @@ func newWorker(t *testing.T, url string, cfg runtime.Config, regs ...runtime.Reg
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range regs {
-		if err := w.Register(r); err != nil {
-			t.Fatal(err)
-		}
+	if err := prepare(w); err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -38,9 +38,10 @@ func (r Retention) withDefaults() Retention {
 }
 
 // The leader among the workers of a database performs its cluster-wide
-// duties (retention). Every worker stands for election every electEvery; a
-// leader's term lasts leaderTerm unless renewed, and ends at once when its
-// process dies (see pgtask.elect) or it stops (it resigns).
+// duties (retention, periodic jobs). Every worker stands for election every
+// electEveryTicks maintenance rounds; a leader's term lasts leaderTerm
+// unless renewed, and ends at once when its process dies (see
+// pgtask.elect) or it stops (it resigns).
 const (
 	leaderDuty      = "leader"
 	leaderTerm      = 10 * time.Second
@@ -52,45 +53,60 @@ const (
 // database's cluster-wide duties now.
 func (w *Worker) IsLeader() bool { return w.leader.Load() }
 
-// lead stands for election until ctx ends, and performs the duties while
-// elected.
-func (w *Worker) lead(ctx context.Context) {
-	t := time.NewTicker(w.cfg.MaintenanceInterval * electEveryTicks)
-	defer t.Stop()
-	q := gen.New(w.pool)
-	var lastRetention time.Time
-	for {
-		elected, err := w.elect(ctx, q)
-		if ctx.Err() != nil {
-			break
-		}
-		if err != nil {
+// leadership is the leader's side of the maintenance loop, which runs it on
+// the same connection between its own rounds: a worker uses one connection
+// beside its running jobs.
+type leadership struct {
+	w     *Worker
+	q     *gen.Queries
+	ticks int
+	// retention: when the next round is due, and whether the last one left
+	// jobs to delete (it deletes a batch per status per maintenance round,
+	// so that rescues and promotions never wait long for it).
+	retainAt time.Time
+	backlog  bool
+}
+
+// step stands for election every electEveryTicks maintenance rounds,
+// enqueues the periodic jobs' due ticks then, and deletes what retention
+// says while elected.
+func (l *leadership) step(ctx context.Context) {
+	w := l.w
+	if l.ticks%electEveryTicks == 0 {
+		elected, err := w.elect(ctx, l.q)
+		if err != nil && ctx.Err() == nil {
 			w.log.Warn("pgtask: leader election failed; will retry", "error", err)
 		}
 		if was := w.leader.Swap(elected); was != elected {
 			if elected {
-				w.log.Info("pgtask: this worker is now the leader: it runs retention", "worker", w.id)
+				w.log.Info("pgtask: this worker is now the leader: it runs retention and periodic jobs", "worker", w.id)
 			} else {
 				w.log.Info("pgtask: this worker is no longer the leader", "worker", w.id)
 			}
 		}
-		if elected && time.Since(lastRetention) >= w.cfg.Retention.Interval {
-			lastRetention = time.Now()
-			w.retain(ctx, q)
+		if elected {
+			w.schedulePeriodic(ctx)
 		}
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-			continue
-		}
-		break
 	}
-	if w.leader.Swap(false) {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		if err := q.Resign(rctx, gen.ResignParams{Duty: leaderDuty, WorkerID: w.id}); err != nil {
-			w.log.Warn("pgtask: could not resign as leader; another worker takes over when the term ends", "error", err)
+	l.ticks++
+	if w.leader.Load() && (l.backlog || !time.Now().Before(l.retainAt)) {
+		l.backlog = w.retainBatch(ctx, l.q)
+		if !l.backlog {
+			l.retainAt = time.Now().Add(w.cfg.Retention.Interval)
 		}
+	}
+}
+
+// resign gives up the leadership when the worker stops, so that another
+// takes it at once.
+func (l *leadership) resign(ctx context.Context) {
+	if !l.w.leader.Swap(false) {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := l.q.Resign(rctx, gen.ResignParams{Duty: leaderDuty, WorkerID: l.w.id}); err != nil {
+		l.w.log.Warn("pgtask: could not resign as leader; another worker takes over when the term ends", "error", err)
 	}
 }
 
@@ -100,9 +116,9 @@ func (w *Worker) elect(ctx context.Context, q *gen.Queries) (bool, error) {
 	return q.Elect(ctx, gen.ElectParams{Duty: leaderDuty, WorkerID: w.id, TermMs: int32(leaderTerm.Milliseconds())})
 }
 
-// retain deletes the finished jobs past their status's age, in batches,
-// until none is left or ctx ends.
-func (w *Worker) retain(ctx context.Context, q *gen.Queries) {
+// retainBatch deletes one batch of each status's finished jobs past their
+// age, and reports whether any status has more to delete.
+func (w *Worker) retainBatch(ctx context.Context, q *gen.Queries) (more bool) {
 	r := w.cfg.Retention
 	for _, s := range []struct {
 		status gen.PgtaskJobStatus
@@ -115,26 +131,21 @@ func (w *Worker) retain(ctx context.Context, q *gen.Queries) {
 		if s.age < 0 {
 			continue
 		}
-		total := 0
-		for ctx.Err() == nil {
-			bctx, cancel := context.WithTimeout(ctx, bookkeeping)
-			n, err := q.DeleteFinishedJobs(bctx, gen.DeleteFinishedJobsParams{
-				Status: s.status, OlderThanMs: s.age.Milliseconds(), Max: retentionBatch,
-			})
-			cancel()
-			if err != nil {
-				if ctx.Err() == nil {
-					w.log.Warn("pgtask: retention failed; will retry", "status", s.status, "error", err)
-				}
-				return
+		bctx, cancel := context.WithTimeout(ctx, bookkeeping)
+		n, err := q.DeleteFinishedJobs(bctx, gen.DeleteFinishedJobsParams{
+			Status: s.status, OlderThanMs: s.age.Milliseconds(), Max: retentionBatch,
+		})
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("pgtask: retention failed; will retry", "status", s.status, "error", err)
 			}
-			total += int(n)
-			if n < retentionBatch {
-				break
-			}
+			return false
 		}
-		if total > 0 {
-			w.log.Info("pgtask: retention deleted finished jobs", "status", s.status, "older_than", s.age, "jobs", total)
+		if n > 0 {
+			w.log.Debug("pgtask: retention deleted finished jobs", "status", s.status, "older_than", s.age, "jobs", n)
 		}
+		more = more || n == retentionBatch
 	}
+	return more
 }

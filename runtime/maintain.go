@@ -15,16 +15,21 @@ const maintainBatch = 1000
 // maintain periodically moves due scheduled jobs (delayed jobs and retries
 // waiting out their backoff) to their queue, requeues jobs whose worker's
 // session ended mid-attempt, takes over leased jobs whose lease ran out,
-// and moves on groups whose finished head was left
-// in place (an enqueue was in flight, or the worker died). Every worker does this; SKIP LOCKED keeps them
-// from getting in each other's way.
+// and moves on groups whose finished head was left in place (an enqueue was
+// in flight, or the worker died). Every worker does this; SKIP LOCKED keeps
+// them from getting in each other's way. Between rounds, on the same
+// connection, it stands for leader and does the leader's duties (see
+// leadership).
 func (w *Worker) maintain(ctx context.Context) {
 	t := time.NewTicker(w.cfg.MaintenanceInterval)
 	defer t.Stop()
 	q := gen.New(w.pool)
+	lead := &leadership{w: w, q: q}
+	defer lead.resign(ctx)
 	failing := false
 	for {
 		err := w.maintainOnce(ctx, q)
+		lead.step(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			w.log.Warn("pgtask: maintenance failed; will retry", "error", err)

@@ -237,6 +237,10 @@ type Worker struct {
 	claims claimTokens
 	// leader: the worker is the leader now (see lead).
 	leader atomic.Bool
+	// periodic are the registered periodic jobs (RegisterPeriodic), and
+	// periodicSince when this worker first scheduled them.
+	periodic      []*periodic
+	periodicSince time.Time
 }
 
 // connections is how many pooled connections serving the queue takes: one
@@ -502,7 +506,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	var wg, runners sync.WaitGroup
 	wg.Go(func() { w.listen(ctx) })
 	wg.Go(func() { w.maintain(ctx) })
-	wg.Go(func() { w.lead(ctx) })
 	// Runners hand it work until the last of them has stopped.
 	advancing, stopAdvancing := context.WithCancel(context.WithoutCancel(ctx))
 	wg.Go(func() { w.advanceBusyGroups(advancing) })

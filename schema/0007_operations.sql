@@ -23,3 +23,13 @@ CREATE TABLE pgtask.paused_queues (
 -- jobs it keeps.
 CREATE INDEX jobs_finished ON pgtask.jobs (status, finished_at)
     WHERE status IN ('succeeded', 'failed', 'cancelled');
+
+-- The ticks of periodic jobs that were enqueued: a tick's row is inserted in
+-- the transaction that enqueues its job, so a tick gets one job, whichever
+-- worker schedules it and however many try at once.
+CREATE TABLE pgtask.periodic_ticks (
+    name        text COLLATE "C" NOT NULL,
+    tick_at     timestamptz NOT NULL,
+    enqueued_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (name, tick_at)
+);

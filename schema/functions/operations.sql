@@ -97,3 +97,21 @@ BEGIN
     RETURN deleted;
 END;
 $$;
+
+-- Claims tick p_tick_at of periodic job p_name for the caller's transaction,
+-- which then enqueues its job, and forgets that job's ticks older than
+-- p_keep_after. Reports false when the tick is taken already (another
+-- worker enqueued it, or is doing so and commits).
+CREATE OR REPLACE FUNCTION pgtask.take_periodic_tick(p_name text, p_tick_at timestamptz, p_keep_after timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pgtask.periodic_ticks (name, tick_at) VALUES (p_name, p_tick_at)
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    DELETE FROM pgtask.periodic_ticks WHERE name = p_name AND tick_at < p_keep_after;
+    RETURN true;
+END;
+$$;
