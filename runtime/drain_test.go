@@ -1,0 +1,86 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
+)
+
+// Drain runs what can run now in the calling goroutine, group order kept,
+// and returns: a failure's retry waits for its backoff, a delayed job for
+// its time, and a queue the worker does not serve is left alone.
+func TestDrainRunsWhatCanRunNow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := runtime.NewWorker(ctx, pc, runtime.Config{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var mu sync.Mutex
+	var ran []runtime.JobID
+	record := func(job *runtime.Job) {
+		mu.Lock()
+		defer mu.Unlock()
+		ran = append(ran, job.ID)
+	}
+	for _, r := range []runtime.Registration{
+		{Kind: "ok", Handler: func(_ context.Context, job *runtime.Job) error { record(job); return nil }},
+		{Kind: "fail", Backoff: runtime.Backoff{Min: time.Hour}, Handler: func(_ context.Context, job *runtime.Job) error {
+			record(job)
+			return errors.New("not yet")
+		}},
+	} {
+		if err := w.Register(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := enqueue(t, b.pool, "ok", map[string]int{}, runtime.WithGroup("g"))
+	second := enqueue(t, b.pool, "ok", map[string]int{}, runtime.WithGroup("g"))
+	failing := enqueue(t, b.pool, "fail", map[string]int{})
+	later := enqueue(t, b.pool, "ok", map[string]int{}, runtime.WithDelay(time.Hour))
+	elsewhere := enqueue(t, b.pool, "ok", map[string]int{}, runtime.WithQueue("unserved"))
+	third := enqueue(t, b.pool, "ok", map[string]int{}, runtime.WithGroup("g"))
+
+	n, err := w.Drain(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inGroup := slices.DeleteFunc(slices.Clone(ran), func(id runtime.JobID) bool { return id == failing })
+	if n != 4 || len(ran) != 4 || !slices.Contains(ran, failing) || !slices.Equal(inGroup, []runtime.JobID{first, second, third}) {
+		t.Fatalf("Drain ran %d: %v, want %d, %d and %d in that order, and %d", n, ran, first, second, third, failing)
+	}
+	for id, status := range map[runtime.JobID]testdb.PgtaskJobStatus{
+		first: testdb.PgtaskJobStatusSucceeded, third: testdb.PgtaskJobStatusSucceeded,
+		failing: testdb.PgtaskJobStatusScheduled, later: testdb.PgtaskJobStatusScheduled, elsewhere: testdb.PgtaskJobStatusQueued,
+	} {
+		if j := b.job(t, id); j.Status != status {
+			t.Errorf("job %d is %s, want %s", id, j.Status, status)
+		}
+	}
+	if n, err := w.Drain(ctx); n != 0 || err != nil {
+		t.Errorf("a second Drain ran %d (%v), want none", n, err)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, 10*time.Second, "the worker to run and lead", w.IsLeader)
+	if _, err := w.Drain(ctx); err == nil {
+		t.Fatal("Drain on a running worker succeeded")
+	}
+}
