@@ -37,7 +37,8 @@ type InsertJobsParams struct {
 // Inserts a batch of jobs in one round trip; see pgtask.enqueue_jobs. Each
 // job names its settings by their 1-based position in kinds..delay_us and
 // its group by its position in group_queues/group_keys (0: ungrouped); an
-// empty run_at means "now plus the delay".
+// empty run_at means "now plus the delay". It runs on the schema of the
+// previous release too, so producers may be deployed before the migration.
 func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64, error) {
 	row := q.db.QueryRow(ctx, InsertJobs,
 		arg.Payloads,
@@ -56,4 +57,64 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64
 	var ids []int64
 	err := row.Scan(&ids)
 	return ids, err
+}
+
+const InsertUniqueJobs = `-- name: InsertUniqueJobs :one
+SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
+  FROM pgtask.enqueue_jobs_v2(
+    $1::jsonb[], $2::integer[], $3::integer[],
+    $4::text[], $5::text[], $6::smallint[], $7::integer[],
+    $8::boolean[], $9::text[], $10::bigint[],
+    $11::text[], $12::text[],
+    $13::text[], $14::bigint[], $15::text[]
+  ) e
+`
+
+type InsertUniqueJobsParams struct {
+	Payloads        []json.RawMessage `db:"payloads"`
+	Settings        []int32           `db:"settings"`
+	Groups          []int32           `db:"groups"`
+	Kinds           []string          `db:"kinds"`
+	Queues          []string          `db:"queues"`
+	Priorities      []int16           `db:"priorities"`
+	MaxAttempts     []int32           `db:"max_attempts"`
+	FailBlocksGroup []bool            `db:"fail_blocks_group"`
+	RunAt           []string          `db:"run_at"`
+	DelayUs         []int64           `db:"delay_us"`
+	GroupQueues     []string          `db:"group_queues"`
+	GroupKeys       []string          `db:"group_keys"`
+	UniqueKeys      []string          `db:"unique_keys"`
+	UniqueWindowsUs []int64           `db:"unique_windows_us"`
+	UniqueStatuses  []string          `db:"unique_statuses"`
+}
+
+type InsertUniqueJobsRow struct {
+	Ids     []int64 `db:"ids"`
+	Existed []bool  `db:"existed"`
+}
+
+// InsertJobs for a batch with unique jobs (see pgtask.enqueue_jobs_v2):
+// unique_keys has one per job (empty for none), unique_windows_us and
+// unique_statuses one per set of settings.
+func (q *Queries) InsertUniqueJobs(ctx context.Context, arg InsertUniqueJobsParams) (InsertUniqueJobsRow, error) {
+	row := q.db.QueryRow(ctx, InsertUniqueJobs,
+		arg.Payloads,
+		arg.Settings,
+		arg.Groups,
+		arg.Kinds,
+		arg.Queues,
+		arg.Priorities,
+		arg.MaxAttempts,
+		arg.FailBlocksGroup,
+		arg.RunAt,
+		arg.DelayUs,
+		arg.GroupQueues,
+		arg.GroupKeys,
+		arg.UniqueKeys,
+		arg.UniqueWindowsUs,
+		arg.UniqueStatuses,
+	)
+	var i InsertUniqueJobsRow
+	err := row.Scan(&i.Ids, &i.Existed)
+	return i, err
 }

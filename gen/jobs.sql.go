@@ -21,7 +21,7 @@ func (q *Queries) CancelJob(ctx context.Context, id int64) (bool, error) {
 }
 
 const GetJob = `-- name: GetJob :one
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes FROM pgtask.jobs WHERE id = $1
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses FROM pgtask.jobs WHERE id = $1
 `
 
 func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
@@ -51,6 +51,8 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 		&i.ClaimToken,
 		&i.LeaseUntil,
 		&i.StaleOutcomes,
+		&i.UniqueKey,
+		&i.UniqueStatuses,
 	)
 	return i, err
 }

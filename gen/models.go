@@ -114,6 +114,8 @@ type PgtaskJob struct {
 	ClaimToken      pgtype.Int8     `db:"claim_token"`
 	LeaseUntil      *time.Time      `db:"lease_until"`
 	StaleOutcomes   int32           `db:"stale_outcomes"`
+	UniqueKey       *string         `db:"unique_key"`
+	UniqueStatuses  *string         `db:"unique_statuses"`
 }
 
 type PgtaskLeader struct {

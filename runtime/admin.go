@@ -25,6 +25,9 @@ const (
 	StatusCancelled Status = "cancelled"
 )
 
+// allStatuses are the statuses, in their order of the job's life.
+var allStatuses = []Status{StatusScheduled, StatusQueued, StatusStarted, StatusSucceeded, StatusFailed, StatusCancelled}
+
 // Finished reports whether the job will not run again by itself.
 func (s Status) Finished() bool {
 	return s == StatusSucceeded || s == StatusFailed || s == StatusCancelled

@@ -53,6 +53,7 @@ func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
 		}, "jobs_queue_bounded"},
 		{"long kind", func(p *gen.InsertJobsParams) { p.Kinds[0] = strings.Repeat("k", 129) }, "jobs_kind_bounded"},
 		{"long group key", func(p *gen.InsertJobsParams) { p.GroupKeys[0] = strings.Repeat("g", 1025) }, "queue_groups_group_key_bounded"},
+
 		{"settings out of range", func(p *gen.InsertJobsParams) { p.Settings[0] = 3 }, misnamed},
 		{"no settings", func(p *gen.InsertJobsParams) { p.Settings[1] = 0 }, misnamed},
 		{"group out of range", func(p *gen.InsertJobsParams) { p.Groups[1] = 2 }, misnamed},
@@ -78,6 +79,34 @@ func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
 		t.Fatal("a refused statement left a group row behind")
 	}
 	// The same statement with good rows works: the checks are not too strict.
+	// The unique batch's own arrays.
+	unique := func(keys []string, windows []int64, statuses []string) gen.InsertUniqueJobsParams {
+		p := good()
+		return gen.InsertUniqueJobsParams{
+			Payloads: p.Payloads, Settings: p.Settings, Groups: p.Groups, Kinds: p.Kinds, Queues: p.Queues,
+			Priorities: p.Priorities, MaxAttempts: p.MaxAttempts, FailBlocksGroup: p.FailBlocksGroup,
+			RunAt: p.RunAt, DelayUs: p.DelayUs, GroupQueues: p.GroupQueues, GroupKeys: p.GroupKeys,
+			UniqueKeys: keys, UniqueWindowsUs: windows, UniqueStatuses: statuses,
+		}
+	}
+	held := "scheduled,queued,started"
+	for _, c := range []struct {
+		name string
+		p    gen.InsertUniqueJobsParams
+		want string
+	}{
+		{"long unique key", unique([]string{strings.Repeat("u", 1300), ""}, []int64{0, 0}, []string{held, held}), "jobs_unique_key_bounded"},
+		{"unique arrays of different lengths", unique([]string{"u"}, []int64{0, 0}, []string{held, held}), "unique arrays differ in length"},
+		{"unique status that is not one", unique([]string{"u", ""}, []int64{0, 0}, []string{"queued,lost", held}), "invalid input value for enum"},
+	} {
+		_, err := b.gen.InsertUniqueJobs(ctx, c.p)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want it to mention %q", c.name, err, c.want)
+		}
+	}
+	if n := b.countJobs(t); n != 0 {
+		t.Fatalf("%d jobs inserted by refused unique statements", n)
+	}
 	if ids, err := b.gen.InsertJobs(ctx, good()); err != nil || len(ids) != 2 {
 		t.Fatalf("good rows: %v, %v", ids, err)
 	}

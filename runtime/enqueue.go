@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -62,7 +63,24 @@ type EnqueueOptions struct {
 	// FailBlocksGroup makes a final failure stop the group until the job is
 	// retried or cancelled. By default the group moves on to its next job.
 	FailBlocksGroup bool
+	// UniqueKey makes the job unique among jobs of its kind with the same
+	// key: while a job holds the key, enqueueing another one inserts
+	// nothing and returns the holder's id (EnqueueResults also says it
+	// existed). A job holds its key while it is unfinished, and in the
+	// finished statuses UniqueStatuses lists. Empty: not unique.
+	UniqueKey string
+	// UniqueWindow, when set, scopes the key to the window of that length
+	// the job is enqueued in (by the database's clock, in whole windows
+	// since the Unix epoch): a job enqueued in the next window is a new
+	// one. With a window, UniqueStatuses defaults to StatusSucceeded.
+	UniqueWindow time.Duration
+	// UniqueStatuses are the finished statuses in which a job still holds
+	// its key (the unfinished ones always do).
+	UniqueStatuses []Status
 }
+
+// MaxUniqueKeyBytes bounds a unique key (see EnqueueOptions.UniqueKey).
+const MaxUniqueKeyBytes = 1024
 
 // EnqueueOption changes one setting of a job being enqueued.
 type EnqueueOption func(*EnqueueOptions)
@@ -84,6 +102,22 @@ func WithRunAt(t time.Time) EnqueueOption { return func(o *EnqueueOptions) { o.R
 
 // WithDelay schedules the job d after the database's current time.
 func WithDelay(d time.Duration) EnqueueOption { return func(o *EnqueueOptions) { o.Delay = d } }
+
+// WithUniqueKey makes the job unique by key among jobs of its kind (see
+// EnqueueOptions.UniqueKey).
+func WithUniqueKey(key string) EnqueueOption { return func(o *EnqueueOptions) { o.UniqueKey = key } }
+
+// WithUniqueWindow scopes the job's unique key to windows of length d (see
+// EnqueueOptions.UniqueWindow).
+func WithUniqueWindow(d time.Duration) EnqueueOption {
+	return func(o *EnqueueOptions) { o.UniqueWindow = d }
+}
+
+// WithUniqueStatuses sets the finished statuses in which the job still
+// holds its unique key (see EnqueueOptions.UniqueStatuses).
+func WithUniqueStatuses(statuses ...Status) EnqueueOption {
+	return func(o *EnqueueOptions) { o.UniqueStatuses = statuses }
+}
 
 // WithFailBlocksGroup sets what a final failure does to the job's group.
 func WithFailBlocksGroup(block bool) EnqueueOption {
@@ -118,10 +152,39 @@ func Enqueue(ctx context.Context, db DB, req EnqueueRequest) (JobID, error) {
 // EnqueueMany inserts jobs in one statement and returns their ids in the order
 // of reqs. Either every job is inserted or none: a request that fails its
 // checks stops the whole batch with an *EnqueueError before anything is sent.
-// Jobs of one group in a batch run in slice order.
+// Jobs of one group in a batch run in slice order. A unique job whose key is
+// held (see EnqueueOptions.UniqueKey) is not inserted: its id is the
+// holder's.
 func EnqueueMany(ctx context.Context, db DB, reqs []EnqueueRequest) ([]JobID, error) {
+	res, err := EnqueueResults(ctx, db, reqs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]JobID, len(res))
+	for i, r := range res {
+		out[i] = r.ID
+	}
+	return out, nil
+}
+
+// EnqueueResult is what became of one request of EnqueueResults.
+type EnqueueResult struct {
+	ID JobID
+	// Existed: the request was a unique job whose key another job held
+	// (enqueued before, or earlier in the same batch); ID is that job's and
+	// nothing was inserted for the request.
+	Existed bool
+}
+
+// EnqueueResults is EnqueueMany, saying for each request whether a job
+// existed already with its unique key. Enqueues of one key are serialised
+// (the key is locked until the transaction ends), so of any number racing,
+// one inserts and the others get its id; a unique index makes sure of it
+// whatever the isolation level (at REPEATABLE READ or SERIALIZABLE a race
+// can instead fail with a unique violation, to be retried).
+func EnqueueResults(ctx context.Context, db DB, reqs []EnqueueRequest) ([]EnqueueResult, error) {
 	if len(reqs) == 0 {
-		return []JobID{}, nil
+		return []EnqueueResult{}, nil
 	}
 	b := newBatch(len(reqs))
 	for i := range reqs {
@@ -131,16 +194,32 @@ func EnqueueMany(ctx context.Context, db DB, reqs []EnqueueRequest) ([]JobID, er
 		}
 		b.add(&r)
 	}
-	ids, err := gen.New(db).InsertJobs(ctx, b.p)
+	var ids []int64
+	var existed []bool
+	var err error
+	if b.p.UniqueKeys == nil {
+		p := b.p
+		ids, err = gen.New(db).InsertJobs(ctx, gen.InsertJobsParams{
+			Payloads: p.Payloads, Settings: p.Settings, Groups: p.Groups,
+			Kinds: p.Kinds, Queues: p.Queues, Priorities: p.Priorities, MaxAttempts: p.MaxAttempts,
+			FailBlocksGroup: p.FailBlocksGroup, RunAt: p.RunAt, DelayUs: p.DelayUs,
+			GroupQueues: p.GroupQueues, GroupKeys: p.GroupKeys,
+		})
+		existed = make([]bool, len(ids))
+	} else {
+		var row gen.InsertUniqueJobsRow
+		row, err = gen.New(db).InsertUniqueJobs(ctx, b.p)
+		ids, existed = row.Ids, row.Existed
+	}
 	if err != nil {
 		return nil, fmt.Errorf("enqueue %d job(s): %w", len(reqs), err)
 	}
-	if len(ids) != len(reqs) {
-		return nil, fmt.Errorf("enqueue: inserted %d jobs for %d requests", len(ids), len(reqs))
+	if len(ids) != len(reqs) || len(existed) != len(reqs) {
+		return nil, fmt.Errorf("enqueue: %d ids for %d requests", len(ids), len(reqs))
 	}
-	out := make([]JobID, len(ids))
+	out := make([]EnqueueResult, len(reqs))
 	for i, id := range ids {
-		out[i] = JobID(id)
+		out[i] = EnqueueResult{ID: JobID(id), Existed: existed[i]}
 	}
 	return out, nil
 }
@@ -149,7 +228,7 @@ func EnqueueMany(ctx context.Context, db DB, reqs []EnqueueRequest) ([]JobID, er
 // group by position (1-based; group 0 is none), so a batch sends each
 // distinct set of settings and each group once.
 type batch struct {
-	p        gen.InsertJobsParams
+	p        gen.InsertUniqueJobsParams
 	settings map[jobSettings]int32
 	groups   map[groupRef]int32
 	last     jobSettings
@@ -163,17 +242,21 @@ type jobSettings struct {
 	failBlocksGroup bool
 	runAt           string
 	delayUs         int64
+	// Unique jobs: the window in microseconds, and the statuses that hold
+	// the key, comma-separated.
+	uniqueWindowUs int64
+	uniqueStatuses string
 }
 
 // groupRef names a group: its queue and key.
 type groupRef struct{ queue, key string }
 
 func newBatch(n int) *batch {
-	return &batch{p: gen.InsertJobsParams{
+	return &batch{p: gen.InsertUniqueJobsParams{
 		Payloads: make([]json.RawMessage, 0, n), Settings: make([]int32, 0, n), Groups: make([]int32, 0, n),
 		Kinds: []string{}, Queues: []string{}, Priorities: []int16{}, MaxAttempts: []int32{},
 		FailBlocksGroup: []bool{}, RunAt: []string{}, DelayUs: []int64{},
-		GroupQueues: []string{}, GroupKeys: []string{},
+		GroupQueues: []string{}, GroupKeys: []string{}, UniqueWindowsUs: []int64{}, UniqueStatuses: []string{},
 	}}
 }
 
@@ -184,10 +267,21 @@ func (b *batch) add(r *EnqueueRequest) {
 	if !r.RunAt.IsZero() {
 		js.runAt = r.RunAt.Format(time.RFC3339Nano)
 	}
+	if r.UniqueKey != "" {
+		js.uniqueWindowUs = r.UniqueWindow.Microseconds()
+		js.uniqueStatuses = uniqueStatuses(r.UniqueWindow, r.UniqueStatuses)
+		if b.p.UniqueKeys == nil {
+			// The batch's first unique job: the jobs before it have no key.
+			b.p.UniqueKeys = make([]string, len(b.p.Payloads), cap(b.p.Payloads))
+		}
+	}
 	o := b.setting(js)
 	var g int32
 	if r.Group != "" {
 		g = b.group(groupRef{r.Queue, r.Group})
+	}
+	if b.p.UniqueKeys != nil {
+		b.p.UniqueKeys = append(b.p.UniqueKeys, r.UniqueKey)
 	}
 	b.p.Payloads = append(b.p.Payloads, r.Payload)
 	b.p.Settings = append(b.p.Settings, o)
@@ -213,6 +307,8 @@ func (b *batch) setting(js jobSettings) int32 {
 	b.p.FailBlocksGroup = append(b.p.FailBlocksGroup, js.failBlocksGroup)
 	b.p.RunAt = append(b.p.RunAt, js.runAt)
 	b.p.DelayUs = append(b.p.DelayUs, js.delayUs)
+	b.p.UniqueWindowsUs = append(b.p.UniqueWindowsUs, js.uniqueWindowUs)
+	b.p.UniqueStatuses = append(b.p.UniqueStatuses, js.uniqueStatuses)
 	o := int32(len(b.p.Kinds))
 	b.settings[js] = o
 	return o
@@ -268,6 +364,21 @@ func (r *EnqueueRequest) check() error {
 	if !r.RunAt.IsZero() && (r.RunAt.Year() < 1 || r.RunAt.Year() > 9999) {
 		return fmt.Errorf("RunAt %s is outside the years 1 to 9999", r.RunAt.UTC())
 	}
+	if r.UniqueKey != "" {
+		if err := checkName("unique key", r.UniqueKey, MaxUniqueKeyBytes); err != nil {
+			return err
+		}
+		if r.UniqueWindow < 0 || (r.UniqueWindow > 0 && r.UniqueWindow < time.Microsecond) {
+			return fmt.Errorf("unique window %s is negative or under a microsecond", r.UniqueWindow)
+		}
+		for _, st := range r.UniqueStatuses {
+			if !slices.Contains(allStatuses, st) {
+				return fmt.Errorf("unique status %q is not a status", st)
+			}
+		}
+	} else if r.UniqueWindow != 0 || len(r.UniqueStatuses) > 0 {
+		return errors.New("a unique window or statuses without a unique key")
+	}
 	if len(r.Payload) == 0 {
 		return errors.New("payload is empty")
 	}
@@ -286,6 +397,26 @@ func (r *EnqueueRequest) check() error {
 		return errors.New("payload must be a JSON object or array")
 	}
 	return nil
+}
+
+// uniqueStatuses lists, comma-separated, the statuses in which a unique job
+// holds its key: the unfinished ones, and the finished ones asked for (by
+// default, with a window, succeeded).
+func uniqueStatuses(window time.Duration, finished []Status) string {
+	held := []Status{StatusScheduled, StatusQueued, StatusStarted}
+	if len(finished) == 0 && window > 0 {
+		finished = []Status{StatusSucceeded}
+	}
+	for _, s := range allStatuses {
+		if slices.Contains(finished, s) && !slices.Contains(held, s) {
+			held = append(held, s)
+		}
+	}
+	parts := make([]string, len(held))
+	for i, s := range held {
+		parts[i] = string(s)
+	}
+	return strings.Join(parts, ",")
 }
 
 // checkName refuses a kind, queue name or group key that the database

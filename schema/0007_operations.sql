@@ -33,3 +33,23 @@ CREATE TABLE pgtask.periodic_ticks (
     enqueued_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (name, tick_at)
 );
+
+-- Unique jobs. unique_key is the job's kind and key (and, for a key with a
+-- window, the window it was enqueued in); unique_statuses are the statuses
+-- in which the job holds its key: always the unfinished ones, and those of
+-- the finished ones the caller chose. The unique index holds a job only
+-- while its status is one of them, so a job that leaves them frees its key.
+ALTER TABLE pgtask.jobs
+    ADD COLUMN unique_key text COLLATE "C",
+    ADD COLUMN unique_statuses pgtask.job_status[],
+    ADD CONSTRAINT jobs_unique_key_bounded CHECK (octet_length(unique_key) <= 1200);
+
+CREATE UNIQUE INDEX jobs_unique ON pgtask.jobs (unique_key)
+    WHERE status = ANY (unique_statuses);
+
+-- The advisory lock class of unique keys ('pgtu'): an enqueue of a unique
+-- job holds (class, hash of its key) until it commits, so that concurrent
+-- enqueues of one key find each other's job rather than the index's error.
+CREATE FUNCTION pgtask.unique_lock_class() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT 1885828213 $$;

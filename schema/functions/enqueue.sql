@@ -1,4 +1,4 @@
--- revision: 1
+-- revision: 2
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -67,12 +67,21 @@ $$;
 -- plan reads the array arguments in place. A custom plan would copy them into
 -- every plan as constants, and each lookup in such a text array walks it from
 -- its start.
-CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs(
+--
+-- Unique jobs (p_unique_keys, one per job, NULL or empty for none; p_unique_windows_us
+-- and p_unique_statuses, a comma-separated list of statuses, per set of
+-- settings): a job's key is its kind and its key, and, with a window, the
+-- window of that length it is enqueued in (by the database's clock). Each key
+-- is locked (advisory, until commit); a job whose key a job holds already (its
+-- status is one of that job's unique_statuses), or an earlier job of the
+-- batch has, is not inserted: its id is that job's, and job_existed says so.
+CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs_v2(
     p_payloads jsonb[], p_settings integer[], p_groups integer[],
     p_kinds text[], p_queues text[], p_priorities smallint[], p_max_attempts integer[],
     p_fail_blocks_group boolean[], p_run_at text[], p_delay_us bigint[],
-    p_group_queues text[], p_group_keys text[]
-) RETURNS bigint[]
+    p_group_queues text[], p_group_keys text[],
+    p_unique_keys text[], p_unique_windows_us bigint[], p_unique_statuses text[]
+) RETURNS TABLE (job_ids bigint[], job_existed boolean[])
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 AS $$
@@ -91,9 +100,19 @@ DECLARE
     created boolean := false;
     bad integer;
     used integer;
+    -- Unique jobs: each job's full key (NULL for none), the job already
+    -- holding it, the first job of the batch with it, and which to insert.
+    keys text[];
+    holders bigint[];
+    firsts_of integer[];
+    keep boolean[];
+    kept integer[];
+    used_groups integer[];
+    inserted bigint[];
 BEGIN
     IF n = 0 THEN
-        RETURN '{}';
+        RETURN QUERY SELECT '{}'::bigint[], '{}'::boolean[];
+        RETURN;
     END IF;
     IF cardinality(p_settings) IS DISTINCT FROM n OR cardinality(p_groups) IS DISTINCT FROM n
        OR coalesce(cardinality(p_queues), 0) <> ns OR coalesce(cardinality(p_priorities), 0) <> ns
@@ -123,6 +142,55 @@ BEGIN
     IF used < ng THEN
         RAISE EXCEPTION 'pgtask.enqueue_jobs: % listed group(s) have no job', ng - used;
     END IF;
+    IF p_unique_keys IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(p_unique_keys) k WHERE k <> '') THEN
+        IF cardinality(p_unique_keys) <> n OR coalesce(cardinality(p_unique_windows_us), 0) <> ns
+           OR coalesce(cardinality(p_unique_statuses), 0) <> ns THEN
+            RAISE EXCEPTION 'pgtask.enqueue_jobs_v2: the unique arrays differ in length';
+        END IF;
+        SELECT array_agg(CASE WHEN u.k IS NULL OR u.k = '' THEN NULL
+                              ELSE p_kinds[u.o] || ':' || u.k
+                                   || CASE WHEN p_unique_windows_us[u.o] > 0
+                                           THEN '@' || floor(extract(epoch FROM now()) * 1e6 / p_unique_windows_us[u.o])::bigint
+                                           ELSE '' END END ORDER BY u.i)
+          INTO keys
+          FROM unnest(p_unique_keys, p_settings) WITH ORDINALITY AS u(k, o, i);
+        PERFORM pg_advisory_xact_lock(pgtask.unique_lock_class(), hashtext(d.k))
+           FROM (SELECT DISTINCT k FROM unnest(keys) AS k WHERE k IS NOT NULL ORDER BY k) d;
+        SELECT array_agg((SELECT j.id FROM pgtask.jobs j
+                           WHERE j.unique_key = u.k AND j.status = ANY (j.unique_statuses)) ORDER BY u.i),
+               array_agg(CASE WHEN u.k IS NULL THEN u.i::integer
+                              ELSE (SELECT min(v.i)::integer FROM unnest(keys) WITH ORDINALITY AS v(k, i) WHERE v.k = u.k) END
+                         ORDER BY u.i)
+          INTO holders, firsts_of
+          FROM unnest(keys) WITH ORDINALITY AS u(k, i);
+        SELECT array_agg(holders[i] IS NULL AND firsts_of[i] = i ORDER BY i) INTO keep FROM generate_series(1, n) i;
+        IF false = ANY (keep) THEN
+            -- Insert the others, then answer for every job.
+            SELECT array_agg(i ORDER BY i) INTO kept FROM generate_series(1, n) i WHERE keep[i];
+            IF kept IS NULL THEN
+                inserted := '{}';
+            ELSE
+                SELECT array_agg(DISTINCT p_groups[k] ORDER BY p_groups[k]) INTO used_groups
+                  FROM unnest(kept) k WHERE p_groups[k] > 0;
+                SELECT e.job_ids INTO inserted FROM pgtask.enqueue_jobs_v2(
+                    ARRAY(SELECT p_payloads[k] FROM unnest(kept) WITH ORDINALITY AS x(k, o) ORDER BY o),
+                    ARRAY(SELECT p_settings[k] FROM unnest(kept) WITH ORDINALITY AS x(k, o) ORDER BY o),
+                    ARRAY(SELECT coalesce(array_position(used_groups, p_groups[k]), 0)
+                            FROM unnest(kept) WITH ORDINALITY AS x(k, o) ORDER BY o),
+                    p_kinds, p_queues, p_priorities, p_max_attempts, p_fail_blocks_group, p_run_at, p_delay_us,
+                    coalesce(ARRAY(SELECT p_group_queues[g] FROM unnest(used_groups) WITH ORDINALITY AS x(g, o) ORDER BY o), '{}'),
+                    coalesce(ARRAY(SELECT p_group_keys[g] FROM unnest(used_groups) WITH ORDINALITY AS x(g, o) ORDER BY o), '{}'),
+                    ARRAY(SELECT p_unique_keys[k] FROM unnest(kept) WITH ORDINALITY AS x(k, o) ORDER BY o),
+                    p_unique_windows_us, p_unique_statuses) e;
+            END IF;
+            RETURN QUERY
+                SELECT array_agg(coalesce(holders[i], inserted[array_position(kept, firsts_of[i])]) ORDER BY i),
+                       array_agg(NOT keep[i] ORDER BY i)
+                  FROM generate_series(1, n) i;
+            RETURN;
+        END IF;
+    END IF;
+
     -- The same expression decides each job's status and whether to wake workers.
     SELECT array_agg(CASE WHEN s.run_at <> '' THEN s.run_at::timestamptz
                           WHEN s.delay_us <> 0 THEN now() + s.delay_us * interval '1 microsecond'
@@ -165,7 +233,7 @@ BEGIN
     -- with it; the probe runs only then. (A subscript of 0 is NULL.)
     INSERT INTO pgtask.jobs (
         id, queue, kind, group_key, group_id, is_head, status, priority, payload,
-        max_attempts, fail_blocks_group, run_after
+        max_attempts, fail_blocks_group, run_after, unique_key, unique_statuses
     )
     SELECT t.id, t.q, p_kinds[t.o], p_group_keys[t.g], gids[t.g],
            t.g = 0 OR (created AND EXISTS (
@@ -173,11 +241,12 @@ BEGIN
                 WHERE qg.queue = t.q AND qg.group_key = p_group_keys[t.g] AND qg.head_id = t.id)),
            CASE WHEN t.run_after > now() THEN 'scheduled'::pgtask.job_status
                 ELSE 'queued'::pgtask.job_status END,
-           p_priorities[t.o], t.payload, p_max_attempts[t.o], p_fail_blocks_group[t.o], t.run_after
-      FROM (SELECT u.id, u.o, u.g, u.payload, p_queues[u.o] AS q, starts[u.o] AS run_after
+           p_priorities[t.o], t.payload, p_max_attempts[t.o], p_fail_blocks_group[t.o], t.run_after,
+           keys[t.i], CASE WHEN keys[t.i] IS NOT NULL THEN string_to_array(p_unique_statuses[t.o], ',')::pgtask.job_status[] END
+      FROM (SELECT u.id, u.i, u.o, u.g, u.payload, p_queues[u.o] AS q, starts[u.o] AS run_after
               -- unnest in the select list zips the arrays without
               -- materialising them as a table function would.
-              FROM (SELECT unnest(ids) AS id, unnest(p_settings) AS o, unnest(p_groups) AS g,
+              FROM (SELECT unnest(ids) AS id, generate_series(1, n) AS i, unnest(p_settings) AS o, unnest(p_groups) AS g,
                            unnest(p_payloads) AS payload) u) t;
 
     -- Wake workers of queues that got a runnable head: an ungrouped job, or
@@ -186,6 +255,18 @@ BEGIN
        FROM (SELECT DISTINCT p_queues[u.o] AS q
                FROM (SELECT unnest(p_settings) AS o, unnest(p_groups) AS g) u
               WHERE (u.g = 0 OR created) AND starts[u.o] <= now()) w;
-    RETURN ids;
+    RETURN QUERY SELECT ids, array_fill(false, ARRAY[n]);
 END;
+$$;
+
+-- The enqueue of the previous release: enqueue_jobs_v2 without unique jobs.
+CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs(
+    p_payloads jsonb[], p_settings integer[], p_groups integer[],
+    p_kinds text[], p_queues text[], p_priorities smallint[], p_max_attempts integer[],
+    p_fail_blocks_group boolean[], p_run_at text[], p_delay_us bigint[],
+    p_group_queues text[], p_group_keys text[]
+) RETURNS bigint[]
+LANGUAGE sql AS $$
+    SELECT e.job_ids FROM pgtask.enqueue_jobs_v2(p_payloads, p_settings, p_groups, p_kinds, p_queues, p_priorities,
+        p_max_attempts, p_fail_blocks_group, p_run_at, p_delay_us, p_group_queues, p_group_keys, NULL, NULL, NULL) e;
 $$;

@@ -107,6 +107,8 @@ type PgtaskJob struct {
 	ClaimToken      pgtype.Int8
 	LeaseUntil      *time.Time
 	StaleOutcomes   int32
+	UniqueKey       *string
+	UniqueStatuses  *string
 }
 
 type PgtaskQueueGroup struct {
