@@ -42,6 +42,14 @@ INSERT INTO pgtask_chaos.effects (job_id, attempt, instance) VALUES (@job_id, @a
 -- name: RecordDeath :exec
 INSERT INTO pgtask_chaos.deaths (instance, pid, kind) VALUES (@instance, @pid, @kind::text);
 
+-- name: PinHorizon :one
+-- Run in the transaction the run keeps open beside the workers. The first
+-- call gives it a transaction id, which holds back the oldest xmin, and so
+-- what vacuum may remove, in the whole cluster for as long as it stays
+-- open; later calls return the same xid and show that it still is open.
+-- next_xid - xid is how many transaction ids were handed out behind it.
+SELECT txid_current()::bigint AS xid, txid_snapshot_xmax(txid_current_snapshot())::bigint AS next_xid;
+
 -- name: JobProgress :one
 SELECT count(*) FILTER (WHERE status = 'succeeded')::bigint AS succeeded,
        count(*) FILTER (WHERE status = 'failed')::bigint AS failed,

@@ -55,6 +55,11 @@ type Config struct {
 	// have finished; CrashDB crashes it (SIGKILL, crash recovery) at 60%.
 	RestartDB bool
 	CrashDB   bool
+	// PinHorizon keeps a transaction that has a transaction id open beside
+	// the workers for the whole run, opened again whenever the database
+	// ends it (restart, crash). It holds back the vacuum horizon of the
+	// whole cluster, as a long report or a forgotten session would.
+	PinHorizon bool
 	// Progress is how often a progress line is printed.
 	Progress time.Duration
 	// RSSMinLife is how long a worker process must have lived for its
@@ -89,6 +94,7 @@ func DefaultConfig() Config {
 		TerminateEvery: 300 * time.Millisecond,
 		RestartDB:      true,
 		CrashDB:        true,
+		PinHorizon:     true,
 		Progress:       5 * time.Second,
 		RSSMinLife:     30 * time.Second,
 	}
@@ -162,6 +168,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.TerminateEvery, "terminate-every", cfg.TerminateEvery, "mean time between pg_terminate_backend calls on worker sessions (0: none)")
 	fs.BoolVar(&cfg.RestartDB, "restart-db", cfg.RestartDB, "restart the database once 30% of the jobs finished")
 	fs.BoolVar(&cfg.CrashDB, "crash-db", cfg.CrashDB, "crash the database (SIGKILL) once 60% of the jobs finished")
+	fs.BoolVar(&cfg.PinHorizon, "pin-horizon", cfg.PinHorizon, "keep a transaction with an xid open beside the workers for the whole run")
 	fs.DurationVar(&cfg.Progress, "progress", cfg.Progress, "interval between progress lines")
 	fs.DurationVar(&cfg.RSSMinLife, "rss-min-life", cfg.RSSMinLife, "judge memory growth of worker processes that lived at least this long")
 	fs.StringVar(&cfg.LogDir, "log-dir", "", "directory for the worker processes' logs (default: a new temporary directory)")

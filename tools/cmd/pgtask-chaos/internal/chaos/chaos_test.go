@@ -37,6 +37,7 @@ func TestChaos(t *testing.T) {
 	cfg.KillEvery = time.Second
 	cfg.TerminateEvery = 150 * time.Millisecond
 	cfg.RestartDB, cfg.CrashDB = true, true
+	cfg.PinHorizon = true
 	cfg.Timeout = 90 * time.Second
 	cfg.Progress = 5 * time.Second
 	cfg.RSSMinLife = 3 * time.Second
@@ -109,5 +110,10 @@ func TestChaos(t *testing.T) {
 	}
 	if res.Jobs.NotCommitted["rollback"] == 0 || res.Jobs.NotCommitted["savepoint"] == 0 {
 		t.Errorf("no rolled-back enqueues to check: %v", res.Jobs.NotCommitted)
+	}
+	// The pinning transaction was held, and opened again after the restart
+	// and the crash ended it.
+	if h := res.Horizon; h.Held <= 0 || h.Opens <= res.Fault(chaos.FaultRestart)+res.Fault(chaos.FaultCrash) {
+		t.Errorf("the vacuum horizon was not pinned throughout: held %s, opened %d times", h.Held, h.Opens)
 	}
 }

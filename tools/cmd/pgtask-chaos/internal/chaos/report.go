@@ -46,9 +46,24 @@ type Result struct {
 	// Observations are behaviour worth knowing that no check forbids.
 	Observations []Observation
 	Workers      []WorkerReport
+	// Horizon is the transaction held open beside the run.
+	Horizon HorizonReport
 	// Problems are failures of the run itself: a worker process that ended
 	// on its own, a restart that failed, records that could not be written.
 	Problems []string
+}
+
+// HorizonReport is the transaction Config.PinHorizon kept open.
+type HorizonReport struct {
+	Enabled bool
+	// Held is how long a pinning transaction was open, over the whole run;
+	// Longest the longest one.
+	Held, Longest time.Duration
+	// Opens counts the transactions opened: the first, and one after each
+	// time the database ended the previous one.
+	Opens int64
+	// MaxLag is the most transaction ids handed out behind one of them.
+	MaxLag int64
 }
 
 // Count is a named number.
@@ -323,6 +338,11 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 		{FaultTimeout, outcomes["timeout"]},
 		{FaultNoRetry, outcomes["noretry"]},
 	}
+	res.Horizon = HorizonReport{
+		Enabled: o.cfg.PinHorizon,
+		Held:    time.Duration(o.pin.held.Load()), Longest: time.Duration(o.pin.longest.Load()),
+		Opens: o.pin.opens.Load(), MaxLag: o.pin.maxLag.Load(),
+	}
 	o.mu.Lock()
 	res.Problems = slices.Clone(o.problems)
 	o.mu.Unlock()
@@ -378,6 +398,15 @@ func (r *Result) Print(w io.Writer) {
 	for _, f := range r.Faults {
 		fmt.Fprintf(tw, "  %s\t%10d\n", f.Name, f.N)
 	}
+	if h := r.Horizon; h.Enabled {
+		fmt.Fprintln(tw, "\t")
+		fmt.Fprintln(tw, "vacuum horizon pinned by a transaction open beside the run\t")
+		fmt.Fprintf(tw, "  held, in all\t%10s  of the run's %s\n", h.Held.Round(100*time.Millisecond), r.Duration.Round(100*time.Millisecond))
+		fmt.Fprintf(tw, "  held at once, at most\t%10s\n", h.Longest.Round(100*time.Millisecond))
+		fmt.Fprintf(tw, "  opened (again after the database ended it)\t%10d\n", h.Opens)
+		fmt.Fprintf(tw, "  transaction ids handed out behind it, at most\t%10d\n", h.MaxLag)
+	}
+	fmt.Fprintln(tw, "\t")
 	fmt.Fprintln(tw, "\t")
 	fmt.Fprintf(tw, "invariants\t%10s\n", "violations")
 	for _, c := range r.Checks {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/runtime"
@@ -44,6 +45,8 @@ type orchestrator struct {
 	terminatedMid atomic.Int64 // of which the session's handler was running
 	restarts      atomic.Int64
 	crashes       atomic.Int64
+
+	pin horizonPin
 
 	progress atomic.Pointer[chaosdb.JobProgressRow]
 
@@ -153,6 +156,15 @@ func (o *orchestrator) run(ctx context.Context) bool {
 	cfg := o.cfg
 	runCtx, cancelRun := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancelRun()
+
+	// The transaction that pins the vacuum horizon, open before the workers
+	// start and until they have stopped.
+	pinCtx, stopPin := context.WithCancel(ctx)
+	var pinWG sync.WaitGroup
+	if cfg.PinHorizon {
+		pinWG.Go(func() { o.pinHorizon(pinCtx) })
+	}
+	defer func() { stopPin(); pinWG.Wait() }()
 
 	o.fleet = newFleet(o)
 	o.fleet.start(cfg.Workers)
@@ -361,5 +373,95 @@ func (o *orchestrator) databaseFaults(ctx context.Context) {
 		}
 		f.count.Add(1)
 		o.printf("%7.1fs  database %s done\n", time.Since(o.began).Seconds(), f.name)
+	}
+}
+
+// horizonPin is what pinHorizon reports.
+type horizonPin struct {
+	opens   atomic.Int64 // transactions opened
+	held    atomic.Int64 // nanoseconds the ended ones were held, each until last seen open
+	longest atomic.Int64 // nanoseconds, the longest one
+	since   atomic.Int64 // when the open one was opened (UnixNano); 0 if none is
+	maxLag  atomic.Int64 // the most transaction ids handed out behind one
+}
+
+// heldFor is how long transactions were held so far, the open one included.
+func (h *horizonPin) heldFor() time.Duration {
+	d := time.Duration(h.held.Load())
+	if s := h.since.Load(); s != 0 {
+		d += time.Since(time.Unix(0, s))
+	}
+	return d
+}
+
+// pinHorizon keeps a transaction with a transaction id open until ctx
+// ends, on a connection of its own, and opens another whenever it is lost
+// (the database restarted or crashed).
+func (o *orchestrator) pinHorizon(ctx context.Context) {
+	cc, err := pgx.ParseConfig(o.url)
+	if err != nil {
+		o.problem("pin the vacuum horizon: %v", err)
+		return
+	}
+	cc.RuntimeParams["application_name"] = "pgtask-chaos horizon"
+	// Whatever the server's default, this session stays idle in its
+	// transaction on purpose.
+	cc.RuntimeParams["idle_in_transaction_session_timeout"] = "0"
+	for ctx.Err() == nil {
+		o.holdHorizon(ctx, cc)
+		sleep(ctx, 100*time.Millisecond)
+	}
+}
+
+// holdHorizon opens one pinning transaction and holds it until ctx ends
+// or the transaction is lost. It checks every 250ms that it is still open.
+func (o *orchestrator) holdHorizon(ctx context.Context, cc *pgx.ConnConfig) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cc)
+	if err != nil {
+		return
+	}
+	defer conn.Close(context.Background()) //nolint:errcheck // ending the session ends the transaction
+	tx, err := conn.Begin(cctx)
+	if err != nil {
+		return
+	}
+	q := chaosdb.New(tx)
+	first, err := q.PinHorizon(cctx)
+	if err != nil {
+		return
+	}
+	pin := &o.pin
+	opened := time.Now()
+	pin.opens.Add(1)
+	pin.since.Store(opened.UnixNano())
+	last := opened
+	defer func() {
+		held := last.Sub(opened)
+		pin.since.Store(0)
+		pin.held.Add(int64(held))
+		if int64(held) > pin.longest.Load() {
+			pin.longest.Store(int64(held))
+		}
+	}()
+	for {
+		sleep(ctx, 250*time.Millisecond)
+		if ctx.Err() != nil {
+			// Open until now: it is rolled back here.
+			last = time.Now()
+			tx.Rollback(context.Background()) //nolint:errcheck // the session ends next
+			return
+		}
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		r, err := q.PinHorizon(qctx)
+		cancel()
+		if err != nil || r.Xid != first.Xid {
+			return
+		}
+		last = time.Now()
+		if lag := r.NextXid - r.Xid; lag > pin.maxLag.Load() {
+			pin.maxLag.Store(lag)
+		}
 	}
 }

@@ -709,6 +709,27 @@ func (q *Queries) OutcomeTotals(ctx context.Context) ([]OutcomeTotalsRow, error)
 	return items, nil
 }
 
+const pinHorizon = `-- name: PinHorizon :one
+SELECT txid_current()::bigint AS xid, txid_snapshot_xmax(txid_current_snapshot())::bigint AS next_xid
+`
+
+type PinHorizonRow struct {
+	Xid     int64
+	NextXid int64
+}
+
+// Run in the transaction the run keeps open beside the workers. The first
+// call gives it a transaction id, which holds back the oldest xmin, and so
+// what vacuum may remove, in the whole cluster for as long as it stays
+// open; later calls return the same xid and show that it still is open.
+// next_xid - xid is how many transaction ids were handed out behind it.
+func (q *Queries) PinHorizon(ctx context.Context) (PinHorizonRow, error) {
+	row := q.db.QueryRow(ctx, pinHorizon)
+	var i PinHorizonRow
+	err := row.Scan(&i.Xid, &i.NextXid)
+	return i, err
+}
+
 const recordDeath = `-- name: RecordDeath :exec
 INSERT INTO pgtask_chaos.deaths (instance, pid, kind) VALUES ($1, $2, $3::text)
 `
