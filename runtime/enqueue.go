@@ -189,6 +189,9 @@ func EnqueueResults(ctx context.Context, db DB, reqs []EnqueueRequest) ([]Enqueu
 	b := newBatch(len(reqs))
 	for i := range reqs {
 		r := reqs[i]
+		if err := runEnqueueHooks(ctx, &r); err != nil {
+			return nil, &EnqueueError{Index: i, Kind: r.Kind, Err: err, Batch: len(reqs) > 1}
+		}
 		if err := r.check(); err != nil {
 			return nil, &EnqueueError{Index: i, Kind: r.Kind, Err: err, Batch: len(reqs) > 1}
 		}

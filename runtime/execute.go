@@ -107,7 +107,7 @@ func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error,
 				done <- &PanicError{Value: v, Stack: debug.Stack()}
 			}
 		}()
-		done <- reg.Handler(ctx, job)
+		done <- w.handle(ctx, reg, job)
 	}()
 	timedOut := func() bool { return errors.Is(ctx.Err(), context.DeadlineExceeded) && hard.Err() == nil }
 	select {

@@ -131,6 +131,8 @@ type Config struct {
 	// succeeded jobs, a week for failed and cancelled ones). The worker
 	// elected leader deletes older ones.
 	Retention Retention
+	// Middleware runs around every attempt's handler, outermost first.
+	Middleware []Middleware
 }
 
 // ConnectionCheck says how NewWorker makes sure that the server can give
