@@ -7,6 +7,7 @@ package gen
 
 import (
 	"context"
+	"time"
 )
 
 const CancelJob = `-- name: CancelJob :one
@@ -18,6 +19,61 @@ func (q *Queries) CancelJob(ctx context.Context, id int64) (bool, error) {
 	var cancelled bool
 	err := row.Scan(&cancelled)
 	return cancelled, err
+}
+
+const CancelJobs = `-- name: CancelJobs :one
+SELECT pgtask.cancel_jobs($1::bigint[]) AS changed
+`
+
+func (q *Queries) CancelJobs(ctx context.Context, ids []int64) (int32, error) {
+	row := q.db.QueryRow(ctx, CancelJobs, ids)
+	var changed int32
+	err := row.Scan(&changed)
+	return changed, err
+}
+
+const CountJobsWhere = `-- name: CountJobsWhere :one
+SELECT count(*)::bigint AS jobs FROM pgtask.jobs
+ WHERE ($1::text IS NULL OR queue = $1::text)
+   AND ($2::text IS NULL OR kind = $2::text)
+   AND ($3::text IS NULL OR group_key = $3::text)
+   AND ($4::text[] IS NULL OR status::text = ANY ($4::text[]))
+   AND ($5::timestamptz IS NULL OR created_at >= $5::timestamptz)
+   AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
+`
+
+type CountJobsWhereParams struct {
+	Queue         *string    `db:"queue"`
+	Kind          *string    `db:"kind"`
+	GroupKey      *string    `db:"group_key"`
+	Statuses      []string   `db:"statuses"`
+	CreatedAfter  *time.Time `db:"created_after"`
+	CreatedBefore *time.Time `db:"created_before"`
+}
+
+func (q *Queries) CountJobsWhere(ctx context.Context, arg CountJobsWhereParams) (int64, error) {
+	row := q.db.QueryRow(ctx, CountJobsWhere,
+		arg.Queue,
+		arg.Kind,
+		arg.GroupKey,
+		arg.Statuses,
+		arg.CreatedAfter,
+		arg.CreatedBefore,
+	)
+	var jobs int64
+	err := row.Scan(&jobs)
+	return jobs, err
+}
+
+const DeleteJobs = `-- name: DeleteJobs :one
+SELECT pgtask.delete_jobs($1::bigint[]) AS deleted
+`
+
+func (q *Queries) DeleteJobs(ctx context.Context, ids []int64) (int32, error) {
+	row := q.db.QueryRow(ctx, DeleteJobs, ids)
+	var deleted int32
+	err := row.Scan(&deleted)
+	return deleted, err
 }
 
 const GetJob = `-- name: GetJob :one
@@ -57,6 +113,158 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 	return i, err
 }
 
+const ListJobsPage = `-- name: ListJobsPage :many
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses FROM pgtask.jobs
+ WHERE ($1::text IS NULL OR queue = $1::text)
+   AND ($2::text IS NULL OR kind = $2::text)
+   AND ($3::text IS NULL OR group_key = $3::text)
+   AND ($4::text[] IS NULL OR status::text = ANY ($4::text[]))
+   AND ($5::timestamptz IS NULL OR created_at >= $5::timestamptz)
+   AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
+   AND id > $7::bigint
+ ORDER BY id
+ LIMIT $8::integer
+`
+
+type ListJobsPageParams struct {
+	Queue         *string    `db:"queue"`
+	Kind          *string    `db:"kind"`
+	GroupKey      *string    `db:"group_key"`
+	Statuses      []string   `db:"statuses"`
+	CreatedAfter  *time.Time `db:"created_after"`
+	CreatedBefore *time.Time `db:"created_before"`
+	AfterID       int64      `db:"after_id"`
+	Max           int32      `db:"max"`
+}
+
+// A page of the jobs a filter matches, in id order after @after_id. Each
+// filter is skipped when NULL.
+func (q *Queries) ListJobsPage(ctx context.Context, arg ListJobsPageParams) ([]PgtaskJob, error) {
+	rows, err := q.db.Query(ctx, ListJobsPage,
+		arg.Queue,
+		arg.Kind,
+		arg.GroupKey,
+		arg.Statuses,
+		arg.CreatedAfter,
+		arg.CreatedBefore,
+		arg.AfterID,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PgtaskJob{}
+	for rows.Next() {
+		var i PgtaskJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.GroupKey,
+			&i.GroupID,
+			&i.IsHead,
+			&i.Status,
+			&i.Priority,
+			&i.Payload,
+			&i.Result,
+			&i.Errors,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.FailBlocksGroup,
+			&i.RunAfter,
+			&i.CreatedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.OwnerPid,
+			&i.WorkerID,
+			&i.ClaimToken,
+			&i.LeaseUntil,
+			&i.StaleOutcomes,
+			&i.UniqueKey,
+			&i.UniqueStatuses,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const QueueCounts = `-- name: QueueCounts :many
+SELECT queue, status::text AS status, count(*)::bigint AS jobs
+  FROM pgtask.jobs GROUP BY queue, status ORDER BY queue, status
+`
+
+type QueueCountsRow struct {
+	Queue  string `db:"queue"`
+	Status string `db:"status"`
+	Jobs   int64  `db:"jobs"`
+}
+
+// Jobs per queue and status.
+func (q *Queries) QueueCounts(ctx context.Context) ([]QueueCountsRow, error) {
+	rows, err := q.db.Query(ctx, QueueCounts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []QueueCountsRow{}
+	for rows.Next() {
+		var i QueueCountsRow
+		if err := rows.Scan(&i.Queue, &i.Status, &i.Jobs); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const QueueWaits = `-- name: QueueWaits :many
+SELECT q.queue::text AS queue,
+       coalesce((SELECT extract(epoch FROM clock_timestamp() - min(j.run_after))
+                   FROM pgtask.jobs j WHERE j.queue = q.queue AND j.status = 'queued' AND j.is_head), 0)::float8 AS oldest_wait_seconds,
+       (SELECT count(*) FROM pgtask.jobs j
+         WHERE j.queue = q.queue AND j.group_key IS NOT NULL AND j.status = 'failed' AND j.fail_blocks_group
+           AND EXISTS (SELECT 1 FROM pgtask.queue_groups g
+                        WHERE g.queue = j.queue AND g.group_key = j.group_key AND g.head_id = j.id))::bigint AS blocked_groups
+  FROM unnest($1::text[]) AS q(queue)
+`
+
+type QueueWaitsRow struct {
+	Queue             string  `db:"queue"`
+	OldestWaitSeconds float64 `db:"oldest_wait_seconds"`
+	BlockedGroups     int64   `db:"blocked_groups"`
+}
+
+// Per queue: how long its oldest runnable job has waited, and how many of
+// its groups a failure blocks.
+func (q *Queries) QueueWaits(ctx context.Context, queues []string) ([]QueueWaitsRow, error) {
+	rows, err := q.db.Query(ctx, QueueWaits, queues)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []QueueWaitsRow{}
+	for rows.Next() {
+		var i QueueWaitsRow
+		if err := rows.Scan(&i.Queue, &i.OldestWaitSeconds, &i.BlockedGroups); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const RetryJob = `-- name: RetryJob :one
 SELECT pgtask.retry_job($1) AS retried
 `
@@ -66,4 +274,15 @@ func (q *Queries) RetryJob(ctx context.Context, id int64) (bool, error) {
 	var retried bool
 	err := row.Scan(&retried)
 	return retried, err
+}
+
+const RetryJobs = `-- name: RetryJobs :one
+SELECT pgtask.retry_jobs($1::bigint[]) AS changed
+`
+
+func (q *Queries) RetryJobs(ctx context.Context, ids []int64) (int32, error) {
+	row := q.db.QueryRow(ctx, RetryJobs, ids)
+	var changed int32
+	err := row.Scan(&changed)
+	return changed, err
 }

@@ -6,3 +6,52 @@ SELECT pgtask.cancel_job(@id) AS cancelled;
 
 -- name: RetryJob :one
 SELECT pgtask.retry_job(@id) AS retried;
+
+-- name: ListJobsPage :many
+-- A page of the jobs a filter matches, in id order after @after_id. Each
+-- filter is skipped when NULL.
+SELECT * FROM pgtask.jobs
+ WHERE (sqlc.narg(queue)::text IS NULL OR queue = sqlc.narg(queue)::text)
+   AND (sqlc.narg(kind)::text IS NULL OR kind = sqlc.narg(kind)::text)
+   AND (sqlc.narg(group_key)::text IS NULL OR group_key = sqlc.narg(group_key)::text)
+   AND (sqlc.narg(statuses)::text[] IS NULL OR status::text = ANY (sqlc.narg(statuses)::text[]))
+   AND (sqlc.narg(created_after)::timestamptz IS NULL OR created_at >= sqlc.narg(created_after)::timestamptz)
+   AND (sqlc.narg(created_before)::timestamptz IS NULL OR created_at < sqlc.narg(created_before)::timestamptz)
+   AND id > @after_id::bigint
+ ORDER BY id
+ LIMIT @max::integer;
+
+-- name: CountJobsWhere :one
+SELECT count(*)::bigint AS jobs FROM pgtask.jobs
+ WHERE (sqlc.narg(queue)::text IS NULL OR queue = sqlc.narg(queue)::text)
+   AND (sqlc.narg(kind)::text IS NULL OR kind = sqlc.narg(kind)::text)
+   AND (sqlc.narg(group_key)::text IS NULL OR group_key = sqlc.narg(group_key)::text)
+   AND (sqlc.narg(statuses)::text[] IS NULL OR status::text = ANY (sqlc.narg(statuses)::text[]))
+   AND (sqlc.narg(created_after)::timestamptz IS NULL OR created_at >= sqlc.narg(created_after)::timestamptz)
+   AND (sqlc.narg(created_before)::timestamptz IS NULL OR created_at < sqlc.narg(created_before)::timestamptz);
+
+-- name: CancelJobs :one
+SELECT pgtask.cancel_jobs(@ids::bigint[]) AS changed;
+
+-- name: RetryJobs :one
+SELECT pgtask.retry_jobs(@ids::bigint[]) AS changed;
+
+-- name: DeleteJobs :one
+SELECT pgtask.delete_jobs(@ids::bigint[]) AS deleted;
+
+-- name: QueueCounts :many
+-- Jobs per queue and status.
+SELECT queue, status::text AS status, count(*)::bigint AS jobs
+  FROM pgtask.jobs GROUP BY queue, status ORDER BY queue, status;
+
+-- name: QueueWaits :many
+-- Per queue: how long its oldest runnable job has waited, and how many of
+-- its groups a failure blocks.
+SELECT q.queue::text AS queue,
+       coalesce((SELECT extract(epoch FROM clock_timestamp() - min(j.run_after))
+                   FROM pgtask.jobs j WHERE j.queue = q.queue AND j.status = 'queued' AND j.is_head), 0)::float8 AS oldest_wait_seconds,
+       (SELECT count(*) FROM pgtask.jobs j
+         WHERE j.queue = q.queue AND j.group_key IS NOT NULL AND j.status = 'failed' AND j.fail_blocks_group
+           AND EXISTS (SELECT 1 FROM pgtask.queue_groups g
+                        WHERE g.queue = j.queue AND g.group_key = j.group_key AND g.head_id = j.id))::bigint AS blocked_groups
+  FROM unnest(@queues::text[]) AS q(queue);

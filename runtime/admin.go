@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,6 +62,9 @@ type JobInfo struct {
 	CreatedAt   time.Time
 	StartedAt   *time.Time
 	FinishedAt  *time.Time
+	// UniqueKey is a unique job's key as stored: its kind, its key and,
+	// with a window, the window's number.
+	UniqueKey string
 }
 
 // ErrJobNotFound is returned for an id with no job.
@@ -73,6 +79,11 @@ func GetJob(ctx context.Context, db DB, id JobID) (*JobInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get job %d: %w", id, err)
 	}
+	return jobInfo(j)
+}
+
+// jobInfo decodes a job's row.
+func jobInfo(j gen.PgtaskJob) (*JobInfo, error) {
 	info := &JobInfo{
 		ID: JobID(j.ID), Kind: j.Kind, Queue: j.Queue, Status: Status(j.Status), Priority: j.Priority,
 		Attempts: int(j.Attempts), MaxAttempts: int(j.MaxAttempts), Payload: j.Payload, Result: j.Result,
@@ -81,8 +92,11 @@ func GetJob(ctx context.Context, db DB, id JobID) (*JobInfo, error) {
 	if j.GroupKey != nil {
 		info.Group = *j.GroupKey
 	}
+	if j.UniqueKey != nil {
+		info.UniqueKey = *j.UniqueKey
+	}
 	if err := json.Unmarshal(j.Errors, &info.Errors); err != nil {
-		return nil, fmt.Errorf("get job %d: error history: %w", id, err)
+		return nil, fmt.Errorf("get job %d: error history: %w", j.ID, err)
 	}
 	return info, nil
 }
@@ -149,6 +163,204 @@ func PausedQueues(ctx context.Context, db DB) ([]PausedQueue, error) {
 	out := make([]PausedQueue, len(rows))
 	for i, r := range rows {
 		out[i] = PausedQueue{Queue: r.Queue, PausedAt: r.PausedAt}
+	}
+	return out, nil
+}
+
+// JobFilter selects jobs for the bulk operations. A zero field matches
+// every job.
+type JobFilter struct {
+	Queue    string
+	Kind     string
+	Group    string
+	Statuses []Status
+	// CreatedAfter and CreatedBefore bound when the job was enqueued:
+	// from CreatedAfter, up to before CreatedBefore.
+	CreatedAfter, CreatedBefore time.Time
+}
+
+func (f JobFilter) params() (queue, kind, group *string, statuses []string, after, before *time.Time) {
+	opt := func(s string) *string {
+		if s == "" {
+			return nil
+		}
+		return &s
+	}
+	for _, st := range f.Statuses {
+		statuses = append(statuses, string(st))
+	}
+	if !f.CreatedAfter.IsZero() {
+		after = &f.CreatedAfter
+	}
+	if !f.CreatedBefore.IsZero() {
+		before = &f.CreatedBefore
+	}
+	return opt(f.Queue), opt(f.Kind), opt(f.Group), statuses, after, before
+}
+
+func (f JobFilter) check() error {
+	for _, st := range f.Statuses {
+		if !slices.Contains(allStatuses, st) {
+			return fmt.Errorf("status %q is none of %v", st, allStatuses)
+		}
+	}
+	return nil
+}
+
+// ListJobs returns up to limit jobs f matches with ids above after, in id
+// order: pass the last one's id to get the next page.
+func ListJobs(ctx context.Context, db DB, f JobFilter, after JobID, limit int) ([]*JobInfo, error) {
+	if err := f.check(); err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	queue, kind, group, statuses, from, to := f.params()
+	rows, err := gen.New(db).ListJobsPage(ctx, gen.ListJobsPageParams{
+		Queue: queue, Kind: kind, GroupKey: group, Statuses: statuses, CreatedAfter: from, CreatedBefore: to,
+		AfterID: int64(after), Max: int32(min(max(limit, 0), math.MaxInt32)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	out := make([]*JobInfo, len(rows))
+	for i, r := range rows {
+		if out[i], err = jobInfo(r); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// CountJobs counts the jobs f matches.
+func CountJobs(ctx context.Context, db DB, f JobFilter) (int64, error) {
+	if err := f.check(); err != nil {
+		return 0, fmt.Errorf("count jobs: %w", err)
+	}
+	queue, kind, group, statuses, from, to := f.params()
+	n, err := gen.New(db).CountJobsWhere(ctx, gen.CountJobsWhereParams{
+		Queue: queue, Kind: kind, GroupKey: group, Statuses: statuses, CreatedAfter: from, CreatedBefore: to,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("count jobs: %w", err)
+	}
+	return n, nil
+}
+
+// bulkBatch is how many jobs a bulk operation changes per statement.
+const bulkBatch = 1000
+
+// Progress, when not nil, is told after each batch of a bulk operation how
+// many jobs it has looked at and changed so far.
+type Progress func(seen, changed int)
+
+// CancelJobs cancels the jobs f matches that CancelJob would cancel (not
+// started yet, or a failure that blocks its group), in batches of 1,000
+// jobs in id order, each batch a transaction of its own when db is a pool.
+// It returns how many it cancelled.
+func CancelJobs(ctx context.Context, db DB, f JobFilter, progress Progress) (int, error) {
+	return bulk(ctx, db, f, progress, "cancel", gen.New(db).CancelJobs)
+}
+
+// RetryJobs retries the failed and cancelled jobs f matches, as RetryJob
+// does, in batches like CancelJobs. It returns how many it retried.
+func RetryJobs(ctx context.Context, db DB, f JobFilter, progress Progress) (int, error) {
+	return bulk(ctx, db, f, progress, "retry", gen.New(db).RetryJobs)
+}
+
+// DeleteJobs deletes the finished jobs f matches, but not one still at the
+// head of its group (a failure that blocks it, or a head whose group has
+// yet to move on): retention's rule. It returns how many it deleted.
+func DeleteJobs(ctx context.Context, db DB, f JobFilter, progress Progress) (int, error) {
+	return bulk(ctx, db, f, progress, "delete", gen.New(db).DeleteJobs)
+}
+
+func bulk(ctx context.Context, db DB, f JobFilter, progress Progress, what string, apply func(context.Context, []int64) (int32, error)) (int, error) {
+	if err := f.check(); err != nil {
+		return 0, fmt.Errorf("%s jobs: %w", what, err)
+	}
+	queue, kind, group, statuses, from, to := f.params()
+	q := gen.New(db)
+	var after int64
+	seen, changed := 0, 0
+	for {
+		rows, err := q.ListJobsPage(ctx, gen.ListJobsPageParams{
+			Queue: queue, Kind: kind, GroupKey: group, Statuses: statuses, CreatedAfter: from, CreatedBefore: to,
+			AfterID: after, Max: bulkBatch,
+		})
+		if err != nil {
+			return changed, fmt.Errorf("%s jobs: %w", what, err)
+		}
+		if len(rows) == 0 {
+			return changed, nil
+		}
+		ids := make([]int64, len(rows))
+		for i, r := range rows {
+			ids[i] = r.ID
+		}
+		n, err := apply(ctx, ids)
+		if err != nil {
+			return changed, fmt.Errorf("%s jobs %d to %d: %w", what, ids[0], ids[len(ids)-1], err)
+		}
+		seen, changed, after = seen+len(ids), changed+int(n), ids[len(ids)-1]
+		if progress != nil {
+			progress(seen, changed)
+		}
+		if len(rows) < bulkBatch {
+			return changed, nil
+		}
+	}
+}
+
+// QueueStats is what Stats says of a queue.
+type QueueStats struct {
+	Queue  string
+	Counts map[Status]int64
+	// OldestWait is how long the queue's oldest runnable job has waited
+	// since it could run; 0 with none.
+	OldestWait time.Duration
+	// BlockedGroups is how many of its groups a failure blocks.
+	BlockedGroups int64
+	Paused        bool
+}
+
+// Stats reports, per queue with jobs (or paused), its jobs by status, its
+// oldest wait, its blocked groups and whether it is paused. It counts every
+// job, so its cost grows with the table (which retention bounds).
+func Stats(ctx context.Context, db DB) ([]QueueStats, error) {
+	q := gen.New(db)
+	counts, err := q.QueueCounts(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	paused, err := PausedQueues(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	byQueue := map[string]*QueueStats{}
+	get := func(name string) *QueueStats {
+		if s, ok := byQueue[name]; ok {
+			return s
+		}
+		s := &QueueStats{Queue: name, Counts: map[Status]int64{}}
+		byQueue[name] = s
+		return s
+	}
+	for _, c := range counts {
+		get(c.Queue).Counts[Status(c.Status)] = c.Jobs
+	}
+	for _, p := range paused {
+		get(p.Queue).Paused = true
+	}
+	names := slices.Sorted(maps.Keys(byQueue))
+	waits, err := q.QueueWaits(ctx, names)
+	if err != nil {
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	out := make([]QueueStats, len(names))
+	for i, w := range waits {
+		s := byQueue[w.Queue]
+		s.OldestWait = time.Duration(w.OldestWaitSeconds * float64(time.Second))
+		s.BlockedGroups = w.BlockedGroups
+		out[i] = *s
 	}
 	return out, nil
 }

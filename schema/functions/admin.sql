@@ -1,5 +1,5 @@
--- revision: 2
--- An operator's changes to single jobs: cancel and retry.
+-- revision: 3
+-- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
 -- schema/functions.go): raise it with every change.
@@ -92,5 +92,55 @@ BEGIN
         PERFORM pgtask.advance_group(j.queue, j.group_key);
     END IF;
     RETURN true;
+END;
+$$;
+
+-- Cancels (see cancel_job) or retries (see retry_job) each of p_ids, in id
+-- order, and returns how many it
+-- changed. A job whose state does not allow it is left alone.
+CREATE OR REPLACE FUNCTION pgtask.cancel_jobs(p_ids bigint[]) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    i bigint;
+    changed integer := 0;
+BEGIN
+    FOR i IN SELECT u FROM unnest(p_ids) u ORDER BY u LOOP
+        IF pgtask.cancel_job(i) THEN
+            changed := changed + 1;
+        END IF;
+    END LOOP;
+    RETURN changed;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION pgtask.retry_jobs(p_ids bigint[]) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    i bigint;
+    changed integer := 0;
+BEGIN
+    FOR i IN SELECT u FROM unnest(p_ids) u ORDER BY u LOOP
+        IF pgtask.retry_job(i) THEN
+            changed := changed + 1;
+        END IF;
+    END LOOP;
+    RETURN changed;
+END;
+$$;
+
+-- Deletes those of p_ids that are finished and not their group's head (as
+-- retention does), and returns how many.
+CREATE OR REPLACE FUNCTION pgtask.delete_jobs(p_ids bigint[]) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    deleted integer;
+BEGIN
+    DELETE FROM pgtask.jobs j
+     WHERE j.id = ANY (p_ids) AND j.status IN ('succeeded', 'failed', 'cancelled')
+       AND (j.group_key IS NULL OR NOT EXISTS (
+           SELECT 1 FROM pgtask.queue_groups g
+            WHERE g.queue = j.queue AND g.group_key = j.group_key AND g.head_id = j.id));
+    GET DIAGNOSTICS deleted = ROW_COUNT;
+    RETURN deleted;
 END;
 $$;
