@@ -25,11 +25,18 @@ commands:
   gen       generate typed Enqueue/Handle functions for the tasks in a package
             (what //go:generate go run github.com/pgtask/pgtask/cmd/pgtask gen runs)
   migrate   apply pgtask's schema migrations to a database
+  stats     jobs per queue and status, oldest wait, blocked groups, paused queues
+  jobs      list jobs by filter, or show one (pgtask jobs list|show)
+  retry     retry the failed and cancelled jobs a filter matches
+  cancel    cancel the unstarted jobs a filter matches
+  purge     delete the finished jobs a filter matches
   pause     pause queues: no worker claims their jobs until they are resumed
   resume    resume paused queues
   help      show this text
 
-Run 'pgtask <command> -h' for a command's flags.
+Run 'pgtask <command> -h' for a command's flags; flags come before
+arguments. Commands that use a database read it from -database-url or
+$DATABASE_URL. Exit status: 0 done, 1 failed, 2 wrong usage.
 `
 
 // Run runs the command in args and returns the process exit code.
@@ -46,6 +53,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = migrate(ctx, args[1:], stdout, stderr)
 	case "pause", "resume":
 		err = pauseResume(ctx, args[0], args[1:], stdout, stderr)
+	case "stats":
+		err = stats(ctx, args[1:], stdout, stderr)
+	case "jobs":
+		err = jobs(ctx, args[1:], stdout, stderr)
+	case "retry", "cancel", "purge":
+		err = bulkCommand(ctx, args[0], args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -3,6 +3,8 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -135,5 +137,86 @@ func TestGenWritesThenLeavesAlone(t *testing.T) {
 	}
 	if code, _, errOut := run(t, "gen", "-o", "sub/x.go", dir); code != 2 || !strings.Contains(errOut, "without a directory") {
 		t.Fatalf("-o with a directory: code %d, stderr %q", code, errOut)
+	}
+}
+
+// The job commands on a database with jobs: what they print, as text and
+// JSON, and their exit codes.
+func TestJobCommands(t *testing.T) {
+	t.Parallel()
+	url := pgtasktest.NewDatabase(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	reqs := []runtime.EnqueueRequest{}
+	for range 3 {
+		reqs = append(reqs, runtime.EnqueueRequest{Kind: "mail", Payload: []byte(`{"to":"a"}`), EnqueueOptions: runtime.EnqueueOptions{Queue: "emails"}})
+	}
+	reqs = append(reqs, runtime.EnqueueRequest{Kind: "report", Payload: []byte(`{}`), EnqueueOptions: runtime.EnqueueOptions{Queue: "reports"}})
+	ids, err := runtime.EnqueueMany(ctx, pool, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := []string{"-database-url", url}
+	cmd := func(args ...string) []string { return append(args, db...) }
+
+	code, out, errOut := run(t, cmd("stats")...)
+	if code != 0 || !strings.Contains(out, "emails") || !strings.Contains(out, "reports") {
+		t.Fatalf("stats: %d %q %q", code, out, errOut)
+	}
+	code, out, _ = run(t, cmd("stats", "-json")...)
+	var st []struct {
+		Queue  string           `json:"queue"`
+		Counts map[string]int64 `json:"counts"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || len(st) != 2 || st[0].Counts["queued"] != 3 {
+		t.Fatalf("stats -json: %d %q (%v)", code, out, err)
+	}
+	code, out, _ = run(t, cmd("jobs", "list", "-queue", "emails", "-json", "-limit", "2")...)
+	var list []struct {
+		ID   int64  `json:"id"`
+		Kind string `json:"kind"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); code != 0 || err != nil || len(list) != 2 || list[0].ID != int64(ids[0]) {
+		t.Fatalf("jobs list: %d %q (%v)", code, out, err)
+	}
+	code, out, _ = run(t, cmd("jobs", "list", "-queue", "emails", "-after", fmt.Sprint(list[1].ID))...)
+	if code != 0 || strings.Count(out, "\n") != 2 || !strings.Contains(out, fmt.Sprint(ids[2])) {
+		t.Fatalf("jobs list, next page: %d %q", code, out)
+	}
+	code, out, _ = run(t, "jobs", "show", "-database-url", url, fmt.Sprint(ids[3]))
+	if code != 0 || !strings.Contains(out, "kind report, queue reports") || !strings.Contains(out, "payload {}") {
+		t.Fatalf("jobs show: %d %q", code, out)
+	}
+	code, out, errOut = run(t, cmd("cancel", "-queue", "emails")...)
+	if code != 0 || out != "cancelled 3 jobs\n" || !strings.Contains(errOut, "3 jobs looked at, 3 cancelled") {
+		t.Fatalf("cancel: %d %q %q", code, out, errOut)
+	}
+	code, out, _ = run(t, cmd("retry", "-status", "cancelled", "-json")...)
+	if code != 0 || strings.Join(strings.Fields(out), "") != `{"retried":3}` {
+		t.Fatalf("retry: %d %q", code, out)
+	}
+	run(t, cmd("cancel", "-kind", "mail")...)
+	if code, out, _ = run(t, cmd("purge", "-all")...); code != 0 || out != "deleted 3 jobs\n" {
+		t.Fatalf("purge -all: %d %q", code, out)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{cmd("cancel"), 2, "no filter given"},
+		{cmd("purge", "-status", "lost"), 1, `status "lost" is none of`},
+		{[]string{"jobs", "show", "-database-url", url, "999999"}, 1, "job not found"},
+		{[]string{"jobs", "show", "-database-url", url, "x"}, 2, "is not a job id"},
+		{cmd("jobs"), 2, "usage: pgtask jobs list"},
+		{cmd("jobs", "list", "-created-after", "yesterday"), 2, "-created-after"},
+	} {
+		if code, _, errOut := run(t, c.args...); code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("pgtask %v: code %d, stderr %q; want %d and %q", c.args[:2], code, errOut, c.code, c.want)
+		}
 	}
 }

@@ -1,0 +1,319 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pgtask/pgtask/runtime"
+)
+
+// filterFlags are the flags that select jobs.
+type filterFlags struct {
+	queue, kind, group, statuses, after, before string
+	all                                         bool
+}
+
+func (f *filterFlags) add(fs *flag.FlagSet, bulk bool) {
+	fs.StringVar(&f.queue, "queue", "", "only jobs of this queue")
+	fs.StringVar(&f.kind, "kind", "", "only jobs of this kind")
+	fs.StringVar(&f.group, "group", "", "only jobs of this group")
+	fs.StringVar(&f.statuses, "status", "", "only jobs in these statuses, comma-separated (scheduled,queued,started,succeeded,failed,cancelled)")
+	fs.StringVar(&f.after, "created-after", "", "only jobs enqueued at or after this time (RFC 3339)")
+	fs.StringVar(&f.before, "created-before", "", "only jobs enqueued before this time (RFC 3339)")
+	if bulk {
+		fs.BoolVar(&f.all, "all", false, "act on every job the other flags match, even with none set")
+	}
+}
+
+func (f *filterFlags) filter() (runtime.JobFilter, error) {
+	jf := runtime.JobFilter{Queue: f.queue, Kind: f.kind, Group: f.group}
+	if f.statuses != "" {
+		for _, s := range strings.Split(f.statuses, ",") {
+			jf.Statuses = append(jf.Statuses, runtime.Status(strings.TrimSpace(s)))
+		}
+	}
+	for _, t := range []struct {
+		flag, value string
+		to          *time.Time
+	}{{"created-after", f.after, &jf.CreatedAfter}, {"created-before", f.before, &jf.CreatedBefore}} {
+		if t.value == "" {
+			continue
+		}
+		v, err := time.Parse(time.RFC3339, t.value)
+		if err != nil {
+			return jf, fmt.Errorf("-%s: %w", t.flag, err)
+		}
+		*t.to = v
+	}
+	return jf, nil
+}
+
+func (f *filterFlags) empty() bool {
+	return f.queue == "" && f.kind == "" && f.group == "" && f.statuses == "" && f.after == "" && f.before == ""
+}
+
+// command is what the job commands share: flags, a database, -json.
+type command struct {
+	name   string
+	fs     *flag.FlagSet
+	url    *string
+	asJSON *bool
+}
+
+func newCommand(name, usage string, stderr io.Writer) *command {
+	fs := flag.NewFlagSet("pgtask "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &command{name: name, fs: fs, url: databaseFlag(fs)}
+	c.asJSON = fs.Bool("json", false, "print JSON, for scripts")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, usage)
+		fs.PrintDefaults()
+	}
+	return c
+}
+
+// parse parses args and wants exactly nargs arguments (-1: any number).
+func (c *command) parse(args []string, nargs int, stderr io.Writer) error {
+	if err := c.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if nargs >= 0 && c.fs.NArg() != nargs {
+		fmt.Fprintf(stderr, "pgtask %s: want %d argument(s), got %d\n", c.name, nargs, c.fs.NArg())
+		return errUsage
+	}
+	return nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func stats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("stats", "usage: pgtask stats [-json] [-database-url URL]\n\n"+
+		"Per queue: jobs by status, how long the oldest runnable job has waited, groups a failure blocks, and whether it is paused.", stderr)
+	if err := c.parse(args, 0, stderr); err != nil {
+		return err
+	}
+	conn, err := connect(ctx, *c.url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	st, err := runtime.Stats(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if *c.asJSON {
+		type queue struct {
+			Queue             string                   `json:"queue"`
+			Counts            map[runtime.Status]int64 `json:"counts"`
+			OldestWaitSeconds float64                  `json:"oldest_wait_seconds"`
+			BlockedGroups     int64                    `json:"blocked_groups"`
+			Paused            bool                     `json:"paused"`
+		}
+		out := make([]queue, len(st))
+		for i, s := range st {
+			out[i] = queue{s.Queue, s.Counts, s.OldestWait.Seconds(), s.BlockedGroups, s.Paused}
+		}
+		return printJSON(stdout, out)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "queue\tscheduled\tqueued\tstarted\tsucceeded\tfailed\tcancelled\toldest wait\tblocked groups\tpaused\t")
+	for _, s := range st {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%v\t\n", s.Queue,
+			s.Counts[runtime.StatusScheduled], s.Counts[runtime.StatusQueued], s.Counts[runtime.StatusStarted],
+			s.Counts[runtime.StatusSucceeded], s.Counts[runtime.StatusFailed], s.Counts[runtime.StatusCancelled],
+			s.OldestWait.Round(time.Millisecond), s.BlockedGroups, s.Paused)
+	}
+	return tw.Flush()
+}
+
+func jobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "show") {
+		fmt.Fprintln(stderr, "usage: pgtask jobs list [flags] | pgtask jobs show [flags] ID")
+		return errUsage
+	}
+	if args[0] == "show" {
+		return showJob(ctx, args[1:], stdout, stderr)
+	}
+	c := newCommand("jobs list", "usage: pgtask jobs list [filter flags] [-after ID] [-limit N] [-json]\n\n"+
+		"Lists jobs in id order, a page at a time: pass the last id shown as -after for the next page.", stderr)
+	var f filterFlags
+	f.add(c.fs, false)
+	after := c.fs.Int64("after", 0, "only jobs with a higher id")
+	limit := c.fs.Int("limit", 50, "at most this many jobs")
+	if err := c.parse(args[1:], 0, stderr); err != nil {
+		return err
+	}
+	jf, err := f.filter()
+	if err != nil {
+		fmt.Fprintf(stderr, "pgtask jobs list: %v\n", err)
+		return errUsage
+	}
+	conn, err := connect(ctx, *c.url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	list, err := runtime.ListJobs(ctx, conn, jf, runtime.JobID(*after), *limit)
+	if err != nil {
+		return err
+	}
+	if *c.asJSON {
+		return printJSON(stdout, jsonJobs(list))
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "id\tqueue\tkind\tgroup\tstatus\tattempts\tcreated")
+	for _, j := range list {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", j.ID, j.Queue, j.Kind, j.Group, j.Status,
+			j.Attempts, j.MaxAttempts, j.CreatedAt.UTC().Format(time.RFC3339))
+	}
+	return tw.Flush()
+}
+
+// jobJSON is a job as the commands print it with -json.
+type jobJSON struct {
+	ID          int64                  `json:"id"`
+	Queue       string                 `json:"queue"`
+	Kind        string                 `json:"kind"`
+	Group       string                 `json:"group,omitempty"`
+	Status      runtime.Status         `json:"status"`
+	Priority    int16                  `json:"priority"`
+	Attempts    int                    `json:"attempts"`
+	MaxAttempts int                    `json:"max_attempts"`
+	Payload     json.RawMessage        `json:"payload"`
+	Result      json.RawMessage        `json:"result,omitempty"`
+	Errors      []runtime.AttemptError `json:"errors"`
+	RunAfter    time.Time              `json:"run_after"`
+	CreatedAt   time.Time              `json:"created_at"`
+	StartedAt   *time.Time             `json:"started_at,omitempty"`
+	FinishedAt  *time.Time             `json:"finished_at,omitempty"`
+	UniqueKey   string                 `json:"unique_key,omitempty"`
+}
+
+func jsonJob(j *runtime.JobInfo) jobJSON {
+	errs := j.Errors
+	if errs == nil {
+		errs = []runtime.AttemptError{}
+	}
+	return jobJSON{int64(j.ID), j.Queue, j.Kind, j.Group, j.Status, j.Priority, j.Attempts, j.MaxAttempts,
+		j.Payload, j.Result, errs, j.RunAfter, j.CreatedAt, j.StartedAt, j.FinishedAt, j.UniqueKey}
+}
+
+func jsonJobs(list []*runtime.JobInfo) []jobJSON {
+	out := make([]jobJSON, len(list))
+	for i, j := range list {
+		out[i] = jsonJob(j)
+	}
+	return out
+}
+
+func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("jobs show", "usage: pgtask jobs show [-json] ID\n\nShows a job: its settings, payload, result and each failed attempt's error.", stderr)
+	if err := c.parse(args, 1, stderr); err != nil {
+		return err
+	}
+	id, err := strconv.ParseInt(c.fs.Arg(0), 10, 64)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgtask jobs show: %q is not a job id\n", c.fs.Arg(0))
+		return errUsage
+	}
+	conn, err := connect(ctx, *c.url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	j, err := runtime.GetJob(ctx, conn, runtime.JobID(id))
+	if err != nil {
+		return err
+	}
+	if *c.asJSON {
+		return printJSON(stdout, jsonJob(j))
+	}
+	fmt.Fprintf(stdout, "job %d: %s, kind %s, queue %s", j.ID, j.Status, j.Kind, j.Queue)
+	if j.Group != "" {
+		fmt.Fprintf(stdout, ", group %s", j.Group)
+	}
+	fmt.Fprintf(stdout, "\nattempts %d of %d, priority %d\ncreated %s, runs from %s\n", j.Attempts, j.MaxAttempts, j.Priority,
+		j.CreatedAt.UTC().Format(time.RFC3339Nano), j.RunAfter.UTC().Format(time.RFC3339Nano))
+	if j.StartedAt != nil {
+		fmt.Fprintf(stdout, "last started %s\n", j.StartedAt.UTC().Format(time.RFC3339Nano))
+	}
+	if j.FinishedAt != nil {
+		fmt.Fprintf(stdout, "finished %s\n", j.FinishedAt.UTC().Format(time.RFC3339Nano))
+	}
+	if j.UniqueKey != "" {
+		fmt.Fprintf(stdout, "unique key %s\n", j.UniqueKey)
+	}
+	fmt.Fprintf(stdout, "payload %s\n", j.Payload)
+	if len(j.Result) > 0 {
+		fmt.Fprintf(stdout, "result %s\n", j.Result)
+	}
+	for _, e := range j.Errors {
+		fmt.Fprintf(stdout, "attempt %d failed %s: %s\n", e.Attempt, e.At.UTC().Format(time.RFC3339Nano), e.Error)
+		if e.Stack != "" {
+			fmt.Fprintf(stdout, "%s\n", e.Stack)
+		}
+	}
+	return nil
+}
+
+// bulkCommand runs retry, cancel or purge.
+func bulkCommand(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	what := map[string]struct {
+		usage string
+		do    func(context.Context, runtime.DB, runtime.JobFilter, runtime.Progress) (int, error)
+		done  string
+	}{
+		"retry":  {"Retries the failed and cancelled jobs the flags match, with a fresh set of attempts.", runtime.RetryJobs, "retried"},
+		"cancel": {"Cancels the jobs the flags match that have not started (and failures that block their group).", runtime.CancelJobs, "cancelled"},
+		"purge":  {"Deletes the finished jobs the flags match, but none still at the head of its group.", runtime.DeleteJobs, "deleted"},
+	}[name]
+	c := newCommand(name, fmt.Sprintf("usage: pgtask %s [filter flags] [-all] [-json]\n\n%s\n"+
+		"A progress line goes to standard error. With no filter flag, -all is needed.", name, what.usage), stderr)
+	var f filterFlags
+	f.add(c.fs, true)
+	if err := c.parse(args, 0, stderr); err != nil {
+		return err
+	}
+	if f.empty() && !f.all {
+		fmt.Fprintf(stderr, "pgtask %s: no filter given: name -queue, -kind, -group, -status or a time, or pass -all\n", name)
+		return errUsage
+	}
+	jf, err := f.filter()
+	if err != nil {
+		fmt.Fprintf(stderr, "pgtask %s: %v\n", name, err)
+		return errUsage
+	}
+	conn, err := connect(ctx, *c.url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	progress := func(seen, changed int) {
+		fmt.Fprintf(stderr, "\rpgtask %s: %d jobs looked at, %d %s", name, seen, changed, what.done)
+	}
+	n, err := what.do(ctx, conn, jf, progress)
+	fmt.Fprintln(stderr)
+	if err != nil {
+		return err
+	}
+	if *c.asJSON {
+		return printJSON(stdout, map[string]int{what.done: n})
+	}
+	fmt.Fprintf(stdout, "%s %d jobs\n", what.done, n)
+	return nil
+}
