@@ -42,6 +42,14 @@ INSERT INTO pgtask_chaos.effects (job_id, attempt, instance) VALUES (@job_id, @a
 -- name: RecordDeath :exec
 INSERT INTO pgtask_chaos.deaths (instance, pid, kind) VALUES (@instance, @pid, @kind::text);
 
+-- name: RecordPause :one
+-- Written just before a worker process is stopped (SIGSTOP).
+INSERT INTO pgtask_chaos.pauses (instance, pid) VALUES (@instance, @pid) RETURNING id;
+
+-- name: RecordResume :exec
+-- Written just after the stopped process was continued (SIGCONT).
+UPDATE pgtask_chaos.pauses SET resumed_at = clock_timestamp() WHERE id = @id AND resumed_at IS NULL;
+
 -- name: PinHorizon :one
 -- Run in the transaction the run keeps open beside the workers. The first
 -- call gives it a transaction id, which holds back the oldest xmin, and so
@@ -59,19 +67,25 @@ SELECT count(*) FILTER (WHERE status = 'succeeded')::bigint AS succeeded,
   FROM pgtask.jobs;
 
 -- name: WorkerBackends :many
--- The sessions of pgtask workers (their pools set this application name).
-SELECT coalesce(pid, 0)::integer AS pid, coalesce(state, '')::text AS state
+-- The sessions of pgtask workers: each worker process names its sessions
+-- 'pgtask worker <instance>'. Those of the processes named in spared (paused
+-- now: a hung process keeps its sessions) are left out.
+SELECT coalesce(pid, 0)::integer AS pid, coalesce(state, '')::text AS state,
+       coalesce(application_name, '')::text AS application_name
   FROM pg_catalog.pg_stat_activity
- WHERE datname = current_database() AND application_name = 'pgtask worker'
+ WHERE datname = current_database() AND application_name LIKE 'pgtask worker %'
+   AND application_name <> ALL (@spared::text[])
  ORDER BY pid;
 
 -- name: BusyWorkerBackends :many
 -- The worker sessions whose job's handler is running now: it recorded its
--- start in the last second and no end yet.
+-- start in the last second and no end yet. Those of the processes named in
+-- spared are left out.
 SELECT DISTINCT coalesce(a.pid, 0)::integer AS pid
   FROM pg_catalog.pg_stat_activity a
   JOIN pgtask_chaos.attempts t ON t.backend_pid = a.pid
- WHERE a.datname = current_database() AND a.application_name = 'pgtask worker'
+ WHERE a.datname = current_database() AND a.application_name LIKE 'pgtask worker %'
+   AND a.application_name <> ALL (@spared::text[])
    AND t.ended_at IS NULL AND t.started_at > clock_timestamp() - interval '1 second'
  ORDER BY 1;
 
@@ -104,6 +118,39 @@ SELECT coalesce(outcome, 'none')::text AS outcome, count(*)::bigint AS attempts
 SELECT count(*)::bigint AS attempts
   FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
  WHERE x->>'error' LIKE '%chaos: start not recorded%';
+
+-- name: LeaseTotals :one
+-- Lease-mode attempts taken over after their lease expired (expire_leases
+-- writes an error entry starting 'lease expired' for each), those of them
+-- taken over while a worker process was paused, the late outcomes the
+-- runtime refused because their attempt was no longer the job's current one
+-- (pgtask.jobs.stale_outcomes), and those of them on jobs that were taken
+-- over (the others: outcomes of a held-mode session's jobs recorded from
+-- another connection after they were rescued, or sent again after a lost
+-- reply).
+WITH taken AS (
+    SELECT j.id, (x->>'at')::timestamptz AS at
+      FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
+     WHERE x->>'error' LIKE 'lease expired%'
+)
+SELECT (SELECT count(*) FROM taken)::bigint AS taken_over,
+       (SELECT count(*) FROM taken t
+         WHERE EXISTS (SELECT 1 FROM pgtask_chaos.pauses p
+                        WHERE t.at >= p.stopped_at AND t.at <= coalesce(p.resumed_at, 'infinity')))::bigint AS while_paused,
+       (SELECT coalesce(sum(j.stale_outcomes), 0) FROM pgtask.jobs j)::bigint AS stale_outcomes,
+       (SELECT coalesce(sum(j.stale_outcomes), 0) FROM pgtask.jobs j
+         WHERE j.id IN (SELECT t.id FROM taken t))::bigint AS stale_on_taken;
+
+-- name: PoisonJobs :many
+-- The poison jobs: their attempts, how many of them reached the handler
+-- (which records its start and then kills its process), and their error
+-- history, which says what became of the others.
+SELECT e.job_id, j.status::text AS status, j.attempts,
+       (SELECT count(DISTINCT t.attempt) FROM pgtask_chaos.attempts t WHERE t.job_id = e.job_id)::bigint AS reached,
+       j.errors::text AS errors
+  FROM pgtask_chaos.enqueued e JOIN pgtask.jobs j ON j.id = e.job_id
+ WHERE e.behavior = 'poison'
+ ORDER BY e.job_id;
 
 -- name: DeathTotals :many
 SELECT kind, count(*)::bigint AS deaths FROM pgtask_chaos.deaths GROUP BY kind ORDER BY kind;
@@ -173,8 +220,17 @@ SELECT count(*) AS reused
 -- handler failed because it could not confirm its start row (which then
 -- committed after all), when that failure was recorded. An attempt with no
 -- end whose process was never killed is a violation too.
+-- A lease-mode attempt taken over after its lease expired (its worker hung,
+-- or was cut off from the database) may still be running when the next one
+-- starts; only one of them records anything (check 4). Such a pair, where
+-- the attempt claimed first (the job's earlier attempt, or the group's
+-- earlier job) was taken over, has the kind 'overlap after lease takeover',
+-- which the program reports as an observation, not a violation. The attempt
+-- claimed first may be the one that started later: a worker that hung
+-- between the claim and its handler's start records that start late.
 WITH a AS (
     SELECT t.id, t.job_id, t.attempt, t.group_key, t.instance, t.started_at, t.ended_at,
+           coalesce(e.seq, 0) AS seq,
            CASE WHEN t.ended_at IS NOT NULL THEN t.ended_at
                 -- A start insert that committed after its handler gave up
                 -- waiting for it: the handler returned at once, and the
@@ -187,8 +243,11 @@ WITH a AS (
            END AS end_at,
            EXISTS (SELECT 1 FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
                     WHERE j.id = t.job_id AND (x->>'attempt')::integer = t.attempt
-                      AND x->>'error' LIKE 'worker lost%') AS lost
-      FROM pgtask_chaos.attempts t
+                      AND x->>'error' LIKE 'worker lost%') AS lost,
+           EXISTS (SELECT 1 FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
+                    WHERE j.id = t.job_id AND (x->>'attempt')::integer = t.attempt
+                      AND x->>'error' LIKE 'lease expired%') AS taken
+      FROM pgtask_chaos.attempts t LEFT JOIN pgtask_chaos.enqueued e ON e.job_id = t.job_id
 ), pairs AS (
     SELECT 'group'::text AS scope, a.group_key AS key, a.id,
            lead(a.id) OVER (PARTITION BY a.group_key ORDER BY a.started_at, a.id) AS next_id
@@ -199,12 +258,16 @@ WITH a AS (
       FROM a
 ), clashes AS (
     SELECT DISTINCT ON (p.id, n.id) p.job_id,
-           CASE WHEN p.lost THEN 'overlap after lost session' ELSE 'overlap' END::text AS kind,
-           format('%s %s: job %s attempt %s (instance %s%s) ran %s..%s%s; job %s attempt %s (instance %s) started %s',
-                  x.scope, x.key, p.job_id, p.attempt, p.instance, CASE WHEN p.lost THEN ', session lost' ELSE '' END,
+           CASE WHEN p.taken OR (n.taken AND (n.seq, n.attempt) < (p.seq, p.attempt)) THEN 'overlap after lease takeover'
+                WHEN p.lost THEN 'overlap after lost session'
+                ELSE 'overlap' END::text AS kind,
+           format('%s %s: job %s attempt %s (instance %s%s) ran %s..%s%s; job %s attempt %s (instance %s%s) started %s',
+                  x.scope, x.key, p.job_id, p.attempt, p.instance,
+                  CASE WHEN p.lost THEN ', session lost' WHEN p.taken THEN ', taken over' ELSE '' END,
                   to_char(p.started_at, 'HH24:MI:SS.US'), to_char(p.end_at, 'HH24:MI:SS.US'),
                   CASE WHEN p.ended_at IS NULL THEN ' (process killed)' ELSE '' END,
-                  n.job_id, n.attempt, n.instance, to_char(n.started_at, 'HH24:MI:SS.US'))::text AS detail
+                  n.job_id, n.attempt, n.instance, CASE WHEN n.taken THEN ', taken over' ELSE '' END,
+                  to_char(n.started_at, 'HH24:MI:SS.US'))::text AS detail
       FROM pairs x JOIN a p ON p.id = x.id JOIN a n ON n.id = x.next_id
      WHERE n.started_at < p.end_at
      ORDER BY p.id, n.id, x.scope
@@ -251,7 +314,9 @@ ORDER BY 1, 2;
 -- its group had already started. pgtask runs a group's head and the jobs
 -- right behind it in one transaction; when that transaction is lost, the
 -- earlier jobs run again after the later ones ran (first starts stay in
--- order, so check 3 holds).
+-- order, so check 3 holds). A lease-mode process paused between a claim and
+-- its handler's start records that start late, after the attempt was taken
+-- over and the group moved on.
 WITH a AS (
     SELECT t.job_id, t.attempt, t.group_key, t.started_at, e.seq,
            max(e.seq) OVER w AS max_seq_before
@@ -286,8 +351,9 @@ ORDER BY 1, 2;
 -- 5. Attempts counted (pgtask.jobs.attempts) are attempts made: each counted
 -- attempt has a start row, or a "worker lost" entry in the job's error
 -- history (claimed, then its session died before the handler started), or
--- the error of a handler that could not record its start (the database was
--- away); no
+-- a "lease expired" entry (claimed in lease mode, then taken over while its
+-- worker hung before the handler recorded its start), or the error of a
+-- handler that could not record its start (the database was away); no
 -- attempt started beyond the count or twice; the error history holds one
 -- entry for each failed attempt (all but a succeeded job's last); a poison
 -- job failed after exactly its max_attempts.
@@ -298,13 +364,14 @@ WITH starts AS (
       FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
 )
 SELECT j.id AS job_id, 'not started'::text AS kind,
-       format('job %s (%s after %s attempts): attempt %s was counted but no handler started it and no worker-lost entry explains it; errors %s',
+       format('job %s (%s after %s attempts): attempt %s was counted but no handler started it and no worker-lost or lease-expired entry explains it; errors %s',
               j.id, j.status, j.attempts, g.n, j.errors)::text AS detail
   FROM pgtask.jobs j, generate_series(1, j.attempts) g(n)
  WHERE NOT EXISTS (SELECT 1 FROM starts s WHERE s.job_id = j.id AND s.attempt = g.n)
    AND NOT EXISTS (SELECT 1 FROM errs e
                     WHERE e.job_id = j.id AND e.attempt = g.n
-                      AND (e.error LIKE 'worker lost%' OR e.error LIKE '%chaos: start not recorded%'))
+                      AND (e.error LIKE 'worker lost%' OR e.error LIKE 'lease expired%'
+                           OR e.error LIKE '%chaos: start not recorded%'))
 UNION ALL
 SELECT s.job_id, 'not counted',
        format('job %s: a handler started attempt %s, but the job counts %s attempts', s.job_id, s.attempt, j.attempts)

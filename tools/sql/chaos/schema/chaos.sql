@@ -46,7 +46,7 @@ CREATE TABLE pgtask_chaos.attempts (
     backend_pid integer NOT NULL,
     started_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
     ended_at    timestamptz,
-    -- ok, error, panic, timeout, noretry, effect_error.
+    -- ok, error, panic, timeout, noretry, effect_error, cancelled.
     outcome     text
 );
 
@@ -77,3 +77,15 @@ CREATE TABLE pgtask_chaos.deaths (
 );
 
 CREATE INDEX deaths_instance ON pgtask_chaos.deaths (instance, at);
+
+-- Lease-mode worker processes the run stopped (SIGSTOP) for twice their
+-- lease: stopped_at is written just before the signal is sent, resumed_at
+-- just after SIGCONT, so the process was stopped within that span.
+CREATE TABLE pgtask_chaos.pauses (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    instance   integer NOT NULL,
+    pid        integer NOT NULL,
+    stopped_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    resumed_at timestamptz
+);
+

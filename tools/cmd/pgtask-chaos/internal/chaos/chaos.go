@@ -4,6 +4,9 @@
 // lets handlers fail, panic, time out or kill their own process, then checks
 // from the database that pgtask kept its guarantees.
 //
+// It also pauses lease-mode workers past their lease and keeps a
+// transaction open beside them for the whole run.
+//
 // One binary plays two roles: Run (the orchestrator, `pgtask-chaos run`)
 // starts worker processes by running its own executable again as
 // `pgtask-chaos worker`.
@@ -55,6 +58,14 @@ type Config struct {
 	// have finished; CrashDB crashes it (SIGKILL, crash recovery) at 60%.
 	RestartDB bool
 	CrashDB   bool
+	// Lease is the lease of lease-mode worker processes
+	// (runtime.Config.Lease); zero is the runtime's default, 30s.
+	Lease time.Duration
+	// PauseEvery is the mean time between pauses of a lease-mode worker
+	// process: it is stopped (SIGSTOP) for twice its lease, so that other
+	// workers take its jobs over, then continued (SIGCONT), when its late
+	// outcomes must be refused. Zero pauses none.
+	PauseEvery time.Duration
 	// PinHorizon keeps a transaction that has a transaction id open beside
 	// the workers for the whole run, opened again whenever the database
 	// ends it (restart, crash). It holds back the vacuum horizon of the
@@ -94,10 +105,21 @@ func DefaultConfig() Config {
 		TerminateEvery: 300 * time.Millisecond,
 		RestartDB:      true,
 		CrashDB:        true,
+		Lease:          10 * time.Second,
+		PauseEvery:     45 * time.Second,
 		PinHorizon:     true,
 		Progress:       5 * time.Second,
 		RSSMinLife:     30 * time.Second,
 	}
+}
+
+// lease is the lease of lease-mode worker processes: Lease, or the
+// runtime's default.
+func (c Config) lease() time.Duration {
+	if c.Lease > 0 {
+		return c.Lease
+	}
+	return 30 * time.Second
 }
 
 func (c Config) validate() error {
@@ -114,6 +136,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("-groups %d is more than the %d grouped jobs", c.Groups, c.Jobs-c.Ungrouped)
 	case c.Poison < 0 || c.Poison > c.Jobs-c.Ungrouped:
 		return errors.New("-poison must be between 0 and the number of grouped jobs")
+	case c.Lease < 0:
+		return errors.New("-lease must not be negative")
 	case c.Timeout <= 0:
 		return errors.New("-timeout must be positive")
 	}
@@ -168,6 +192,8 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.TerminateEvery, "terminate-every", cfg.TerminateEvery, "mean time between pg_terminate_backend calls on worker sessions (0: none)")
 	fs.BoolVar(&cfg.RestartDB, "restart-db", cfg.RestartDB, "restart the database once 30% of the jobs finished")
 	fs.BoolVar(&cfg.CrashDB, "crash-db", cfg.CrashDB, "crash the database (SIGKILL) once 60% of the jobs finished")
+	fs.DurationVar(&cfg.Lease, "lease", cfg.Lease, "lease of the lease-mode worker processes (runtime.Config.Lease; 0: the runtime's default)")
+	fs.DurationVar(&cfg.PauseEvery, "pause-every", cfg.PauseEvery, "mean time between pauses (SIGSTOP for twice the lease) of a lease-mode worker process (0: none)")
 	fs.BoolVar(&cfg.PinHorizon, "pin-horizon", cfg.PinHorizon, "keep a transaction with an xid open beside the workers for the whole run")
 	fs.DurationVar(&cfg.Progress, "progress", cfg.Progress, "interval between progress lines")
 	fs.DurationVar(&cfg.RSSMinLife, "rss-min-life", cfg.RSSMinLife, "judge memory growth of worker processes that lived at least this long")

@@ -33,6 +33,7 @@ type proc struct {
 	killed    atomic.Bool // SIGKILLed by the orchestrator
 	stopped   atomic.Bool // told to stop at the end of the run
 	escalated atomic.Bool // SIGKILLed because it did not stop
+	paused    atomic.Bool // stopped with SIGSTOP now; the kill loop leaves it alone
 
 	// Set once done is closed.
 	exitErr error
@@ -158,7 +159,10 @@ func (f *fleet) spawn(slot int) (*proc, error) {
 	f.instances++
 	instance := f.instances
 	f.mu.Unlock()
-	a := workerArgs{url: f.o.url, slot: slot, instance: instance, batch: batchOf(slot), concurrency: concurrencyOf(slot), mode: string(modeOf(slot))}
+	a := workerArgs{
+		url: f.o.url, slot: slot, instance: instance, batch: batchOf(slot), concurrency: concurrencyOf(slot),
+		mode: string(modeOf(slot)), lease: f.o.cfg.Lease,
+	}
 	logPath := filepath.Join(f.o.cfg.LogDir, fmt.Sprintf("worker-%03d-slot%d.log", instance, slot))
 	log, err := os.Create(logPath)
 	if err != nil {
@@ -209,7 +213,7 @@ func (f *fleet) terminate(p *proc) {
 
 // victim picks a random live process to kill. Slot 0 is spared while there
 // are other slots, so that one process lives long enough to watch its
-// memory.
+// memory; so is a paused process.
 func (f *fleet) victim(rng *rand.Rand) *proc {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -218,7 +222,7 @@ func (f *fleet) victim(rng *rand.Rand) *proc {
 		if slot == 0 && f.o.cfg.Workers > 1 {
 			continue
 		}
-		if p := f.alive[slot]; p != nil && !p.stopped.Load() {
+		if p := f.alive[slot]; p != nil && f.killable(p) {
 			cands = append(cands, p)
 		}
 	}
@@ -226,6 +230,84 @@ func (f *fleet) victim(rng *rand.Rand) *proc {
 		return nil
 	}
 	return cands[rng.IntN(len(cands))]
+}
+
+// killable reports whether the kill loop may pick p.
+func (f *fleet) killable(p *proc) bool {
+	return !p.stopped.Load() && !p.paused.Load()
+}
+
+// leaseSlots counts the slots that run in lease mode.
+func (f *fleet) leaseSlots() int {
+	n := 0
+	for slot := range f.o.cfg.Workers {
+		if modeOf(slot) == runtime.ModeLease {
+			n++
+		}
+	}
+	return n
+}
+
+// leaseProcs returns the live lease-mode processes that are not paused and
+// have run for at least minAge.
+func (f *fleet) leaseProcs(minAge time.Duration) []*proc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*proc
+	for slot := range f.o.cfg.Workers {
+		p := f.alive[slot]
+		if p == nil || modeOf(slot) != runtime.ModeLease || p.stopped.Load() || p.killed.Load() || p.paused.Load() ||
+			time.Since(p.started) < minAge {
+			continue
+		}
+		select {
+		case <-p.done:
+		default:
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// pausedNames returns the application_name of the sessions of each paused
+// process.
+func (f *fleet) pausedNames() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	names := []string{}
+	for _, p := range f.alive {
+		if p.paused.Load() {
+			names = append(names, workerAppName(p.instance))
+		}
+	}
+	return names
+}
+
+// pause stops p with SIGSTOP and marks it paused; false if it had already
+// exited.
+func (f *fleet) pause(p *proc) bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+	}
+	f.sample(p)
+	p.paused.Store(true)
+	if syscall.Kill(p.pid, syscall.SIGSTOP) != nil {
+		p.paused.Store(false)
+		return false
+	}
+	return true
+}
+
+// resume continues p with SIGCONT.
+func (f *fleet) resume(p *proc) {
+	select {
+	case <-p.done:
+	default:
+		syscall.Kill(p.pid, syscall.SIGCONT) //nolint:errcheck // it may have died meanwhile
+	}
+	p.paused.Store(false)
 }
 
 // kill SIGKILLs p; false if it had already exited.

@@ -28,7 +28,12 @@ const (
 	FaultPanic     = "handler panicked"
 	FaultTimeout   = "handler outlived its timeout"
 	FaultNoRetry   = "handler failed for good (NoRetry)"
+	FaultPause     = "lease-mode worker process paused past its lease (SIGSTOP)"
 )
+
+// kindTakeoverOverlap is the kind of check 2's rows that are an observation:
+// an attempt taken over after its lease expired overlaps the next one.
+const kindTakeoverOverlap = "overlap after lease takeover"
 
 // Result is what a run found.
 type Result struct {
@@ -46,11 +51,33 @@ type Result struct {
 	// Observations are behaviour worth knowing that no check forbids.
 	Observations []Observation
 	Workers      []WorkerReport
+	// Lease is what the pauses of lease-mode processes (and the database's
+	// restart and crash) did to leases.
+	Lease LeaseReport
 	// Horizon is the transaction held open beside the run.
 	Horizon HorizonReport
 	// Problems are failures of the run itself: a worker process that ended
 	// on its own, a restart that failed, records that could not be written.
 	Problems []string
+}
+
+// LeaseReport counts what became of lease-mode attempts whose lease ran out.
+type LeaseReport struct {
+	Lease  time.Duration // of the lease-mode processes
+	Pauses int64         // lease-mode processes paused, each for 2 x Lease
+	// TakenOver is how many attempts other workers took over after their
+	// lease expired (error entries starting "lease expired"); TakenWhilePaused
+	// how many of them while a process was paused.
+	TakenOver        int64
+	TakenWhilePaused int64
+	// StaleOutcomes is the sum of pgtask.jobs.stale_outcomes: outcomes the
+	// runtime refused because their attempt was no longer the job's
+	// current one; StaleOnTaken those of them on jobs that were taken over.
+	StaleOutcomes int64
+	StaleOnTaken  int64
+	// Overlaps is how many of check 2's overlaps had a taken-over attempt
+	// claimed first: an observation, not a violation.
+	Overlaps int
 }
 
 // HorizonReport is the transaction Config.PinHorizon kept open.
@@ -203,6 +230,7 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 			return rowsOf(rows, func(r chaosdb.CheckAttemptsRow) (string, string) { return r.Kind, r.Detail }), err
 		}},
 	}
+	takeovers := Observation{Name: "overlaps of an attempt taken over after its lease expired with the next one (lease mode: a hung worker's attempt may still run; only one records anything, which check 4 holds to)"}
 	for _, cq := range queries {
 		c := newCheck(cq.n, cq.name)
 		c.Note = cq.note
@@ -211,6 +239,13 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 			return fmt.Errorf("check %d: %w", cq.n, err)
 		}
 		for _, r := range rows {
+			if cq.n == 2 && r.kind == kindTakeoverOverlap {
+				takeovers.N++
+				if len(takeovers.Examples) < 3 {
+					takeovers.Examples = append(takeovers.Examples, r.detail)
+				}
+				continue
+			}
 			c.add(r.kind, r.detail)
 		}
 		if cq.n == 1 {
@@ -266,7 +301,7 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 	if err != nil {
 		return err
 	}
-	obs := Observation{Name: "attempts of a job that started after a later job of its group had started (a lost transaction ran both, both ran again)", N: len(replays)}
+	obs := Observation{Name: "attempts of a job that started after a later job of its group had started (a lost transaction ran both, both ran again; or a paused process recorded the start of an attempt taken over meanwhile)", N: len(replays)}
 	for _, r := range replays[:min(len(replays), 3)] {
 		obs.Examples = append(obs.Examples, r.Detail)
 	}
@@ -278,9 +313,28 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 	if err != nil {
 		return err
 	}
-	res.Observations = append(res.Observations, obs,
+	// A poison job whose attempts were all used up before its handler ran
+	// (its process killed or its session lost first, its start not
+	// recorded, or taken over while its process was paused) kills no
+	// process: say which, should the poison fault be missing.
+	poison, err := q.PoisonJobs(ctx)
+	if err != nil {
+		return err
+	}
+	unreached := Observation{Name: "attempts of poison jobs that did not reach their handler, so killed no process"}
+	for _, p := range poison {
+		if n := int64(p.Attempts) - p.Reached; n > 0 {
+			unreached.N += int(n)
+			unreached.Examples = append(unreached.Examples, fmt.Sprintf("job %d %s after %d attempts, %d of which reached the handler; errors %s",
+				p.JobID, p.Status, p.Attempts, p.Reached, p.Errors))
+		}
+	}
+	res.Observations = append(res.Observations, obs, takeovers,
 		Observation{Name: "attempts whose handler could not record its start (database away); accepted by check 5", N: int(unrecorded)},
 		Observation{Name: "ids of a transaction that did not commit handed out again after the crash (a crash can rewind a sequence); accepted by check 1", N: int(reused)})
+	if unreached.N > 0 {
+		res.Observations = append(res.Observations, unreached)
+	}
 
 	// Totals.
 	pr, err := q.JobProgress(ctx)
@@ -337,6 +391,17 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 		{FaultPanic, outcomes["panic"]},
 		{FaultTimeout, outcomes["timeout"]},
 		{FaultNoRetry, outcomes["noretry"]},
+		{FaultPause, o.pauses.Load()},
+	}
+
+	lt, err := q.LeaseTotals(ctx)
+	if err != nil {
+		return err
+	}
+	res.Lease = LeaseReport{
+		Lease: o.cfg.lease(), Pauses: o.pauses.Load(),
+		TakenOver: lt.TakenOver, TakenWhilePaused: lt.WhilePaused, StaleOutcomes: lt.StaleOutcomes, StaleOnTaken: lt.StaleOnTaken,
+		Overlaps: takeovers.N,
 	}
 	res.Horizon = HorizonReport{
 		Enabled: o.cfg.PinHorizon,
@@ -398,6 +463,16 @@ func (r *Result) Print(w io.Writer) {
 	for _, f := range r.Faults {
 		fmt.Fprintf(tw, "  %s\t%10d\n", f.Name, f.N)
 	}
+	fmt.Fprintln(tw, "\t")
+	l := r.Lease
+	fmt.Fprintf(tw, "lease mode (lease %s; a paused process stays stopped %s)\t\n", l.Lease, 2*l.Lease)
+	fmt.Fprintf(tw, "  processes paused\t%10d\n", l.Pauses)
+	fmt.Fprintf(tw, "  attempts taken over after their lease expired\t%10d\n", l.TakenOver)
+	fmt.Fprintf(tw, "    of which while a process was paused\t%10d\n", l.TakenWhilePaused)
+	fmt.Fprintf(tw, "  late outcomes refused (sum of jobs.stale_outcomes)\t%10d\n", l.StaleOutcomes)
+	fmt.Fprintf(tw, "    of which on jobs taken over\t%10d\n", l.StaleOnTaken)
+	fmt.Fprintf(tw, "  overlaps after a takeover (observation, check 2)\t%10d\n", l.Overlaps)
+	fmt.Fprintln(tw, "\t")
 	if h := r.Horizon; h.Enabled {
 		fmt.Fprintln(tw, "\t")
 		fmt.Fprintln(tw, "vacuum horizon pinned by a transaction open beside the run\t")
@@ -406,7 +481,6 @@ func (r *Result) Print(w io.Writer) {
 		fmt.Fprintf(tw, "  opened (again after the database ended it)\t%10d\n", h.Opens)
 		fmt.Fprintf(tw, "  transaction ids handed out behind it, at most\t%10d\n", h.MaxLag)
 	}
-	fmt.Fprintln(tw, "\t")
 	fmt.Fprintln(tw, "\t")
 	fmt.Fprintf(tw, "invariants\t%10s\n", "violations")
 	for _, c := range r.Checks {

@@ -45,6 +45,18 @@ type orchestrator struct {
 	terminatedMid atomic.Int64 // of which the session's handler was running
 	restarts      atomic.Int64
 	crashes       atomic.Int64
+	pauses        atomic.Int64
+
+	// faultMu makes picking a process (or session) and signalling it one
+	// step, so that the kill and terminate loops never pick a process (or
+	// a session of one) the pause loop is stopping.
+	faultMu sync.Mutex
+	// pauseGate is held for a pause and for a database fault: a process
+	// paused while the database restarts could not reconnect, and would
+	// look dead rather than hung. dbFaultEnded (UnixNano) is when the last
+	// database fault ended; pauses wait pauseQuiet after it.
+	pauseGate    sync.Mutex
+	dbFaultEnded atomic.Int64
 
 	pin horizonPin
 
@@ -99,8 +111,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	o := &orchestrator{cfg: cfg, out: cfg.Out, began: time.Now()}
-	o.printf("pgtask-chaos: seed %d, %d worker processes, %d jobs (%d groups, %d ungrouped, %d poison), timeout %s\n",
-		cfg.Seed, cfg.Workers, cfg.Jobs, cfg.Groups, cfg.Ungrouped, cfg.Poison, cfg.Timeout)
+	o.printf("pgtask-chaos: seed %d, %d worker processes, %d jobs (%d groups, %d ungrouped, %d poison), lease %s, timeout %s\n",
+		cfg.Seed, cfg.Workers, cfg.Jobs, cfg.Groups, cfg.Ungrouped, cfg.Poison, cfg.lease(), cfg.Timeout)
 	o.printf("pgtask-chaos: worker logs in %s\n", cfg.LogDir)
 
 	cluster, err := pgtasktest.StartCluster(ctx, pgtasktest.ClusterOptions{})
@@ -197,14 +209,35 @@ func (o *orchestrator) run(ctx context.Context) bool {
 	if cfg.RestartDB || cfg.CrashDB {
 		fwg.Go(func() { o.databaseFaults(faultCtx) })
 	}
+	if o.pausing() {
+		fwg.Go(func() { o.pauseLoop(faultCtx, rand.New(rand.NewPCG(uint64(cfg.Seed), 4))) })
+	}
 
 	finished := o.monitor(runCtx, prodDone)
+	// The fault loops end first: the pause loop continues the process it
+	// paused, which could not stop otherwise.
 	stopFaults()
 	fwg.Wait()
 	cancelRun()
 	<-prodDone
 	o.fleet.stopAll()
 	return finished
+}
+
+// finishedShare is the share of the run's jobs that have finished, as the
+// monitor last saw it.
+func (o *orchestrator) finishedShare() float64 {
+	pr := o.progress.Load()
+	if pr == nil {
+		return 0
+	}
+	return float64(pr.Succeeded+pr.Failed) / float64(o.cfg.Jobs)
+}
+
+// pausing reports whether the run pauses lease-mode processes: it is asked
+// to, and some slot runs in lease mode.
+func (o *orchestrator) pausing() bool {
+	return o.cfg.PauseEvery > 0 && o.fleet.leaseSlots() > 0
 }
 
 // monitor polls the jobs' progress, prints a line now and then, and returns
@@ -250,7 +283,8 @@ func (o *orchestrator) faultsDone() bool {
 	return (cfg.KillEvery <= 0 || o.sigkills.Load() > 0) &&
 		(cfg.TerminateEvery <= 0 || o.terminations.Load() > 0) &&
 		(!cfg.RestartDB || o.restarts.Load() > 0) &&
-		(!cfg.CrashDB || o.crashes.Load() > 0)
+		(!cfg.CrashDB || o.crashes.Load() > 0) &&
+		(!o.pausing() || o.pauses.Load() > 0)
 }
 
 func (o *orchestrator) printProgress() {
@@ -258,9 +292,9 @@ func (o *orchestrator) printProgress() {
 	if pr == nil {
 		pr = &chaosdb.JobProgressRow{}
 	}
-	o.printf("%7.1fs  committed %d/%d  succeeded %d  failed %d  unfinished %d (running %d)  kills %d  poison deaths %d  terminations %d  restarts %d  crashes %d\n",
+	o.printf("%7.1fs  committed %d/%d  succeeded %d  failed %d  unfinished %d (running %d)  kills %d  poison deaths %d  terminations %d  pauses %d  restarts %d  crashes %d\n",
 		time.Since(o.began).Seconds(), o.prod.committed.Load(), o.cfg.Jobs, pr.Succeeded, pr.Failed, pr.Unfinished, pr.Running,
-		o.sigkills.Load(), o.fleet.poisonDeaths.Load(), o.terminations.Load(), o.restarts.Load(), o.crashes.Load())
+		o.sigkills.Load(), o.fleet.poisonDeaths.Load(), o.terminations.Load(), o.pauses.Load(), o.restarts.Load(), o.crashes.Load())
 }
 
 // jittered is d spread uniformly over [d/2, 3d/2).
@@ -276,19 +310,104 @@ func (o *orchestrator) killLoop(ctx context.Context, rng *rand.Rand) {
 		if ctx.Err() != nil {
 			return
 		}
-		p := o.fleet.victim(rng)
-		if p == nil {
-			continue
+		o.killOne(ctx, rng)
+	}
+}
+
+func (o *orchestrator) killOne(ctx context.Context, rng *rand.Rand) {
+	o.faultMu.Lock()
+	defer o.faultMu.Unlock()
+	p := o.fleet.victim(rng)
+	if p == nil {
+		return
+	}
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err := o.q.RecordDeath(qctx, chaosdb.RecordDeathParams{Instance: int32(p.instance), Pid: int32(p.pid), Kind: "sigkill"})
+	cancel()
+	if err != nil {
+		return // the database is away; kill another time
+	}
+	if o.fleet.kill(p) {
+		o.sigkills.Add(1)
+	}
+}
+
+// pauseLoop now and then stops a lease-mode worker process (SIGSTOP) for
+// twice its lease, as a process that hangs (a long GC pause, a stuck
+// disk, a debugger) would: its leases run out, other workers' maintenance
+// takes its jobs over, and when it is continued (SIGCONT) the outcomes of
+// its handlers for those attempts must be refused. The pause is recorded
+// before the signal and the resumption after it. The process is always
+// continued, also when the run ends meanwhile.
+func (o *orchestrator) pauseLoop(ctx context.Context, rng *rand.Rand) {
+	wait := jittered(rng, o.cfg.PauseEvery)
+	for {
+		sleep(ctx, wait)
+		if ctx.Err() != nil {
+			return
 		}
-		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := o.q.RecordDeath(qctx, chaosdb.RecordDeathParams{Instance: int32(p.instance), Pid: int32(p.pid), Kind: "sigkill"})
+		if o.pauseOne(ctx, rng) {
+			wait = jittered(rng, o.cfg.PauseEvery)
+		} else {
+			// No process to pause now (all young, or the database just
+			// came back): try again soon.
+			wait = 250 * time.Millisecond
+		}
+	}
+}
+
+// pauseQuiet is how long after a database fault no process is paused:
+// by then the lease-mode processes have reconnected. pauseMinAge is how long
+// a process must have run to be paused: its memory's first reading
+// (rssWarmup) is taken while it runs.
+const (
+	pauseQuiet  = 5 * time.Second
+	pauseMinAge = rssWarmup + time.Second
+)
+
+// pauseOne pauses a process, if it can, and reports whether it did.
+func (o *orchestrator) pauseOne(ctx context.Context, rng *rand.Rand) bool {
+	o.pauseGate.Lock()
+	defer o.pauseGate.Unlock()
+	if time.Since(time.Unix(0, o.dbFaultEnded.Load())) < pauseQuiet {
+		return false
+	}
+	o.faultMu.Lock()
+	cands := o.fleet.leaseProcs(pauseMinAge)
+	if len(cands) == 0 {
+		o.faultMu.Unlock()
+		return false
+	}
+	p := cands[rng.IntN(len(cands))]
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	id, err := o.q.RecordPause(qctx, chaosdb.RecordPauseParams{Instance: int32(p.instance), Pid: int32(p.pid)})
+	cancel()
+	if err != nil {
+		o.faultMu.Unlock()
+		return false // the database is away; pause another time
+	}
+	paused := o.fleet.pause(p)
+	o.faultMu.Unlock()
+	if paused {
+		o.pauses.Add(1)
+		sleep(ctx, 2*o.cfg.lease())
+		o.fleet.resume(p)
+	}
+	// Recorded even if the process had exited before it could be stopped,
+	// so that every pause row has an end.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		err := o.q.RecordResume(rctx, id)
 		cancel()
-		if err != nil {
-			continue // the database is away; kill another time
+		if err == nil {
+			return paused
 		}
-		if o.fleet.kill(p) {
-			o.sigkills.Add(1)
+		if time.Now().After(deadline) {
+			o.problem("record the end of the pause of worker process %d: %v", p.instance, err)
+			return paused
 		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -308,14 +427,35 @@ func (o *orchestrator) terminateLoop(ctx context.Context, rng *rand.Rand) {
 }
 
 func (o *orchestrator) terminateOne(ctx context.Context, rng *rand.Rand, midHandler bool) {
-	backends, err := o.q.WorkerBackends(ctx)
+	// A paused process keeps its sessions, as a hung one would: with all
+	// of them cut, it could not reconnect, and would be taken for dead.
+	// faultMu keeps a pause from starting meanwhile.
+	o.faultMu.Lock()
+	defer o.faultMu.Unlock()
+	spared := o.fleet.pausedNames()
+	backends, err := o.q.WorkerBackends(ctx, spared)
 	if err != nil || len(backends) == 0 {
 		return
 	}
-	busy, err := o.q.BusyWorkerBackends(ctx)
+	// Nor is a process's last session cut: a live process with no session
+	// left looks dead, and its running jobs are rescued while their
+	// handlers go on (the documented limit of a network partition, which
+	// this fault is not).
+	perProcess := map[string]int{}
+	for _, b := range backends {
+		perProcess[b.ApplicationName]++
+	}
+	backends = slices.DeleteFunc(backends, func(b chaosdb.WorkerBackendsRow) bool { return perProcess[b.ApplicationName] < 2 })
+	if len(backends) == 0 {
+		return
+	}
+	busy, err := o.q.BusyWorkerBackends(ctx, spared)
 	if err != nil {
 		return
 	}
+	busy = slices.DeleteFunc(busy, func(pid int32) bool {
+		return !slices.ContainsFunc(backends, func(b chaosdb.WorkerBackendsRow) bool { return b.Pid == pid })
+	})
 	pick := backends[rng.IntN(len(backends))]
 	if midHandler && len(busy) > 0 {
 		pid := busy[rng.IntN(len(busy))]
@@ -359,21 +499,33 @@ func (o *orchestrator) databaseFaults(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if pr := o.progress.Load(); pr != nil && float64(pr.Succeeded+pr.Failed) >= f.at*float64(o.cfg.Jobs) {
+			if o.finishedShare() >= f.at {
 				break
 			}
 			sleep(ctx, 100*time.Millisecond)
 		}
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		err := f.do(fctx)
-		cancel()
-		if err != nil {
-			o.problem("database %s: %v", f.name, err)
+		if !o.databaseFault(ctx, f.name, f.do) {
 			return
 		}
 		f.count.Add(1)
-		o.printf("%7.1fs  database %s done\n", time.Since(o.began).Seconds(), f.name)
 	}
+}
+
+// databaseFault carries out one database fault, with no process paused,
+// and reports whether it did.
+func (o *orchestrator) databaseFault(ctx context.Context, name string, do func(context.Context) error) bool {
+	o.pauseGate.Lock()
+	defer o.pauseGate.Unlock()
+	defer func() { o.dbFaultEnded.Store(time.Now().UnixNano()) }()
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	err := do(fctx)
+	cancel()
+	if err != nil {
+		o.problem("database %s: %v", name, err)
+		return false
+	}
+	o.printf("%7.1fs  database %s done\n", time.Since(o.began).Seconds(), name)
+	return true
 }
 
 // horizonPin is what pinHorizon reports.

@@ -39,7 +39,8 @@ type workerArgs struct {
 	instance    int // unique within the run
 	batch       int
 	concurrency int
-	mode        string // runtime.ModeHeld or runtime.ModeLease
+	mode        string        // runtime.ModeHeld or runtime.ModeLease
+	lease       time.Duration // runtime.Config.Lease; 0 for the runtime's default
 }
 
 func (a workerArgs) list() []string {
@@ -50,6 +51,7 @@ func (a workerArgs) list() []string {
 		"-batch", strconv.Itoa(a.batch),
 		"-concurrency", strconv.Itoa(a.concurrency),
 		"-mode", a.mode,
+		"-lease", a.lease.String(),
 	}
 }
 
@@ -63,6 +65,7 @@ func mainWorker(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&a.batch, "batch", 1, "BatchSize of the chaos queue")
 	fs.IntVar(&a.concurrency, "concurrency", 2, "Concurrency of the chaos queue")
 	fs.StringVar(&a.mode, "mode", string(runtime.ModeHeld), "mode of the chaos queue: held or lease")
+	fs.DurationVar(&a.lease, "lease", 0, "runtime.Config.Lease: how long a lease-mode claim answers for its job (0: the runtime's default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -88,10 +91,12 @@ func runWorker(ctx context.Context, a workerArgs, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	pc.ConnConfig.RuntimeParams["application_name"] = workerAppName(a.instance)
 	w, err := startWorker(ctx, pc, runtime.Config{
 		Queues:        map[string]runtime.QueueConfig{queueName: {Concurrency: a.concurrency, BatchSize: a.batch, Mode: runtime.Mode(a.mode)}},
 		Logger:        log,
 		ShutdownGrace: 5 * time.Second,
+		Lease:         a.lease,
 	}, log)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -147,6 +152,12 @@ func runWorker(ctx context.Context, a workerArgs, stdout, stderr io.Writer) erro
 	close(done)
 	printRSS("at exit")
 	return err
+}
+
+// workerAppName is the application_name of a worker process's pgtask
+// sessions, by which the run finds them (WorkerBackends).
+func workerAppName(instance int) string {
+	return "pgtask worker " + strconv.Itoa(instance)
 }
 
 type handler struct {
