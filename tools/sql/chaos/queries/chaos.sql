@@ -25,8 +25,8 @@ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = @pid::integ
 -- name: StartAttempt :exec
 -- Written by a handler as it begins, outside the job's transaction. Writing
 -- the same id again (the reply to the first write was lost) changes nothing.
-INSERT INTO pgtask_chaos.attempts (id, job_id, attempt, group_key, instance, worker_pid, backend_pid)
-VALUES (@id, @job_id, @attempt, NULLIF(@group_key::text, ''), @instance, @worker_pid, @backend_pid)
+INSERT INTO pgtask_chaos.attempts (id, job_id, attempt, group_key, instance, worker_pid, mode, backend_pid)
+VALUES (@id, @job_id, @attempt, NULLIF(@group_key::text, ''), @instance, @worker_pid, @mode::text, @backend_pid)
     ON CONFLICT (id) DO NOTHING;
 
 -- name: EndAttempt :exec
@@ -50,6 +50,14 @@ INSERT INTO pgtask_chaos.pauses (instance, pid) VALUES (@instance, @pid) RETURNI
 -- Written just after the stopped process was continued (SIGCONT).
 UPDATE pgtask_chaos.pauses SET resumed_at = clock_timestamp() WHERE id = @id AND resumed_at IS NULL;
 
+-- name: RecordDBFault :one
+-- Written just before the server is restarted or crashed.
+INSERT INTO pgtask_chaos.db_faults (kind) VALUES (@kind::text) RETURNING id;
+
+-- name: EndDBFault :exec
+-- Written once the server answers again.
+UPDATE pgtask_chaos.db_faults SET after_at = clock_timestamp() WHERE id = @id AND after_at IS NULL;
+
 -- name: PinHorizon :one
 -- Run in the transaction the run keeps open beside the workers. The first
 -- call gives it a transaction id, which holds back the oldest xmin, and so
@@ -57,6 +65,32 @@ UPDATE pgtask_chaos.pauses SET resumed_at = clock_timestamp() WHERE id = @id AND
 -- open; later calls return the same xid and show that it still is open.
 -- next_xid - xid is how many transaction ids were handed out behind it.
 SELECT txid_current()::bigint AS xid, txid_snapshot_xmax(txid_current_snapshot())::bigint AS next_xid;
+
+-- name: LongAttemptsRunning :many
+-- The attempts of long jobs that work long (attempt <= long_attempts)
+-- running in these worker processes that started within the last
+-- within_secs seconds, so that most of their work is still ahead.
+SELECT t.instance, t.job_id, t.attempt
+  FROM pgtask_chaos.attempts t JOIN pgtask_chaos.enqueued e ON e.job_id = t.job_id
+ WHERE t.ended_at IS NULL AND t.instance = ANY (@instances::integer[]) AND e.behavior = 'long'
+   AND t.attempt <= @long_attempts::integer
+   AND t.started_at > clock_timestamp() - make_interval(secs => @within_secs::float8)
+ ORDER BY t.started_at DESC;
+
+-- name: LandedAttempt :one
+-- What became of the long attempt the restart landed in: how its handler
+-- ended (none: its process was killed), whether after the server was back,
+-- the job's status and attempts, and the error recorded for that attempt.
+SELECT coalesce(t.outcome, 'none')::text AS outcome,
+       coalesce(t.ended_at > f.after_at, false)::boolean AS ended_after,
+       j.status::text AS status, j.attempts,
+       coalesce((SELECT x->>'error' FROM jsonb_array_elements(j.errors) x
+                  WHERE (x->>'attempt')::integer = t.attempt LIMIT 1), '')::text AS error
+  FROM pgtask_chaos.attempts t
+  JOIN pgtask.jobs j ON j.id = t.job_id
+  JOIN pgtask_chaos.db_faults f ON f.kind = 'restart'
+ WHERE t.job_id = @job_id AND t.attempt = @attempt
+ LIMIT 1;
 
 -- name: JobProgress :one
 SELECT count(*) FILTER (WHERE status = 'succeeded')::bigint AS succeeded,
@@ -140,6 +174,33 @@ SELECT (SELECT count(*) FROM taken)::bigint AS taken_over,
        (SELECT coalesce(sum(j.stale_outcomes), 0) FROM pgtask.jobs j)::bigint AS stale_outcomes,
        (SELECT coalesce(sum(j.stale_outcomes), 0) FROM pgtask.jobs j
          WHERE j.id IN (SELECT t.id FROM taken t))::bigint AS stale_on_taken;
+
+-- name: LongAttemptTotals :many
+-- Attempts of long jobs that worked long (attempt <= long_attempts), by
+-- mode, and how many of them recorded the job's success.
+SELECT t.mode, count(*)::bigint AS attempts,
+       count(*) FILTER (WHERE j.status = 'succeeded' AND j.attempts = t.attempt)::bigint AS succeeded
+  FROM pgtask_chaos.attempts t
+  JOIN pgtask_chaos.enqueued e ON e.job_id = t.job_id AND e.behavior = 'long'
+  JOIN pgtask.jobs j ON j.id = t.job_id
+ WHERE t.attempt <= @long_attempts::integer
+ GROUP BY t.mode
+ ORDER BY t.mode;
+
+-- name: LongAcrossDBFault :many
+-- Attempts of long jobs that started before the server went away (the
+-- restart or the crash, as kind says) and whose handler ended after it was
+-- back, by mode, and how many of them the job's success was recorded for:
+-- the job succeeded and that attempt was its last.
+SELECT t.mode, count(*)::bigint AS spanned,
+       count(*) FILTER (WHERE j.status = 'succeeded' AND j.attempts = t.attempt)::bigint AS succeeded
+  FROM pgtask_chaos.db_faults f
+  JOIN pgtask_chaos.attempts t ON t.started_at < f.before_at AND t.ended_at > f.after_at
+  JOIN pgtask_chaos.enqueued e ON e.job_id = t.job_id AND e.behavior = 'long'
+  JOIN pgtask.jobs j ON j.id = t.job_id
+ WHERE f.kind = @kind::text
+ GROUP BY t.mode
+ ORDER BY t.mode;
 
 -- name: PoisonJobs :many
 -- The poison jobs: their attempts, how many of them reached the handler

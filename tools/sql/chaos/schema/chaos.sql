@@ -12,7 +12,8 @@ CREATE TABLE pgtask_chaos.enqueued (
     group_key text,
     -- Position in the group (or among ungrouped jobs) in enqueue order.
     seq       integer NOT NULL,
-    -- What the handler does: ok, fail, fail2, panic, timeout, noretry, poison.
+    -- What the handler does: ok, fail, fail2, panic, timeout, noretry,
+    -- poison, long.
     behavior  text NOT NULL,
     -- batch (EnqueueMany) or single (Enqueue).
     how       text NOT NULL
@@ -42,7 +43,10 @@ CREATE TABLE pgtask_chaos.attempts (
     -- The worker process: a number unique within the run, and its OS pid.
     instance    integer NOT NULL,
     worker_pid  integer NOT NULL,
-    -- The job transaction's backend.
+    -- The queue's mode in that process: held or lease.
+    mode        text NOT NULL,
+    -- The job transaction's backend; 0 for a long job, whose handler
+    -- records its start before it begins the job's transaction.
     backend_pid integer NOT NULL,
     started_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
     ended_at    timestamptz,
@@ -54,6 +58,8 @@ CREATE INDEX attempts_job ON pgtask_chaos.attempts (job_id, attempt);
 CREATE INDEX attempts_group ON pgtask_chaos.attempts (group_key, started_at, id);
 -- Handlers running now, by their job's backend (see BusyWorkerBackends).
 CREATE INDEX attempts_running ON pgtask_chaos.attempts (backend_pid) WHERE ended_at IS NULL;
+-- Handlers running now, by worker process (see LongAttemptRunning).
+CREATE INDEX attempts_running_instance ON pgtask_chaos.attempts (instance) WHERE ended_at IS NULL;
 
 -- The handler's write through job.Tx(): it commits only with the attempt's
 -- success.
@@ -89,3 +95,13 @@ CREATE TABLE pgtask_chaos.pauses (
     resumed_at timestamptz
 );
 
+-- The database's restart and crash: before_at is written just before the
+-- server is stopped or killed, after_at once it answers again, so the
+-- server was away within that span.
+CREATE TABLE pgtask_chaos.db_faults (
+    id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    -- restart or crash.
+    kind      text NOT NULL,
+    before_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    after_at  timestamptz
+);

@@ -4,8 +4,9 @@
 // lets handlers fail, panic, time out or kill their own process, then checks
 // from the database that pgtask kept its guarantees.
 //
-// It also pauses lease-mode workers past their lease and keeps a
-// transaction open beside them for the whole run.
+// It also pauses lease-mode workers past their lease, keeps a transaction
+// open beside them for the whole run, and runs long jobs across the
+// database's restart.
 //
 // One binary plays two roles: Run (the orchestrator, `pgtask-chaos run`)
 // starts worker processes by running its own executable again as
@@ -56,8 +57,17 @@ type Config struct {
 	TerminateEvery time.Duration
 	// RestartDB restarts the database (fast shutdown) once 30% of the jobs
 	// have finished; CrashDB crashes it (SIGKILL, crash recovery) at 60%.
+	// The restart first waits (up to 20s) for a long job's attempt to be
+	// running in a lease-mode worker process.
 	RestartDB bool
 	CrashDB   bool
+	// Long is how many of the Ungrouped jobs are long: on its first two
+	// attempts the handler works for 6 to 8 seconds, about three times a
+	// restart of the database, before it writes its effect through
+	// job.Tx(). They are enqueued one at a time as the run's finished jobs
+	// pass marks spread from 25% to 70%, so that they run around the restart
+	// and the crash.
+	Long int
 	// Lease is the lease of lease-mode worker processes
 	// (runtime.Config.Lease); zero is the runtime's default, 30s.
 	Lease time.Duration
@@ -105,12 +115,19 @@ func DefaultConfig() Config {
 		TerminateEvery: 300 * time.Millisecond,
 		RestartDB:      true,
 		CrashDB:        true,
+		Long:           100,
 		Lease:          10 * time.Second,
 		PauseEvery:     45 * time.Second,
 		PinHorizon:     true,
 		Progress:       5 * time.Second,
 		RSSMinLife:     30 * time.Second,
 	}
+}
+
+// defaultLong is the number of long jobs for a run of jobs jobs: 0.2%, at
+// least 4, at most the ungrouped ones.
+func defaultLong(jobs, ungrouped int) int {
+	return min(max(4, jobs/500), ungrouped)
 }
 
 // lease is the lease of lease-mode worker processes: Lease, or the
@@ -136,6 +153,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("-groups %d is more than the %d grouped jobs", c.Groups, c.Jobs-c.Ungrouped)
 	case c.Poison < 0 || c.Poison > c.Jobs-c.Ungrouped:
 		return errors.New("-poison must be between 0 and the number of grouped jobs")
+	case c.Long < 0 || c.Long > c.Ungrouped:
+		return errors.New("-long must be between 0 and -ungrouped")
+	case c.Long > c.Jobs/4:
+		// Their marks go up to 70% of the jobs finished, which the others
+		// must reach on their own.
+		return errors.New("-long must be at most a quarter of -jobs")
 	case c.Lease < 0:
 		return errors.New("-lease must not be negative")
 	case c.Timeout <= 0:
@@ -192,6 +215,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.TerminateEvery, "terminate-every", cfg.TerminateEvery, "mean time between pg_terminate_backend calls on worker sessions (0: none)")
 	fs.BoolVar(&cfg.RestartDB, "restart-db", cfg.RestartDB, "restart the database once 30% of the jobs finished")
 	fs.BoolVar(&cfg.CrashDB, "crash-db", cfg.CrashDB, "crash the database (SIGKILL) once 60% of the jobs finished")
+	long := fs.Int("long", -1, "ungrouped jobs that work 6-8s, enqueued around the restart (-1: 0.2% of -jobs, at least 4)")
 	fs.DurationVar(&cfg.Lease, "lease", cfg.Lease, "lease of the lease-mode worker processes (runtime.Config.Lease; 0: the runtime's default)")
 	fs.DurationVar(&cfg.PauseEvery, "pause-every", cfg.PauseEvery, "mean time between pauses (SIGSTOP for twice the lease) of a lease-mode worker process (0: none)")
 	fs.BoolVar(&cfg.PinHorizon, "pin-horizon", cfg.PinHorizon, "keep a transaction with an xid open beside the workers for the whole run")
@@ -208,6 +232,10 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "pgtask-chaos run: unexpected arguments %q\n", fs.Args())
 		return 2
+	}
+	cfg.Long = *long
+	if cfg.Long < 0 {
+		cfg.Long = defaultLong(cfg.Jobs, cfg.Ungrouped)
 	}
 	cfg.Out = stdout
 

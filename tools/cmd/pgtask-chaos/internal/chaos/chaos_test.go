@@ -24,9 +24,9 @@ func TestMain(m *testing.M) {
 // TestChaos is the short chaos run: 4 worker processes (this test binary run
 // again, so built with -race when the test is), 3,000 jobs over 100 groups,
 // with every fault at least once, a lease-mode process paused past its 3s
-// lease and a transaction held open beside it all. It fails on any violation
-// of pgtask's guarantees and on a fault that was not injected.
-// PGTASK_CHAOS_SEED repeats a run's choices.
+// lease, 6 long jobs around the database's restart and a transaction held
+// open beside it all. It fails on any violation of pgtask's guarantees and on
+// a fault that was not injected. PGTASK_CHAOS_SEED repeats a run's choices.
 func TestChaos(t *testing.T) {
 	t.Parallel()
 	cfg := chaos.DefaultConfig()
@@ -38,6 +38,7 @@ func TestChaos(t *testing.T) {
 	cfg.KillEvery = time.Second
 	cfg.TerminateEvery = 150 * time.Millisecond
 	cfg.RestartDB, cfg.CrashDB = true, true
+	cfg.Long = 6
 	cfg.Lease = 3 * time.Second
 	cfg.PauseEvery = 5 * time.Second
 	cfg.PinHorizon = true
@@ -124,6 +125,7 @@ func TestChaos(t *testing.T) {
 	}
 	// A paused process may have had nothing in flight, so none of these is
 	// required; they are printed for the record.
-	t.Logf("pauses %d, attempts taken over %d (%d while paused), late outcomes refused %d, overlaps after a takeover %d",
-		res.Lease.Pauses, res.Lease.TakenOver, res.Lease.TakenWhilePaused, res.Lease.StaleOutcomes, res.Lease.Overlaps)
+	t.Logf("pauses %d, attempts taken over %d (%d while paused), late outcomes refused %d, overlaps after a takeover %d; long jobs across the restart %v (waited %s, found %v)",
+		res.Lease.Pauses, res.Lease.TakenOver, res.Lease.TakenWhilePaused, res.Lease.StaleOutcomes, res.Lease.Overlaps,
+		res.Long.Across["restart"], res.Long.Waited, res.Long.Found)
 }

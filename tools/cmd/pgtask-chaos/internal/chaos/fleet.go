@@ -90,6 +90,15 @@ type fleet struct {
 	alive     map[int]*proc
 	instances int
 
+	// The process (instance) whose long attempt the database's restart
+	// landed in is spared from kills and pauses until spareUntil
+	// (UnixNano), so that the attempt meets the restart and nothing else.
+	spareInstance atomic.Int64
+	spareUntil    atomic.Int64
+	// spareLease spares every lease-mode process from kills while the
+	// restart waits for one to run a long job.
+	spareLease atomic.Bool
+
 	poisonDeaths atomic.Int64
 	unexpected   atomic.Int64 // exits nobody asked for
 	stuck        atomic.Int64 // did not stop after SIGTERM
@@ -213,7 +222,7 @@ func (f *fleet) terminate(p *proc) {
 
 // victim picks a random live process to kill. Slot 0 is spared while there
 // are other slots, so that one process lives long enough to watch its
-// memory; so is a paused process.
+// memory; so is a paused or spared process.
 func (f *fleet) victim(rng *rand.Rand) *proc {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -232,9 +241,20 @@ func (f *fleet) victim(rng *rand.Rand) *proc {
 	return cands[rng.IntN(len(cands))]
 }
 
+// spare spares the process instance from kills and pauses until until.
+func (f *fleet) spare(instance int, until time.Time) {
+	f.spareUntil.Store(until.UnixNano())
+	f.spareInstance.Store(int64(instance))
+}
+
+func (f *fleet) spared(p *proc) bool {
+	return int64(p.instance) == f.spareInstance.Load() && time.Now().UnixNano() < f.spareUntil.Load()
+}
+
 // killable reports whether the kill loop may pick p.
 func (f *fleet) killable(p *proc) bool {
-	return !p.stopped.Load() && !p.paused.Load()
+	return !p.stopped.Load() && !p.paused.Load() && !f.spared(p) &&
+		!(f.spareLease.Load() && modeOf(p.slot) == runtime.ModeLease)
 }
 
 // leaseSlots counts the slots that run in lease mode.
@@ -248,8 +268,8 @@ func (f *fleet) leaseSlots() int {
 	return n
 }
 
-// leaseProcs returns the live lease-mode processes that are not paused and
-// have run for at least minAge.
+// leaseProcs returns the live lease-mode processes that are not paused or
+// spared and have run for at least minAge.
 func (f *fleet) leaseProcs(minAge time.Duration) []*proc {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -257,7 +277,7 @@ func (f *fleet) leaseProcs(minAge time.Duration) []*proc {
 	for slot := range f.o.cfg.Workers {
 		p := f.alive[slot]
 		if p == nil || modeOf(slot) != runtime.ModeLease || p.stopped.Load() || p.killed.Load() || p.paused.Load() ||
-			time.Since(p.started) < minAge {
+			f.spared(p) || time.Since(p.started) < minAge {
 			continue
 		}
 		select {

@@ -3,16 +3,18 @@ package chaos
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 )
 
 // The queue every chaos job goes to, and its kinds. Kinds differ in their
 // registration: chaos.slow has a short timeout, chaos.poison kills its
-// process.
+// process, chaos.long has a long timeout.
 const (
 	queueName  = "chaos"
 	kindJob    = "chaos.job"
 	kindSlow   = "chaos.slow"
 	kindPoison = "chaos.poison"
+	kindLong   = "chaos.long"
 )
 
 // What a job's handler does, stored in its payload.
@@ -24,6 +26,7 @@ const (
 	behaveTimeout = "timeout" // outlives its kind's timeout on attempt 1, honouring ctx
 	behaveNoRetry = "noretry" // fails for good (runtime.NoRetry)
 	behavePoison  = "poison"  // SIGKILLs its own process on every attempt
+	behaveLong    = "long"    // works for longWork before it touches job.Tx(), on its first longAttempts attempts
 )
 
 // poisonAttempts is the max_attempts of poison jobs.
@@ -47,8 +50,34 @@ func kindOf(behavior string) string {
 		return kindSlow
 	case behavePoison:
 		return kindPoison
+	case behaveLong:
+		return kindLong
 	}
 	return kindJob
+}
+
+// Long jobs are enqueued, one at a time, as the run's finished share of
+// jobs passes marks spread evenly over [longFrom, longTo]: they run around
+// the database's restart (at restartAt, which waits for one) and crash.
+// Enqueued at the start, ungrouped as they are, they would all have run
+// long before the restart.
+const (
+	longFrom = restartAt - 0.05
+	longTo   = crashAt + 0.1
+)
+
+// longMarks returns the finished share of jobs each of n long jobs waits
+// for before it is enqueued.
+func longMarks(n int) []float64 {
+	marks := make([]float64, n)
+	for k := range marks {
+		if n > 1 {
+			marks[k] = longFrom + (longTo-longFrom)*float64(k)/float64(n-1)
+		} else {
+			marks[k] = longFrom
+		}
+	}
+	return marks
 }
 
 func maxAttemptsOf(behavior string) int {
@@ -76,9 +105,11 @@ func groupKey(i int) string { return fmt.Sprintf("g%05d", i) }
 
 // plan draws the job mix and splits it between producers: group g belongs
 // to producer g % producers, which enqueues it in increasing seq; ungrouped
-// jobs are dealt out in turn. It returns each producer's items in the order
-// it enqueues them, and each producer's groups.
-func plan(cfg Config, rng *rand.Rand, producers int) (items [][]item, groups [][]string) {
+// jobs are dealt out in turn, except cfg.Long long jobs, which are returned
+// apart for the producer that enqueues them at longMarks. It returns each
+// producer's items in the order it enqueues them, each producer's groups,
+// and the long jobs.
+func plan(cfg Config, rng *rand.Rand, producers int) (items [][]item, groups [][]string, long []item) {
 	grouped := cfg.Jobs - cfg.Ungrouped
 	// -1 marks an ungrouped job; every group gets at least one job.
 	slots := make([]int, 0, cfg.Jobs)
@@ -95,7 +126,6 @@ func plan(cfg Config, rng *rand.Rand, producers int) (items [][]item, groups [][
 	rng.Shuffle(len(slots), func(i, j int) { slots[i], slots[j] = slots[j], slots[i] })
 
 	behaviors := make([]string, len(slots))
-	drawn := map[string]int{}
 	for i := range behaviors {
 		behaviors[i] = behaveOK
 		r := rng.Float64()
@@ -106,28 +136,44 @@ func plan(cfg Config, rng *rand.Rand, producers int) (items [][]item, groups [][
 			}
 			r -= f.share
 		}
-		drawn[behaviors[i]]++
-	}
-	// Every fault at least once, even in a small run.
-	for _, f := range faultMix {
-		if drawn[f.behavior] == 0 {
-			behaviors[rng.IntN(len(behaviors))] = f.behavior
-		}
 	}
 	// Poison jobs are grouped (their group must move on after them) and
 	// spread over the first half of the run, the k-th somewhere in the k-th
 	// stretch, so that the processes they kill are replaced well before the
 	// end and some live long enough to have their memory judged.
-	if cfg.Poison > 0 {
-		var groupedAt []int
-		for i, s := range slots {
-			if s >= 0 {
-				groupedAt = append(groupedAt, i)
-			}
+	var groupedAt, ungroupedAt []int
+	for i, s := range slots {
+		if s >= 0 {
+			groupedAt = append(groupedAt, i)
+		} else {
+			ungroupedAt = append(ungroupedAt, i)
 		}
+	}
+	if cfg.Poison > 0 {
 		stretch := max(len(groupedAt)/2/cfg.Poison, 1)
 		for k := range cfg.Poison {
 			behaviors[groupedAt[k*stretch+rng.IntN(stretch)]] = behavePoison
+		}
+	}
+	// Long jobs are ungrouped: a group would wait for each of them.
+	for _, i := range rng.Perm(len(ungroupedAt))[:cfg.Long] {
+		behaviors[ungroupedAt[i]] = behaveLong
+	}
+	// Every fault at least once, even in a small run, on a job that is
+	// neither poison nor long.
+	drawn := map[string]int{}
+	var plain []int
+	for i, b := range behaviors {
+		drawn[b]++
+		if b != behavePoison && b != behaveLong {
+			plain = append(plain, i)
+		}
+	}
+	for _, f := range faultMix {
+		if drawn[f.behavior] == 0 && len(plain) > 0 {
+			k := rng.IntN(len(plain))
+			behaviors[plain[k]] = f.behavior
+			plain = slices.Delete(plain, k, k+1)
 		}
 	}
 
@@ -145,6 +191,10 @@ func plan(cfg Config, rng *rand.Rand, producers int) (items [][]item, groups [][
 			it = item{seq: ungrouped, behavior: behaviors[i]}
 			p = ungrouped % producers
 			ungrouped++
+			if it.behavior == behaveLong {
+				long = append(long, it)
+				continue
+			}
 		} else {
 			it = item{group: groupKey(s), seq: seq[s], behavior: behaviors[i]}
 			p = s % producers
@@ -152,5 +202,5 @@ func plan(cfg Config, rng *rand.Rand, producers int) (items [][]item, groups [][
 		}
 		items[p] = append(items[p], it)
 	}
-	return items, groups
+	return items, groups, long
 }

@@ -42,6 +42,11 @@ type producer struct {
 	rng    *rand.Rand
 	items  []item
 	groups []string
+	// With marks, the producer enqueues its items one at a time, the k-th
+	// once share() (the finished share of the run's jobs) reaches marks[k],
+	// and rolls nothing back: it enqueues the long jobs.
+	marks []float64
+	share func() float64
 
 	pending []notCommitted // not yet recorded
 }
@@ -53,6 +58,9 @@ type notCommitted struct {
 }
 
 func (p *producer) run(ctx context.Context) error {
+	if p.marks != nil {
+		return p.runMarked(ctx)
+	}
 	for len(p.items) > 0 {
 		if err := p.pace(ctx); err != nil {
 			return err
@@ -69,6 +77,32 @@ func (p *producer) run(ctx context.Context) error {
 			err = p.rollback(ctx)
 		}
 		if err != nil {
+			return err
+		}
+		p.flush(ctx, false)
+	}
+	p.flush(ctx, true)
+	if len(p.pending) > 0 {
+		return fmt.Errorf("producer: could not record %d transactions that did not commit", len(p.pending))
+	}
+	return ctx.Err()
+}
+
+// runMarked enqueues each item once the run has finished its mark's share
+// of the jobs.
+func (p *producer) runMarked(ctx context.Context) error {
+	for k := 0; len(p.items) > 0; k++ {
+		for ctx.Err() == nil && p.share() < p.marks[k] {
+			sleep(ctx, 50*time.Millisecond)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		how := "single"
+		if p.rng.IntN(2) == 0 {
+			how = "batch"
+		}
+		if err := p.commit(ctx, p.take(1), how, false); err != nil {
 			return err
 		}
 		p.flush(ctx, false)

@@ -54,6 +54,8 @@ type Result struct {
 	// Lease is what the pauses of lease-mode processes (and the database's
 	// restart and crash) did to leases.
 	Lease LeaseReport
+	// Long is the long jobs and the database's restart and crash.
+	Long LongReport
 	// Horizon is the transaction held open beside the run.
 	Horizon HorizonReport
 	// Problems are failures of the run itself: a worker process that ended
@@ -78,6 +80,34 @@ type LeaseReport struct {
 	// Overlaps is how many of check 2's overlaps had a taken-over attempt
 	// claimed first: an observation, not a violation.
 	Overlaps int
+}
+
+// LongReport is the long jobs and the database faults they ran across.
+type LongReport struct {
+	Jobs int // long jobs in the plan
+	// Waited is how long the restart waited for a long attempt in a
+	// lease-mode process; Found whether there was one by then, and Landed
+	// what became of it.
+	Waited time.Duration
+	Found  bool
+	Landed string
+	// Away is how long each database fault (restart, crash) took, from
+	// its start until the server answered again.
+	Away map[string]time.Duration
+	// Attempts counts, per mode, the attempts that worked long (Spanned)
+	// and those of them that recorded their job's success (Succeeded).
+	Attempts []LongSpan
+	// Across lists, per database fault and mode, the long attempts that
+	// started before it and ended after it.
+	Across map[string][]LongSpan
+}
+
+// LongSpan counts long attempts of one mode that spanned a database fault.
+type LongSpan struct {
+	Mode string
+	// Spanned is how many; Succeeded how many of them the job's success was
+	// recorded for (that attempt was its last, and the job succeeded).
+	Spanned, Succeeded int64
 }
 
 // HorizonReport is the transaction Config.PinHorizon kept open.
@@ -403,6 +433,50 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 		TakenOver: lt.TakenOver, TakenWhilePaused: lt.WhilePaused, StaleOutcomes: lt.StaleOutcomes, StaleOnTaken: lt.StaleOnTaken,
 		Overlaps: takeovers.N,
 	}
+	o.mu.Lock()
+	res.Long = LongReport{
+		Jobs: o.cfg.Long, Waited: o.longWait, Found: o.longFound != nil,
+		Away: maps.Clone(o.dbAway), Across: map[string][]LongSpan{},
+	}
+	landed := o.longFound
+	o.mu.Unlock()
+	if landed != nil {
+		a, err := q.LandedAttempt(ctx, chaosdb.LandedAttemptParams{JobID: landed.JobID, Attempt: landed.Attempt})
+		if err != nil {
+			// No row when the restart could not be recorded (a problem
+			// of the run, reported as such).
+			a.Outcome, a.Status = "unknown", "unknown"
+		}
+		when := "before the server was back"
+		if a.EndedAfter {
+			when = "after the server was back"
+		}
+		res.Long.Landed = fmt.Sprintf("job %d attempt %d (lease-mode process %d): its handler ended %s %s; the job %s after %d attempts",
+			landed.JobID, landed.Attempt, landed.Instance, a.Outcome, when, a.Status, a.Attempts)
+		if a.Outcome == "none" {
+			res.Long.Landed = fmt.Sprintf("job %d attempt %d (lease-mode process %d): no end of its handler was recorded (its process died first); the job %s after %d attempts",
+				landed.JobID, landed.Attempt, landed.Instance, a.Status, a.Attempts)
+		}
+		if a.Error != "" {
+			res.Long.Landed += "; that attempt's error: " + a.Error
+		}
+	}
+	la, err := q.LongAttemptTotals(ctx, longAttempts)
+	if err != nil {
+		return err
+	}
+	for _, r := range la {
+		res.Long.Attempts = append(res.Long.Attempts, LongSpan{Mode: r.Mode, Spanned: r.Attempts, Succeeded: r.Succeeded})
+	}
+	for _, kind := range []string{"restart", "crash"} {
+		rows, err := q.LongAcrossDBFault(ctx, kind)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			res.Long.Across[kind] = append(res.Long.Across[kind], LongSpan{Mode: r.Mode, Spanned: r.Spanned, Succeeded: r.Succeeded})
+		}
+	}
 	res.Horizon = HorizonReport{
 		Enabled: o.cfg.PinHorizon,
 		Held:    time.Duration(o.pin.held.Load()), Longest: time.Duration(o.pin.longest.Load()),
@@ -473,6 +547,34 @@ func (r *Result) Print(w io.Writer) {
 	fmt.Fprintf(tw, "    of which on jobs taken over\t%10d\n", l.StaleOnTaken)
 	fmt.Fprintf(tw, "  overlaps after a takeover (observation, check 2)\t%10d\n", l.Overlaps)
 	fmt.Fprintln(tw, "\t")
+	lj := r.Long
+	fmt.Fprintf(tw, "long jobs (%s to %s of work on their first %d attempts)\t%10d\n", longWork, longWork+longJitter, longAttempts, lj.Jobs)
+	for _, sp := range lj.Attempts {
+		fmt.Fprintf(tw, "  long attempts in %s mode (recorded the job's success)\t%10d  (%d)\n", sp.Mode, sp.Spanned, sp.Succeeded)
+	}
+	if _, ok := lj.Away["restart"]; ok && lj.Jobs > 0 {
+		found := "found one"
+		if !lj.Found {
+			found = "found none"
+		}
+		fmt.Fprintf(tw, "  the restart waited for one in a lease-mode process\t%10s  (%s)\n", lj.Waited.Round(100*time.Millisecond), found)
+	}
+	for _, kind := range []string{"restart", "crash"} {
+		away, ok := lj.Away[kind]
+		if !ok {
+			continue
+		}
+		var spanned, succeeded int64
+		for _, sp := range lj.Across[kind] {
+			spanned += sp.Spanned
+			succeeded += sp.Succeeded
+		}
+		fmt.Fprintf(tw, "  the database's %s: away for\t%10s\n", kind, away.Round(100*time.Millisecond))
+		fmt.Fprintf(tw, "    long attempts that spanned it (recorded the job's success)\t%10d  (%d)\n", spanned, succeeded)
+		for _, sp := range lj.Across[kind] {
+			fmt.Fprintf(tw, "      in %s mode\t%10d  (%d)\n", sp.Mode, sp.Spanned, sp.Succeeded)
+		}
+	}
 	if h := r.Horizon; h.Enabled {
 		fmt.Fprintln(tw, "\t")
 		fmt.Fprintln(tw, "vacuum horizon pinned by a transaction open beside the run\t")
@@ -514,6 +616,9 @@ func (r *Result) Print(w io.Writer) {
 		if c.Note != "" {
 			fmt.Fprintf(w, "note on %d: %s\n", c.Number, c.Note)
 		}
+	}
+	if r.Long.Landed != "" {
+		fmt.Fprintf(w, "the restart landed in long %s\n", r.Long.Landed)
 	}
 
 	fmt.Fprintf(w, "\nworker processes: %d started; RSS of those that lived at least %s (memory judged), and of each slot's last:\n",

@@ -60,6 +60,11 @@ type orchestrator struct {
 
 	pin horizonPin
 
+	// Set by databaseFaults, under mu.
+	longWait  time.Duration                   // how long the restart waited for a long attempt in a lease-mode process
+	longFound *chaosdb.LongAttemptsRunningRow // the attempt it found, if it did
+	dbAway    map[string]time.Duration        // how long each database fault took, until the server answered
+
 	progress atomic.Pointer[chaosdb.JobProgressRow]
 
 	mu       sync.Mutex
@@ -110,9 +115,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	} else if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
 		return nil, err
 	}
-	o := &orchestrator{cfg: cfg, out: cfg.Out, began: time.Now()}
-	o.printf("pgtask-chaos: seed %d, %d worker processes, %d jobs (%d groups, %d ungrouped, %d poison), lease %s, timeout %s\n",
-		cfg.Seed, cfg.Workers, cfg.Jobs, cfg.Groups, cfg.Ungrouped, cfg.Poison, cfg.lease(), cfg.Timeout)
+	o := &orchestrator{cfg: cfg, out: cfg.Out, began: time.Now(), dbAway: map[string]time.Duration{}}
+	o.printf("pgtask-chaos: seed %d, %d worker processes, %d jobs (%d groups, %d ungrouped, %d poison, %d long), lease %s, timeout %s\n",
+		cfg.Seed, cfg.Workers, cfg.Jobs, cfg.Groups, cfg.Ungrouped, cfg.Poison, cfg.Long, cfg.lease(), cfg.Timeout)
 	o.printf("pgtask-chaos: worker logs in %s\n", cfg.LogDir)
 
 	cluster, err := pgtasktest.StartCluster(ctx, pgtasktest.ClusterOptions{})
@@ -183,12 +188,21 @@ func (o *orchestrator) run(ctx context.Context) bool {
 
 	// The producer.
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 1))
-	items, groups := plan(cfg, rng, producerCount)
+	items, groups, long := plan(cfg, rng, producerCount)
 	o.prod = &production{pool: o.pool, total: cfg.Jobs, over: cfg.ProduceOver, begin: time.Now(), anomalies: make(chan string, 100)}
 	prodDone := make(chan struct{})
 	var pwg sync.WaitGroup
+	producers := make([]*producer, producerCount, producerCount+1)
 	for i := range producerCount {
-		p := &producer{production: o.prod, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(10+i))), items: items[i], groups: groups[i]}
+		producers[i] = &producer{production: o.prod, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(10+i))), items: items[i], groups: groups[i]}
+	}
+	if len(long) > 0 {
+		producers = append(producers, &producer{
+			production: o.prod, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 9)), items: long,
+			marks: longMarks(len(long)), share: o.finishedShare,
+		})
+	}
+	for i, p := range producers {
 		pwg.Go(func() {
 			if err := p.run(runCtx); err != nil && runCtx.Err() == nil {
 				o.problem("producer %d: %v", i, err)
@@ -349,8 +363,8 @@ func (o *orchestrator) pauseLoop(ctx context.Context, rng *rand.Rand) {
 		if o.pauseOne(ctx, rng) {
 			wait = jittered(rng, o.cfg.PauseEvery)
 		} else {
-			// No process to pause now (all young, or the database just
-			// came back): try again soon.
+			// No process to pause now (all young, spared, or the database
+			// just came back): try again soon.
 			wait = 250 * time.Millisecond
 		}
 	}
@@ -440,7 +454,7 @@ func (o *orchestrator) terminateOne(ctx context.Context, rng *rand.Rand, midHand
 	// Nor is a process's last session cut: a live process with no session
 	// left looks dead, and its running jobs are rescued while their
 	// handlers go on (the documented limit of a network partition, which
-	// this fault is not).
+	// this fault is not), which long held-mode attempts would meet.
 	perProcess := map[string]int{}
 	for _, b := range backends {
 		perProcess[b.ApplicationName]++
@@ -479,7 +493,10 @@ func (o *orchestrator) terminateOne(ctx context.Context, rng *rand.Rand, midHand
 }
 
 // databaseFaults restarts the database once restartAt of the jobs have
-// finished and crashes it at crashAt.
+// finished and crashes it at crashAt. The restart first waits, up to
+// longWaitMax, for an attempt of a long job to be running in a lease-mode
+// process, so that it lands inside that attempt's work. Each is recorded in
+// pgtask_chaos.db_faults: just before, and once the server answers again.
 func (o *orchestrator) databaseFaults(ctx context.Context) {
 	type fault struct {
 		on    bool
@@ -499,7 +516,9 @@ func (o *orchestrator) databaseFaults(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if o.finishedShare() >= f.at {
+			// Not within dbFaultGap of the previous one, which the long
+			// attempt the restart landed in should meet alone.
+			if o.finishedShare() >= f.at && time.Since(time.Unix(0, o.dbFaultEnded.Load())) >= dbFaultGap {
 				break
 			}
 			sleep(ctx, 100*time.Millisecond)
@@ -517,15 +536,120 @@ func (o *orchestrator) databaseFault(ctx context.Context, name string, do func(c
 	o.pauseGate.Lock()
 	defer o.pauseGate.Unlock()
 	defer func() { o.dbFaultEnded.Store(time.Now().UnixNano()) }()
+	spare := 0
+	if name == "restart" {
+		spare = o.awaitLongAttempt(ctx)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	id, err := o.q.RecordDBFault(rctx, name)
+	cancel()
+	if err != nil {
+		o.problem("record the database %s: %v", name, err)
+	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	err := do(fctx)
+	began := time.Now()
+	err = do(fctx)
 	cancel()
 	if err != nil {
 		o.problem("database %s: %v", name, err)
 		return false
 	}
-	o.printf("%7.1fs  database %s done\n", time.Since(o.began).Seconds(), name)
+	if id != 0 {
+		o.endDBFault(ctx, id, name)
+	}
+	away := time.Since(began)
+	if spare != 0 {
+		// Its work ends within longWork+longJitter; then its end is
+		// recorded and its success settled.
+		o.fleet.spare(spare, time.Now().Add(longWork+longJitter+5*time.Second))
+	}
+	o.mu.Lock()
+	o.dbAway[name] = away
+	o.mu.Unlock()
+	o.printf("%7.1fs  database %s done (away %.1fs)\n", time.Since(o.began).Seconds(), name, away.Seconds())
 	return true
+}
+
+// longWaitMax bounds how long the restart waits for a long attempt;
+// dbFaultGap is the least time between the restart and the crash.
+const (
+	longWaitMax = 20 * time.Second
+	dbFaultGap  = longWork + longJitter
+)
+
+// awaitLongAttempt waits, up to longWaitMax, until an attempt of a long
+// job that started in the last 2 seconds (so that at least 4 seconds of
+// its work are left) is running in a live lease-mode process that is not
+// paused, with no lease-mode process killed meanwhile. It returns that
+// process's instance, which is then spared from kills and pauses until
+// after the restart and that attempt's work, or 0.
+func (o *orchestrator) awaitLongAttempt(ctx context.Context) int {
+	if o.cfg.Long == 0 || o.fleet.leaseSlots() == 0 {
+		return 0
+	}
+	// Meanwhile no lease-mode process is killed: each new one takes a
+	// while to start and claim.
+	o.fleet.spareLease.Store(true)
+	defer o.fleet.spareLease.Store(false)
+	began := time.Now()
+	found := 0
+	var landed *chaosdb.LongAttemptsRunningRow
+	for found == 0 && ctx.Err() == nil && time.Since(began) < longWaitMax {
+		// Under faultMu, so that no process is killed or paused between
+		// the look and the sparing.
+		o.faultMu.Lock()
+		var instances []int32
+		for _, p := range o.fleet.leaseProcs(0) {
+			instances = append(instances, int32(p.instance))
+		}
+		if len(instances) > 0 {
+			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			running, err := o.q.LongAttemptsRunning(qctx, chaosdb.LongAttemptsRunningParams{
+				Instances: instances, LongAttempts: longAttempts, WithinSecs: 2,
+			})
+			cancel()
+			if err == nil && len(running) > 0 {
+				landed = &running[0]
+				found = int(landed.Instance)
+				// Spared through the restart; the caller extends it after.
+				o.fleet.spare(found, time.Now().Add(time.Minute))
+			}
+		}
+		o.faultMu.Unlock()
+		if found == 0 {
+			sleep(ctx, 100*time.Millisecond)
+		}
+	}
+	waited := time.Since(began)
+	o.mu.Lock()
+	o.longWait, o.longFound = waited, landed
+	o.mu.Unlock()
+	if found != 0 {
+		o.printf("%7.1fs  long job %d attempt %d runs in lease-mode worker process %d (waited %.1fs): restarting the database\n",
+			time.Since(o.began).Seconds(), landed.JobID, landed.Attempt, found, waited.Seconds())
+	} else {
+		o.printf("%7.1fs  no long job ran in a lease-mode process within %s: restarting the database\n", time.Since(o.began).Seconds(), longWaitMax)
+	}
+	return found
+}
+
+// endDBFault records that the server answers again, trying for a minute:
+// the first tries may get connections of the old server from the pool.
+func (o *orchestrator) endDBFault(ctx context.Context, id int64, name string) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		err := o.q.EndDBFault(rctx, id)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			o.problem("record the end of the database %s: %v", name, err)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // horizonPin is what pinHorizon reports.

@@ -23,10 +23,24 @@ import (
 	"github.com/pgtask/pgtask/tools/cmd/pgtask-chaos/internal/chaosdb"
 )
 
-// Timeouts of the kinds: chaos.slow's is short, so that its jobs time out.
+// Timeouts of the kinds: chaos.slow's is short, so that its jobs time out;
+// chaos.long's leaves its jobs' long work far inside it.
 const (
 	jobTimeout  = 10 * time.Second
 	slowTimeout = 300 * time.Millisecond
+	longTimeout = 60 * time.Second
+)
+
+// A long job's attempt works for longWork plus up to longJitter, about three
+// times as long as the database's restart takes, before it touches
+// job.Tx(). Only its first longAttempts attempts do: a kill, a terminated
+// session (held mode) or a pause cuts most long attempts short, and a job
+// whose every attempt took seconds could run out of attempts or outlast
+// the run.
+const (
+	longWork     = 6 * time.Second
+	longJitter   = 2 * time.Second
+	longAttempts = 2
 )
 
 // retryBackoff keeps retries quick: a failed job's group waits for them.
@@ -124,6 +138,7 @@ func runWorker(ctx context.Context, a workerArgs, stdout, stderr io.Writer) erro
 		{Kind: kindJob, Handler: h.handle, Timeout: jobTimeout, Backoff: retryBackoff},
 		{Kind: kindSlow, Handler: h.handle, Timeout: slowTimeout, Backoff: retryBackoff},
 		{Kind: kindPoison, Handler: h.handle, Timeout: jobTimeout, Backoff: retryBackoff},
+		{Kind: kindLong, Handler: h.handle, Timeout: longTimeout, Backoff: retryBackoff},
 	} {
 		if err := w.Register(r); err != nil {
 			return err
@@ -178,6 +193,9 @@ func (h *handler) handle(ctx context.Context, job *runtime.Job) error {
 	p, err := runtime.DecodePayload[payload](job)
 	if err != nil {
 		return err
+	}
+	if p.Behavior == behaveLong {
+		return h.handleLong(ctx, job)
 	}
 	conn := job.Tx().Conn()
 	if conn == nil {
@@ -240,6 +258,41 @@ func (h *handler) handle(ctx context.Context, job *runtime.Job) error {
 	return nil
 }
 
+// handleLong runs an attempt of a long job. It records its start with no
+// backend (its job's transaction has not begun), works for a long while
+// without touching job.Tx(), so that in lease mode no transaction is open
+// while it works (in held mode the job's transaction is open throughout,
+// as always), then writes the job's effect through job.Tx() and succeeds.
+// The restart of the database is meant to land inside that work: in lease
+// mode the handler goes on and its success is recorded afterwards; in held
+// mode the attempt's session is gone, its write fails and it is retried.
+func (h *handler) handleLong(ctx context.Context, job *runtime.Job) error {
+	id, err := h.start(ctx, job, 0)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errStartNotRecorded, err)
+	}
+	outcome := "ok"
+	defer func() { h.end(id, outcome) }()
+	work := time.Duration(rand.IntN(2000)) * time.Microsecond
+	if job.Attempt <= longAttempts {
+		work = longWork + rand.N(longJitter)
+	}
+	sleep(ctx, work)
+	if ctx.Err() != nil {
+		// The lease was lost to a takeover, or the worker is shutting down.
+		outcome = "cancelled"
+		return ctx.Err()
+	}
+	err = chaosdb.New(job.Tx()).InsertEffect(ctx, chaosdb.InsertEffectParams{
+		JobID: int64(job.ID), Attempt: int32(job.Attempt), Instance: int32(h.args.instance),
+	})
+	if err != nil {
+		outcome = "effect_error"
+		return fmt.Errorf("chaos: write effect: %w", err)
+	}
+	return nil
+}
+
 // start records the attempt's start, retrying for a few seconds: the
 // database may be restarting, and a pooled connection may be stale.
 func (h *handler) start(ctx context.Context, job *runtime.Job, backend uint32) (int64, error) {
@@ -249,7 +302,7 @@ func (h *handler) start(ctx context.Context, job *runtime.Job, backend uint32) (
 		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := h.rec.StartAttempt(qctx, chaosdb.StartAttemptParams{
 			ID: id, JobID: int64(job.ID), Attempt: int32(job.Attempt), GroupKey: job.Group,
-			Instance: int32(h.args.instance), WorkerPid: int32(h.pid), BackendPid: int32(backend),
+			Instance: int32(h.args.instance), WorkerPid: int32(h.pid), Mode: h.args.mode, BackendPid: int32(backend),
 		})
 		cancel()
 		if err == nil {

@@ -481,6 +481,16 @@ func (q *Queries) EndAttempt(ctx context.Context, arg EndAttemptParams) error {
 	return err
 }
 
+const endDBFault = `-- name: EndDBFault :exec
+UPDATE pgtask_chaos.db_faults SET after_at = clock_timestamp() WHERE id = $1 AND after_at IS NULL
+`
+
+// Written once the server answers again.
+func (q *Queries) EndDBFault(ctx context.Context, id int64) error {
+	_, err := q.db.Exec(ctx, endDBFault, id)
+	return err
+}
+
 const enqueuedTotals = `-- name: EnqueuedTotals :many
 SELECT how, behavior, count(*)::bigint AS jobs
   FROM pgtask_chaos.enqueued
@@ -601,6 +611,48 @@ func (q *Queries) JobProgress(ctx context.Context) (JobProgressRow, error) {
 	return i, err
 }
 
+const landedAttempt = `-- name: LandedAttempt :one
+SELECT coalesce(t.outcome, 'none')::text AS outcome,
+       coalesce(t.ended_at > f.after_at, false)::boolean AS ended_after,
+       j.status::text AS status, j.attempts,
+       coalesce((SELECT x->>'error' FROM jsonb_array_elements(j.errors) x
+                  WHERE (x->>'attempt')::integer = t.attempt LIMIT 1), '')::text AS error
+  FROM pgtask_chaos.attempts t
+  JOIN pgtask.jobs j ON j.id = t.job_id
+  JOIN pgtask_chaos.db_faults f ON f.kind = 'restart'
+ WHERE t.job_id = $1 AND t.attempt = $2
+ LIMIT 1
+`
+
+type LandedAttemptParams struct {
+	JobID   int64
+	Attempt int32
+}
+
+type LandedAttemptRow struct {
+	Outcome    string
+	EndedAfter bool
+	Status     string
+	Attempts   int32
+	Error      string
+}
+
+// What became of the long attempt the restart landed in: how its handler
+// ended (none: its process was killed), whether after the server was back,
+// the job's status and attempts, and the error recorded for that attempt.
+func (q *Queries) LandedAttempt(ctx context.Context, arg LandedAttemptParams) (LandedAttemptRow, error) {
+	row := q.db.QueryRow(ctx, landedAttempt, arg.JobID, arg.Attempt)
+	var i LandedAttemptRow
+	err := row.Scan(
+		&i.Outcome,
+		&i.EndedAfter,
+		&i.Status,
+		&i.Attempts,
+		&i.Error,
+	)
+	return i, err
+}
+
 const leaseTotals = `-- name: LeaseTotals :one
 WITH taken AS (
     SELECT j.id, (x->>'at')::timestamptz AS at
@@ -641,6 +693,131 @@ func (q *Queries) LeaseTotals(ctx context.Context) (LeaseTotalsRow, error) {
 		&i.StaleOnTaken,
 	)
 	return i, err
+}
+
+const longAcrossDBFault = `-- name: LongAcrossDBFault :many
+SELECT t.mode, count(*)::bigint AS spanned,
+       count(*) FILTER (WHERE j.status = 'succeeded' AND j.attempts = t.attempt)::bigint AS succeeded
+  FROM pgtask_chaos.db_faults f
+  JOIN pgtask_chaos.attempts t ON t.started_at < f.before_at AND t.ended_at > f.after_at
+  JOIN pgtask_chaos.enqueued e ON e.job_id = t.job_id AND e.behavior = 'long'
+  JOIN pgtask.jobs j ON j.id = t.job_id
+ WHERE f.kind = $1::text
+ GROUP BY t.mode
+ ORDER BY t.mode
+`
+
+type LongAcrossDBFaultRow struct {
+	Mode      string
+	Spanned   int64
+	Succeeded int64
+}
+
+// Attempts of long jobs that started before the server went away (the
+// restart or the crash, as kind says) and whose handler ended after it was
+// back, by mode, and how many of them the job's success was recorded for:
+// the job succeeded and that attempt was its last.
+func (q *Queries) LongAcrossDBFault(ctx context.Context, kind string) ([]LongAcrossDBFaultRow, error) {
+	rows, err := q.db.Query(ctx, longAcrossDBFault, kind)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LongAcrossDBFaultRow{}
+	for rows.Next() {
+		var i LongAcrossDBFaultRow
+		if err := rows.Scan(&i.Mode, &i.Spanned, &i.Succeeded); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const longAttemptTotals = `-- name: LongAttemptTotals :many
+SELECT t.mode, count(*)::bigint AS attempts,
+       count(*) FILTER (WHERE j.status = 'succeeded' AND j.attempts = t.attempt)::bigint AS succeeded
+  FROM pgtask_chaos.attempts t
+  JOIN pgtask_chaos.enqueued e ON e.job_id = t.job_id AND e.behavior = 'long'
+  JOIN pgtask.jobs j ON j.id = t.job_id
+ WHERE t.attempt <= $1::integer
+ GROUP BY t.mode
+ ORDER BY t.mode
+`
+
+type LongAttemptTotalsRow struct {
+	Mode      string
+	Attempts  int64
+	Succeeded int64
+}
+
+// Attempts of long jobs that worked long (attempt <= long_attempts), by
+// mode, and how many of them recorded the job's success.
+func (q *Queries) LongAttemptTotals(ctx context.Context, longAttempts int32) ([]LongAttemptTotalsRow, error) {
+	rows, err := q.db.Query(ctx, longAttemptTotals, longAttempts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LongAttemptTotalsRow{}
+	for rows.Next() {
+		var i LongAttemptTotalsRow
+		if err := rows.Scan(&i.Mode, &i.Attempts, &i.Succeeded); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const longAttemptsRunning = `-- name: LongAttemptsRunning :many
+SELECT t.instance, t.job_id, t.attempt
+  FROM pgtask_chaos.attempts t JOIN pgtask_chaos.enqueued e ON e.job_id = t.job_id
+ WHERE t.ended_at IS NULL AND t.instance = ANY ($1::integer[]) AND e.behavior = 'long'
+   AND t.attempt <= $2::integer
+   AND t.started_at > clock_timestamp() - make_interval(secs => $3::float8)
+ ORDER BY t.started_at DESC
+`
+
+type LongAttemptsRunningParams struct {
+	Instances    []int32
+	LongAttempts int32
+	WithinSecs   float64
+}
+
+type LongAttemptsRunningRow struct {
+	Instance int32
+	JobID    int64
+	Attempt  int32
+}
+
+// The attempts of long jobs that work long (attempt <= long_attempts)
+// running in these worker processes that started within the last
+// within_secs seconds, so that most of their work is still ahead.
+func (q *Queries) LongAttemptsRunning(ctx context.Context, arg LongAttemptsRunningParams) ([]LongAttemptsRunningRow, error) {
+	rows, err := q.db.Query(ctx, longAttemptsRunning, arg.Instances, arg.LongAttempts, arg.WithinSecs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LongAttemptsRunningRow{}
+	for rows.Next() {
+		var i LongAttemptsRunningRow
+		if err := rows.Scan(&i.Instance, &i.JobID, &i.Attempt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const notCommittedTotals = `-- name: NotCommittedTotals :many
@@ -840,6 +1017,18 @@ func (q *Queries) PoisonJobs(ctx context.Context) ([]PoisonJobsRow, error) {
 	return items, nil
 }
 
+const recordDBFault = `-- name: RecordDBFault :one
+INSERT INTO pgtask_chaos.db_faults (kind) VALUES ($1::text) RETURNING id
+`
+
+// Written just before the server is restarted or crashed.
+func (q *Queries) RecordDBFault(ctx context.Context, kind string) (int64, error) {
+	row := q.db.QueryRow(ctx, recordDBFault, kind)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
 const recordDeath = `-- name: RecordDeath :exec
 INSERT INTO pgtask_chaos.deaths (instance, pid, kind) VALUES ($1, $2, $3::text)
 `
@@ -930,8 +1119,8 @@ func (q *Queries) RecordResume(ctx context.Context, id int64) error {
 }
 
 const startAttempt = `-- name: StartAttempt :exec
-INSERT INTO pgtask_chaos.attempts (id, job_id, attempt, group_key, instance, worker_pid, backend_pid)
-VALUES ($1, $2, $3, NULLIF($4::text, ''), $5, $6, $7)
+INSERT INTO pgtask_chaos.attempts (id, job_id, attempt, group_key, instance, worker_pid, mode, backend_pid)
+VALUES ($1, $2, $3, NULLIF($4::text, ''), $5, $6, $7::text, $8)
     ON CONFLICT (id) DO NOTHING
 `
 
@@ -942,6 +1131,7 @@ type StartAttemptParams struct {
 	GroupKey   string
 	Instance   int32
 	WorkerPid  int32
+	Mode       string
 	BackendPid int32
 }
 
@@ -955,6 +1145,7 @@ func (q *Queries) StartAttempt(ctx context.Context, arg StartAttemptParams) erro
 		arg.GroupKey,
 		arg.Instance,
 		arg.WorkerPid,
+		arg.Mode,
 		arg.BackendPid,
 	)
 	return err
