@@ -2,6 +2,8 @@ package taskspec
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -20,6 +22,10 @@ type Spec[T any] struct {
 	// Both are empty for ungrouped tasks.
 	GroupField string
 	GroupKey   func(T) string
+	// UniqueByPayload makes each job unique by its whole payload: its
+	// unique key is a digest of the payload's JSON (see
+	// runtime.EnqueueOptions.UniqueKey), unless the caller gives one.
+	UniqueByPayload bool
 }
 
 func (s *Spec[T]) request(t T, opts []runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
@@ -31,6 +37,10 @@ func (s *Spec[T]) request(t T, opts []runtime.EnqueueOption) (runtime.EnqueueReq
 		return runtime.EnqueueRequest{}, fmt.Errorf("encode %s: %w", s.Kind, err)
 	}
 	req := runtime.EnqueueRequest{Kind: s.Kind, Payload: payload, EnqueueOptions: s.Defaults}
+	if s.UniqueByPayload {
+		sum := sha256.Sum256(payload)
+		req.UniqueKey = "payload:" + hex.EncodeToString(sum[:])
+	}
 	var keyErr error
 	if s.GroupKey != nil {
 		req.Group, keyErr = s.groupKey(t)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -71,5 +72,43 @@ func TestUnreadableGroupKeyIsAnError(t *testing.T) {
 	}
 	if _, err := taskspec.Enqueue(ctx, pool, transferSpec, transfer{Owner: &region{"us"}}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+type sync struct {
+	Account string `json:"account"`
+}
+
+// What the generator writes for unique=payload,unique_window=1h.
+var syncSpec = &taskspec.Spec[sync]{
+	Kind:            "sync",
+	Defaults:        runtime.EnqueueOptions{UniqueWindow: time.Hour},
+	UniqueByPayload: true,
+}
+
+// A task unique by payload: the same value gets the same job, another value
+// a job of its own; WithUniqueKey overrides the digest.
+func TestUniqueByPayload(t *testing.T) {
+	t.Parallel()
+	pool := pgtasktest.NewPool(t)
+	ctx := context.Background()
+	enq := func(s sync, opts ...runtime.EnqueueOption) runtime.JobID {
+		t.Helper()
+		id, err := taskspec.Enqueue(ctx, pool, syncSpec, s, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	a1, a2, b := enq(sync{"a"}), enq(sync{"a"}), enq(sync{"b"})
+	if a1 != a2 || a1 == b {
+		t.Fatalf("ids %d, %d for the same payload and %d for another; want the first two equal", a1, a2, b)
+	}
+	if own := enq(sync{"a"}, runtime.WithUniqueKey("mine")); own == a1 || enq(sync{"c"}, runtime.WithUniqueKey("mine")) != own {
+		t.Fatal("WithUniqueKey did not override the payload's digest")
+	}
+	info, err := runtime.GetJob(ctx, pool, a1)
+	if err != nil || !strings.HasPrefix(info.UniqueKey, "sync:payload:") {
+		t.Fatalf("unique key %q, %v", info.UniqueKey, err)
 	}
 }

@@ -69,12 +69,25 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	if s.FailBlocksGroup {
 		defaults = append(defaults, field("FailBlocksGroup", jen.True()))
 	}
+	if s.UniqueWindow != 0 {
+		defaults = append(defaults, field("UniqueWindow", duration(s.UniqueWindow)))
+	}
+	if len(s.UniqueStatuses) > 0 {
+		var statuses []jen.Code
+		for _, st := range s.UniqueStatuses {
+			statuses = append(statuses, rt("Status"+strings.ToUpper(string(st[:1]))+string(st[1:])))
+		}
+		defaults = append(defaults, field("UniqueStatuses", jen.Index().Add(rt("Status")).Values(statuses...)))
+	}
 	fields := []jen.Code{field("Kind", jen.Id(kindConst))}
 	if len(defaults) > 0 {
 		fields = append(fields, field("Defaults", rt("EnqueueOptions").Values(multiline(defaults)...)))
 	}
 	if s.Timeout != 0 {
 		fields = append(fields, field("Timeout", duration(s.Timeout)))
+	}
+	if s.Unique {
+		fields = append(fields, field("UniqueByPayload", jen.True()))
 	}
 	switch s.Mode {
 	case "held":

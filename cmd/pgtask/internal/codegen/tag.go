@@ -24,6 +24,11 @@ type settings struct {
 	BackoffMax      time.Duration
 	FailBlocksGroup bool
 	Mode            string // "held", "lease", or empty for either
+	// Unique jobs: by the whole payload, within a window, holding the key
+	// in these finished statuses too.
+	Unique         bool
+	UniqueWindow   time.Duration
+	UniqueStatuses []runtime.Status
 }
 
 var validKind = regexp.MustCompile(`^[a-zA-Z0-9_.:/-]+$`)
@@ -68,11 +73,14 @@ func parseTaskTag(tag, typeName string) (settings, error) {
 			return s, fmt.Errorf("option %s=%s: %w", key, value, err)
 		}
 	}
+	if !s.Unique && (seen["unique_window"] || seen["unique_statuses"]) {
+		return s, fmt.Errorf("options unique_window and unique_statuses need unique=payload")
+	}
 	return s, nil
 }
 
 // options lists the tag's options for the "unknown option" message.
-const options = "queue, max_attempts, priority, timeout, backoff, on_fail, mode"
+const options = "queue, max_attempts, priority, timeout, backoff, on_fail, mode, unique, unique_window, unique_statuses"
 
 func (s *settings) set(key, value string) error {
 	switch key {
@@ -135,6 +143,26 @@ func (s *settings) set(key, value string) error {
 			s.Mode = value
 		default:
 			return fmt.Errorf("want held (each job in a transaction that holds its lock) or lease (handlers without a connection, under a lease)")
+		}
+	case "unique":
+		if value != "payload" {
+			return fmt.Errorf("want payload (a job is unique by its whole payload)")
+		}
+		s.Unique = true
+	case "unique_window":
+		d, err := positiveDuration(value)
+		if err != nil {
+			return err
+		}
+		s.UniqueWindow = d
+	case "unique_statuses":
+		for _, v := range strings.Split(value, "+") {
+			switch st := runtime.Status(v); st {
+			case runtime.StatusSucceeded, runtime.StatusFailed, runtime.StatusCancelled:
+				s.UniqueStatuses = append(s.UniqueStatuses, st)
+			default:
+				return fmt.Errorf("want finished statuses joined by +, such as succeeded+failed (unfinished jobs always hold their key)")
+			}
 		}
 	default:
 		return fmt.Errorf("unknown option (known: %s)", options)

@@ -53,3 +53,15 @@ type LongQueue struct {
 type BadMode struct {
 	runtime.Task `task:"k,mode=async"`
 }
+
+type BadUnique struct {
+	runtime.Task `task:"bad_unique,unique=fields"`
+}
+
+type WindowAlone struct {
+	runtime.Task `task:"window_alone,unique_window=5m"`
+}
+
+type UnfinishedStatus struct {
+	runtime.Task `task:"unfinished_status,unique=payload,unique_statuses=succeeded+queued"`
+}

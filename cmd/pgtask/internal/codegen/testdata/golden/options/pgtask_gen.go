@@ -164,6 +164,40 @@ func HandleShard(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Jo
 	return taskspec.Handle(w, shardSpec, fn)
 }
 
+// SyncKind is the kind of Sync jobs, as stored in the jobs table.
+const SyncKind = "sync"
+
+// syncSpec holds Sync's settings from its task tag.
+var syncSpec = &taskspec.Spec[Sync]{
+	Kind: SyncKind,
+	Defaults: runtime.EnqueueOptions{
+		UniqueWindow:   time.Hour,
+		UniqueStatuses: []runtime.Status{runtime.StatusSucceeded, runtime.StatusFailed},
+	},
+	UniqueByPayload: true,
+}
+
+// EnqueueSync validates t and inserts it as a job of kind "sync" on queue
+// "default". db may be a pool, a connection or a transaction: in a transaction
+// the job exists only if it commits. opts override the declared settings.
+func EnqueueSync(ctx context.Context, db runtime.DB, t Sync, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
+	return taskspec.Enqueue(ctx, db, syncSpec, t, opts...)
+}
+
+// EnqueueSyncMany validates every element of ts and inserts them all in one
+// statement, or none if any is invalid. Ids are returned in the order of ts,
+// and jobs of one group run in that order.
+func EnqueueSyncMany(ctx context.Context, db runtime.DB, ts []Sync, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
+	return taskspec.EnqueueMany(ctx, db, syncSpec, ts, opts...)
+}
+
+// HandleSync registers fn as the handler of "sync" jobs on w. fn runs in the
+// job's transaction (job.Tx()): its writes there commit if and only if it
+// returns nil.
+func HandleSync(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Sync) error) error {
+	return taskspec.Handle(w, syncSpec, fn)
+}
+
 // TransferKind is the kind of Transfer jobs, as stored in the jobs table.
 const TransferKind = "transfer"
 

@@ -44,3 +44,10 @@ type Shard struct {
 }
 
 var _ fmt.Stringer = Region{}
+
+// Sync is unique by its payload for an hour, successes and failures
+// included.
+type Sync struct {
+	runtime.Task `task:"sync,unique=payload,unique_window=1h,unique_statuses=succeeded+failed"`
+	Account      string `json:"account"`
+}
