@@ -116,6 +116,7 @@ type PgtaskJob struct {
 	StaleOutcomes   int32           `db:"stale_outcomes"`
 	UniqueKey       *string         `db:"unique_key"`
 	UniqueStatuses  *string         `db:"unique_statuses"`
+	UniqueUntil     *time.Time      `db:"unique_until"`
 }
 
 type PgtaskLeader struct {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/pgtask/pgtask/gen"
@@ -50,8 +51,18 @@ const (
 )
 
 // IsLeader reports whether this worker is the one performing the
-// database's cluster-wide duties now.
-func (w *Worker) IsLeader() bool { return w.leader.Load() }
+// database's cluster-wide duties now: it was elected, and its term, as
+// counted from before it asked, has not run out.
+func (w *Worker) IsLeader() bool {
+	until := w.leaderUntil.Load()
+	return until != nil && time.Now().Before(*until)
+}
+
+// term is how long a leader's term lasts: leaderTerm, or three election
+// periods if longer, so that a leader renews its term well before it ends.
+func (w *Worker) term() time.Duration {
+	return max(leaderTerm, 3*electEveryTicks*w.cfg.MaintenanceInterval)
+}
 
 // leadership is the leader's side of the maintenance loop, which runs it on
 // the same connection between its own rounds: a worker uses one connection
@@ -73,9 +84,19 @@ type leadership struct {
 func (l *leadership) step(ctx context.Context) {
 	w := l.w
 	if l.ticks%electEveryTicks == 0 {
+		// The term is counted from before the request, and less a margin,
+		// so that this worker stops counting itself leader before the
+		// database lets another take over.
+		asked := time.Now()
 		elected, err := w.elect(ctx, l.q)
 		if err != nil && ctx.Err() == nil {
 			w.log.Warn("pgtask: leader election failed; will retry", "error", err)
+		}
+		if elected {
+			until := asked.Add(w.term() * 9 / 10)
+			w.leaderUntil.Store(&until)
+		} else {
+			w.leaderUntil.Store(nil)
 		}
 		if was := w.leader.Swap(elected); was != elected {
 			if elected {
@@ -89,7 +110,7 @@ func (l *leadership) step(ctx context.Context) {
 		}
 	}
 	l.ticks++
-	if w.leader.Load() && (l.backlog || !time.Now().Before(l.retainAt)) {
+	if w.IsLeader() && (l.backlog || !time.Now().Before(l.retainAt)) {
 		l.backlog = w.retainBatch(ctx, l.q)
 		if !l.backlog {
 			l.retainAt = time.Now().Add(w.cfg.Retention.Interval)
@@ -100,6 +121,7 @@ func (l *leadership) step(ctx context.Context) {
 // resign gives up the leadership when the worker stops, so that another
 // takes it at once.
 func (l *leadership) resign(ctx context.Context) {
+	l.w.leaderUntil.Store(nil)
 	if !l.w.leader.Swap(false) {
 		return
 	}
@@ -113,7 +135,7 @@ func (l *leadership) resign(ctx context.Context) {
 func (w *Worker) elect(ctx context.Context, q *gen.Queries) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, bookkeeping)
 	defer cancel()
-	return q.Elect(ctx, gen.ElectParams{Duty: leaderDuty, WorkerID: w.id, TermMs: int32(leaderTerm.Milliseconds())})
+	return q.Elect(ctx, gen.ElectParams{Duty: leaderDuty, WorkerID: w.id, TermMs: int32(min(w.term().Milliseconds(), math.MaxInt32))})
 }
 
 // retainBatch deletes one batch of each status's finished jobs past their

@@ -65,9 +65,6 @@ func (w *Worker) maintainOnce(ctx context.Context, q *gen.Queries) error {
 	if len(rescued) > 0 {
 		w.log.Warn("pgtask: requeued jobs whose worker died mid-attempt", "jobs", rescued)
 	}
-	if err := w.rescueOwnOrphans(ctx); err != nil {
-		return err
-	}
 	expired, err := q.ExpireLeases(ctx, gen.ExpireLeasesParams{Max: maintainBatch, WorkerID: w.id})
 	if err != nil {
 		return err
@@ -78,7 +75,7 @@ func (w *Worker) maintainOnce(ctx context.Context, q *gen.Queries) error {
 	if _, err := q.AdvanceFinishedGroups(ctx, maintainBatch); err != nil {
 		return err
 	}
-	return nil
+	return w.rescueOwnOrphans(ctx)
 }
 
 // claimTokens is a set of claim tokens, safe for concurrent use.

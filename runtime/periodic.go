@@ -21,8 +21,11 @@ type PeriodicJob struct {
 	Name string
 	// Schedule is a cron expression: five fields ("*/5 * * * *",
 	// "0 3 * * MON-FRI"), a descriptor ("@hourly", "@daily"), or an
-	// interval ("@every 90s"; ticks are noticed within a second, so a finer
-	// one is not kept). A "CRON_TZ=Europe/Berlin " prefix sets its time zone.
+	// interval ("@every 90s", ticking at whole multiples of it from a fixed
+	// instant, the same for every worker; ticks are noticed within a second,
+	// so a finer one is not kept). A "CRON_TZ=Europe/Berlin " prefix sets its time zone. Around a
+	// change of clocks a time of day the change skips has no tick, and one
+	// it repeats has two.
 	Schedule string
 	// Location is the time zone the schedule is read in, unless it names
 	// one itself. Default UTC.
@@ -90,8 +93,14 @@ func (w *Worker) RegisterPeriodic(p PeriodicJob) error {
 	if err != nil {
 		return fmt.Errorf("register periodic job %s: schedule %q: %w", p.Name, p.Schedule, err)
 	}
+	if c, ok := schedule.(cron.ConstantDelaySchedule); ok {
+		schedule = every{c.Delay}
+	}
 	if p.Location == nil {
 		p.Location = time.UTC
+	}
+	if first := schedule.Next(time.Now().In(p.Location)); first.IsZero() {
+		return fmt.Errorf("register periodic job %s: schedule %q never fires", p.Name, p.Schedule)
 	}
 	if w.started.Load() {
 		return fmt.Errorf("register periodic job %s: the worker is running already", p.Name)
@@ -136,8 +145,12 @@ func (w *Worker) schedulePeriodic(ctx context.Context) {
 	}
 	since := w.periodicSince
 	w.mu.Unlock()
-	for i, p := range jobs {
-		last, now := rows[i].LastTick, rows[i].Now
+	byName := make(map[string]gen.LastPeriodicTicksRow, len(rows))
+	for _, r := range rows {
+		byName[r.Name] = r
+	}
+	for _, p := range jobs {
+		last, now := byName[p.Name].LastTick, byName[p.Name].Now
 		after := last
 		if last.Equal(time.Unix(0, 0)) {
 			after = since
@@ -156,28 +169,30 @@ func (w *Worker) schedulePeriodic(ctx context.Context) {
 // due returns the ticks after after and up to now to enqueue, oldest first,
 // as the job's Missed policy says.
 func (p *periodic) due(after, now time.Time) []time.Time {
+	after = after.In(p.Location)
 	if p.Missed != MissedRunAll {
-		// Only the latest tick counts: look back no further than twice the
-		// longest gap between the schedule's next few ticks, so that a long
-		// outage costs no walk over every tick it missed.
-		var gap time.Duration
-		t := p.schedule.Next(now.In(p.Location))
-		for range 8 {
-			next := p.schedule.Next(t)
-			if next.IsZero() || t.IsZero() {
+		// Only the latest tick counts: find a recent start with a tick
+		// between it and now, looking back twice as far each time, so that
+		// a long outage costs no walk over every tick it missed.
+		for back := time.Minute; ; back *= 2 {
+			start := now.Add(-back).In(p.Location)
+			if !start.After(after) {
 				break
 			}
-			gap, t = max(gap, next.Sub(t)), next
-		}
-		if back := now.Add(-2 * gap); gap > 0 && after.Before(back) {
-			after = back
+			if t := p.schedule.Next(start); !t.IsZero() && !t.After(now) {
+				after = start
+				break
+			}
 		}
 	}
 	var ticks []time.Time
-	for t := p.schedule.Next(after.In(p.Location)); !t.IsZero() && !t.After(now); t = p.schedule.Next(t) {
+	for t := p.schedule.Next(after); !t.IsZero() && !t.After(now); t = p.schedule.Next(t) {
 		ticks = append(ticks, t)
 		if len(ticks) == maxMissedTicks {
-			break
+			if p.Missed == MissedRunAll {
+				break
+			}
+			ticks = ticks[len(ticks)-1:] // only the latest counts
 		}
 	}
 	if len(ticks) == 0 || p.Missed == MissedRunAll {
@@ -188,6 +203,15 @@ func (p *periodic) due(after, now time.Time) []time.Time {
 		return nil
 	}
 	return []time.Time{latest}
+}
+
+// every is an @every schedule whose ticks are whole multiples of its
+// interval since Go's zero time, so that every worker finds the same ones
+// whenever it started.
+type every struct{ d time.Duration }
+
+func (e every) Next(t time.Time) time.Time {
+	return t.Truncate(e.d).Add(e.d).In(t.Location())
 }
 
 // enqueueTick records tick and enqueues its job in one transaction; a tick

@@ -237,8 +237,10 @@ type Worker struct {
 	// still run: maintenance rescues the worker's own jobs with a dead
 	// session only when their claim is not among them (rescueOwnOrphans).
 	claims claimTokens
-	// leader: the worker is the leader now (see lead).
-	leader atomic.Bool
+	// leader: the worker was elected at its last election, and leaderUntil
+	// when it stops counting itself leader (see leadership).
+	leader      atomic.Bool
+	leaderUntil atomic.Pointer[time.Time]
 	// periodic are the registered periodic jobs (RegisterPeriodic), and
 	// periodicSince when this worker first scheduled them.
 	periodic      []*periodic

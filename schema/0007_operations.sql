@@ -39,17 +39,33 @@ CREATE TABLE pgtask.periodic_ticks (
 -- in which the job holds its key: always the unfinished ones, and those of
 -- the finished ones the caller chose. The unique index holds a job only
 -- while its status is one of them, so a job that leaves them frees its key.
+-- unique_until is the end of a windowed key's window: until then retention
+-- leaves a finished job that holds its key.
+--
+-- The constraint is NOT VALID: the new column is empty, and validating it
+-- would scan the table under the migration's lock.
 ALTER TABLE pgtask.jobs
     ADD COLUMN unique_key text COLLATE "C",
     ADD COLUMN unique_statuses pgtask.job_status[],
-    ADD CONSTRAINT jobs_unique_key_bounded CHECK (octet_length(unique_key) <= 1200);
+    ADD COLUMN unique_until timestamptz,
+    ADD CONSTRAINT jobs_unique_key_bounded CHECK (octet_length(unique_key) <= 1300) NOT VALID;
 
 CREATE UNIQUE INDEX jobs_unique ON pgtask.jobs (unique_key)
     WHERE status = ANY (unique_statuses);
 
--- The advisory lock class of unique keys ('pgtu'): an enqueue of a unique
--- job holds (class, hash of its key) until it commits, so that concurrent
--- enqueues of one key find each other's job rather than the index's error.
+-- The advisory lock class of unique keys and periodic ticks ('pgtu'): an
+-- enqueue of a new unique job holds (class, hash of its key) until it
+-- commits, so that concurrent enqueues of one key find each other's job
+-- rather than the index's error; taking a periodic job's tick holds (class,
+-- hash of its name).
+--
+-- The advisory lock class of paused queues ('pgtp'): a claim holds (class,
+-- hash of its queue) shared until it commits, and pausing the queue takes
+-- it exclusively, so a pause waits for the claims already past its check.
 CREATE FUNCTION pgtask.unique_lock_class() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT 1885828213 $$;
+
+CREATE FUNCTION pgtask.pause_lock_class() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT 1885828208 $$;

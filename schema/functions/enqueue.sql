@@ -71,10 +71,13 @@ $$;
 -- Unique jobs (p_unique_keys, one per job, NULL or empty for none; p_unique_windows_us
 -- and p_unique_statuses, a comma-separated list of statuses, per set of
 -- settings): a job's key is its kind and its key, and, with a window, the
--- window of that length it is enqueued in (by the database's clock). Each key
--- is locked (advisory, until commit); a job whose key a job holds already (its
--- status is one of that job's unique_statuses), or an earlier job of the
--- batch has, is not inserted: its id is that job's, and job_existed says so.
+-- window of that length its transaction began in (by the database's clock).
+-- A job whose key a job holds already (its status is one of that job's
+-- unique_statuses), or an earlier job of the batch has, is not inserted: its
+-- id is that job's, and job_existed says so. A key no committed job holds is
+-- locked (advisory, until commit) before it is inserted, so that a
+-- concurrent enqueue of it waits and then finds this one's job; at most
+-- 1000 such keys per batch.
 CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs_v2(
     p_payloads jsonb[], p_settings integer[], p_groups integer[],
     p_kinds text[], p_queues text[], p_priorities smallint[], p_max_attempts integer[],
@@ -147,22 +150,37 @@ BEGIN
            OR coalesce(cardinality(p_unique_statuses), 0) <> ns THEN
             RAISE EXCEPTION 'pgtask.enqueue_jobs_v2: the unique arrays differ in length';
         END IF;
+        -- The full key: the kind, length-prefixed, the window if any (its
+        -- length and number), then the caller's key; no two differ in one
+        -- part and agree in the whole.
         SELECT array_agg(CASE WHEN u.k IS NULL OR u.k = '' THEN NULL
-                              ELSE p_kinds[u.o] || ':' || u.k
+                              ELSE length(p_kinds[u.o]) || ':' || p_kinds[u.o] || ':'
                                    || CASE WHEN p_unique_windows_us[u.o] > 0
-                                           THEN '@' || floor(extract(epoch FROM now()) * 1e6 / p_unique_windows_us[u.o])::bigint
-                                           ELSE '' END END ORDER BY u.i)
+                                           THEN p_unique_windows_us[u.o] || '@'
+                                                || floor(extract(epoch FROM now()) * 1e6 / p_unique_windows_us[u.o])::bigint
+                                           ELSE '' END
+                                   || ':' || u.k END ORDER BY u.i)
           INTO keys
           FROM unnest(p_unique_keys, p_settings) WITH ORDINALITY AS u(k, o, i);
+        -- Keys a committed job holds need no lock. The others are locked, in
+        -- order, then looked for again: a job committed meanwhile by an
+        -- enqueue that held the lock is found now.
+        SELECT array_agg(h.id ORDER BY u.i) INTO holders
+          FROM unnest(keys) WITH ORDINALITY AS u(k, i)
+          LEFT JOIN pgtask.jobs h ON h.unique_key = u.k AND h.status = ANY (h.unique_statuses);
+        IF (SELECT count(DISTINCT u.k) FROM unnest(keys, holders) AS u(k, h) WHERE u.k IS NOT NULL AND u.h IS NULL) > 1000 THEN
+            RAISE EXCEPTION 'pgtask.enqueue_jobs_v2: more than 1000 new unique keys in one batch; split it'
+                USING ERRCODE = 'program_limit_exceeded';
+        END IF;
         PERFORM pg_advisory_xact_lock(pgtask.unique_lock_class(), hashtext(d.k))
-           FROM (SELECT DISTINCT k FROM unnest(keys) AS k WHERE k IS NOT NULL ORDER BY k) d;
-        SELECT array_agg((SELECT j.id FROM pgtask.jobs j
-                           WHERE j.unique_key = u.k AND j.status = ANY (j.unique_statuses)) ORDER BY u.i),
-               array_agg(CASE WHEN u.k IS NULL THEN u.i::integer
-                              ELSE (SELECT min(v.i)::integer FROM unnest(keys) WITH ORDINALITY AS v(k, i) WHERE v.k = u.k) END
-                         ORDER BY u.i)
-          INTO holders, firsts_of
-          FROM unnest(keys) WITH ORDINALITY AS u(k, i);
+           FROM (SELECT DISTINCT u.k FROM unnest(keys, holders) AS u(k, h)
+                  WHERE u.k IS NOT NULL AND u.h IS NULL ORDER BY u.k) d;
+        SELECT array_agg(coalesce(u.h, h.id) ORDER BY u.i) INTO holders
+          FROM unnest(keys, holders) WITH ORDINALITY AS u(k, h, i)
+          LEFT JOIN pgtask.jobs h ON u.h IS NULL AND h.unique_key = u.k AND h.status = ANY (h.unique_statuses);
+        SELECT array_agg(f.first_i ORDER BY f.i) INTO firsts_of
+          FROM (SELECT u.i, CASE WHEN u.k IS NULL THEN u.i ELSE min(u.i) OVER (PARTITION BY u.k) END::integer AS first_i
+                  FROM unnest(keys) WITH ORDINALITY AS u(k, i)) f;
         SELECT array_agg(holders[i] IS NULL AND firsts_of[i] = i ORDER BY i) INTO keep FROM generate_series(1, n) i;
         IF false = ANY (keep) THEN
             -- Insert the others, then answer for every job.
@@ -184,9 +202,10 @@ BEGIN
                     p_unique_windows_us, p_unique_statuses) e;
             END IF;
             RETURN QUERY
-                SELECT array_agg(coalesce(holders[i], inserted[array_position(kept, firsts_of[i])]) ORDER BY i),
-                       array_agg(NOT keep[i] ORDER BY i)
-                  FROM generate_series(1, n) i;
+                SELECT array_agg(coalesce(r.h, inserted[r.pos]) ORDER BY r.i), array_agg(NOT keep[r.i] ORDER BY r.i)
+                  FROM (SELECT u.i, u.h, k.o AS pos
+                          FROM unnest(holders, firsts_of) WITH ORDINALITY AS u(h, f, i)
+                          LEFT JOIN unnest(kept) WITH ORDINALITY AS k(j, o) ON k.j = u.f) r;
             RETURN;
         END IF;
     END IF;
@@ -233,7 +252,7 @@ BEGIN
     -- with it; the probe runs only then. (A subscript of 0 is NULL.)
     INSERT INTO pgtask.jobs (
         id, queue, kind, group_key, group_id, is_head, status, priority, payload,
-        max_attempts, fail_blocks_group, run_after, unique_key, unique_statuses
+        max_attempts, fail_blocks_group, run_after, unique_key, unique_statuses, unique_until
     )
     SELECT t.id, t.q, p_kinds[t.o], p_group_keys[t.g], gids[t.g],
            t.g = 0 OR (created AND EXISTS (
@@ -242,7 +261,10 @@ BEGIN
            CASE WHEN t.run_after > now() THEN 'scheduled'::pgtask.job_status
                 ELSE 'queued'::pgtask.job_status END,
            p_priorities[t.o], t.payload, p_max_attempts[t.o], p_fail_blocks_group[t.o], t.run_after,
-           keys[t.i], CASE WHEN keys[t.i] IS NOT NULL THEN string_to_array(p_unique_statuses[t.o], ',')::pgtask.job_status[] END
+           keys[t.i], CASE WHEN keys[t.i] IS NOT NULL THEN string_to_array(p_unique_statuses[t.o], ',')::pgtask.job_status[] END,
+           CASE WHEN keys[t.i] IS NOT NULL AND p_unique_windows_us[t.o] > 0
+                THEN to_timestamp((floor(extract(epoch FROM now()) * 1e6 / p_unique_windows_us[t.o]) + 1)
+                                  * p_unique_windows_us[t.o] / 1e6) END
       FROM (SELECT u.id, u.i, u.o, u.g, u.payload, p_queues[u.o] AS q, starts[u.o] AS run_after
               -- unnest in the select list zips the arrays without
               -- materialising them as a table function would.

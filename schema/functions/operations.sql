@@ -42,14 +42,21 @@ LANGUAGE sql AS $$
     SELECT EXISTS (SELECT 1 FROM gone);
 $$;
 
--- Pauses a queue: claims take nothing from it until it is resumed. Reports
--- whether it was running.
+-- Pauses a queue: claims take nothing from it until it is resumed, and
+-- none that began before is still running when this returns (it waits for
+-- them). Reports whether it was running.
 CREATE OR REPLACE FUNCTION pgtask.pause_queue(p_queue text) RETURNS boolean
-LANGUAGE sql AS $$
-    WITH paused AS (
-        INSERT INTO pgtask.paused_queues (queue) VALUES (p_queue) ON CONFLICT DO NOTHING RETURNING 1
-    )
-    SELECT EXISTS (SELECT 1 FROM paused);
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pgtask.paused_queues (queue) VALUES (p_queue) ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- Wait for the claims that checked before this pause to commit: a claim
+    -- holds the queue's pause lock shared until it does.
+    PERFORM pg_advisory_xact_lock(pgtask.pause_lock_class(), hashtext(p_queue));
+    RETURN true;
+END;
 $$;
 
 -- Resumes a paused queue and wakes its workers. Reports whether it was
@@ -70,12 +77,16 @@ $$;
 -- finished more than p_older_than_ms ago, oldest first, and returns how
 -- many. A job that is still its group's head (a failure that blocks its
 -- group, or a finished head whose group has yet to move on) is kept: its
--- group needs it. Rows locked by someone else are left for the next round.
+-- group needs it; so is a job that holds its unique key (in a status its
+-- key is held in, until its window ends). Rows locked by someone else are
+-- left for the next round. The cutoff is computed first, so that the index
+-- of finished jobs finds exactly those due.
 CREATE OR REPLACE FUNCTION pgtask.delete_finished_jobs(p_status pgtask.job_status, p_older_than_ms bigint, p_limit integer)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     deleted integer;
+    cutoff timestamptz := clock_timestamp() - p_older_than_ms * interval '1 millisecond';
 BEGIN
     IF p_status NOT IN ('succeeded', 'failed', 'cancelled') THEN
         RAISE EXCEPTION 'pgtask: retention deletes finished jobs only, not % ones', p_status
@@ -83,11 +94,13 @@ BEGIN
     END IF;
     WITH doomed AS (
         SELECT j.id FROM pgtask.jobs j
-         WHERE j.status = p_status
-           AND j.finished_at < clock_timestamp() - p_older_than_ms * interval '1 millisecond'
+         WHERE j.status IN ('succeeded', 'failed', 'cancelled') AND j.status = p_status
+           AND j.finished_at < cutoff
            AND (j.group_key IS NULL OR NOT EXISTS (
                SELECT 1 FROM pgtask.queue_groups g
                 WHERE g.queue = j.queue AND g.group_key = j.group_key AND g.head_id = j.id))
+           AND NOT (j.unique_key IS NOT NULL AND j.status = ANY (j.unique_statuses)
+                    AND (j.unique_until IS NULL OR j.unique_until > clock_timestamp()))
          ORDER BY j.finished_at
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
@@ -100,17 +113,19 @@ $$;
 
 -- Claims tick p_tick_at of periodic job p_name for the caller's transaction,
 -- which then enqueues its job, and forgets that job's ticks older than
--- p_keep_after. Reports false when the tick is taken already (another
--- worker enqueued it, or is doing so and commits).
+-- p_keep_after. Reports false when the tick is taken already, or is no
+-- later than the latest tick taken (which may have forgotten it): another
+-- worker enqueued it, or passed it by. Takes of one job's ticks wait for
+-- each other.
 CREATE OR REPLACE FUNCTION pgtask.take_periodic_tick(p_name text, p_tick_at timestamptz, p_keep_after timestamptz)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO pgtask.periodic_ticks (name, tick_at) VALUES (p_name, p_tick_at)
-    ON CONFLICT DO NOTHING;
-    IF NOT FOUND THEN
+    PERFORM pg_advisory_xact_lock(pgtask.unique_lock_class(), hashtext('periodic:' || p_name));
+    IF EXISTS (SELECT 1 FROM pgtask.periodic_ticks WHERE name = p_name AND tick_at >= p_tick_at) THEN
         RETURN false;
     END IF;
+    INSERT INTO pgtask.periodic_ticks (name, tick_at) VALUES (p_name, p_tick_at);
     DELETE FROM pgtask.periodic_ticks WHERE name = p_name AND tick_at < p_keep_after;
     RETURN true;
 END;

@@ -120,6 +120,7 @@ DECLARE
     n integer;
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
+    PERFORM pg_advisory_xact_lock_shared(pgtask.pause_lock_class(), hashtext(p_queue));
     IF EXISTS (SELECT 1 FROM pgtask.paused_queues q WHERE q.queue = p_queue) THEN
         RETURN;
     END IF;
@@ -475,6 +476,7 @@ DECLARE
     picked bigint[];
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
+    PERFORM pg_advisory_xact_lock_shared(pgtask.pause_lock_class(), hashtext(p_queue));
     IF EXISTS (SELECT 1 FROM pgtask.paused_queues q WHERE q.queue = p_queue) THEN
         RETURN;
     END IF;
