@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -87,8 +88,8 @@ func TestPauseStopsEveryWorkersClaims(t *testing.T) {
 }
 
 // Retention deletes finished jobs past their status's age, keeps those of
-// a status set to KeepForever, and never a failure that blocks its group,
-// whose next job stays behind it.
+// a status set to KeepForever, a job that still holds its unique key, and
+// never a failure that blocks its group, whose next job stays behind it.
 func TestRetentionDeletesFinishedJobsPastTheirAge(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -104,11 +105,12 @@ func TestRetentionDeletesFinishedJobsPastTheirAge(t *testing.T) {
 	oldFail := enqueue(t, b.pool, "fail", map[string]int{})
 	blocking := enqueue(t, b.pool, "fail", map[string]int{}, runtime.WithGroup("g"), runtime.WithFailBlocksGroup(true))
 	behind := enqueue(t, b.pool, "ok", map[string]int{}, runtime.WithGroup("g"))
+	holder := enqueue(t, b.pool, "ok", map[string]int{}, runtime.WithUniqueKey("u"), runtime.WithUniqueStatuses(runtime.StatusSucceeded))
 	oldCancelled := enqueue(t, b.pool, "ok", map[string]int{}, runtime.WithQueue("unserved"))
 	if ok, err := runtime.CancelJob(ctx, b.pool, oldCancelled); err != nil || !ok {
 		t.Fatalf("cancel: %v, %v", ok, err)
 	}
-	for _, id := range []runtime.JobID{oldOK, newOK} {
+	for _, id := range []runtime.JobID{oldOK, newOK, holder} {
 		b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	}
 	for _, id := range []runtime.JobID{oldFail, blocking} {
@@ -116,7 +118,7 @@ func TestRetentionDeletesFinishedJobsPastTheirAge(t *testing.T) {
 	}
 	stop()
 	for id, age := range map[runtime.JobID]time.Duration{
-		oldOK: 2 * time.Hour, newOK: 10 * time.Minute, oldFail: 2 * time.Hour, blocking: 2 * time.Hour, oldCancelled: 30 * 24 * time.Hour,
+		oldOK: 2 * time.Hour, newOK: 10 * time.Minute, holder: 2 * time.Hour, oldFail: 2 * time.Hour, blocking: 2 * time.Hour, oldCancelled: 30 * 24 * time.Hour,
 	} {
 		if err := b.q.BackdateFinished(ctx, testdb.BackdateFinishedParams{ID: int64(id), AgeSeconds: age.Seconds()}); err != nil {
 			t.Fatal(err)
@@ -138,7 +140,7 @@ func TestRetentionDeletesFinishedJobsPastTheirAge(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	for _, id := range []runtime.JobID{newOK, blocking, behind, oldCancelled} {
+	for _, id := range []runtime.JobID{newOK, blocking, behind, oldCancelled, holder} {
 		if _, err := runtime.GetJob(ctx, b.pool, id); err != nil {
 			t.Errorf("job %d: %v; want it kept", id, err)
 		}
@@ -212,5 +214,44 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 			t.Fatalf("waited %s for %s", timeout, what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// PauseQueue waits for a claim that checked before the pause to commit, so
+// that none is still taking jobs when it returns.
+func TestPauseWaitsForClaimsInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	enqueue(t, b.pool, "k", map[string]int{})
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	rows, err := gen.New(tx).ClaimJobs(ctx, gen.ClaimJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: 1})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("claim: %v, %v", rows, err)
+	}
+	paused := make(chan error, 1)
+	go func() {
+		_, err := runtime.PauseQueue(ctx, b.pool, runtime.DefaultQueue)
+		paused <- err
+	}()
+	select {
+	case err := <-paused:
+		t.Fatalf("PauseQueue returned (%v) while a claim that began before it was open", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-paused:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("PauseQueue still waiting after the claim committed")
 	}
 }

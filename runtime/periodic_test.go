@@ -175,3 +175,27 @@ func TestRegisterPeriodicRefusesBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A tick no later than the latest taken is refused, even once the latest
+// take forgot it: a scheduler that stalled with an old view cannot enqueue
+// it again.
+func TestPeriodicTickBehindTheLatestIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	take := func(tick, keepAfter time.Time) bool {
+		t.Helper()
+		taken, err := b.gen.TakePeriodicTick(ctx, gen.TakePeriodicTickParams{Name: "p", TickAt: tick, KeepAfter: keepAfter})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return taken
+	}
+	if !take(t0, t0) || !take(t0.Add(time.Minute), t0) || !take(t0.Add(2*time.Minute), t0.Add(time.Minute)) {
+		t.Fatal("ticks in order were refused")
+	}
+	if take(t0, t0) || take(t0.Add(time.Minute), t0) {
+		t.Fatal("a tick behind the latest was taken again")
+	}
+}

@@ -112,6 +112,11 @@ func TestUniqueKeyIsHeldWhileTheJobIsUnfinished(t *testing.T) {
 	if first[0].Existed || !first[1].Existed || first[1].ID != first[0].ID || first[2].Existed || first[2].ID == first[0].ID {
 		t.Fatalf("batch results %+v: want the second to be the first, the other kind's apart", first)
 	}
+	// Kinds and keys may hold the separator: no two pairs share a key.
+	split, err := runtime.EnqueueResults(ctx, b.pool, []runtime.EnqueueRequest{uniqueReq("a:b", "c"), uniqueReq("a", "b:c")})
+	if err != nil || split[0].Existed || split[1].Existed {
+		t.Fatalf("kind a:b key c and kind a key b:c: %+v, %v; want two jobs", split, err)
+	}
 	res, err := runtime.EnqueueResults(ctx, b.pool, []runtime.EnqueueRequest{
 		uniqueReq("k", "x", runtime.WithGroup("h")),
 		{Kind: "k", Payload: json.RawMessage(`{}`), EnqueueOptions: runtime.EnqueueOptions{Group: "h"}},
@@ -159,10 +164,12 @@ func TestUniqueWindowAndStatuses(t *testing.T) {
 		runtime.Registration{Kind: "bad", Handler: func(context.Context, *runtime.Job) error { return runtime.NoRetry(errors.New("no")) }})
 	defer stop()
 
-	hour := enqueueOne(uniqueReq("ok", "daily", runtime.WithUniqueWindow(time.Hour)))
-	b.waitStatus(t, hour.ID, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
-	if r := enqueueOne(uniqueReq("ok", "daily", runtime.WithUniqueWindow(time.Hour))); !r.Existed || r.ID != hour.ID {
-		t.Fatalf("within the window, after success: %+v, want job %d", r, hour.ID)
+	// A window of 1,000 hours: the two enqueues fall in one.
+	long := runtime.WithUniqueWindow(1000 * time.Hour)
+	held := enqueueOne(uniqueReq("ok", "daily", long))
+	b.waitStatus(t, held.ID, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	if r := enqueueOne(uniqueReq("ok", "daily", long)); !r.Existed || r.ID != held.ID {
+		t.Fatalf("within the window, after success: %+v, want job %d", r, held.ID)
 	}
 	short := enqueueOne(uniqueReq("ok", "brief", runtime.WithUniqueWindow(200*time.Millisecond)))
 	time.Sleep(250 * time.Millisecond)

@@ -42,9 +42,9 @@ func Enqueued[T any](t testing.TB, db runtime.DB, kind string) []WaitingJob[T] {
 }
 
 // RequireEnqueued fails the test unless a job of kind waiting to run has
-// a payload equal to want (compared decoded, field by field), and returns
-// that job. RequireEnqueued(t, db, tasks.SendEmailKind,
-// tasks.SendEmail{To: "a@example.com"}).
+// a payload equal to want (compared decoded, every field: give the whole
+// value), and returns that job. To check some fields only, filter
+// Enqueued's jobs.
 func RequireEnqueued[T any](t testing.TB, db runtime.DB, kind string, want T) WaitingJob[T] {
 	t.Helper()
 	jobs := Enqueued[T](t, db, kind)
@@ -58,7 +58,8 @@ func RequireEnqueued[T any](t testing.TB, db runtime.DB, kind string, want T) Wa
 }
 
 // RequireNotEnqueued fails the test if a job of kind waiting to run has a
-// payload equal to want.
+// payload equal to want, every field. A job that differs in any field does
+// not count: to rule out jobs by some fields, filter Enqueued's jobs.
 func RequireNotEnqueued[T any](t testing.TB, db runtime.DB, kind string, want T) {
 	t.Helper()
 	for _, j := range Enqueued[T](t, db, kind) {
