@@ -178,27 +178,31 @@ BEGIN
         SELECT array_agg(coalesce(u.h, h.id) ORDER BY u.i) INTO holders
           FROM unnest(keys, holders) WITH ORDINALITY AS u(k, h, i)
           LEFT JOIN pgtask.jobs h ON u.h IS NULL AND h.unique_key = u.k AND h.status = ANY (h.unique_statuses);
-        SELECT array_agg(f.first_i ORDER BY f.i) INTO firsts_of
-          FROM (SELECT u.i, CASE WHEN u.k IS NULL THEN u.i ELSE min(u.i) OVER (PARTITION BY u.k) END::integer AS first_i
-                  FROM unnest(keys) WITH ORDINALITY AS u(k, i)) f;
-        SELECT array_agg(holders[i] IS NULL AND firsts_of[i] = i ORDER BY i) INTO keep FROM generate_series(1, n) i;
+        SELECT array_agg(f.first_i ORDER BY f.i), array_agg(f.h IS NULL AND f.first_i = f.i ORDER BY f.i)
+          INTO firsts_of, keep
+          FROM (SELECT u.i, u.h, CASE WHEN u.k IS NULL THEN u.i ELSE min(u.i) OVER (PARTITION BY u.k) END::integer AS first_i
+                  FROM unnest(keys, holders) WITH ORDINALITY AS u(k, h, i)) f;
         IF false = ANY (keep) THEN
             -- Insert the others, then answer for every job.
-            SELECT array_agg(i ORDER BY i) INTO kept FROM generate_series(1, n) i WHERE keep[i];
+            -- Arrays are read by zipping them (unnest), never by subscript,
+            -- which walks an array of text or with NULLs from its start.
+            SELECT array_agg(u.i ORDER BY u.i), array_agg(DISTINCT u.g) FILTER (WHERE u.g > 0)
+              INTO kept, used_groups
+              FROM unnest(keep, p_groups) WITH ORDINALITY AS u(kp, g, i) WHERE u.kp;
             IF kept IS NULL THEN
                 inserted := '{}';
             ELSE
-                SELECT array_agg(DISTINCT p_groups[k] ORDER BY p_groups[k]) INTO used_groups
-                  FROM unnest(kept) k WHERE p_groups[k] > 0;
                 SELECT e.job_ids INTO inserted FROM pgtask.enqueue_jobs_v2(
-                    ARRAY(SELECT p_payloads[k] FROM unnest(kept) WITH ORDINALITY AS x(k, o) ORDER BY o),
-                    ARRAY(SELECT p_settings[k] FROM unnest(kept) WITH ORDINALITY AS x(k, o) ORDER BY o),
-                    ARRAY(SELECT coalesce(array_position(used_groups, p_groups[k]), 0)
-                            FROM unnest(kept) WITH ORDINALITY AS x(k, o) ORDER BY o),
+                    ARRAY(SELECT u.p FROM unnest(p_payloads, keep) WITH ORDINALITY AS u(p, kp, i) WHERE u.kp ORDER BY u.i),
+                    ARRAY(SELECT u.o FROM unnest(p_settings, keep) WITH ORDINALITY AS u(o, kp, i) WHERE u.kp ORDER BY u.i),
+                    ARRAY(SELECT coalesce(array_position(used_groups, u.g), 0)
+                            FROM unnest(p_groups, keep) WITH ORDINALITY AS u(g, kp, i) WHERE u.kp ORDER BY u.i),
                     p_kinds, p_queues, p_priorities, p_max_attempts, p_fail_blocks_group, p_run_at, p_delay_us,
-                    coalesce(ARRAY(SELECT p_group_queues[g] FROM unnest(used_groups) WITH ORDINALITY AS x(g, o) ORDER BY o), '{}'),
-                    coalesce(ARRAY(SELECT p_group_keys[g] FROM unnest(used_groups) WITH ORDINALITY AS x(g, o) ORDER BY o), '{}'),
-                    ARRAY(SELECT p_unique_keys[k] FROM unnest(kept) WITH ORDINALITY AS x(k, o) ORDER BY o),
+                    coalesce(ARRAY(SELECT w.q FROM unnest(p_group_queues) WITH ORDINALITY AS w(q, g)
+                                    WHERE w.g = ANY (used_groups) ORDER BY w.g), '{}'),
+                    coalesce(ARRAY(SELECT w.k FROM unnest(p_group_keys) WITH ORDINALITY AS w(k, g)
+                                    WHERE w.g = ANY (used_groups) ORDER BY w.g), '{}'),
+                    ARRAY(SELECT u.k FROM unnest(p_unique_keys, keep) WITH ORDINALITY AS u(k, kp, i) WHERE u.kp ORDER BY u.i),
                     p_unique_windows_us, p_unique_statuses) e;
             END IF;
             RETURN QUERY
