@@ -109,6 +109,7 @@ type PgtaskJob struct {
 	StaleOutcomes   int32
 	UniqueKey       *string
 	UniqueStatuses  *string
+	UniqueUntil     *time.Time
 }
 
 type PgtaskQueueGroup struct {
