@@ -216,6 +216,11 @@ SELECT e.job_id, j.status::text AS status, j.attempts,
 -- name: DeathTotals :many
 SELECT kind, count(*)::bigint AS deaths FROM pgtask_chaos.deaths GROUP BY kind ORDER BY kind;
 
+-- name: PoisonDeathInstances :many
+-- The worker processes a poison job's handler recorded its own death in,
+-- just before it sent itself SIGKILL.
+SELECT DISTINCT instance FROM pgtask_chaos.deaths WHERE kind = 'poison' ORDER BY instance;
+
 -- name: FinishedTotals :many
 -- Finished jobs by status and by what their handler was told to do.
 SELECT j.status::text AS status, coalesce(e.behavior, '')::text AS behavior, count(*)::bigint AS jobs,

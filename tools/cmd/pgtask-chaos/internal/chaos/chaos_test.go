@@ -33,7 +33,10 @@ func TestChaos(t *testing.T) {
 	cfg.Jobs = 3_000
 	cfg.Groups = 100
 	cfg.Ungrouped = 200
-	cfg.Poison = 1
+	// Two, so that "poison job SIGKILLed its own process" is not missed
+	// when one's three attempts all end before its handler runs (its
+	// process killed first, mid-batch).
+	cfg.Poison = 2
 	cfg.ProduceOver = 10 * time.Second
 	cfg.KillEvery = time.Second
 	cfg.TerminateEvery = 150 * time.Millisecond

@@ -409,9 +409,28 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 	for _, c := range oc {
 		outcomes[c.Outcome] = c.Attempts
 	}
+	// A poison death is one of a process whose poison handler recorded it
+	// before sending itself SIGKILL, or that died of a SIGKILL nobody else
+	// sent (the record could not be written: the database was away). Its
+	// exit alone would miss those the kill loop signalled too, at the same
+	// moment.
+	poisoned := map[int]bool{}
+	pi, err := q.PoisonDeathInstances(ctx)
+	if err != nil {
+		return err
+	}
+	for _, i := range pi {
+		poisoned[int(i)] = true
+	}
+	for _, w := range res.Workers {
+		if w.Ended == "poison" {
+			poisoned[w.Instance] = true
+		}
+	}
+	poisonDeaths := int64(len(poisoned))
 	res.Faults = []Count{
 		{FaultSigkill, o.sigkills.Load()},
-		{FaultPoison, o.fleet.poisonDeaths.Load()},
+		{FaultPoison, poisonDeaths},
 		{FaultTerminate, o.terminations.Load()},
 		{FaultInJob, o.terminatedJob.Load()},
 		{FaultMid, o.terminatedMid.Load()},

@@ -971,6 +971,32 @@ func (q *Queries) PinHorizon(ctx context.Context) (PinHorizonRow, error) {
 	return i, err
 }
 
+const poisonDeathInstances = `-- name: PoisonDeathInstances :many
+SELECT DISTINCT instance FROM pgtask_chaos.deaths WHERE kind = 'poison' ORDER BY instance
+`
+
+// The worker processes a poison job's handler recorded its own death in,
+// just before it sent itself SIGKILL.
+func (q *Queries) PoisonDeathInstances(ctx context.Context) ([]int32, error) {
+	rows, err := q.db.Query(ctx, poisonDeathInstances)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int32{}
+	for rows.Next() {
+		var instance int32
+		if err := rows.Scan(&instance); err != nil {
+			return nil, err
+		}
+		items = append(items, instance)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const poisonJobs = `-- name: PoisonJobs :many
 SELECT e.job_id, j.status::text AS status, j.attempts,
        (SELECT count(DISTINCT t.attempt) FROM pgtask_chaos.attempts t WHERE t.job_id = e.job_id)::bigint AS reached,
