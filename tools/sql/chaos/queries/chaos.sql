@@ -284,8 +284,9 @@ SELECT count(*) AS reused
 -- is taken to end when that process was signalled (or when it started, if
 -- later), a time at which the process was certainly alive; or, if its
 -- handler failed because it could not confirm its start row (which then
--- committed after all), when that failure was recorded. An attempt with no
--- end whose process was never killed is a violation too.
+-- committed after all), when that failure was recorded (in the handler's
+-- words, or the worker's when the job's session was lost as well). An
+-- attempt with no end whose process was never killed is a violation too.
 -- A lease-mode attempt taken over after its lease expired (its worker hung,
 -- or was cut off from the database) may still be running when the next one
 -- starts; only one of them records anything (check 4). Such a pair, where
@@ -300,11 +301,17 @@ WITH a AS (
            CASE WHEN t.ended_at IS NOT NULL THEN t.ended_at
                 -- A start insert that committed after its handler gave up
                 -- waiting for it: the handler returned at once, and the
-                -- failure it returned was recorded after that.
+                -- failure it returned was recorded after that. When the
+                -- job's session was lost too, the worker records that
+                -- failure in its own words instead, also only once the
+                -- handler has returned (an abandoned handler's failure says
+                -- it timed out).
                 ELSE coalesce(
                     (SELECT min((x->>'at')::timestamptz) FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
                       WHERE j.id = t.job_id AND (x->>'attempt')::integer = t.attempt
-                        AND x->>'error' LIKE '%chaos: start not recorded%'),
+                        AND (x->>'error' LIKE '%chaos: start not recorded%'
+                             OR x->>'error' LIKE 'worker lost its database session during the attempt, so its writes were rolled back%'
+                             OR x->>'error' LIKE 'recording the attempt failed, so its writes were rolled back%')),
                     greatest(t.started_at, (SELECT min(d.at) FROM pgtask_chaos.deaths d WHERE d.instance = t.instance)))
            END AS end_at,
            EXISTS (SELECT 1 FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
