@@ -108,7 +108,7 @@ func TestUniqueByPayload(t *testing.T) {
 		t.Fatal("WithUniqueKey did not override the payload's digest")
 	}
 	info, err := runtime.GetJob(ctx, pool, a1)
-	if err != nil || !strings.HasPrefix(info.UniqueKey, "sync:payload:") {
+	if err != nil || !strings.HasPrefix(info.UniqueKey, "4:sync:") || !strings.Contains(info.UniqueKey, ":payload:") {
 		t.Fatalf("unique key %q, %v", info.UniqueKey, err)
 	}
 }
