@@ -179,23 +179,25 @@ type JobFilter struct {
 	CreatedAfter, CreatedBefore time.Time
 }
 
-func (f JobFilter) params() (queue, kind, group *string, statuses []string, after, before *time.Time) {
+// page is the query for the page of f's jobs after after, at most max.
+func (f JobFilter) page(after int64, max int32) gen.ListJobsPageParams {
 	opt := func(s string) *string {
 		if s == "" {
 			return nil
 		}
 		return &s
 	}
+	p := gen.ListJobsPageParams{Queue: opt(f.Queue), Kind: opt(f.Kind), GroupKey: opt(f.Group), AfterID: after, Max: max}
 	for _, st := range f.Statuses {
-		statuses = append(statuses, string(st))
+		p.Statuses = append(p.Statuses, string(st))
 	}
 	if !f.CreatedAfter.IsZero() {
-		after = &f.CreatedAfter
+		p.CreatedAfter = &f.CreatedAfter
 	}
 	if !f.CreatedBefore.IsZero() {
-		before = &f.CreatedBefore
+		p.CreatedBefore = &f.CreatedBefore
 	}
-	return opt(f.Queue), opt(f.Kind), opt(f.Group), statuses, after, before
+	return p
 }
 
 func (f JobFilter) check() error {
@@ -213,11 +215,7 @@ func ListJobs(ctx context.Context, db DB, f JobFilter, after JobID, limit int) (
 	if err := f.check(); err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
-	queue, kind, group, statuses, from, to := f.params()
-	rows, err := gen.New(db).ListJobsPage(ctx, gen.ListJobsPageParams{
-		Queue: queue, Kind: kind, GroupKey: group, Statuses: statuses, CreatedAfter: from, CreatedBefore: to,
-		AfterID: int64(after), Max: int32(min(max(limit, 0), math.MaxInt32)),
-	})
+	rows, err := gen.New(db).ListJobsPage(ctx, f.page(int64(after), int32(min(max(limit, 0), math.MaxInt32))))
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
@@ -235,9 +233,9 @@ func CountJobs(ctx context.Context, db DB, f JobFilter) (int64, error) {
 	if err := f.check(); err != nil {
 		return 0, fmt.Errorf("count jobs: %w", err)
 	}
-	queue, kind, group, statuses, from, to := f.params()
+	p := f.page(0, 0)
 	n, err := gen.New(db).CountJobsWhere(ctx, gen.CountJobsWhereParams{
-		Queue: queue, Kind: kind, GroupKey: group, Statuses: statuses, CreatedAfter: from, CreatedBefore: to,
+		Queue: p.Queue, Kind: p.Kind, GroupKey: p.GroupKey, Statuses: p.Statuses, CreatedAfter: p.CreatedAfter, CreatedBefore: p.CreatedBefore,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("count jobs: %w", err)
@@ -277,15 +275,11 @@ func bulk(ctx context.Context, db DB, f JobFilter, progress Progress, what strin
 	if err := f.check(); err != nil {
 		return 0, fmt.Errorf("%s jobs: %w", what, err)
 	}
-	queue, kind, group, statuses, from, to := f.params()
 	q := gen.New(db)
 	var after int64
 	seen, changed := 0, 0
 	for {
-		rows, err := q.ListJobsPage(ctx, gen.ListJobsPageParams{
-			Queue: queue, Kind: kind, GroupKey: group, Statuses: statuses, CreatedAfter: from, CreatedBefore: to,
-			AfterID: after, Max: bulkBatch,
-		})
+		rows, err := q.ListJobsPage(ctx, f.page(after, bulkBatch))
 		if err != nil {
 			return changed, fmt.Errorf("%s jobs: %w", what, err)
 		}
