@@ -279,7 +279,7 @@ func bulkCommand(ctx context.Context, name string, args []string, stdout, stderr
 		done  string
 	}{
 		"retry":  {"Retries the failed and cancelled jobs the flags match, with a fresh set of attempts.", runtime.RetryJobs, "retried"},
-		"cancel": {"Cancels the jobs the flags match that have not started (and failures that block their group).", runtime.CancelJobs, "cancelled"},
+		"cancel": {"Cancels the jobs the flags match that have not finished (and failures that block their group).\nA running job's handler has its context cancelled wherever it runs; the job ends cancelled\nunless the handler completes anyway. Add -status scheduled,queued to leave running jobs alone.", runtime.CancelJobs, "cancelled"},
 		"purge":  {"Deletes the finished jobs the flags match, but none still at the head of its group.", runtime.DeleteJobs, "deleted"},
 	}[name]
 	c := newCommand(name, fmt.Sprintf("usage: pgtask %s [filter flags] [-all] [-json]\n\n%s\n"+
