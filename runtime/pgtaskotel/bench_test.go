@@ -24,7 +24,7 @@ import (
 func BenchmarkMiddleware(b *testing.B) {
 	ctx := context.Background()
 	job := &runtime.Job{ID: 1, Kind: "k", Queue: runtime.DefaultQueue, Attempt: 1, MaxAttempts: 20,
-		Payload: json.RawMessage(`{}`), CreatedAt: time.Now()}
+		Payload: json.RawMessage(`{}`), CreatedAt: time.Now(), RunAfter: time.Now()}
 	handler := func(context.Context, *runtime.Job) error { return nil }
 	b.Run("none", func(b *testing.B) {
 		b.ReportAllocs()

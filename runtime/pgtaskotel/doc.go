@@ -21,8 +21,9 @@
 //	pgtask.jobs.succeeded    counter    attempts that succeeded
 //	pgtask.jobs.retried      counter    attempts that failed, the job to be tried again
 //	pgtask.jobs.failed       counter    attempts that failed, the job failed for good
+//	pgtask.jobs.cancelled    counter    attempts that failed after an operator cancelled their running job
 //	pgtask.attempt.duration  histogram  seconds an attempt ran; also by pgtask.job.outcome
-//	pgtask.queue.wait        histogram  seconds from the enqueue to the first attempt
+//	pgtask.queue.wait        histogram  seconds an attempt waited to start from when its job was due
 //
 // and ObserveQueues' gauges, with the queue only: pgtask.queue.depth (also
 // by pgtask.job.status) and pgtask.queue.oldest_age.
@@ -32,11 +33,14 @@
 // context travels with the job.
 //
 // What the middleware counts is what the handler returned, judged by the
-// worker's rule (a failure is retried unless it is runtime.NoRetry or the
-// job's last attempt; a return after the timeout is a failure). The worker
-// can still record something else where the handler's return was not the
-// end of the attempt: a success whose transaction then failed or whose
-// database session was lost is recorded as a failure, a lease-mode attempt
-// that was taken over is not recorded at all, and a handler abandoned
-// after ignoring its timeout is counted only if and when it returns.
+// worker's rules (a failure is retried unless it is runtime.NoRetry or the
+// job's last attempt; a return after the timeout is a failure; a failure
+// of a job cancelled while it ran ends it cancelled). The worker can still
+// record something else where the handler's return was not the end of the
+// attempt: a success whose transaction then failed or whose database
+// session was lost is recorded as a failure, a failure whose cancel request
+// reached the database but not yet the worker ends the job cancelled, a
+// lease-mode attempt that was taken over is not recorded at all, and a
+// handler abandoned after ignoring its timeout is counted only if and when
+// it returns.
 package pgtaskotel

@@ -227,17 +227,30 @@ func enqueue(t testing.TB, ctx context.Context, db runtime.DB, kind string, opts
 // waitFinished waits until job id is finished and returns it.
 func waitFinished(t testing.TB, db runtime.DB, id runtime.JobID) *runtime.JobInfo {
 	t.Helper()
+	return waitFor(t, db, id, "finished", runtime.Status.Finished)
+}
+
+// waitStatus waits until job id has status s.
+func waitStatus(t testing.TB, db runtime.DB, id runtime.JobID, s runtime.Status) {
+	t.Helper()
+	waitFor(t, db, id, string(s), func(got runtime.Status) bool { return got == s })
+}
+
+// waitFor waits until the status of job id satisfies ok (described by
+// want) and returns the job.
+func waitFor(t testing.TB, db runtime.DB, id runtime.JobID, want string, ok func(runtime.Status) bool) *runtime.JobInfo {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		j, err := runtime.GetJob(context.Background(), db, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if j.Status.Finished() {
+		if ok(j.Status) {
 			return j
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("job %d is %s after 10s, want it finished", id, j.Status)
+			t.Fatalf("job %d is %s after 10s, want it %s", id, j.Status, want)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

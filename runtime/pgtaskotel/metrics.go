@@ -23,8 +23,8 @@ const (
 	// and on every span.
 	AttrKind = attribute.Key("pgtask.job.kind")
 	// AttrOutcome is how an attempt ended (OutcomeSucceeded,
-	// OutcomeRetried or OutcomeFailed), on pgtask.attempt.duration and
-	// the attempt's span.
+	// OutcomeRetried, OutcomeFailed or OutcomeCancelled), on
+	// pgtask.attempt.duration and the attempt's span.
 	AttrOutcome = attribute.Key("pgtask.job.outcome")
 	// AttrStatus is the status of the jobs pgtask.queue.depth counts:
 	// scheduled, queued or started.
@@ -49,6 +49,9 @@ const (
 	OutcomeSucceeded = "succeeded"
 	OutcomeRetried   = "retried" // the attempt failed; the job will be tried again
 	OutcomeFailed    = "failed"  // the attempt failed and the job failed for good
+	// OutcomeCancelled: the attempt failed after an operator cancelled its
+	// running job (runtime.ErrJobCancelled), which ends the job cancelled.
+	OutcomeCancelled = "cancelled"
 )
 
 // outcome is how an attempt ended, as an index into outcomeNames.
@@ -58,9 +61,10 @@ const (
 	succeeded outcome = iota
 	retried
 	failed
+	cancelled
 )
 
-var outcomeNames = [...]string{succeeded: OutcomeSucceeded, retried: OutcomeRetried, failed: OutcomeFailed}
+var outcomeNames = [...]string{succeeded: OutcomeSucceeded, retried: OutcomeRetried, failed: OutcomeFailed, cancelled: OutcomeCancelled}
 
 // Histogram bucket boundaries, in seconds. Attempts run from milliseconds
 // to the timeout (a minute by default); a job can wait from milliseconds
@@ -73,8 +77,8 @@ var (
 // instruments are the synchronous instruments of the middleware and the
 // enqueue hook, with the attributes of each (queue, kind) prepared once.
 type instruments struct {
-	enqueued, started, succeeded, retried, failed metric.Int64Counter
-	duration, wait                                metric.Float64Histogram
+	enqueued, started, succeeded, retried, failed, cancelled metric.Int64Counter
+	duration, wait                                           metric.Float64Histogram
 
 	spanKind trace.SpanKind
 	verb     string   // the operation's name, first word of the span name
@@ -105,8 +109,9 @@ func newInstruments(m metric.Meter, spanKind trace.SpanKind, verb, opType string
 	in.succeeded = counter("pgtask.jobs.succeeded", "{job}", "Attempts that succeeded.")
 	in.retried = counter("pgtask.jobs.retried", "{attempt}", "Attempts that failed, their job to be tried again.")
 	in.failed = counter("pgtask.jobs.failed", "{job}", "Attempts that failed, their job failed for good.")
+	in.cancelled = counter("pgtask.jobs.cancelled", "{job}", "Attempts that failed after an operator cancelled their running job.")
 	in.duration = histogram("pgtask.attempt.duration", "How long attempts ran, by outcome.", durationBuckets)
-	in.wait = histogram("pgtask.queue.wait", "How long jobs waited from their enqueue to their first attempt.", waitBuckets)
+	in.wait = histogram("pgtask.queue.wait", "How long attempts waited to start from when their job was due.", waitBuckets)
 	if err := errors.Join(errs...); err != nil {
 		otel.Handle(fmt.Errorf("pgtaskotel: create instruments: %w", err))
 	}

@@ -16,9 +16,10 @@ import (
 
 func panicky(context.Context, *runtime.Job) error { panic("boom") }
 
-// After a run with successes, retried failures and final ones (returned,
-// NoRetry, a panic, a return past the timeout), each counter and histogram
-// holds what the worker recorded, by queue and kind, in both modes.
+// After a run with successes, retried failures, final ones (returned,
+// NoRetry, a panic, a return past the timeout) and a running job cancelled,
+// each counter and histogram holds what the worker recorded, by queue and
+// kind, in both modes.
 func TestMetricsOfARun(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
@@ -49,6 +50,10 @@ func TestMetricsOfARun(t *testing.T) {
 					time.Sleep(150 * time.Millisecond) // ignores its context, then reports success
 					return nil
 				}},
+				{Kind: "cancelled", Handler: func(ctx context.Context, _ *runtime.Job) error {
+					<-ctx.Done() // until an operator cancels it
+					return context.Cause(ctx)
+				}},
 			}
 			cfg := runtime.Config{Mode: mode, Queues: map[string]runtime.QueueConfig{queue: {Concurrency: 4}}}
 			cfg.Middleware = []runtime.Middleware{pgtaskotel.Middleware(tel.opts...)}
@@ -68,10 +73,19 @@ func TestMetricsOfARun(t *testing.T) {
 				enqueue(t, ctx, pool, "final", in, runtime.WithMaxAttempts(5)),
 				enqueue(t, ctx, pool, "panics", in, runtime.WithMaxAttempts(1)),
 				enqueue(t, ctx, pool, "late", in, runtime.WithMaxAttempts(1)))
+			cancel := enqueue(t, ctx, pool, "cancelled", in)
+			ids = append(ids, cancel)
+			waitStatus(t, pool, cancel, runtime.StatusStarted)
+			if ok, err := runtime.CancelJob(context.Background(), pool, cancel); !ok || err != nil {
+				t.Fatalf("cancel the running job: %t, %v", ok, err)
+			}
 			attempts := map[string]int{}
 			for _, id := range ids {
 				j := waitFinished(t, pool, id)
 				attempts[j.Kind] += j.Attempts
+				if j.Kind == "cancelled" && j.Status != runtime.StatusCancelled {
+					t.Errorf("the cancelled job ended %s", j.Status)
+				}
 				if j.Kind == "panics" && (len(j.Errors) != 1 || j.Errors[0].Error != "panic: boom" ||
 					!strings.Contains(j.Errors[0].Stack, "pgtaskotel_test.panicky")) {
 					t.Errorf("the panicking job's errors %+v, want the panic with a stack naming its handler", j.Errors)
@@ -80,15 +94,16 @@ func TestMetricsOfARun(t *testing.T) {
 
 			rm := tel.collect(t)
 			type want struct {
-				enqueued, started, succeeded, retried, failed int64
+				enqueued, started, succeeded, retried, failed, cancelled int64
 			}
 			for kind, w := range map[string]want{
-				"ok":     {enqueued: 3, started: 3, succeeded: 3},
-				"flaky":  {enqueued: 2, started: 4, succeeded: 2, retried: 2},
-				"doomed": {enqueued: 1, started: 2, retried: 1, failed: 1},
-				"final":  {enqueued: 1, started: 1, failed: 1},
-				"panics": {enqueued: 1, started: 1, failed: 1},
-				"late":   {enqueued: 1, started: 1, failed: 1},
+				"ok":        {enqueued: 3, started: 3, succeeded: 3},
+				"flaky":     {enqueued: 2, started: 4, succeeded: 2, retried: 2},
+				"doomed":    {enqueued: 1, started: 2, retried: 1, failed: 1},
+				"final":     {enqueued: 1, started: 1, failed: 1},
+				"panics":    {enqueued: 1, started: 1, failed: 1},
+				"late":      {enqueued: 1, started: 1, failed: 1},
+				"cancelled": {enqueued: 1, started: 1, cancelled: 1},
 			} {
 				attrs := []attribute.KeyValue{pgtaskotel.AttrQueue.String(queue), pgtaskotel.AttrKind.String(kind)}
 				got := want{
@@ -97,6 +112,7 @@ func TestMetricsOfARun(t *testing.T) {
 					succeeded: counter(t, rm, "pgtask.jobs.succeeded", attrs...),
 					retried:   counter(t, rm, "pgtask.jobs.retried", attrs...),
 					failed:    counter(t, rm, "pgtask.jobs.failed", attrs...),
+					cancelled: counter(t, rm, "pgtask.jobs.cancelled", attrs...),
 				}
 				if got != w {
 					t.Errorf("%s: counted %+v, want %+v", kind, got, w)
@@ -105,14 +121,15 @@ func TestMetricsOfARun(t *testing.T) {
 					t.Errorf("%s: the database counts %d attempts, the metrics %d", kind, attempts[kind], w.started)
 				}
 				for outcome, n := range map[string]int64{
-					pgtaskotel.OutcomeSucceeded: w.succeeded, pgtaskotel.OutcomeRetried: w.retried, pgtaskotel.OutcomeFailed: w.failed,
+					pgtaskotel.OutcomeSucceeded: w.succeeded, pgtaskotel.OutcomeRetried: w.retried,
+					pgtaskotel.OutcomeFailed: w.failed, pgtaskotel.OutcomeCancelled: w.cancelled,
 				} {
 					if c, _ := histogram(t, rm, "pgtask.attempt.duration", append(attrs, pgtaskotel.AttrOutcome.String(outcome))...); int64(c) != n {
 						t.Errorf("%s: %d %s attempts timed, want %d", kind, c, outcome, n)
 					}
 				}
-				if c, _ := histogram(t, rm, "pgtask.queue.wait", attrs...); int64(c) != w.enqueued {
-					t.Errorf("%s: %d waits recorded, want one per job: %d", kind, c, w.enqueued)
+				if c, _ := histogram(t, rm, "pgtask.queue.wait", attrs...); int64(c) != w.started {
+					t.Errorf("%s: %d waits recorded, want one per attempt: %d", kind, c, w.started)
 				}
 			}
 			okAttrs := []attribute.KeyValue{pgtaskotel.AttrQueue.String(queue), pgtaskotel.AttrKind.String("ok")}

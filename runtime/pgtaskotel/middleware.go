@@ -15,10 +15,11 @@ import (
 )
 
 // Middleware returns a runtime.Middleware that records each attempt: a
-// consumer span "process KIND", the counters pgtask.jobs.started and, as it
-// ends, pgtask.jobs.succeeded, pgtask.jobs.retried or pgtask.jobs.failed,
-// the histogram pgtask.attempt.duration, and for a job's first attempt
-// pgtask.queue.wait. Put it first in Config.Middleware (Instrument does), so
+// consumer span "process KIND", the counter pgtask.jobs.started, the
+// histogram pgtask.queue.wait (from Job.RunAfter, when the job was due, to
+// the attempt's start) and, as it ends, pgtask.jobs.succeeded,
+// pgtask.jobs.retried, pgtask.jobs.failed or pgtask.jobs.cancelled and the
+// histogram pgtask.attempt.duration. Put it first in Config.Middleware (Instrument does), so
 // that its span is the context of the middleware after it and of the
 // handler, and it times them all.
 //
@@ -50,7 +51,7 @@ type processor struct {
 func (p *processor) middleware(ctx context.Context, job *runtime.Job, next runtime.Handler) (err error) {
 	// What decides the outcome, read before inner middleware may change the job.
 	attempt, maxAttempts := job.Attempt, job.MaxAttempts
-	waits := attempt == 1 && p.in.wait.Enabled(ctx)
+	waits := !job.RunAfter.IsZero() && p.in.wait.Enabled(ctx)
 	var start time.Time // zero: the duration is not recorded
 	if waits || p.in.duration.Enabled(ctx) {
 		start = time.Now()
@@ -61,8 +62,8 @@ func (p *processor) middleware(ctx context.Context, job *runtime.Job, next runti
 		p.in.started.Add(ctx, 1, l.add...)
 	}
 	if waits {
-		// Job.CreatedAt is the enqueue's time on the database's clock.
-		p.in.wait.Record(ctx, max(start.Sub(job.CreatedAt), 0).Seconds(), l.record...)
+		// Job.RunAfter is when the job was due, on the database's clock.
+		p.in.wait.Record(ctx, max(start.Sub(job.RunAfter), 0).Seconds(), l.record...)
 	}
 	returned := false
 	defer func() {
@@ -72,13 +73,8 @@ func (p *processor) middleware(ctx context.Context, job *runtime.Job, next runti
 	}()
 	err = next(ctx, job)
 	returned = true
-	recorded := err
-	if err == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		// The worker fails an attempt that returned after its timeout,
-		// whatever it returned (see runtime's Worker.call).
-		recorded = fmt.Errorf("the attempt returned after its timeout: %w", ctx.Err())
-	}
-	p.end(ctx, span, l, start, attemptOutcome(attempt, maxAttempts, recorded), recorded)
+	o, recorded := judge(ctx, attempt, maxAttempts, err)
+	p.end(ctx, span, l, start, o, recorded)
 	return err
 }
 
@@ -90,23 +86,37 @@ func (p *processor) endAbruptly(ctx context.Context, span trace.Span, l *labels,
 	if v == nil {
 		err = errors.New("the handler's goroutine exited without returning")
 	}
-	p.end(ctx, span, l, start, attemptOutcome(attempt, maxAttempts, err), err)
+	o, recorded := judge(ctx, attempt, maxAttempts, err)
+	p.end(ctx, span, l, start, o, recorded)
 	if v != nil {
 		panic(v)
 	}
 }
 
-// attemptOutcome is the worker's rule for how an attempt that returned err
-// ends (runtime/settle.go, outcome.retries): a failure is retried unless it
-// is marked runtime.NoRetry or was the job's last attempt.
-func attemptOutcome(attempt, maxAttempts int, err error) outcome {
+// judge returns how the worker records an attempt whose handler (and the
+// middleware inside this one) returned err in ctx, and the error it
+// records: the rules of runtime's Worker.call and outcome.retries
+// (settle.go). An attempt whose job an operator cancelled while it ran ends
+// cancelled if it failed, and succeeds if it completed anyway; one that
+// returned after its timeout fails, whatever it returned; a failure is
+// retried unless it is runtime.NoRetry or was the job's last attempt.
+func judge(ctx context.Context, attempt, maxAttempts int, err error) (outcome, error) {
+	if errors.Is(context.Cause(ctx), runtime.ErrJobCancelled) {
+		if err == nil {
+			return succeeded, nil
+		}
+		return cancelled, err
+	}
+	if err == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("the attempt returned after its timeout: %w", ctx.Err())
+	}
 	switch {
 	case err == nil:
-		return succeeded
+		return succeeded, nil
 	case !runtime.IsNoRetry(err) && attempt < maxAttempts:
-		return retried
+		return retried, err
 	default:
-		return failed
+		return failed, err
 	}
 }
 
@@ -175,6 +185,8 @@ func (p *processor) end(ctx context.Context, span trace.Span, l *labels, start t
 		counter = p.in.retried
 	case failed:
 		counter = p.in.failed
+	case cancelled:
+		counter = p.in.cancelled
 	}
 	if counter.Enabled(ctx) {
 		counter.Add(ctx, 1, l.add...)

@@ -54,16 +54,7 @@ func TestQueueGauges(t *testing.T) {
 	if ok, err := runtime.CancelJob(ctx, pool, enqueue(t, ctx, pool, "k", runtime.WithQueue("gone"))); !ok || err != nil {
 		t.Fatalf("cancel: %t, %v", ok, err)
 	}
-	for {
-		j, err := runtime.GetJob(ctx, pool, running)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if j.Status == runtime.StatusStarted {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitStatus(t, pool, running, runtime.StatusStarted)
 	const pause = 200 * time.Millisecond
 	time.Sleep(pause)
 	upper := time.Since(first)
