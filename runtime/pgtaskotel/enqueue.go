@@ -12,10 +12,12 @@ import (
 
 // EnqueueHook returns a runtime.EnqueueHook that records each enqueue
 // request: it counts it in pgtask.jobs.enqueued and starts and ends a
-// producer span "enqueue KIND" in the caller's trace, whose context it
-// stores with the job so that the job's attempts continue that trace (see
-// Middleware). Add it with runtime.AddEnqueueHook, or with
-// InstrumentEnqueue, which adds it once per process.
+// producer span "enqueue KIND" in the caller's trace, whose context the
+// propagator writes into the request's metadata (with the W3C trace
+// context, the keys traceparent and tracestate), so that the job's
+// attempts continue that trace (see Middleware). Add it with
+// runtime.AddEnqueueHook, or with InstrumentEnqueue, which adds it once per
+// process.
 //
 // A hook runs before the request is checked and inserted, not around the
 // insert: the span marks the job's creation, and a request that is refused
@@ -47,10 +49,17 @@ func (p *producer) hook(ctx context.Context, req *runtime.EnqueueRequest) error 
 		p.in.enqueued.Add(ctx, 1, l.add...)
 	}
 	ctx, span := p.tracer.Start(ctx, l.spanName, l.start...)
+	defer span.End()
 	if span.IsRecording() && req.Group != "" {
 		span.SetAttributes(AttrGroup.String(req.Group))
 	}
-	span.End()
+	if span.SpanContext().IsValid() {
+		// The job's attempts continue this trace (see Middleware).
+		if req.Metadata == nil {
+			req.Metadata = map[string]string{}
+		}
+		p.propagator.Inject(ctx, propagation.MapCarrier(req.Metadata))
+	}
 	return nil
 }
 

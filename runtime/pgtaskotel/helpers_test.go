@@ -28,6 +28,7 @@ import (
 type telemetry struct {
 	reader *sdkmetric.ManualReader
 	spans  *tracetest.SpanRecorder
+	tp     *sdktrace.TracerProvider
 	opts   []pgtaskotel.Option
 }
 
@@ -36,6 +37,7 @@ func newTelemetry(t testing.TB) *telemetry {
 	tel := &telemetry{reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(tel.reader))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tel.spans))
+	tel.tp = tp
 	t.Cleanup(func() {
 		mp.Shutdown(context.Background()) //nolint:errcheck // nothing is exported
 		tp.Shutdown(context.Background()) //nolint:errcheck // nothing is exported
@@ -58,6 +60,9 @@ var addTestHook = sync.OnceFunc(func() {
 		return nil
 	})
 })
+
+// tracerProvider is the provider the test's spans are recorded by.
+func (tel *telemetry) tracerProvider() trace.TracerProvider { return tel.tp }
 
 // enqueueContext returns a context whose enqueues run tel's enqueue hook.
 func (tel *telemetry) enqueueContext(ctx context.Context) context.Context {

@@ -171,7 +171,10 @@ func (p *processor) creationContext(ctx context.Context, job *runtime.Job) (pare
 // metadataCarrier is the job's trace context as the propagator reads it,
 // or nil when the job carries none.
 func metadataCarrier(job *runtime.Job) propagation.TextMapCarrier {
-	return nil
+	if len(job.Metadata) == 0 {
+		return nil
+	}
+	return propagation.MapCarrier(job.Metadata)
 }
 
 // end records how the attempt ended and ends its span.
