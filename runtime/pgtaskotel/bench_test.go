@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -67,6 +68,7 @@ func BenchmarkEnqueueHook(b *testing.B) {
 			req := runtime.EnqueueRequest{Kind: "k", Payload: json.RawMessage(`{}`)}
 			b.ReportAllocs()
 			for b.Loop() {
+				req.Metadata = nil // each request has its own
 				if err := h(ctx, &req); err != nil {
 					b.Fatal(err)
 				}
@@ -80,7 +82,8 @@ type benchProvider struct {
 	opts []pgtaskotel.Option
 }
 
-// benchProviders are the unset otel globals and the SDK's providers.
+// benchProviders are the unset otel globals and the SDK's providers with
+// the W3C trace context propagator.
 func benchProviders(b *testing.B) []benchProvider {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	tp := sdktrace.NewTracerProvider()
@@ -90,7 +93,8 @@ func benchProviders(b *testing.B) []benchProvider {
 	})
 	return []benchProvider{
 		{"unset-globals", nil},
-		{"sdk", []pgtaskotel.Option{pgtaskotel.WithMeterProvider(mp), pgtaskotel.WithTracerProvider(tp)}},
+		{"sdk", []pgtaskotel.Option{pgtaskotel.WithMeterProvider(mp), pgtaskotel.WithTracerProvider(tp),
+			pgtaskotel.WithPropagator(propagation.TraceContext{})}},
 	}
 }
 

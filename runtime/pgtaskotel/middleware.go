@@ -19,9 +19,9 @@ import (
 // histogram pgtask.queue.wait (from Job.RunAfter, when the job was due, to
 // the attempt's start) and, as it ends, pgtask.jobs.succeeded,
 // pgtask.jobs.retried, pgtask.jobs.failed or pgtask.jobs.cancelled and the
-// histogram pgtask.attempt.duration. Put it first in Config.Middleware (Instrument does), so
-// that its span is the context of the middleware after it and of the
-// handler, and it times them all.
+// histogram pgtask.attempt.duration. Put it first in Config.Middleware
+// (Instrument does), so that its span is the context of the middleware
+// after it and of the handler, and it times them all.
 //
 // The span continues the trace of the job's enqueue span (see EnqueueHook):
 // it is that span's child, unless WithNewTracePerAttempt is given or the
