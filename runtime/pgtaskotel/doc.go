@@ -29,8 +29,9 @@
 // by pgtask.job.status) and pgtask.queue.oldest_age.
 //
 // Spans: "enqueue KIND" (producer) when a job is enqueued and "process
-// KIND" (consumer) around each attempt, its child: the enqueue span's
-// context travels with the job.
+// KIND" (consumer) around each attempt, its child (or linked to it; see
+// Middleware): the enqueue span's context travels with the job, in its
+// metadata.
 //
 // What the middleware counts is what the handler returned, judged by the
 // worker's rules (a failure is retried unless it is runtime.NoRetry or the
