@@ -68,19 +68,19 @@ var errTooManyRedirects = errors.New("too many redirects")
 // secretHeadersKey carries a request's secret header names to its redirects.
 type secretHeadersKey struct{}
 
-// withRedirectPolicy returns a copy of c that follows at most max
-// redirects (none when max is negative: the 3xx is the answer) and drops
+// withRedirectPolicy returns a copy of c that follows at most limit
+// redirects (none when limit is negative: the 3xx is the answer) and drops
 // secret headers on a redirect to another host, then applies c's own
 // CheckRedirect, if any.
-func withRedirectPolicy(c *http.Client, max int) *http.Client {
+func withRedirectPolicy(c *http.Client, limit int) *http.Client {
 	own := *c
 	next := c.CheckRedirect
 	own.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-		if max < 0 {
+		if limit < 0 {
 			return http.ErrUseLastResponse
 		}
-		if len(via) > max {
-			return fmt.Errorf("%w: stopped after %d", errTooManyRedirects, max)
+		if len(via) > limit {
+			return fmt.Errorf("%w: stopped after %d", errTooManyRedirects, limit)
 		}
 		if req.URL.Host != via[0].URL.Host || req.URL.Scheme != via[0].URL.Scheme {
 			names, _ := req.Context().Value(secretHeadersKey{}).([]string)

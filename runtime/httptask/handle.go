@@ -38,9 +38,9 @@ type Config struct {
 	// headers TimestampHeader and SignatureHeader, which receivers check
 	// with Verify. At least 16 bytes; use 32 random ones.
 	SigningKey []byte
-	// MaxResponseBytes is how much of a response's body is kept, in the
-	// result and in error messages. Default 64 KiB, at most
-	// MaxResponseLimit; negative keeps none.
+	// MaxResponseBytes is how much of a response's body the result
+	// keeps. Default 64 KiB, at most MaxResponseLimit; negative keeps
+	// none. Error messages show the first 512 bytes either way.
 	MaxResponseBytes int
 	// ResponseHeaders are the response headers kept in the result.
 	// Default: Content-Type, Content-Length, Location and ETag.
@@ -108,6 +108,7 @@ type caller struct {
 	userAgent       string
 }
 
+// newCaller checks cfg and fills in its defaults.
 func newCaller(cfg Config) (*caller, error) {
 	if cfg.SigningKey != nil && len(cfg.SigningKey) < minKeyBytes {
 		return nil, fmt.Errorf("Config.SigningKey is %d bytes, fewer than %d: use 32 random bytes", len(cfg.SigningKey), minKeyBytes)
