@@ -155,7 +155,7 @@ func TestJobCommands(t *testing.T) {
 	for range 3 {
 		reqs = append(reqs, runtime.EnqueueRequest{Kind: "mail", Payload: []byte(`{"to":"a"}`), EnqueueOptions: runtime.EnqueueOptions{Queue: "emails"}})
 	}
-	reqs = append(reqs, runtime.EnqueueRequest{Kind: "report", Payload: []byte(`{}`), EnqueueOptions: runtime.EnqueueOptions{Queue: "reports"}})
+	reqs = append(reqs, runtime.EnqueueRequest{Kind: "report", Payload: []byte(`{}`), EnqueueOptions: runtime.EnqueueOptions{Queue: "reports", Metadata: map[string]string{"tenant": "acme"}}})
 	ids, err := runtime.EnqueueMany(ctx, pool, reqs)
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +188,8 @@ func TestJobCommands(t *testing.T) {
 		t.Fatalf("jobs list, next page: %d %q", code, out)
 	}
 	code, out, _ = run(t, "jobs", "show", "-database-url", url, fmt.Sprint(ids[3]))
-	if code != 0 || !strings.Contains(out, "kind report, queue reports") || !strings.Contains(out, "payload {}") {
+	if code != 0 || !strings.Contains(out, "kind report, queue reports") || !strings.Contains(out, "payload {}") ||
+		!strings.Contains(out, "metadata tenant=acme\n") {
 		t.Fatalf("jobs show: %d %q", code, out)
 	}
 	code, out, errOut = run(t, cmd("cancel", "-queue", "emails")...)

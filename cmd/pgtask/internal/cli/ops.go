@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -202,6 +204,7 @@ type jobJSON struct {
 	StartedAt   *time.Time             `json:"started_at,omitempty"`
 	FinishedAt  *time.Time             `json:"finished_at,omitempty"`
 	UniqueKey   string                 `json:"unique_key,omitempty"`
+	Metadata    map[string]string      `json:"metadata,omitempty"`
 }
 
 func jsonJob(j *runtime.JobInfo) jobJSON {
@@ -210,7 +213,7 @@ func jsonJob(j *runtime.JobInfo) jobJSON {
 		errs = []runtime.AttemptError{}
 	}
 	return jobJSON{int64(j.ID), j.Queue, j.Kind, j.Group, j.Status, j.Priority, j.Attempts, j.MaxAttempts,
-		j.Payload, j.Result, errs, j.RunAfter, j.CreatedAt, j.StartedAt, j.FinishedAt, j.UniqueKey}
+		j.Payload, j.Result, errs, j.RunAfter, j.CreatedAt, j.StartedAt, j.FinishedAt, j.UniqueKey, j.Metadata}
 }
 
 func jsonJobs(list []*runtime.JobInfo) []jobJSON {
@@ -222,7 +225,7 @@ func jsonJobs(list []*runtime.JobInfo) []jobJSON {
 }
 
 func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("jobs show", "usage: pgtask jobs show [-json] ID\n\nShows a job: its settings, payload, result and each failed attempt's error.", stderr)
+	c := newCommand("jobs show", "usage: pgtask jobs show [-json] ID\n\nShows a job: its settings, metadata, payload, result and each failed attempt's error.", stderr)
 	if err := c.parse(args, 1, stderr); err != nil {
 		return err
 	}
@@ -257,6 +260,9 @@ func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if j.UniqueKey != "" {
 		fmt.Fprintf(stdout, "unique key %s\n", j.UniqueKey)
+	}
+	for _, k := range slices.Sorted(maps.Keys(j.Metadata)) {
+		fmt.Fprintf(stdout, "metadata %s=%s\n", k, j.Metadata[k])
 	}
 	fmt.Fprintf(stdout, "payload %s\n", j.Payload)
 	if len(j.Result) > 0 {
