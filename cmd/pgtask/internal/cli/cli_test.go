@@ -100,8 +100,8 @@ func TestGenReportsDeclarationErrors(t *testing.T) {
 	dir := "../codegen/testdata/errors/group"
 	code, out, errOut := run(t, "gen", dir)
 	want := dir + `/tasks.go:12: field B: TwoGroups already has a group field, A; a task has at most one`
-	if code != 1 || out != "" || !strings.HasPrefix(errOut, want+"\n") || strings.Count(errOut, "\n") != 8 {
-		t.Fatalf("code %d, stdout %q, stderr:\n%s\nwant exit 1 and eight file:line lines starting with %q", code, out, errOut, want)
+	if code != 1 || out != "" || !strings.HasPrefix(errOut, want+"\n") || strings.Count(errOut, "\n") != 9 {
+		t.Fatalf("code %d, stdout %q, stderr:\n%s\nwant exit 1 and nine file:line lines starting with %q", code, out, errOut, want)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "pgtask_gen.go")); !os.IsNotExist(err) {
 		t.Fatalf("a file was written for a package with errors: %v", err)
@@ -222,7 +222,7 @@ func TestJobCommands(t *testing.T) {
 	}{
 		{cmd("cancel"), 2, "no filter given"},
 		{append(cmd("cancel", "-queue", "emails"), "1"), 2, "not both"},
-		{append(cmd("purge"), "1"), 2, "purge takes no ids"},
+		{append(cmd("purge"), "1"), 2, "takes filter flags, not job ids"},
 		{append(cmd("retry"), "x"), 2, `"x" is not a job id`},
 		{cmd("purge", "-status", "lost"), 1, `status "lost" is none of`},
 		{[]string{"jobs", "show", "-database-url", url, "999999"}, 1, "job not found"},

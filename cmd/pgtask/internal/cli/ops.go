@@ -305,8 +305,12 @@ func bulkCommand(ctx context.Context, name string, args []string, stdout, stderr
 		return err
 	}
 	if c.fs.NArg() > 0 {
-		if what.one == nil || !f.empty() || f.all {
-			fmt.Fprintf(stderr, "pgtask %s: give filter flags or job ids, not both (purge takes no ids)\n", name)
+		switch {
+		case what.one == nil:
+			fmt.Fprintf(stderr, "pgtask %s: takes filter flags, not job ids\n", name)
+			return errUsage
+		case !f.empty() || f.all:
+			fmt.Fprintf(stderr, "pgtask %s: give filter flags or job ids, not both\n", name)
 			return errUsage
 		}
 		return byID(ctx, c, name, what.one, what.done, stdout, stderr)
@@ -352,7 +356,9 @@ func byID(ctx context.Context, c *command, name string, one func(context.Context
 			fmt.Fprintf(stderr, "pgtask %s: %q is not a job id\n", name, a)
 			return errUsage
 		}
-		ids = append(ids, runtime.JobID(id))
+		if !slices.Contains(ids, runtime.JobID(id)) {
+			ids = append(ids, runtime.JobID(id))
+		}
 	}
 	conn, err := connect(ctx, *c.url)
 	if err != nil {
