@@ -236,21 +236,23 @@ SELECT j.id, j.queue, j.kind, j.group_key, j.status::text AS status, j.priority,
        j.run_after, j.created_at, j.started_at, j.finished_at, coalesce(j.errors -> -1 ->> 'error', '')::text AS last_error
   FROM pgtask.jobs j
  WHERE j.status = 'scheduled'
-   AND j.run_after >= $1::timestamptz AND j.run_after < $2::timestamptz
+   AND j.run_after >= $1::timestamptz AND j.run_after <= $2::timestamptz
    AND (j.run_after, j.id) > ($1::timestamptz, $3::bigint)
-   AND ($4::text IS NULL OR j.queue = $4::text)
-   AND ($5::text IS NULL OR j.kind = $5::text)
-   AND ($6::text IS NULL OR j.group_key = $6::text)
-   AND ($7::timestamptz IS NULL OR j.created_at >= $7::timestamptz)
-   AND ($8::timestamptz IS NULL OR j.created_at < $8::timestamptz)
+   AND (j.run_after, j.id) <= ($2::timestamptz, $4::bigint)
+   AND ($5::text IS NULL OR j.queue = $5::text)
+   AND ($6::text IS NULL OR j.kind = $6::text)
+   AND ($7::text IS NULL OR j.group_key = $7::text)
+   AND ($8::timestamptz IS NULL OR j.created_at >= $8::timestamptz)
+   AND ($9::timestamptz IS NULL OR j.created_at < $9::timestamptz)
  ORDER BY j.run_after, j.id
- LIMIT $9::integer
+ LIMIT $10::integer
 `
 
 type DashboardJobsByDueParams struct {
 	AfterAt       time.Time  `db:"after_at"`
-	ScanEnd       time.Time  `db:"scan_end"`
+	EndAt         time.Time  `db:"end_at"`
 	AfterID       int64      `db:"after_id"`
+	EndID         int64      `db:"end_id"`
 	Queue         *string    `db:"queue"`
 	Kind          *string    `db:"kind"`
 	GroupKey      *string    `db:"group_key"`
@@ -275,13 +277,14 @@ type DashboardJobsByDueRow struct {
 	LastError   string     `db:"last_error"`
 }
 
-// Due first: the scheduled jobs the filters match that start after
-// (@after_at, @after_id) and before @scan_end.
+// Due first: the scheduled jobs the filters match from (@after_at,
+// @after_id), excluded, to (@end_at, @end_id), included.
 func (q *Queries) DashboardJobsByDue(ctx context.Context, arg DashboardJobsByDueParams) ([]DashboardJobsByDueRow, error) {
 	rows, err := q.db.Query(ctx, DashboardJobsByDue,
 		arg.AfterAt,
-		arg.ScanEnd,
+		arg.EndAt,
 		arg.AfterID,
+		arg.EndID,
 		arg.Queue,
 		arg.Kind,
 		arg.GroupKey,
@@ -326,22 +329,24 @@ SELECT j.id, j.queue, j.kind, j.group_key, j.status::text AS status, j.priority,
        j.run_after, j.created_at, j.started_at, j.finished_at, coalesce(j.errors -> -1 ->> 'error', '')::text AS last_error
   FROM pgtask.jobs j
  WHERE j.status = $1::pgtask.job_status AND j.status IN ('succeeded', 'failed', 'cancelled')
-   AND j.finished_at <= $2::timestamptz AND j.finished_at > $3::timestamptz
+   AND j.finished_at <= $2::timestamptz AND j.finished_at >= $3::timestamptz
    AND (j.finished_at, j.id) < ($2::timestamptz, $4::bigint)
-   AND ($5::text IS NULL OR j.queue = $5::text)
-   AND ($6::text IS NULL OR j.kind = $6::text)
-   AND ($7::text IS NULL OR j.group_key = $7::text)
-   AND ($8::timestamptz IS NULL OR j.created_at >= $8::timestamptz)
-   AND ($9::timestamptz IS NULL OR j.created_at < $9::timestamptz)
+   AND (j.finished_at, j.id) >= ($3::timestamptz, $5::bigint)
+   AND ($6::text IS NULL OR j.queue = $6::text)
+   AND ($7::text IS NULL OR j.kind = $7::text)
+   AND ($8::text IS NULL OR j.group_key = $8::text)
+   AND ($9::timestamptz IS NULL OR j.created_at >= $9::timestamptz)
+   AND ($10::timestamptz IS NULL OR j.created_at < $10::timestamptz)
  ORDER BY j.finished_at DESC, j.id DESC
- LIMIT $10::integer
+ LIMIT $11::integer
 `
 
 type DashboardJobsByFinishParams struct {
 	Status        PgtaskJobStatus `db:"status"`
 	BeforeAt      time.Time       `db:"before_at"`
-	ScanEnd       time.Time       `db:"scan_end"`
+	EndAt         time.Time       `db:"end_at"`
 	BeforeID      int64           `db:"before_id"`
+	EndID         int64           `db:"end_id"`
 	Queue         *string         `db:"queue"`
 	Kind          *string         `db:"kind"`
 	GroupKey      *string         `db:"group_key"`
@@ -366,14 +371,15 @@ type DashboardJobsByFinishRow struct {
 	LastError   string     `db:"last_error"`
 }
 
-// Latest finished first: the jobs of @status the filters match that
-// finished before (@before_at, @before_id) and after @scan_end.
+// Latest finished first: the jobs of @status the filters match from
+// (@before_at, @before_id), excluded, to (@end_at, @end_id), included.
 func (q *Queries) DashboardJobsByFinish(ctx context.Context, arg DashboardJobsByFinishParams) ([]DashboardJobsByFinishRow, error) {
 	rows, err := q.db.Query(ctx, DashboardJobsByFinish,
 		arg.Status,
 		arg.BeforeAt,
-		arg.ScanEnd,
+		arg.EndAt,
 		arg.BeforeID,
+		arg.EndID,
 		arg.Queue,
 		arg.Kind,
 		arg.GroupKey,
@@ -417,7 +423,7 @@ const DashboardJobsByID = `-- name: DashboardJobsByID :many
 SELECT j.id, j.queue, j.kind, j.group_key, j.status::text AS status, j.priority, j.attempts, j.max_attempts,
        j.run_after, j.created_at, j.started_at, j.finished_at, coalesce(j.errors -> -1 ->> 'error', '')::text AS last_error
   FROM pgtask.jobs j
- WHERE j.id < $1::bigint AND j.id > $2::bigint
+ WHERE j.id < $1::bigint AND j.id >= $2::bigint
    AND ($3::text IS NULL OR j.queue = $3::text)
    AND ($4::text IS NULL OR j.kind = $4::text)
    AND ($5::text IS NULL OR j.group_key = $5::text)
@@ -456,8 +462,8 @@ type DashboardJobsByIDRow struct {
 	LastError   string     `db:"last_error"`
 }
 
-// Newest first: the jobs the filters match with ids below @before_id and
-// above @scan_end.
+// Newest first: the jobs the filters match with ids below @before_id, down
+// to @scan_end.
 func (q *Queries) DashboardJobsByID(ctx context.Context, arg DashboardJobsByIDParams) ([]DashboardJobsByIDRow, error) {
 	rows, err := q.db.Query(ctx, DashboardJobsByID,
 		arg.BeforeID,
@@ -503,45 +509,65 @@ func (q *Queries) DashboardJobsByID(ctx context.Context, arg DashboardJobsByIDPa
 }
 
 const DashboardJobsScanEndByDue = `-- name: DashboardJobsScanEndByDue :one
-SELECT j.run_after AS scan_end FROM pgtask.jobs j
+SELECT j.run_after AS end_at, j.id AS end_id FROM pgtask.jobs j
  WHERE j.status = 'scheduled' AND j.run_after >= $1::timestamptz
- ORDER BY j.run_after OFFSET $2::integer LIMIT 1
+   AND (j.run_after, j.id) > ($1::timestamptz, $2::bigint)
+ ORDER BY j.run_after, j.id OFFSET $3::integer LIMIT 1
 `
 
 type DashboardJobsScanEndByDueParams struct {
 	AfterAt time.Time `db:"after_at"`
+	AfterID int64     `db:"after_id"`
 	Scan    int32     `db:"scan"`
 }
 
-// The start time @scan scheduled jobs on from @after_at, along the index
-// of scheduled jobs; no row when fewer are left.
-func (q *Queries) DashboardJobsScanEndByDue(ctx context.Context, arg DashboardJobsScanEndByDueParams) (time.Time, error) {
-	row := q.db.QueryRow(ctx, DashboardJobsScanEndByDue, arg.AfterAt, arg.Scan)
-	var scan_end time.Time
-	err := row.Scan(&scan_end)
-	return scan_end, err
+type DashboardJobsScanEndByDueRow struct {
+	EndAt time.Time `db:"end_at"`
+	EndID int64     `db:"end_id"`
+}
+
+// The job @scan scheduled jobs on from (@after_at, @after_id), due first,
+// along the index of scheduled jobs; no row when no job is that far on.
+func (q *Queries) DashboardJobsScanEndByDue(ctx context.Context, arg DashboardJobsScanEndByDueParams) (DashboardJobsScanEndByDueRow, error) {
+	row := q.db.QueryRow(ctx, DashboardJobsScanEndByDue, arg.AfterAt, arg.AfterID, arg.Scan)
+	var i DashboardJobsScanEndByDueRow
+	err := row.Scan(&i.EndAt, &i.EndID)
+	return i, err
 }
 
 const DashboardJobsScanEndByFinish = `-- name: DashboardJobsScanEndByFinish :one
-SELECT j.finished_at::timestamptz AS scan_end FROM pgtask.jobs j
+SELECT j.finished_at::timestamptz AS end_at, j.id AS end_id FROM pgtask.jobs j
  WHERE j.status = $1::pgtask.job_status AND j.status IN ('succeeded', 'failed', 'cancelled')
    AND j.finished_at <= $2::timestamptz
- ORDER BY j.finished_at DESC OFFSET $3::integer LIMIT 1
+   AND (j.finished_at, j.id) < ($2::timestamptz, $3::bigint)
+ ORDER BY j.finished_at DESC, j.id DESC OFFSET $4::integer LIMIT 1
 `
 
 type DashboardJobsScanEndByFinishParams struct {
 	Status   PgtaskJobStatus `db:"status"`
 	BeforeAt time.Time       `db:"before_at"`
+	BeforeID int64           `db:"before_id"`
 	Scan     int32           `db:"scan"`
 }
 
-// The finish time @scan jobs of @status back from @before_at, along the
-// index of finished jobs; no row when fewer are left.
-func (q *Queries) DashboardJobsScanEndByFinish(ctx context.Context, arg DashboardJobsScanEndByFinishParams) (time.Time, error) {
-	row := q.db.QueryRow(ctx, DashboardJobsScanEndByFinish, arg.Status, arg.BeforeAt, arg.Scan)
-	var scan_end time.Time
-	err := row.Scan(&scan_end)
-	return scan_end, err
+type DashboardJobsScanEndByFinishRow struct {
+	EndAt time.Time `db:"end_at"`
+	EndID int64     `db:"end_id"`
+}
+
+// The job @scan jobs of @status on from (@before_at, @before_id), latest
+// finished first, along the index of finished jobs; no row when no job is
+// that far on.
+func (q *Queries) DashboardJobsScanEndByFinish(ctx context.Context, arg DashboardJobsScanEndByFinishParams) (DashboardJobsScanEndByFinishRow, error) {
+	row := q.db.QueryRow(ctx, DashboardJobsScanEndByFinish,
+		arg.Status,
+		arg.BeforeAt,
+		arg.BeforeID,
+		arg.Scan,
+	)
+	var i DashboardJobsScanEndByFinishRow
+	err := row.Scan(&i.EndAt, &i.EndID)
+	return i, err
 }
 
 const DashboardJobsScanEndByID = `-- name: DashboardJobsScanEndByID :one
@@ -557,11 +583,13 @@ type DashboardJobsScanEndByIDParams struct {
 }
 
 // The jobs page reads one of three orders, each along an index, and looks
-// at no more than @scan index entries per page: first the bound of that
-// stretch (an index-only step @scan entries on), then the stretch, with the
-// filters applied. A page with fewer matches than asked for says how far it
-// looked, and the next page goes on from there.
-// The id @scan jobs below @before_id; no row when fewer are left.
+// through a bounded stretch of it per page: first the job that ends the
+// stretch (@scan entries on, stepped over in the index), then the stretch,
+// that job included, with the filters applied. A page with fewer matches
+// than asked for says how far it looked, and the next page goes on after
+// that job.
+// The id @scan jobs on below @before_id, newest first; no row when no job
+// is that far on.
 func (q *Queries) DashboardJobsScanEndByID(ctx context.Context, arg DashboardJobsScanEndByIDParams) (int64, error) {
 	row := q.db.QueryRow(ctx, DashboardJobsScanEndByID, arg.BeforeID, arg.Scan)
 	var scan_end int64

@@ -100,24 +100,26 @@ SELECT s.queue::text AS queue, s.status::text AS status, count(*)::bigint AS job
  ORDER BY 1, 2;
 
 -- The jobs page reads one of three orders, each along an index, and looks
--- at no more than @scan index entries per page: first the bound of that
--- stretch (an index-only step @scan entries on), then the stretch, with the
--- filters applied. A page with fewer matches than asked for says how far it
--- looked, and the next page goes on from there.
+-- through a bounded stretch of it per page: first the job that ends the
+-- stretch (@scan entries on, stepped over in the index), then the stretch,
+-- that job included, with the filters applied. A page with fewer matches
+-- than asked for says how far it looked, and the next page goes on after
+-- that job.
 
 -- name: DashboardJobsScanEndByID :one
--- The id @scan jobs below @before_id; no row when fewer are left.
+-- The id @scan jobs on below @before_id, newest first; no row when no job
+-- is that far on.
 SELECT j.id AS scan_end FROM pgtask.jobs j
  WHERE j.id < @before_id::bigint
  ORDER BY j.id DESC OFFSET @scan::integer LIMIT 1;
 
 -- name: DashboardJobsByID :many
--- Newest first: the jobs the filters match with ids below @before_id and
--- above @scan_end.
+-- Newest first: the jobs the filters match with ids below @before_id, down
+-- to @scan_end.
 SELECT j.id, j.queue, j.kind, j.group_key, j.status::text AS status, j.priority, j.attempts, j.max_attempts,
        j.run_after, j.created_at, j.started_at, j.finished_at, coalesce(j.errors -> -1 ->> 'error', '')::text AS last_error
   FROM pgtask.jobs j
- WHERE j.id < @before_id::bigint AND j.id > @scan_end::bigint
+ WHERE j.id < @before_id::bigint AND j.id >= @scan_end::bigint
    AND (sqlc.narg(queue)::text IS NULL OR j.queue = sqlc.narg(queue)::text)
    AND (sqlc.narg(kind)::text IS NULL OR j.kind = sqlc.narg(kind)::text)
    AND (sqlc.narg(group_key)::text IS NULL OR j.group_key = sqlc.narg(group_key)::text)
@@ -128,22 +130,25 @@ SELECT j.id, j.queue, j.kind, j.group_key, j.status::text AS status, j.priority,
  LIMIT @max::integer;
 
 -- name: DashboardJobsScanEndByFinish :one
--- The finish time @scan jobs of @status back from @before_at, along the
--- index of finished jobs; no row when fewer are left.
-SELECT j.finished_at::timestamptz AS scan_end FROM pgtask.jobs j
+-- The job @scan jobs of @status on from (@before_at, @before_id), latest
+-- finished first, along the index of finished jobs; no row when no job is
+-- that far on.
+SELECT j.finished_at::timestamptz AS end_at, j.id AS end_id FROM pgtask.jobs j
  WHERE j.status = @status::pgtask.job_status AND j.status IN ('succeeded', 'failed', 'cancelled')
    AND j.finished_at <= @before_at::timestamptz
- ORDER BY j.finished_at DESC OFFSET @scan::integer LIMIT 1;
+   AND (j.finished_at, j.id) < (@before_at::timestamptz, @before_id::bigint)
+ ORDER BY j.finished_at DESC, j.id DESC OFFSET @scan::integer LIMIT 1;
 
 -- name: DashboardJobsByFinish :many
--- Latest finished first: the jobs of @status the filters match that
--- finished before (@before_at, @before_id) and after @scan_end.
+-- Latest finished first: the jobs of @status the filters match from
+-- (@before_at, @before_id), excluded, to (@end_at, @end_id), included.
 SELECT j.id, j.queue, j.kind, j.group_key, j.status::text AS status, j.priority, j.attempts, j.max_attempts,
        j.run_after, j.created_at, j.started_at, j.finished_at, coalesce(j.errors -> -1 ->> 'error', '')::text AS last_error
   FROM pgtask.jobs j
  WHERE j.status = @status::pgtask.job_status AND j.status IN ('succeeded', 'failed', 'cancelled')
-   AND j.finished_at <= @before_at::timestamptz AND j.finished_at > @scan_end::timestamptz
+   AND j.finished_at <= @before_at::timestamptz AND j.finished_at >= @end_at::timestamptz
    AND (j.finished_at, j.id) < (@before_at::timestamptz, @before_id::bigint)
+   AND (j.finished_at, j.id) >= (@end_at::timestamptz, @end_id::bigint)
    AND (sqlc.narg(queue)::text IS NULL OR j.queue = sqlc.narg(queue)::text)
    AND (sqlc.narg(kind)::text IS NULL OR j.kind = sqlc.narg(kind)::text)
    AND (sqlc.narg(group_key)::text IS NULL OR j.group_key = sqlc.narg(group_key)::text)
@@ -153,21 +158,23 @@ SELECT j.id, j.queue, j.kind, j.group_key, j.status::text AS status, j.priority,
  LIMIT @max::integer;
 
 -- name: DashboardJobsScanEndByDue :one
--- The start time @scan scheduled jobs on from @after_at, along the index
--- of scheduled jobs; no row when fewer are left.
-SELECT j.run_after AS scan_end FROM pgtask.jobs j
+-- The job @scan scheduled jobs on from (@after_at, @after_id), due first,
+-- along the index of scheduled jobs; no row when no job is that far on.
+SELECT j.run_after AS end_at, j.id AS end_id FROM pgtask.jobs j
  WHERE j.status = 'scheduled' AND j.run_after >= @after_at::timestamptz
- ORDER BY j.run_after OFFSET @scan::integer LIMIT 1;
+   AND (j.run_after, j.id) > (@after_at::timestamptz, @after_id::bigint)
+ ORDER BY j.run_after, j.id OFFSET @scan::integer LIMIT 1;
 
 -- name: DashboardJobsByDue :many
--- Due first: the scheduled jobs the filters match that start after
--- (@after_at, @after_id) and before @scan_end.
+-- Due first: the scheduled jobs the filters match from (@after_at,
+-- @after_id), excluded, to (@end_at, @end_id), included.
 SELECT j.id, j.queue, j.kind, j.group_key, j.status::text AS status, j.priority, j.attempts, j.max_attempts,
        j.run_after, j.created_at, j.started_at, j.finished_at, coalesce(j.errors -> -1 ->> 'error', '')::text AS last_error
   FROM pgtask.jobs j
  WHERE j.status = 'scheduled'
-   AND j.run_after >= @after_at::timestamptz AND j.run_after < @scan_end::timestamptz
+   AND j.run_after >= @after_at::timestamptz AND j.run_after <= @end_at::timestamptz
    AND (j.run_after, j.id) > (@after_at::timestamptz, @after_id::bigint)
+   AND (j.run_after, j.id) <= (@end_at::timestamptz, @end_id::bigint)
    AND (sqlc.narg(queue)::text IS NULL OR j.queue = sqlc.narg(queue)::text)
    AND (sqlc.narg(kind)::text IS NULL OR j.kind = sqlc.narg(kind)::text)
    AND (sqlc.narg(group_key)::text IS NULL OR j.group_key = sqlc.narg(group_key)::text)
