@@ -21,7 +21,7 @@ func TestQueuesPage(t *testing.T) {
 	c := newDashboard(t, s, dashboard.Options{})
 	body := c.get("/")
 	head := []string{"Queue", "State", "Scheduled", "Runnable", "In groups", "Running", "Oldest wait", "Blocked groups",
-		"Last minute", "Succeeded, 1 h", "Failed, 1 h", "Cancelled, 1 h", ""}
+		"Finished", "Succeeded", "Failed", "Cancelled", ""}
 	if got := rows(body)[1]; !slices.Equal(got, head) {
 		t.Errorf("header %q, want %q", got, head)
 	}

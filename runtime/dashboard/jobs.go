@@ -333,6 +333,8 @@ type jobPage struct {
 	Job     *runtime.JobInfo
 	Payload string
 	Result  string
+	// Attempts are the job's failed attempts, the latest first.
+	Attempts []runtime.AttemptError
 	// CanRetry and CanCancel say which actions the job's status allows.
 	CanRetry, CanCancel bool
 }
@@ -354,10 +356,16 @@ func (h *handler) jobPage(w http.ResponseWriter, r *http.Request) {
 	}
 	h.render(w, r, http.StatusOK, "job", jobPage{
 		page: h.page(r, "jobs", fmt.Sprintf("Job %d", id)), Job: job,
-		Payload: indentJSON(job.Payload), Result: indentJSON(job.Result),
+		Payload: indentJSON(job.Payload), Result: indentJSON(job.Result), Attempts: latestFirst(job.Errors),
 		CanRetry:  job.Status == runtime.StatusFailed || job.Status == runtime.StatusCancelled,
 		CanCancel: job.Status == runtime.StatusScheduled || job.Status == runtime.StatusQueued || job.Status == runtime.StatusFailed,
 	})
+}
+
+func latestFirst(errs []runtime.AttemptError) []runtime.AttemptError {
+	out := slices.Clone(errs)
+	slices.Reverse(out)
+	return out
 }
 
 // indentJSON lays out JSON for reading; "" for none.
