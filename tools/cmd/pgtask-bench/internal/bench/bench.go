@@ -30,7 +30,7 @@ import (
 
 // Options sizes the run.
 type Options struct {
-	Only          string // comma-separated subset of: enqueue,drain,wakeup,claim,memory,floor
+	Only          string // comma-separated subset of: enqueue,drain,wakeup,claim,memory,floor,dashboard
 	Conns         int    // connections (runners, producers, floor clients)
 	Batch         int    // jobs per claim in drains
 	EnqueueSingle int
@@ -44,6 +44,7 @@ type Options struct {
 	WakeSamples   int
 	ClaimBacklogs []int
 	MemoryJobs    int
+	DashboardJobs int
 	FloorDuration time.Duration
 	KeepDatabases bool
 }
@@ -54,7 +55,7 @@ func defaults() Options {
 		EnqueueSingle: 20_000, EnqueueMany: 500_000, ManyBatch: 1_000,
 		DefaultsJobs: 30_000, Ungrouped: 200_000, Grouped: 200_000, Groups: 1_000, Hot: 10_000,
 		WakeSamples: 300, ClaimBacklogs: []int{1_000, 100_000, 1_000_000},
-		MemoryJobs: 1_000_000, FloorDuration: 5 * time.Second,
+		MemoryJobs: 1_000_000, DashboardJobs: 1_000_000, FloorDuration: 5 * time.Second,
 	}
 }
 
@@ -64,7 +65,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := defaults()
 	fs := flag.NewFlagSet("pgtask-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,drain,wakeup,claim,memory")
+	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,drain,wakeup,claim,memory,dashboard")
 	fs.IntVar(&o.Conns, "conns", o.Conns, "connections: worker runners, producers and floor clients")
 	fs.IntVar(&o.Batch, "batch", o.Batch, "jobs per claim in the drains")
 	fs.IntVar(&o.EnqueueSingle, "enqueue-single", o.EnqueueSingle, "jobs enqueued one per call")
@@ -78,6 +79,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.WakeSamples, "wake-samples", o.WakeSamples, "enqueues timed for the wake-up latency")
 	backlogs := fs.String("claim-backlogs", "1000,100000,1000000", "backlog sizes for the claim cost")
 	fs.IntVar(&o.MemoryJobs, "memory-jobs", o.MemoryJobs, "jobs drained while watching the worker's memory")
+	fs.IntVar(&o.DashboardJobs, "dashboard-jobs", o.DashboardJobs, "jobs in the table while the dashboard's pages are timed")
 	fs.DurationVar(&o.FloorDuration, "floor-duration", o.FloorDuration, "how long to measure the UPDATE floor")
 	fs.BoolVar(&o.KeepDatabases, "keep", false, "keep the benchmark databases")
 	if err := fs.Parse(args); err != nil {
@@ -146,6 +148,7 @@ func run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		{"wakeup", b.measureWakeup},
 		{"claim", b.measureClaim},
 		{"memory", b.measureMemory},
+		{"dashboard", b.measureDashboard},
 	}
 	for _, s := range steps {
 		if !want(s.name) {
