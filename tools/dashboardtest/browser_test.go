@@ -37,7 +37,7 @@ func chromium(t *testing.T) string {
 			return path
 		}
 	}
-	if os.Getenv("CI") != "" {
+	if ci := os.Getenv("CI"); ci != "" && ci != "0" && ci != "false" {
 		t.Fatal("no chromium binary on PATH, and CI is set: install Debian's chromium package (apt-get install -y chromium), as .ci/run does")
 	}
 	t.Skip("no chromium binary on PATH (looked for chromium, chromium-browser, google-chrome): install Debian's chromium package to run the browser test")
