@@ -59,18 +59,19 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64
 	return ids, err
 }
 
-const InsertUniqueJobs = `-- name: InsertUniqueJobs :one
+const InsertJobsV3 = `-- name: InsertJobsV3 :one
 SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
-  FROM pgtask.enqueue_jobs_v2(
+  FROM pgtask.enqueue_jobs_v3(
     $1::jsonb[], $2::integer[], $3::integer[],
     $4::text[], $5::text[], $6::smallint[], $7::integer[],
     $8::boolean[], $9::text[], $10::bigint[],
     $11::text[], $12::text[],
-    $13::text[], $14::bigint[], $15::text[]
+    $13::text[], $14::bigint[], $15::text[],
+    $16::jsonb[]
   ) e
 `
 
-type InsertUniqueJobsParams struct {
+type InsertJobsV3Params struct {
 	Payloads        []json.RawMessage `db:"payloads"`
 	Settings        []int32           `db:"settings"`
 	Groups          []int32           `db:"groups"`
@@ -86,18 +87,20 @@ type InsertUniqueJobsParams struct {
 	UniqueKeys      []string          `db:"unique_keys"`
 	UniqueWindowsUs []int64           `db:"unique_windows_us"`
 	UniqueStatuses  []string          `db:"unique_statuses"`
+	Metadata        []json.RawMessage `db:"metadata"`
 }
 
-type InsertUniqueJobsRow struct {
+type InsertJobsV3Row struct {
 	Ids     []int64 `db:"ids"`
 	Existed []bool  `db:"existed"`
 }
 
-// InsertJobs for a batch with unique jobs (see pgtask.enqueue_jobs_v2):
-// unique_keys has one per job (empty for none), unique_windows_us and
-// unique_statuses one per set of settings.
-func (q *Queries) InsertUniqueJobs(ctx context.Context, arg InsertUniqueJobsParams) (InsertUniqueJobsRow, error) {
-	row := q.db.QueryRow(ctx, InsertUniqueJobs,
+// InsertJobs for a batch with unique jobs or metadata (see
+// pgtask.enqueue_jobs_v3): unique_keys has one per job (empty for none),
+// unique_windows_us and unique_statuses one per set of settings; metadata
+// one per job (NULL for none), or NULL for none in the batch.
+func (q *Queries) InsertJobsV3(ctx context.Context, arg InsertJobsV3Params) (InsertJobsV3Row, error) {
+	row := q.db.QueryRow(ctx, InsertJobsV3,
 		arg.Payloads,
 		arg.Settings,
 		arg.Groups,
@@ -113,8 +116,9 @@ func (q *Queries) InsertUniqueJobs(ctx context.Context, arg InsertUniqueJobsPara
 		arg.UniqueKeys,
 		arg.UniqueWindowsUs,
 		arg.UniqueStatuses,
+		arg.Metadata,
 	)
-	var i InsertUniqueJobsRow
+	var i InsertJobsV3Row
 	err := row.Scan(&i.Ids, &i.Existed)
 	return i, err
 }

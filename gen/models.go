@@ -83,6 +83,12 @@ func AllPgtaskJobStatusValues() []PgtaskJobStatus {
 	}
 }
 
+type PgtaskCancelRequest struct {
+	JobID       int64     `db:"job_id"`
+	Attempt     int32     `db:"attempt"`
+	RequestedAt time.Time `db:"requested_at"`
+}
+
 type PgtaskFunctionFile struct {
 	Name      string    `db:"name"`
 	Revision  int32     `db:"revision"`
@@ -117,6 +123,7 @@ type PgtaskJob struct {
 	UniqueKey       *string         `db:"unique_key"`
 	UniqueStatuses  *string         `db:"unique_statuses"`
 	UniqueUntil     *time.Time      `db:"unique_until"`
+	Metadata        json.RawMessage `db:"metadata"`
 }
 
 type PgtaskLeader struct {

@@ -58,10 +58,12 @@ const ClaimJobs = `-- name: ClaimJobs :many
 SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
-       c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at
-  FROM pgtask.claim_jobs_v3($1, $2, $3, $4::smallint, $5::bigint,
+       c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
+       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
+  FROM pgtask.claim_jobs_v4($1, $2, $3, $4::smallint, $5::bigint,
                             $6::bigint)
-       AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at)
+       AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
+            run_after, metadata)
 `
 
 type ClaimJobsParams struct {
@@ -84,10 +86,12 @@ type ClaimJobsRow struct {
 	MaxAttempts     int32           `db:"max_attempts"`
 	FailBlocksGroup bool            `db:"fail_blocks_group"`
 	CreatedAt       time.Time       `db:"created_at"`
+	RunAfter        time.Time       `db:"run_after"`
+	Metadata        json.RawMessage `db:"metadata"`
 }
 
 // Claims up to @max jobs of a queue and counts their attempt (see
-// pgtask.claim_jobs_v3; the cursor is the last head the worker claimed, or
+// pgtask.claim_jobs_v4; the cursor is the last head the worker claimed, or
 // NULL). Run on its own, the statement commits before any
 // handler runs; run at the end of a job transaction, that transaction's
 // commit does. owner_pid names this session: the job transaction that
@@ -119,6 +123,8 @@ func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJo
 			&i.MaxAttempts,
 			&i.FailBlocksGroup,
 			&i.CreatedAt,
+			&i.RunAfter,
+			&i.Metadata,
 		); err != nil {
 			return nil, err
 		}
@@ -134,10 +140,12 @@ const ClaimLeasedJobs = `-- name: ClaimLeasedJobs :many
 SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
-       c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at
-  FROM pgtask.claim_leased_jobs($1, $2, $3, $4::bigint,
+       c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
+       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
+  FROM pgtask.claim_leased_jobs_v2($1, $2, $3, $4::bigint,
                                 $5::smallint, $6::bigint, $7::bigint)
-       AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at)
+       AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
+            run_after, metadata)
 `
 
 type ClaimLeasedJobsParams struct {
@@ -161,10 +169,12 @@ type ClaimLeasedJobsRow struct {
 	MaxAttempts     int32           `db:"max_attempts"`
 	FailBlocksGroup bool            `db:"fail_blocks_group"`
 	CreatedAt       time.Time       `db:"created_at"`
+	RunAfter        time.Time       `db:"run_after"`
+	Metadata        json.RawMessage `db:"metadata"`
 }
 
 // Claims up to @max runnable heads with a lease (see
-// pgtask.claim_leased_jobs); sent with a batch's outcomes and its commit.
+// pgtask.claim_leased_jobs_v2); sent with a batch's outcomes and its commit.
 func (q *Queries) ClaimLeasedJobs(ctx context.Context, arg ClaimLeasedJobsParams) ([]ClaimLeasedJobsRow, error) {
 	rows, err := q.db.Query(ctx, ClaimLeasedJobs,
 		arg.Queue,
@@ -193,6 +203,8 @@ func (q *Queries) ClaimLeasedJobs(ctx context.Context, arg ClaimLeasedJobsParams
 			&i.MaxAttempts,
 			&i.FailBlocksGroup,
 			&i.CreatedAt,
+			&i.RunAfter,
+			&i.Metadata,
 		); err != nil {
 			return nil, err
 		}
@@ -385,6 +397,17 @@ func (q *Queries) Listen(ctx context.Context) error {
 	return err
 }
 
+const ListenCancel = `-- name: ListenCancel :exec
+LISTEN pgtask_cancel
+`
+
+// Cancel requests of running jobs (see pgtask.cancel_job): each
+// notification's payload is a job id.
+func (q *Queries) ListenCancel(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, ListenCancel)
+	return err
+}
+
 const LockWorker = `-- name: LockWorker :exec
 SELECT pg_advisory_lock_shared(pgtask.worker_lock_class(), $1::integer),
        CASE WHEN current_setting('server_version_num')::integer >= 140000
@@ -430,6 +453,38 @@ func (q *Queries) OwnOrphans(ctx context.Context, arg OwnOrphansParams) ([]OwnOr
 	for rows.Next() {
 		var i OwnOrphansRow
 		if err := rows.Scan(&i.ID, &i.Token); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const PendingCancels = `-- name: PendingCancels :many
+SELECT c.job_id::bigint AS job_id, c.attempt::integer AS attempt
+  FROM pgtask.pending_cancels($1::integer) AS c
+`
+
+type PendingCancelsRow struct {
+	JobID   int64 `db:"job_id"`
+	Attempt int32 `db:"attempt"`
+}
+
+// The running attempts an operator asked to cancel (see
+// pgtask.pending_cancels), for the worker that runs them.
+func (q *Queries) PendingCancels(ctx context.Context, max int32) ([]PendingCancelsRow, error) {
+	rows, err := q.db.Query(ctx, PendingCancels, max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PendingCancelsRow{}
+	for rows.Next() {
+		var i PendingCancelsRow
+		if err := rows.Scan(&i.JobID, &i.Attempt); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -11,15 +11,17 @@ SELECT pgtask.enqueue_jobs(
     @group_queues::text[], @group_keys::text[]
 )::bigint[] AS ids;
 
--- name: InsertUniqueJobs :one
--- InsertJobs for a batch with unique jobs (see pgtask.enqueue_jobs_v2):
--- unique_keys has one per job (empty for none), unique_windows_us and
--- unique_statuses one per set of settings.
+-- name: InsertJobsV3 :one
+-- InsertJobs for a batch with unique jobs or metadata (see
+-- pgtask.enqueue_jobs_v3): unique_keys has one per job (empty for none),
+-- unique_windows_us and unique_statuses one per set of settings; metadata
+-- one per job (NULL for none), or NULL for none in the batch.
 SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
-  FROM pgtask.enqueue_jobs_v2(
+  FROM pgtask.enqueue_jobs_v3(
     @payloads::jsonb[], @settings::integer[], @groups::integer[],
     @kinds::text[], @queues::text[], @priorities::smallint[], @max_attempts::integer[],
     @fail_blocks_group::boolean[], @run_at::text[], @delay_us::bigint[],
     @group_queues::text[], @group_keys::text[],
-    @unique_keys::text[], @unique_windows_us::bigint[], @unique_statuses::text[]
+    @unique_keys::text[], @unique_windows_us::bigint[], @unique_statuses::text[],
+    sqlc.narg(metadata)::jsonb[]
   ) e;

@@ -1,6 +1,6 @@
 -- name: ClaimJobs :many
 -- Claims up to @max jobs of a queue and counts their attempt (see
--- pgtask.claim_jobs_v3; the cursor is the last head the worker claimed, or
+-- pgtask.claim_jobs_v4; the cursor is the last head the worker claimed, or
 -- NULL). Run on its own, the statement commits before any
 -- handler runs; run at the end of a job transaction, that transaction's
 -- commit does. owner_pid names this session: the job transaction that
@@ -8,10 +8,12 @@
 SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
-       c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at
-  FROM pgtask.claim_jobs_v3(@queue, @max, @worker_id, sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint,
+       c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
+       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
+  FROM pgtask.claim_jobs_v4(@queue, @max, @worker_id, sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint,
                             sqlc.narg(token)::bigint)
-       AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at);
+       AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
+            run_after, metadata);
 
 -- name: HoldJobs :many
 -- First statement of the job transaction: locks the claimed rows for as long
@@ -102,14 +104,16 @@ COMMIT;
 
 -- name: ClaimLeasedJobs :many
 -- Claims up to @max runnable heads with a lease (see
--- pgtask.claim_leased_jobs); sent with a batch's outcomes and its commit.
+-- pgtask.claim_leased_jobs_v2); sent with a batch's outcomes and its commit.
 SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
-       c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at
-  FROM pgtask.claim_leased_jobs(@queue, @max, @worker_id, @lease_ms::bigint,
+       c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
+       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
+  FROM pgtask.claim_leased_jobs_v2(@queue, @max, @worker_id, @lease_ms::bigint,
                                 sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint, @token::bigint)
-       AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at);
+       AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
+            run_after, metadata);
 
 -- name: ExtendLeases :many
 SELECT e.id::bigint AS id FROM pgtask.extend_leases(@ids::bigint[], @attempts::integer[], @lease_ms::bigint) AS e(id);
@@ -133,3 +137,14 @@ SELECT o.id::bigint AS id, coalesce(o.claim_token, 0)::bigint AS token
 -- name: RescueJobs :many
 -- Records the attempts of started jobs as lost with their worker.
 SELECT r.id::bigint AS id FROM pgtask.rescue_jobs(@ids::bigint[]) AS r(id);
+
+-- name: ListenCancel :exec
+-- Cancel requests of running jobs (see pgtask.cancel_job): each
+-- notification's payload is a job id.
+LISTEN pgtask_cancel;
+
+-- name: PendingCancels :many
+-- The running attempts an operator asked to cancel (see
+-- pgtask.pending_cancels), for the worker that runs them.
+SELECT c.job_id::bigint AS job_id, c.attempt::integer AS attempt
+  FROM pgtask.pending_cancels(@max::integer) AS c;

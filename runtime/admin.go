@@ -65,6 +65,8 @@ type JobInfo struct {
 	// UniqueKey is a unique job's key as stored: its kind, its key and,
 	// with a window, the window's number.
 	UniqueKey string
+	// Metadata is what the job was enqueued with; nil for none.
+	Metadata map[string]string
 }
 
 // ErrJobNotFound is returned for an id with no job.
@@ -95,6 +97,7 @@ func jobInfo(j gen.PgtaskJob) (*JobInfo, error) {
 	if j.UniqueKey != nil {
 		info.UniqueKey = *j.UniqueKey
 	}
+	info.Metadata = decodeMetadata(j.Metadata)
 	if err := json.Unmarshal(j.Errors, &info.Errors); err != nil {
 		return nil, fmt.Errorf("get job %d: error history: %w", j.ID, err)
 	}
@@ -102,8 +105,13 @@ func jobInfo(j gen.PgtaskJob) (*JobInfo, error) {
 }
 
 // CancelJob cancels a job that has not started yet, or a failed job that
-// blocks its group (the group then moves on). It reports whether it did: a
-// running or finished job is not cancelled.
+// blocks its group (the group then moves on). For a running job it asks the
+// worker running it, wherever that is, to cancel the attempt: the
+// handler's context is cancelled at once (context.Cause gives
+// ErrJobCancelled), and when the handler returns an error, or the worker
+// is lost, the job ends cancelled instead of being retried; a handler that
+// completes its work anyway succeeds. It reports whether it cancelled the
+// job or asked for its cancellation: a finished job is not cancelled.
 func CancelJob(ctx context.Context, db DB, id JobID) (bool, error) {
 	ok, err := gen.New(db).CancelJob(ctx, int64(id))
 	if err != nil {
@@ -250,8 +258,8 @@ const bulkBatch = 1000
 // many jobs it has looked at and changed so far.
 type Progress func(seen, changed int)
 
-// CancelJobs cancels the jobs f matches that CancelJob would cancel (not
-// started yet, or a failure that blocks its group), in batches of 1,000
+// CancelJobs cancels the jobs f matches as CancelJob does (running jobs
+// too, unless f leaves them out by status), in batches of 1,000
 // jobs in id order, each batch a transaction of its own when db is a pool.
 // It returns how many it cancelled.
 func CancelJobs(ctx context.Context, db DB, f JobFilter, progress Progress) (int, error) {

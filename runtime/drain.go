@@ -50,3 +50,36 @@ func (w *Worker) Drain(ctx context.Context) (int, error) {
 		}
 	}
 }
+
+// WorkOne works, in the calling goroutine, one attempt of the next job of
+// the worker's queues that can run now (queues in name order, each as Run
+// picks its jobs), and returns the job as its attempt left it; nil when no job
+// could run. It is Drain one job at a time, for tests that check each step
+// (what a failed attempt left, then its retry): the same rules apply.
+func (w *Worker) WorkOne(ctx context.Context) (*JobInfo, error) {
+	if !w.started.CompareAndSwap(false, true) {
+		return nil, errors.New("work one: the worker is running, or has run")
+	}
+	defer w.started.Store(false)
+	if err := w.settleModes(); err != nil {
+		return nil, fmt.Errorf("work one: %w", err)
+	}
+	w.idleTimeout = w.longestIdle()
+	if err := w.maintainOnce(ctx, gen.New(w.pool)); err != nil {
+		return nil, fmt.Errorf("work one: %w", err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(w.queues)) {
+		r := &runner{w: w, q: w.queues[name], one: true}
+		if _, err := r.work(ctx, ctx); err != nil {
+			return nil, fmt.Errorf("work one: queue %s: %w", name, err)
+		}
+		if len(r.ran) > 0 {
+			info, err := GetJob(ctx, w.pool, JobID(r.ran[0]))
+			if err != nil {
+				return nil, fmt.Errorf("work one: %w", err)
+			}
+			return info, nil
+		}
+	}
+	return nil, nil
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -77,7 +78,15 @@ type EnqueueOptions struct {
 	// UniqueStatuses are the finished statuses in which a job still holds
 	// its key (the unfinished ones always do).
 	UniqueStatuses []Status
+	// Metadata is stored with the job apart from its payload and given to
+	// each attempt (Job.Metadata): a trace context, a tenant, a request id.
+	// Keys are not empty; keys and values together are at most
+	// MaxMetadataBytes.
+	Metadata map[string]string
 }
+
+// MaxMetadataBytes bounds the keys and values of a job's metadata, in all.
+const MaxMetadataBytes = 16 << 10
 
 // MaxUniqueKeyBytes bounds a unique key (see EnqueueOptions.UniqueKey).
 const MaxUniqueKeyBytes = 1024
@@ -119,6 +128,19 @@ func WithUniqueStatuses(statuses ...Status) EnqueueOption {
 	return func(o *EnqueueOptions) { o.UniqueStatuses = statuses }
 }
 
+// WithMetadata sets key to value in the job's metadata (see
+// EnqueueOptions.Metadata), leaving the map it was given unchanged.
+func WithMetadata(key, value string) EnqueueOption {
+	return func(o *EnqueueOptions) {
+		m := maps.Clone(o.Metadata)
+		if m == nil {
+			m = make(map[string]string, 1)
+		}
+		m[key] = value
+		o.Metadata = m
+	}
+}
+
 // WithFailBlocksGroup sets what a final failure does to the job's group.
 func WithFailBlocksGroup(block bool) EnqueueOption {
 	return func(o *EnqueueOptions) { o.FailBlocksGroup = block }
@@ -129,6 +151,8 @@ type EnqueueRequest struct {
 	Kind    string
 	Payload json.RawMessage // a JSON object or array
 	EnqueueOptions
+
+	metadata json.RawMessage // Metadata encoded, by check
 }
 
 // Apply applies opts to the request's options, in order.
@@ -200,7 +224,7 @@ func EnqueueResults(ctx context.Context, db DB, reqs []EnqueueRequest) ([]Enqueu
 	var ids []int64
 	var existed []bool
 	var err error
-	if b.p.UniqueKeys == nil {
+	if b.p.UniqueKeys == nil && b.p.Metadata == nil {
 		p := b.p
 		ids, err = gen.New(db).InsertJobs(ctx, gen.InsertJobsParams{
 			Payloads: p.Payloads, Settings: p.Settings, Groups: p.Groups,
@@ -210,8 +234,8 @@ func EnqueueResults(ctx context.Context, db DB, reqs []EnqueueRequest) ([]Enqueu
 		})
 		existed = make([]bool, len(ids))
 	} else {
-		var row gen.InsertUniqueJobsRow
-		row, err = gen.New(db).InsertUniqueJobs(ctx, b.p)
+		var row gen.InsertJobsV3Row
+		row, err = gen.New(db).InsertJobsV3(ctx, b.p)
 		ids, existed = row.Ids, row.Existed
 	}
 	if err != nil {
@@ -231,7 +255,7 @@ func EnqueueResults(ctx context.Context, db DB, reqs []EnqueueRequest) ([]Enqueu
 // group by position (1-based; group 0 is none), so a batch sends each
 // distinct set of settings and each group once.
 type batch struct {
-	p        gen.InsertUniqueJobsParams
+	p        gen.InsertJobsV3Params
 	settings map[jobSettings]int32
 	groups   map[groupRef]int32
 	last     jobSettings
@@ -255,7 +279,7 @@ type jobSettings struct {
 type groupRef struct{ queue, key string }
 
 func newBatch(n int) *batch {
-	return &batch{p: gen.InsertUniqueJobsParams{
+	return &batch{p: gen.InsertJobsV3Params{
 		Payloads: make([]json.RawMessage, 0, n), Settings: make([]int32, 0, n), Groups: make([]int32, 0, n),
 		Kinds: []string{}, Queues: []string{}, Priorities: []int16{}, MaxAttempts: []int32{},
 		FailBlocksGroup: []bool{}, RunAt: []string{}, DelayUs: []int64{},
@@ -285,6 +309,13 @@ func (b *batch) add(r *EnqueueRequest) {
 	}
 	if b.p.UniqueKeys != nil {
 		b.p.UniqueKeys = append(b.p.UniqueKeys, r.UniqueKey)
+	}
+	if len(r.Metadata) > 0 && b.p.Metadata == nil {
+		// The batch's first job with metadata: the jobs before it have none.
+		b.p.Metadata = make([]json.RawMessage, len(b.p.Payloads), cap(b.p.Payloads))
+	}
+	if b.p.Metadata != nil {
+		b.p.Metadata = append(b.p.Metadata, r.metadata)
 	}
 	b.p.Payloads = append(b.p.Payloads, r.Payload)
 	b.p.Settings = append(b.p.Settings, o)
@@ -382,6 +413,9 @@ func (r *EnqueueRequest) check() error {
 	} else if r.UniqueWindow != 0 || len(r.UniqueStatuses) > 0 {
 		return errors.New("a unique window or statuses without a unique key")
 	}
+	if err := r.checkMetadata(); err != nil {
+		return err
+	}
 	if len(r.Payload) == 0 {
 		return errors.New("payload is empty")
 	}
@@ -399,6 +433,37 @@ func (r *EnqueueRequest) check() error {
 	default:
 		return errors.New("payload must be a JSON object or array")
 	}
+	return nil
+}
+
+// checkMetadata refuses metadata the database cannot store, and encodes
+// the rest.
+func (r *EnqueueRequest) checkMetadata() error {
+	r.metadata = nil
+	if len(r.Metadata) == 0 {
+		return nil
+	}
+	size := 0
+	for k, v := range r.Metadata {
+		if k == "" {
+			return errors.New("a metadata key is empty")
+		}
+		size += len(k) + len(v)
+		if size > MaxMetadataBytes {
+			return fmt.Errorf("metadata is more than the %d bytes allowed", MaxMetadataBytes)
+		}
+		if err := checkName("metadata key", k, MaxMetadataBytes); err != nil {
+			return err
+		}
+		if err := checkName(fmt.Sprintf("metadata value of %q", k), v, MaxMetadataBytes); err != nil {
+			return err
+		}
+	}
+	b, err := json.Marshal(r.Metadata)
+	if err != nil {
+		return fmt.Errorf("encode metadata: %w", err)
+	}
+	r.metadata = b
 	return nil
 }
 

@@ -414,7 +414,22 @@ func TestEnqueuesCreatingGroupsDoNotDeadlock(t *testing.T) {
 	if err := x.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // T1 now waits for Y at c
+	// T1 now waits for Y at c (were it still on its way there, the cancel
+	// below would wait for T1 and T1 for Y, a cycle through this goroutine
+	// that the server cannot see).
+	yPID := int32(y.Conn().PgConn().PID())
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n, err := b.q.CountBlockedBy(ctx, yPID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("T1 never waited for Y")
+		}
+	}
 	if ok, err := b.gen.CancelJob(ctx, int64(a1)); err != nil || !ok {
 		t.Fatalf("cancel a1: %v, %v", ok, err)
 	}

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -91,14 +92,40 @@ func newJob(row gen.ClaimJobsRow) *Job {
 		MaxAttempts: int(row.MaxAttempts),
 		Payload:     row.Payload,
 		CreatedAt:   row.CreatedAt,
+		RunAfter:    row.RunAfter,
+		Metadata:    decodeMetadata(row.Metadata),
 	}
+}
+
+// decodeMetadata decodes a job's stored metadata. The schema keeps it an
+// object; a value that is not a string (written by hand) comes as its JSON.
+func decodeMetadata(b json.RawMessage) map[string]string {
+	if len(b) == 0 {
+		return nil
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil
+	}
+	m := make(map[string]string, len(raw))
+	for k, v := range raw {
+		var s string
+		if json.Unmarshal(v, &s) != nil {
+			s = string(v)
+		}
+		m[k] = s
+	}
+	return m
 }
 
 // call runs the handler with its timeout, recovering a panic. It gives up on
 // a handler that ignores its context for AbandonGrace past the timeout and
 // then returns the channel the handler's result will arrive on, if ever.
 func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error, <-chan error) {
-	ctx, cancel := context.WithTimeout(hard, reg.Timeout)
+	cancellable, cancelCause := context.WithCancelCause(hard)
+	defer cancelCause(nil)
+	defer w.running.add(job, cancelCause)()
+	ctx, cancel := context.WithTimeout(cancellable, reg.Timeout)
 	defer cancel() // an abandoned handler's context is past its deadline already
 	done := make(chan error, 1)
 	go func() {
@@ -110,8 +137,15 @@ func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error,
 		done <- w.handle(ctx, reg, job)
 	}()
 	timedOut := func() bool { return errors.Is(ctx.Err(), context.DeadlineExceeded) && hard.Err() == nil }
+	cancelled := func() bool { return errors.Is(context.Cause(cancellable), ErrJobCancelled) && hard.Err() == nil }
 	select {
 	case err := <-done:
+		if cancelled() {
+			if err == nil {
+				return nil, nil // it finished its work anyway
+			}
+			return fmt.Errorf("%w during the attempt: %w", ErrJobCancelled, err), nil
+		}
 		if timedOut() {
 			// Finished after its deadline: its writes may be cut short, so
 			// the attempt fails whatever it returned.
@@ -124,11 +158,20 @@ func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error,
 	defer grace.Stop()
 	select {
 	case err := <-done:
-		if !timedOut() {
+		switch {
+		case cancelled():
+			if err == nil {
+				return nil, nil
+			}
+			return fmt.Errorf("%w during the attempt: %w", ErrJobCancelled, err), nil
+		case !timedOut():
 			return fmt.Errorf("worker shut down during the attempt: %w", nonNil(err, ctx.Err())), nil
 		}
 		return fmt.Errorf("timed out after %s: %w", reg.Timeout, nonNil(err, ctx.Err())), nil
 	case <-grace.C:
+		if cancelled() {
+			return fmt.Errorf("%w, and the handler ignored the cancellation for %s; abandoned", ErrJobCancelled, w.cfg.AbandonGrace), done
+		}
 		return fmt.Errorf("timed out after %s and ignored cancellation for %s; abandoned", reg.Timeout, w.cfg.AbandonGrace), done
 	}
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"maps"
 	"sync"
 )
 
@@ -17,7 +18,8 @@ type Middleware func(ctx context.Context, job *Job, next Handler) error
 // EnqueueResults before the request is checked: it may change it (add a
 // trace context to the payload, encrypt it, set a default priority) or
 // refuse it with an error, which fails the whole call before anything is
-// inserted. Hooks run in the order they were added.
+// inserted. Hooks run in the order they were added. req.Metadata is the
+// request's own copy: a hook may add to it (a nil map has to be made first).
 type EnqueueHook func(ctx context.Context, req *EnqueueRequest) error
 
 var enqueueHooks struct {
@@ -41,6 +43,11 @@ func runEnqueueHooks(ctx context.Context, req *EnqueueRequest) error {
 	enqueueHooks.mu.RLock()
 	hooks := enqueueHooks.hooks
 	enqueueHooks.mu.RUnlock()
+	if len(hooks) > 0 {
+		// A hook may add to the metadata: the caller's map, which other
+		// requests may share, stays as it was.
+		req.Metadata = maps.Clone(req.Metadata)
+	}
 	for _, h := range hooks {
 		if err := h(ctx, req); err != nil {
 			return err

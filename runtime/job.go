@@ -22,6 +22,13 @@ type Job struct {
 	MaxAttempts int
 	Payload     json.RawMessage
 	CreatedAt   time.Time
+	// RunAfter is when the job was due to start: when it was enqueued, its
+	// RunAt or Delay, or when its retry's backoff ended. The time from it
+	// to the attempt's start is how long the job waited in its queue.
+	RunAfter time.Time
+	// Metadata is what the job was enqueued with (EnqueueOptions.Metadata);
+	// nil for none.
+	Metadata map[string]string
 
 	tx     pgx.Tx
 	result json.RawMessage

@@ -8,8 +8,13 @@ import (
 	"github.com/pgtask/pgtask/gen"
 )
 
+// cancelChannel carries the ids of running jobs an operator cancelled.
+const cancelChannel = "pgtask_cancel"
+
 // listen keeps one connection LISTENing on the pgtask channel and wakes the
-// queue each notification names. Whenever the connection is (re)made every
+// queue each notification names, and on the cancel channel, cancelling the
+// running job each of its notifications names (maintenance catches the
+// ones lost while it reconnects). Whenever the connection is (re)made every
 // queue is woken, since notifications sent while it was down are lost; the
 // runners' polling covers the rest.
 func (w *Worker) listen(ctx context.Context) {
@@ -46,11 +51,18 @@ func (w *Worker) listenOnce(ctx context.Context) (listened bool, err error) {
 	if err := q.Listen(ctx); err != nil {
 		return false, err
 	}
+	if err := q.ListenCancel(ctx); err != nil {
+		return false, err
+	}
 	w.wakeAll()
 	for {
 		n, err := pc.WaitForNotification(ctx)
 		if err != nil {
 			return true, err
+		}
+		if n.Channel == cancelChannel {
+			w.cancelNotified(n.Payload)
+			continue
 		}
 		if q := w.queues[n.Payload]; q != nil {
 			q.signal()

@@ -75,6 +75,9 @@ func (w *Worker) maintainOnce(ctx context.Context, q *gen.Queries) error {
 	if _, err := q.AdvanceFinishedGroups(ctx, maintainBatch); err != nil {
 		return err
 	}
+	if err := w.cancelPending(ctx, q); err != nil {
+		return err
+	}
 	return w.rescueOwnOrphans(ctx)
 }
 

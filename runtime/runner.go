@@ -34,6 +34,18 @@ import (
 type runner struct {
 	w *Worker
 	q *queue
+	// one: claim a single job, and nothing after it (Worker.WorkOne);
+	// ran then gets the ids of the jobs whose attempts ran.
+	one bool
+	ran []int64
+}
+
+// batchSize is how many jobs one claim takes.
+func (r *runner) batchSize() int32 {
+	if r.one {
+		return 1
+	}
+	return int32(r.q.cfg.BatchSize)
 }
 
 // bookkeeping bounds each of the runner's own statements. They are not cut
@@ -137,6 +149,11 @@ func (r *runner) work(ctx, hard context.Context) (int, error) {
 			s.abandon(ctx, hard, end, ab)
 			return total, ab
 		}
+		if r.one {
+			for _, o := range end.outcomes {
+				r.ran = append(r.ran, o.row.ID)
+			}
+		}
 		if c, err = s.settle(ctx, end); err != nil {
 			discard(conn)
 			r.settleLost(hard, s.pid, end.outcomes, err, false)
@@ -200,7 +217,7 @@ func (s *session) start(ctx context.Context) (cycled, error) {
 // when valid, marks the claimed jobs for hold_claimed_jobs.
 func (r *runner) queueClaim(b *pgx.Batch, next *[]gen.ClaimJobsRow, token pgtype.Int8) {
 	priority, id := r.q.cursor.get()
-	b.Queue(gen.ClaimJobs, r.q.name, int32(r.q.cfg.BatchSize), r.w.id, priority, id, token).Query(r.q.collectClaim(next))
+	b.Queue(gen.ClaimJobs, r.q.name, r.batchSize(), r.w.id, priority, id, token).Query(r.q.collectClaim(next))
 }
 
 // keepHeld drops from a claimed batch what the job transaction could not
@@ -238,7 +255,7 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 	if len(end.handBack) > 0 {
 		b.Queue(gen.ReleaseJobs, end.handBack, int32(s.pid))
 	}
-	claiming := ctx.Err() == nil
+	claiming := ctx.Err() == nil && !r.one
 	var res gen.SettleJobsRow
 	var p gen.SettleJobsParams
 	if len(end.outcomes) > 0 {

@@ -82,9 +82,12 @@ func (o outcome) log(w *Worker) {
 	}
 	args := []any{"job_id", o.row.ID, "kind", o.row.Kind, "queue", o.row.Queue, "attempt", o.row.Attempts,
 		"error", o.err, "took", time.Since(o.start)}
-	if o.retries() {
+	switch {
+	case errors.Is(o.err, ErrJobCancelled):
+		w.log.Info("pgtask: job cancelled", args...)
+	case o.retries():
 		w.log.Warn("pgtask: job attempt failed; it will be retried", args...)
-	} else {
+	default:
 		// Nothing will retry it: someone has to look.
 		w.log.Error("pgtask: job failed for good", args...)
 	}

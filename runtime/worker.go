@@ -237,6 +237,8 @@ type Worker struct {
 	// still run: maintenance rescues the worker's own jobs with a dead
 	// session only when their claim is not among them (rescueOwnOrphans).
 	claims claimTokens
+	// running are the attempts whose handlers run now, for cancel requests.
+	running runningJobs
 	// leader: the worker was elected at its last election, and leaderUntil
 	// when it stops counting itself leader (see leadership).
 	leader      atomic.Bool

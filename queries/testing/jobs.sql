@@ -79,3 +79,17 @@ UPDATE pgtask.jobs SET finished_at = clock_timestamp() - make_interval(secs => @
 
 -- name: CurrentLeader :one
 SELECT worker_id FROM pgtask.leaders WHERE duty = 'leader';
+
+-- name: TerminateListeners :one
+-- Ends the sessions waiting for pgtask's notifications, as a network cut
+-- would: what is notified until they reconnect is lost to them.
+SELECT count(pg_catalog.pg_terminate_backend(pid))::bigint AS terminated
+  FROM pg_catalog.pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_catalog.pg_backend_pid()
+   AND position('LISTEN pgtask' in query) > 0;
+
+-- name: CountBlockedBy :one
+-- Sessions of this database waiting for a lock the session @pid holds.
+SELECT count(*)::bigint AS blocked
+  FROM pg_catalog.pg_stat_activity
+ WHERE datname = current_database() AND @pid::integer = ANY (pg_catalog.pg_blocking_pids(pid));

@@ -26,7 +26,17 @@ type Spec[T any] struct {
 	// unique key is a digest of the payload's JSON (see
 	// runtime.EnqueueOptions.UniqueKey), unless the caller gives one.
 	UniqueByPayload bool
+	// UniqueFields names the fields tagged task:"unique" (for messages);
+	// UniqueValues reads them. The job's unique key is their values' JSON,
+	// or a digest of it when that is long (see uniqueKey), unless the
+	// caller gives one.
+	UniqueFields []string
+	UniqueValues func(T) []any
 }
+
+// maxPlainUniqueKey is the longest JSON of unique fields kept as it is in
+// the key; a longer one is replaced by its SHA-256.
+const maxPlainUniqueKey = 200
 
 func (s *Spec[T]) request(t T, opts []runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	if err := runtime.Validate(s.Kind, t); err != nil {
@@ -41,6 +51,11 @@ func (s *Spec[T]) request(t T, opts []runtime.EnqueueOption) (runtime.EnqueueReq
 		sum := sha256.Sum256(payload)
 		req.UniqueKey = "payload:" + hex.EncodeToString(sum[:])
 	}
+	if s.UniqueValues != nil {
+		if req.UniqueKey, err = s.uniqueKey(t); err != nil {
+			return runtime.EnqueueRequest{}, err
+		}
+	}
 	var keyErr error
 	if s.GroupKey != nil {
 		req.Group, keyErr = s.groupKey(t)
@@ -54,6 +69,22 @@ func (s *Spec[T]) request(t T, opts []runtime.EnqueueOption) (runtime.EnqueueReq
 	default:
 		return runtime.EnqueueRequest{}, fmt.Errorf("%s: group key %s is empty", s.Kind, s.GroupField)
 	}
+}
+
+// uniqueKey makes t's unique key from its unique fields: "fields:" and
+// their values' JSON array, or, when that is longer than
+// maxPlainUniqueKey, "fields-sha256:" and its digest. Equal values give
+// equal keys; JSON's encoding of maps sorts their keys.
+func (s *Spec[T]) uniqueKey(t T) (string, error) {
+	b, err := json.Marshal(s.UniqueValues(t))
+	if err != nil {
+		return "", fmt.Errorf("%s: unique key from %v: %w", s.Kind, s.UniqueFields, err)
+	}
+	if len(b) <= maxPlainUniqueKey {
+		return "fields:" + string(b), nil
+	}
+	sum := sha256.Sum256(b)
+	return "fields-sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
 // groupKey reads t's group key. A String method that panics (on a value it

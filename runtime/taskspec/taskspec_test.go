@@ -112,3 +112,64 @@ func TestUniqueByPayload(t *testing.T) {
 		t.Fatalf("unique key %q, %v", info.UniqueKey, err)
 	}
 }
+
+type invite struct {
+	Team  string         `json:"team"`
+	Email string         `json:"email"`
+	Note  string         `json:"note"`
+	Tags  map[string]int `json:"tags"`
+}
+
+// What the generator writes for a task with task:"unique" on Team, Email
+// and Tags.
+var inviteSpec = &taskspec.Spec[invite]{
+	Kind:         "invite",
+	UniqueFields: []string{"Team", "Email", "Tags"},
+	UniqueValues: func(t invite) []any { return []any{t.Team, t.Email, t.Tags} },
+}
+
+// A task unique by some fields: jobs whose unique fields are equal share a
+// job whatever their other fields (maps compare by content, not by order),
+// a change in any unique field makes a new one, and long values make a
+// digest of fixed length.
+func TestUniqueByFields(t *testing.T) {
+	t.Parallel()
+	pool := pgtasktest.NewPool(t)
+	ctx := context.Background()
+	enq := func(i invite) runtime.JobID {
+		t.Helper()
+		id, err := taskspec.Enqueue(ctx, pool, inviteSpec, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	first := enq(invite{Team: "red", Email: "a@x", Note: "hi", Tags: map[string]int{"a": 1, "b": 2}})
+	same := enq(invite{Team: "red", Email: "a@x", Note: "other note", Tags: map[string]int{"b": 2, "a": 1}})
+	if same != first {
+		t.Fatalf("equal unique fields made jobs %d and %d", first, same)
+	}
+	for _, other := range []invite{
+		{Team: "blue", Email: "a@x", Tags: map[string]int{"a": 1, "b": 2}},
+		{Team: "red", Email: "b@x", Tags: map[string]int{"a": 1, "b": 2}},
+		{Team: "red", Email: "a@x"},
+		// The fields' boundary is kept: "re" + "da@x" is not "red" + "a@x".
+		{Team: "re", Email: "da@x", Tags: map[string]int{"a": 1, "b": 2}},
+	} {
+		if id := enq(other); id == first {
+			t.Fatalf("%+v got the first job's id", other)
+		}
+	}
+	info, err := runtime.GetJob(ctx, pool, first)
+	if err != nil || !strings.HasSuffix(info.UniqueKey, `fields:["red","a@x",{"a":1,"b":2}]`) {
+		t.Fatalf("unique key %q, %v", info.UniqueKey, err)
+	}
+	long := invite{Team: strings.Repeat("t", 5000), Email: "a@x"}
+	if a, b := enq(long), enq(long); a != b {
+		t.Fatalf("a long key made jobs %d and %d", a, b)
+	}
+	info, err = runtime.GetJob(ctx, pool, enq(long))
+	if err != nil || !strings.Contains(info.UniqueKey, "fields-sha256:") || len(info.UniqueKey) > 100 {
+		t.Fatalf("long unique key %q, %v; want a digest", info.UniqueKey, err)
+	}
+}

@@ -1,4 +1,4 @@
--- revision: 3
+-- revision: 4
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -33,12 +33,25 @@ END;
 $$;
 
 -- Cancels a job that has not started: a scheduled or queued one, or a failed
--- one that blocks its group. Returns false for running or finished jobs.
+-- one that blocks its group. For a running job it asks its worker to cancel
+-- the attempt (a row in cancel_requests, and a notification on the channel
+-- "pgtask_cancel" naming the job): the attempt's handler gets its context
+-- cancelled, and when the attempt fails, or its worker is lost, the job ends
+-- cancelled (see fail_job); a handler that succeeds anyway succeeds. The
+-- running job's row is not locked: in the held mode its worker holds that
+-- lock until the attempt ends. Returns false for finished jobs.
 CREATE OR REPLACE FUNCTION pgtask.cancel_job(p_id bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     j pgtask.jobs;
 BEGIN
+    SELECT * INTO j FROM pgtask.jobs WHERE id = p_id;
+    IF j.status = 'started' THEN
+        INSERT INTO pgtask.cancel_requests (job_id, attempt) VALUES (p_id, j.attempts)
+            ON CONFLICT (job_id) DO UPDATE SET attempt = excluded.attempt, requested_at = excluded.requested_at;
+        PERFORM pg_notify('pgtask_cancel', p_id::text);
+        RETURN true;
+    END IF;
     j := pgtask.lock_job_for_change(p_id, '{scheduled,queued,failed}');
     IF j.id IS NULL THEN
         RETURN false;
@@ -142,5 +155,17 @@ BEGIN
             WHERE g.queue = j.queue AND g.group_key = j.group_key AND g.head_id = j.id));
     GET DIAGNOSTICS deleted = ROW_COUNT;
     RETURN deleted;
+END;
+$$;
+
+-- The cancel requests of attempts still running, for workers to cancel the
+-- handlers they run (a notification may be lost); requests whose attempt is
+-- over (it ended before the request took effect) are deleted.
+CREATE OR REPLACE FUNCTION pgtask.pending_cancels(p_limit integer) RETURNS TABLE (job_id bigint, attempt integer)
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM pgtask.cancel_requests r
+     WHERE NOT EXISTS (SELECT 1 FROM pgtask.jobs j WHERE j.id = r.job_id AND j.status = 'started' AND j.attempts = r.attempt);
+    RETURN QUERY SELECT r.job_id, r.attempt FROM pgtask.cancel_requests r ORDER BY r.job_id LIMIT p_limit;
 END;
 $$;

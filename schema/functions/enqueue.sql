@@ -1,4 +1,4 @@
--- revision: 2
+-- revision: 3
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -78,12 +78,16 @@ $$;
 -- locked (advisory, until commit) before it is inserted, so that a
 -- concurrent enqueue of it waits and then finds this one's job; at most
 -- 1000 such keys per batch.
-CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs_v2(
+--
+-- p_metadata is each job's metadata (a JSON object, or NULL for none), or
+-- NULL for a batch without any.
+CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs_v3(
     p_payloads jsonb[], p_settings integer[], p_groups integer[],
     p_kinds text[], p_queues text[], p_priorities smallint[], p_max_attempts integer[],
     p_fail_blocks_group boolean[], p_run_at text[], p_delay_us bigint[],
     p_group_queues text[], p_group_keys text[],
-    p_unique_keys text[], p_unique_windows_us bigint[], p_unique_statuses text[]
+    p_unique_keys text[], p_unique_windows_us bigint[], p_unique_statuses text[],
+    p_metadata jsonb[]
 ) RETURNS TABLE (job_ids bigint[], job_existed boolean[])
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -121,7 +125,8 @@ BEGIN
        OR coalesce(cardinality(p_queues), 0) <> ns OR coalesce(cardinality(p_priorities), 0) <> ns
        OR coalesce(cardinality(p_max_attempts), 0) <> ns OR coalesce(cardinality(p_fail_blocks_group), 0) <> ns
        OR coalesce(cardinality(p_run_at), 0) <> ns OR coalesce(cardinality(p_delay_us), 0) <> ns
-       OR coalesce(cardinality(p_group_queues), 0) <> ng THEN
+       OR coalesce(cardinality(p_group_queues), 0) <> ng
+       OR (p_metadata IS NOT NULL AND cardinality(p_metadata) <> n) THEN
         RAISE EXCEPTION 'pgtask.enqueue_jobs: the argument arrays differ in length';
     END IF;
     IF NOT (pgtask.is_list(p_kinds) AND pgtask.is_list(p_queues) AND pgtask.is_list(p_priorities)
@@ -148,7 +153,7 @@ BEGIN
     IF p_unique_keys IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(p_unique_keys) k WHERE k <> '') THEN
         IF cardinality(p_unique_keys) <> n OR coalesce(cardinality(p_unique_windows_us), 0) <> ns
            OR coalesce(cardinality(p_unique_statuses), 0) <> ns THEN
-            RAISE EXCEPTION 'pgtask.enqueue_jobs_v2: the unique arrays differ in length';
+            RAISE EXCEPTION 'pgtask.enqueue_jobs_v3: the unique arrays differ in length';
         END IF;
         -- The full key: the kind, length-prefixed, the window if any (its
         -- length and number), then the caller's key; no two differ in one
@@ -169,7 +174,7 @@ BEGIN
           FROM unnest(keys) WITH ORDINALITY AS u(k, i)
           LEFT JOIN pgtask.jobs h ON h.unique_key = u.k AND h.status = ANY (h.unique_statuses);
         IF (SELECT count(DISTINCT u.k) FROM unnest(keys, holders) AS u(k, h) WHERE u.k IS NOT NULL AND u.h IS NULL) > 1000 THEN
-            RAISE EXCEPTION 'pgtask.enqueue_jobs_v2: more than 1000 new unique keys in one batch; split it'
+            RAISE EXCEPTION 'pgtask.enqueue_jobs_v3: more than 1000 new unique keys in one batch; split it'
                 USING ERRCODE = 'program_limit_exceeded';
         END IF;
         PERFORM pg_advisory_xact_lock(pgtask.unique_lock_class(), hashtext(d.k))
@@ -192,7 +197,7 @@ BEGIN
             IF kept IS NULL THEN
                 inserted := '{}';
             ELSE
-                SELECT e.job_ids INTO inserted FROM pgtask.enqueue_jobs_v2(
+                SELECT e.job_ids INTO inserted FROM pgtask.enqueue_jobs_v3(
                     ARRAY(SELECT u.p FROM unnest(p_payloads, keep) WITH ORDINALITY AS u(p, kp, i) WHERE u.kp ORDER BY u.i),
                     ARRAY(SELECT u.o FROM unnest(p_settings, keep) WITH ORDINALITY AS u(o, kp, i) WHERE u.kp ORDER BY u.i),
                     ARRAY(SELECT coalesce(array_position(used_groups, u.g), 0)
@@ -203,7 +208,8 @@ BEGIN
                     coalesce(ARRAY(SELECT w.k FROM unnest(p_group_keys) WITH ORDINALITY AS w(k, g)
                                     WHERE w.g = ANY (used_groups) ORDER BY w.g), '{}'),
                     ARRAY(SELECT u.k FROM unnest(p_unique_keys, keep) WITH ORDINALITY AS u(k, kp, i) WHERE u.kp ORDER BY u.i),
-                    p_unique_windows_us, p_unique_statuses) e;
+                    p_unique_windows_us, p_unique_statuses,
+                    ARRAY(SELECT u.m FROM unnest(p_metadata, keep) WITH ORDINALITY AS u(m, kp, i) WHERE u.kp ORDER BY u.i)) e;
             END IF;
             RETURN QUERY
                 SELECT array_agg(coalesce(r.h, inserted[r.pos]) ORDER BY r.i), array_agg(NOT keep[r.i] ORDER BY r.i)
@@ -256,7 +262,7 @@ BEGIN
     -- with it; the probe runs only then. (A subscript of 0 is NULL.)
     INSERT INTO pgtask.jobs (
         id, queue, kind, group_key, group_id, is_head, status, priority, payload,
-        max_attempts, fail_blocks_group, run_after, unique_key, unique_statuses, unique_until
+        max_attempts, fail_blocks_group, run_after, unique_key, unique_statuses, unique_until, metadata
     )
     SELECT t.id, t.q, p_kinds[t.o], p_group_keys[t.g], gids[t.g],
            t.g = 0 OR (created AND EXISTS (
@@ -268,12 +274,13 @@ BEGIN
            keys[t.i], CASE WHEN keys[t.i] IS NOT NULL THEN string_to_array(p_unique_statuses[t.o], ',')::pgtask.job_status[] END,
            CASE WHEN keys[t.i] IS NOT NULL AND p_unique_windows_us[t.o] > 0
                 THEN to_timestamp((floor(extract(epoch FROM now()) * 1e6 / p_unique_windows_us[t.o]) + 1)
-                                  * p_unique_windows_us[t.o] / 1e6) END
-      FROM (SELECT u.id, u.i, u.o, u.g, u.payload, p_queues[u.o] AS q, starts[u.o] AS run_after
+                                  * p_unique_windows_us[t.o] / 1e6) END,
+           t.meta
+      FROM (SELECT u.id, u.i, u.o, u.g, u.payload, u.meta, p_queues[u.o] AS q, starts[u.o] AS run_after
               -- unnest in the select list zips the arrays without
               -- materialising them as a table function would.
               FROM (SELECT unnest(ids) AS id, generate_series(1, n) AS i, unnest(p_settings) AS o, unnest(p_groups) AS g,
-                           unnest(p_payloads) AS payload) u) t;
+                           unnest(p_payloads) AS payload, unnest(p_metadata) AS meta) u) t;
 
     -- Wake workers of queues that got a runnable head: an ungrouped job, or
     -- a new group's first job, due now. A spare wake-up costs one empty claim.
@@ -285,7 +292,22 @@ BEGIN
 END;
 $$;
 
--- The enqueue of the previous release: enqueue_jobs_v2 without unique jobs.
+-- The enqueue of the previous release: enqueue_jobs_v3 without metadata.
+CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs_v2(
+    p_payloads jsonb[], p_settings integer[], p_groups integer[],
+    p_kinds text[], p_queues text[], p_priorities smallint[], p_max_attempts integer[],
+    p_fail_blocks_group boolean[], p_run_at text[], p_delay_us bigint[],
+    p_group_queues text[], p_group_keys text[],
+    p_unique_keys text[], p_unique_windows_us bigint[], p_unique_statuses text[]
+) RETURNS TABLE (job_ids bigint[], job_existed boolean[])
+LANGUAGE sql AS $$
+    SELECT e.job_ids, e.job_existed FROM pgtask.enqueue_jobs_v3(p_payloads, p_settings, p_groups, p_kinds, p_queues,
+        p_priorities, p_max_attempts, p_fail_blocks_group, p_run_at, p_delay_us, p_group_queues, p_group_keys,
+        p_unique_keys, p_unique_windows_us, p_unique_statuses, NULL) e;
+$$;
+
+-- The enqueue of two releases back: enqueue_jobs_v3 without unique jobs or
+-- metadata.
 CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs(
     p_payloads jsonb[], p_settings integer[], p_groups integer[],
     p_kinds text[], p_queues text[], p_priorities smallint[], p_max_attempts integer[],
@@ -293,6 +315,6 @@ CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs(
     p_group_queues text[], p_group_keys text[]
 ) RETURNS bigint[]
 LANGUAGE sql AS $$
-    SELECT e.job_ids FROM pgtask.enqueue_jobs_v2(p_payloads, p_settings, p_groups, p_kinds, p_queues, p_priorities,
-        p_max_attempts, p_fail_blocks_group, p_run_at, p_delay_us, p_group_queues, p_group_keys, NULL, NULL, NULL) e;
+    SELECT e.job_ids FROM pgtask.enqueue_jobs_v3(p_payloads, p_settings, p_groups, p_kinds, p_queues, p_priorities,
+        p_max_attempts, p_fail_blocks_group, p_run_at, p_delay_us, p_group_queues, p_group_keys, NULL, NULL, NULL, NULL) e;
 $$;

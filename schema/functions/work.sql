@@ -1,4 +1,4 @@
--- revision: 12
+-- revision: 13
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -102,11 +102,12 @@ $$;
 -- handler runs. Rows come in priority, id order. A paused queue (see
 -- pause_queue) gives nothing. started_at is when the claim's statement
 -- began: a claim stamped later than a pause's commit saw the pause.
-CREATE OR REPLACE FUNCTION pgtask.claim_jobs_v3(p_queue text, p_max integer, p_worker integer,
+CREATE OR REPLACE FUNCTION pgtask.claim_jobs_v4(p_queue text, p_max integer, p_worker integer,
                                                 p_after_priority smallint, p_after_id bigint, p_token bigint)
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
-    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz
+    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
+    run_after timestamptz, metadata jsonb
 )
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -156,7 +157,8 @@ BEGIN
                        AND priority = p_after_priority AND id <= p_after_id
                      ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED))
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
-                      j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at;
+                      j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
+                      j.run_after, j.metadata;
         RETURN;
     END IF;
     picked := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id);
@@ -201,10 +203,25 @@ BEGIN
                    claim_token = p_token, lease_until = NULL
              WHERE j.id = ANY (picked)
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
-                      j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at
+                      j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
+                      j.run_after, j.metadata
         )
         SELECT * FROM claimed ORDER BY claimed.priority, claimed.id;
 END;
+$$;
+
+-- The claim of workers of the previous release: claim_jobs_v4 without the
+-- jobs' run_after and metadata.
+CREATE OR REPLACE FUNCTION pgtask.claim_jobs_v3(p_queue text, p_max integer, p_worker integer,
+                                                p_after_priority smallint, p_after_id bigint, p_token bigint)
+RETURNS TABLE (
+    id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
+    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz
+)
+LANGUAGE sql AS $$
+    SELECT c.id, c.queue, c.kind, c.group_key, c.priority, c.payload, c.attempts, c.max_attempts,
+           c.fail_blocks_group, c.created_at
+      FROM pgtask.claim_jobs_v4(p_queue, p_max, p_worker, p_after_priority, p_after_id, p_token) c;
 $$;
 
 -- The claim of workers of the previous release: claim_jobs_v3 without a
@@ -227,7 +244,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     ids bigint[];
 BEGIN
-    ids := ARRAY(SELECT c.id FROM pgtask.claim_jobs_v3(p_queue, p_max, p_worker, NULL, NULL, NULL) c);
+    ids := ARRAY(SELECT c.id FROM pgtask.claim_jobs_v4(p_queue, p_max, p_worker, NULL, NULL, NULL) c);
     RETURN QUERY SELECT j.* FROM pgtask.jobs j WHERE j.id = ANY (ids) ORDER BY j.id;
 END;
 $$;
@@ -356,7 +373,7 @@ BEGIN
         CONTINUE WHEN outcome IS NULL;
         done_ids := done_ids || f.id;
         recorded := recorded + 1;
-        IF outcome = 'failed' AND f.group_key IS NOT NULL THEN
+        IF outcome IN ('failed', 'cancelled') AND f.group_key IS NOT NULL THEN
             groups := groups || f.group_key;
         END IF;
     END LOOP;
@@ -393,8 +410,10 @@ $$;
 -- Records a failed attempt. p_retry_in_us is the backoff before the next
 -- attempt in microseconds, or NULL for "do not retry". A job out of attempts
 -- fails for good; its group then moves on when advanced, or stays blocked, as
--- the job says. A retry keeps its place at the head: the group waits.
--- Returns the job's new status, or NULL when the job is not the started
+-- the job says. A retry keeps its place at the head: the group waits. An
+-- attempt an operator asked to cancel (pgtask.cancel_requests) ends the job
+-- cancelled instead, whatever its attempts and backoff; the caller then
+-- advances its group as after a final failure. Returns the job's new status, or NULL when the job is not the started
 -- attempt the caller ran.
 CREATE OR REPLACE FUNCTION pgtask.fail_job(p_id bigint, p_attempt integer, p_error jsonb, p_retry_in_us bigint)
 RETURNS pgtask.job_status
@@ -411,6 +430,16 @@ BEGIN
         RETURN NULL;
     END IF;
 
+    IF EXISTS (SELECT 1 FROM pgtask.cancel_requests r WHERE r.job_id = p_id AND r.attempt = p_attempt) THEN
+        -- An operator cancelled the attempt (see cancel_job): the job ends
+        -- here, and its group moves on.
+        DELETE FROM pgtask.cancel_requests WHERE job_id = p_id;
+        UPDATE pgtask.jobs
+           SET status = 'cancelled', finished_at = clock_timestamp(), owner_pid = NULL,
+               errors = pgtask.append_error(errors, entry), is_head = (is_head AND group_key IS NOT NULL)
+         WHERE id = p_id;
+        RETURN 'cancelled';
+    END IF;
     IF p_retry_in_us IS NULL OR j.attempts >= j.max_attempts THEN
         UPDATE pgtask.jobs
            SET status = 'failed', finished_at = clock_timestamp(), owner_pid = NULL,
@@ -464,11 +493,12 @@ $$;
 -- head's success is recorded, so FIFO holds as in the held mode. p_token
 -- marks the claim, so that a worker that lost the reply can hand back what
 -- it may have claimed (release_leased_claim).
-CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
+CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs_v2(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
                                                     p_after_priority smallint, p_after_id bigint, p_token bigint)
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
-    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz
+    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
+    run_after timestamptz, metadata jsonb
 )
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -489,10 +519,25 @@ BEGIN
                    lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond'
              WHERE j.id = ANY (picked)
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
-                      j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at
+                      j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
+                      j.run_after, j.metadata
         )
         SELECT * FROM claimed ORDER BY claimed.priority, claimed.id;
 END;
+$$;
+
+-- The lease-mode claim of workers of the previous release: claim_leased_jobs_v2
+-- without the jobs' run_after and metadata.
+CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
+                                                    p_after_priority smallint, p_after_id bigint, p_token bigint)
+RETURNS TABLE (
+    id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
+    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz
+)
+LANGUAGE sql AS $$
+    SELECT c.id, c.queue, c.kind, c.group_key, c.priority, c.payload, c.attempts, c.max_attempts,
+           c.fail_blocks_group, c.created_at
+      FROM pgtask.claim_leased_jobs_v2(p_queue, p_max, p_worker, p_lease_ms, p_after_priority, p_after_id, p_token) c;
 $$;
 
 -- Extends to p_lease_ms from now the leases of running attempts (p_ids with
@@ -529,7 +574,7 @@ BEGIN
         IF pgtask.fail_job(o.id, o.attempts, jsonb_build_object(
                'attempt', o.attempts,
                'error', format('lease expired at %s: worker %s stopped answering for the job; taken over', o.lease_until, o.worker_id)),
-               0) = 'failed' AND o.group_key IS NOT NULL THEN
+               0) IN ('failed', 'cancelled') AND o.group_key IS NOT NULL THEN
             PERFORM pgtask.advance_group(o.queue, o.group_key);
         END IF;
         RETURN NEXT o.id;

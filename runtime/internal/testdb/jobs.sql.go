@@ -50,7 +50,7 @@ func (q *Queries) BackendExists(ctx context.Context, pid int32) (bool, error) {
 }
 
 const claimJobsAsPreviousRelease = `-- name: ClaimJobsAsPreviousRelease :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until FROM pgtask.claim_jobs($1, $2, $3)
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata FROM pgtask.claim_jobs($1, $2, $3)
 `
 
 type ClaimJobsAsPreviousReleaseParams struct {
@@ -96,6 +96,7 @@ func (q *Queries) ClaimJobsAsPreviousRelease(ctx context.Context, arg ClaimJobsA
 			&i.UniqueKey,
 			&i.UniqueStatuses,
 			&i.UniqueUntil,
+			&i.Metadata,
 		); err != nil {
 			return nil, err
 		}
@@ -105,6 +106,20 @@ func (q *Queries) ClaimJobsAsPreviousRelease(ctx context.Context, arg ClaimJobsA
 		return nil, err
 	}
 	return items, nil
+}
+
+const countBlockedBy = `-- name: CountBlockedBy :one
+SELECT count(*)::bigint AS blocked
+  FROM pg_catalog.pg_stat_activity
+ WHERE datname = current_database() AND $1::integer = ANY (pg_catalog.pg_blocking_pids(pid))
+`
+
+// Sessions of this database waiting for a lock the session @pid holds.
+func (q *Queries) CountBlockedBy(ctx context.Context, pid int32) (int64, error) {
+	row := q.db.QueryRow(ctx, countBlockedBy, pid)
+	var blocked int64
+	err := row.Scan(&blocked)
+	return blocked, err
 }
 
 const countJobs = `-- name: CountJobs :many
@@ -274,7 +289,7 @@ func (q *Queries) GetGroup(ctx context.Context, arg GetGroupParams) (PgtaskQueue
 
 const getJob = `-- name: GetJob :one
 
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until FROM pgtask.jobs WHERE id = $1
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata FROM pgtask.jobs WHERE id = $1
 `
 
 // Queries runtime's tests read the database with. The runtime never runs
@@ -310,12 +325,13 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 		&i.UniqueKey,
 		&i.UniqueStatuses,
 		&i.UniqueUntil,
+		&i.Metadata,
 	)
 	return i, err
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until FROM pgtask.jobs WHERE queue = $1 ORDER BY id
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata FROM pgtask.jobs WHERE queue = $1 ORDER BY id
 `
 
 // A queue's jobs in id order.
@@ -355,6 +371,7 @@ func (q *Queries) ListJobs(ctx context.Context, queue string) ([]PgtaskJob, erro
 			&i.UniqueKey,
 			&i.UniqueStatuses,
 			&i.UniqueUntil,
+			&i.Metadata,
 		); err != nil {
 			return nil, err
 		}
@@ -377,6 +394,22 @@ func (q *Queries) ParseJSONB(ctx context.Context, doc string) (json.RawMessage, 
 	var doc_2 json.RawMessage
 	err := row.Scan(&doc_2)
 	return doc_2, err
+}
+
+const terminateListeners = `-- name: TerminateListeners :one
+SELECT count(pg_catalog.pg_terminate_backend(pid))::bigint AS terminated
+  FROM pg_catalog.pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_catalog.pg_backend_pid()
+   AND position('LISTEN pgtask' in query) > 0
+`
+
+// Ends the sessions waiting for pgtask's notifications, as a network cut
+// would: what is notified until they reconnect is lost to them.
+func (q *Queries) TerminateListeners(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, terminateListeners)
+	var terminated int64
+	err := row.Scan(&terminated)
+	return terminated, err
 }
 
 const transactionIsolation = `-- name: TransactionIsolation :one

@@ -110,6 +110,7 @@ type PgtaskJob struct {
 	UniqueKey       *string
 	UniqueStatuses  *string
 	UniqueUntil     *time.Time
+	Metadata        json.RawMessage
 }
 
 type PgtaskQueueGroup struct {

@@ -28,7 +28,7 @@ commands:
   stats     jobs per queue and status, oldest wait, blocked groups, paused queues
   jobs      list jobs by filter, or show one (pgtask jobs list|show)
   retry     retry the failed and cancelled jobs a filter matches
-  cancel    cancel the unstarted jobs a filter matches
+  cancel    cancel the jobs a filter matches, running ones included
   purge     delete the finished jobs a filter matches
   pause     pause queues: no worker claims their jobs until they are resumed
   resume    resume paused queues

@@ -25,7 +25,10 @@ type task struct {
 	Pos      token.Position
 	settings settings
 	Group    *groupField
-	Result   types.Type // nil unless the task embeds runtime.TaskWithResult[R]
+	// Unique are the fields tagged task:"unique", in declaration order: the
+	// job's unique key is made of their values.
+	Unique []string
+	Result types.Type // nil unless the task embeds runtime.TaskWithResult[R]
 }
 
 // groupKind says how a group field becomes the text key.
@@ -217,16 +220,28 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec) (task, bool, Errors) {
 		if !has {
 			continue
 		}
-		if tag != "group" {
-			fail(f.Pos(), `field %s: task tag %q: on a field only task:"group" is allowed`, f.Name(), tag)
+		group, unique, ok := fieldTag(tag)
+		if !ok {
+			fail(f.Pos(), `field %s: task tag %q: on a field only task:"group", task:"unique" or task:"group,unique" is allowed`, f.Name(), tag)
+			continue
+		}
+		if !f.Exported() {
+			fail(f.Pos(), "field %s is unexported, so it is not in the JSON payload; export it", f.Name())
+			continue
+		}
+		if unique {
+			if !encodable(f.Type()) {
+				fail(f.Pos(), "unique field %s has type %s, which JSON cannot encode; a unique key is made of the fields' JSON",
+					f.Name(), types.TypeString(f.Type(), types.RelativeTo(pkg.Types)))
+			} else {
+				t.Unique = append(t.Unique, f.Name())
+			}
+		}
+		if !group {
 			continue
 		}
 		if t.Group != nil {
 			fail(f.Pos(), "field %s: %s already has a group field, %s; a task has at most one", f.Name(), ts.Name.Name, t.Group.Name)
-			continue
-		}
-		if !f.Exported() {
-			fail(f.Pos(), "group field %s is unexported, so it is not in the JSON payload; export it", f.Name())
 			continue
 		}
 		kind, ok := groupKindOf(f.Type())
@@ -237,7 +252,69 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec) (task, bool, Errors) {
 		}
 		t.Group = &groupField{Name: f.Name(), Kind: kind, Nilable: kind == groupStringer && nilable(f.Type())}
 	}
+	switch {
+	case len(t.Unique) > 0 && settings.Unique:
+		fail(strct.Field(marker).Pos(), "%s: unique=payload and task:\"unique\" fields both make the unique key; use one", ts.Name.Name)
+	case !settings.Unique && len(t.Unique) == 0 && (settings.UniqueWindow != 0 || len(settings.UniqueStatuses) > 0):
+		fail(strct.Field(marker).Pos(), "%s: options unique_window and unique_statuses need unique=payload or task:\"unique\" fields", ts.Name.Name)
+	}
 	return t, true, errs
+}
+
+// fieldTag reads a field's task tag: "group", "unique", or both joined by
+// a comma.
+func fieldTag(tag string) (group, unique, ok bool) {
+	for _, part := range strings.Split(tag, ",") {
+		switch strings.TrimSpace(part) {
+		case "group":
+			if group {
+				return false, false, false
+			}
+			group = true
+		case "unique":
+			if unique {
+				return false, false, false
+			}
+			unique = true
+		default:
+			return false, false, false
+		}
+	}
+	return group, unique, true
+}
+
+// encodable reports whether encoding/json can encode a value of typ: not a
+// channel, function or complex number, nor made of one.
+func encodable(typ types.Type) bool {
+	return encodableSeen(typ, map[types.Type]bool{})
+}
+
+func encodableSeen(typ types.Type, seen map[types.Type]bool) bool {
+	if seen[typ] {
+		return true
+	}
+	seen[typ] = true
+	switch u := typ.Underlying().(type) {
+	case *types.Chan, *types.Signature:
+		return false
+	case *types.Basic:
+		return u.Info()&types.IsComplex == 0 && u.Kind() != types.UnsafePointer
+	case *types.Pointer:
+		return encodableSeen(u.Elem(), seen)
+	case *types.Slice:
+		return encodableSeen(u.Elem(), seen)
+	case *types.Array:
+		return encodableSeen(u.Elem(), seen)
+	case *types.Map:
+		return encodableSeen(u.Elem(), seen)
+	case *types.Struct:
+		for i := range u.NumFields() {
+			if f := u.Field(i); f.Exported() && reflect.StructTag(u.Tag(i)).Get("json") != "-" && !encodableSeen(f.Type(), seen) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // markerName returns "Task" or "TaskWithResult" when typ is one of the

@@ -89,6 +89,18 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	if s.Unique {
 		fields = append(fields, field("UniqueByPayload", jen.True()))
 	}
+	if len(t.Unique) > 0 {
+		names := make([]jen.Code, len(t.Unique))
+		values := make([]jen.Code, len(t.Unique))
+		for i, name := range t.Unique {
+			names[i] = jen.Lit(name)
+			values[i] = jen.Id("t").Dot(name)
+		}
+		fields = append(fields,
+			field("UniqueFields", jen.Index().String().Values(names...)),
+			field("UniqueValues", jen.Func().Params(jen.Id("t").Add(typ)).Index().Any().Block(
+				jen.Return(jen.Index().Any().Values(values...)))))
+	}
 	switch s.Mode {
 	case "held":
 		fields = append(fields, field("Mode", rt("ModeHeld")))

@@ -73,9 +73,6 @@ func parseTaskTag(tag, typeName string) (settings, error) {
 			return s, fmt.Errorf("option %s=%s: %w", key, value, err)
 		}
 	}
-	if !s.Unique && (seen["unique_window"] || seen["unique_statuses"]) {
-		return s, fmt.Errorf("options unique_window and unique_statuses need unique=payload")
-	}
 	return s, nil
 }
 
@@ -146,7 +143,7 @@ func (s *settings) set(key, value string) error {
 		}
 	case "unique":
 		if value != "payload" {
-			return fmt.Errorf("want payload (a job is unique by its whole payload)")
+			return fmt.Errorf(`want payload (a job is unique by its whole payload); to make it unique by some fields, tag them task:"unique"`)
 		}
 		s.Unique = true
 	case "unique_window":

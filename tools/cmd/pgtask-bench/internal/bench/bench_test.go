@@ -22,6 +22,7 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		"-ungrouped", "2000", "-grouped", "2000", "-groups", "50", "-hot", "300",
 		"-wake-samples", "10", "-claim-backlogs", "100,2000", "-memory-jobs", "3000",
 		"-floor-duration", "500ms", "-batch", "50", "-defaults-jobs", "500", "-dashboard-jobs", "3000",
+		"-retained", "3000", "-expired", "3000",
 	}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
@@ -60,7 +61,7 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", want, table)
 		}
 	}
-	if strings.Count(table, "\n") != 33 {
-		t.Errorf("table has %d lines, want a header and 32 rows:\n%s", strings.Count(table, "\n"), table)
+	if strings.Count(table, "\n") != 38 {
+		t.Errorf("table has %d lines, want a header and 37 rows:\n%s", strings.Count(table, "\n"), table)
 	}
 }

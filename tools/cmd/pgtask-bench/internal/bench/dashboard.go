@@ -75,7 +75,7 @@ func (b *bench) measureDashboard(ctx context.Context) error {
 func (b *bench) loadDashboardJobs(ctx context.Context, pool *pgxpool.Pool, total int) error {
 	waiting := total / 10
 	b.say("dashboard: writing %d finished jobs", total-waiting)
-	if err := benchdb.New(pool).InsertFinishedJobs(ctx, benchdb.InsertFinishedJobsParams{
+	if err := benchdb.New(pool).InsertDashboardHistory(ctx, benchdb.InsertDashboardHistoryParams{
 		N: int32(total - waiting), SpanSeconds: (24 * time.Hour).Seconds()}); err != nil {
 		return err
 	}

@@ -36,3 +36,18 @@ type WrongFieldTag struct {
 	runtime.Task
 	Queue string `task:"queue=x"`
 }
+
+type ChanUnique struct {
+	runtime.Task
+	Updates chan int `task:"unique"`
+}
+
+type UniqueTwice struct {
+	runtime.Task `task:"unique_twice,unique=payload"`
+	Account      string `task:"unique"`
+}
+
+type GroupTwiceInATag struct {
+	runtime.Task
+	Account string `task:"group,group"`
+}

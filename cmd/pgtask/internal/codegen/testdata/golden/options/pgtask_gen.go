@@ -91,6 +91,47 @@ func HandleHTTPRequest(w *runtime.Worker, fn func(ctx context.Context, job *runt
 	return taskspec.Handle(w, httpRequestSpec, fn)
 }
 
+// InviteKind is the kind of Invite jobs, as stored in the jobs table.
+const InviteKind = "invite"
+
+// inviteSpec holds Invite's settings from its task tag.
+var inviteSpec = &taskspec.Spec[Invite]{
+	Kind: InviteKind,
+	Defaults: runtime.EnqueueOptions{
+		UniqueWindow: 24 * time.Hour,
+	},
+	UniqueFields: []string{"Team", "Email"},
+	UniqueValues: func(t Invite) []any {
+		return []any{t.Team, t.Email}
+	},
+	GroupField: "Team",
+	GroupKey: func(t Invite) string {
+		return string(t.Team)
+	},
+}
+
+// EnqueueInvite validates t and inserts it as a job of kind "invite" on queue
+// "default", in the FIFO group of its Team. db may be a pool, a connection or a
+// transaction: in a transaction the job exists only if it commits. opts
+// override the declared settings.
+func EnqueueInvite(ctx context.Context, db runtime.DB, t Invite, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
+	return taskspec.Enqueue(ctx, db, inviteSpec, t, opts...)
+}
+
+// EnqueueInviteMany validates every element of ts and inserts them all in one
+// statement, or none if any is invalid. Ids are returned in the order of ts,
+// and jobs of one group run in that order.
+func EnqueueInviteMany(ctx context.Context, db runtime.DB, ts []Invite, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
+	return taskspec.EnqueueMany(ctx, db, inviteSpec, ts, opts...)
+}
+
+// HandleInvite registers fn as the handler of "invite" jobs on w. fn runs in
+// the job's transaction (job.Tx()): its writes there commit if and only if it
+// returns nil.
+func HandleInvite(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Invite) error) error {
+	return taskspec.Handle(w, inviteSpec, fn)
+}
+
 // RebalanceKind is the kind of Rebalance jobs, as stored in the jobs table.
 const RebalanceKind = "rebalance"
 

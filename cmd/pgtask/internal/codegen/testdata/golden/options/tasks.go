@@ -51,3 +51,12 @@ type Sync struct {
 	runtime.Task `task:"sync,unique=payload,unique_window=1h,unique_statuses=succeeded+failed"`
 	Account      string `json:"account"`
 }
+
+// Invite is unique by its team and address for a day: inviting the same
+// address to the same team twice in a day makes one job.
+type Invite struct {
+	runtime.Task `task:"invite,unique_window=24h"`
+	Team         string `json:"team" task:"group,unique"`
+	Email        string `json:"email" task:"unique"`
+	Note         string `json:"note"`
+}
