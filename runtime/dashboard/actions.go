@@ -42,29 +42,45 @@ func localPath(back string) bool {
 	return err == nil && u.Scheme == "" && u.Host == "" && u.User == nil
 }
 
-// jobAction runs a change to the job in the path: retry or cancel.
-func (h *handler) jobAction(w http.ResponseWriter, r *http.Request, what string, do func(context.Context, runtime.DB, runtime.JobID) (bool, error)) {
+// jobAction runs a change to the job in the path, which returns the flash
+// that says what it did.
+func (h *handler) jobAction(w http.ResponseWriter, r *http.Request, what string, do func(context.Context, runtime.JobID) (string, error)) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil {
 		http.Error(w, "400 Bad Request: "+strconv.Quote(r.PathValue("id"))+" is not a job id", http.StatusBadRequest)
 		return
 	}
-	changed, err := do(r.Context(), h.db, runtime.JobID(id))
+	done, err := do(r.Context(), runtime.JobID(id))
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	h.log.InfoContext(r.Context(), "pgtask dashboard: "+what+" job", "job", id, "changed", changed, "user", authUser(r))
-	done := map[bool]string{true: what, false: "not-" + what}[changed]
+	h.log.InfoContext(r.Context(), "pgtask dashboard: "+what+" job", "job", id, "outcome", done, "user", authUser(r))
 	h.redirectBack(w, r, done, id)
 }
 
 func (h *handler) retryJob(w http.ResponseWriter, r *http.Request) {
-	h.jobAction(w, r, "retried", runtime.RetryJob)
+	h.jobAction(w, r, "retry", func(ctx context.Context, id runtime.JobID) (string, error) {
+		ok, err := runtime.RetryJob(ctx, h.db, id)
+		return map[bool]string{true: "retried", false: "not-retried"}[ok], err
+	})
 }
 
+// cancelJob cancels a job; for a running one, that asks its worker to
+// cancel the attempt, which the flash says.
 func (h *handler) cancelJob(w http.ResponseWriter, r *http.Request) {
-	h.jobAction(w, r, "cancelled", runtime.CancelJob)
+	h.jobAction(w, r, "cancel", func(ctx context.Context, id runtime.JobID) (string, error) {
+		job, err := runtime.GetJob(ctx, h.db, id)
+		running := err == nil && job.Status == runtime.StatusStarted
+		ok, err := runtime.CancelJob(ctx, h.db, id)
+		switch {
+		case err != nil || !ok:
+			return "not-cancelled", err
+		case running:
+			return "cancel-asked", nil
+		}
+		return "cancelled", nil
+	})
 }
 
 // bulkAction runs a change to every job the form's filter matches. An

@@ -8,9 +8,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/dashboard"
+	"github.com/pgtask/pgtask/runtime/pgtasktest"
 )
 
 // The queues page counts each queue's jobs by status, its blocked groups,
@@ -121,6 +125,7 @@ func TestJobPage(t *testing.T) {
 	crashed := text(c.get(fmt.Sprintf("/jobs/%d", s.crashed)))
 	for _, want := range []string{
 		fmt.Sprintf("Job %d send_email failed", s.crashed), "Queue emails", "Group none", "Attempts 1 of 1",
+		"Metadata request_id=r-42 tenant=acme",
 		`"to": "crash@example.com"`, "Attempt 1 panic", "template missing", "Stack goroutine", "Created 20", "Finished 20",
 		"Retry Cancel",
 	} {
@@ -409,5 +414,65 @@ func TestFlashIsFixedText(t *testing.T) {
 	}
 	if body := text(c.get("/?done=retried-many&n=12")); !strings.Contains(body, "Retried 12 jobs.") {
 		t.Errorf("the flash of a bulk retry is missing:\n%s", body)
+	}
+}
+
+// Cancelling a running job asks its worker to stop the attempt, and the
+// job ends cancelled.
+func TestCancelRunningJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtasktest.NewDatabase(t)
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	id, err := runtime.Enqueue(ctx, pool, runtime.EnqueueRequest{Kind: "slow", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := runtime.NewWorker(ctx, pc, runtime.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	started := make(chan struct{})
+	must(t, w.Register(runtime.Registration{Kind: "slow", Handler: func(ctx context.Context, _ *runtime.Job) error {
+		close(started)
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}}))
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(runCtx) }()
+	defer func() { stop(); <-ran }()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job did not start")
+	}
+
+	c := newDashboard(t, &seeded{pool: pool}, dashboard.Options{})
+	page := fmt.Sprintf("/jobs/%d", id)
+	resp, _ := c.post(page+"/cancel", url.Values{"csrf": {c.token(page)}, "back": {page}})
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.Contains(loc, "done=cancel-asked") {
+		t.Fatalf("cancel a running job: %s to %q", resp.Status, loc)
+	}
+	if body := text(c.get(resp.Header.Get("Location"))); !strings.Contains(body, "its worker is asked to cancel the attempt") {
+		t.Errorf("the page after the cancel does not say the worker was asked:\n%s", body)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		j, err := runtime.GetJob(ctx, pool, id)
+		if err == nil && j.Status == runtime.StatusCancelled {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the running job did not end cancelled: %+v, %v", j, err)
+		}
 	}
 }

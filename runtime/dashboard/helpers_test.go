@@ -52,7 +52,8 @@ func seed(t *testing.T) *seeded {
 	}
 	s.sent = enq("send_email", `{"to":"ada@example.com"}`, runtime.EnqueueOptions{Queue: "emails"})
 	s.bounced = enq("send_email", `{"to":"nobody@example.com"}`, runtime.EnqueueOptions{Queue: "emails"})
-	s.crashed = enq("send_email", `{"to":"crash@example.com"}`, runtime.EnqueueOptions{Queue: "emails", MaxAttempts: 1})
+	s.crashed = enq("send_email", `{"to":"crash@example.com"}`, runtime.EnqueueOptions{Queue: "emails", MaxAttempts: 1,
+		Metadata: map[string]string{"tenant": "acme", "request_id": "r-42"}})
 	s.blocker = enq("build_report", `{"account":1}`, runtime.EnqueueOptions{Queue: "reports", Group: "acct-1", FailBlocksGroup: true, MaxAttempts: 1})
 
 	pc, err := pgxpool.ParseConfig(url)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -335,8 +336,11 @@ type jobPage struct {
 	Result  string
 	// Attempts are the job's failed attempts, the latest first.
 	Attempts []runtime.AttemptError
-	// CanRetry and CanCancel say which actions the job's status allows.
+	// CanRetry and CanCancel say which actions the job's status allows
+	// (a running job's cancel asks its worker to stop the attempt).
 	CanRetry, CanCancel bool
+	// Metadata is what the job was enqueued with, by key.
+	Metadata [][2]string
 }
 
 func (h *handler) jobPage(w http.ResponseWriter, r *http.Request) {
@@ -358,8 +362,17 @@ func (h *handler) jobPage(w http.ResponseWriter, r *http.Request) {
 		page: h.page(r, "jobs", fmt.Sprintf("Job %d", id)), Job: job,
 		Payload: indentJSON(job.Payload), Result: indentJSON(job.Result), Attempts: latestFirst(job.Errors),
 		CanRetry:  job.Status == runtime.StatusFailed || job.Status == runtime.StatusCancelled,
-		CanCancel: job.Status == runtime.StatusScheduled || job.Status == runtime.StatusQueued || job.Status == runtime.StatusFailed,
+		CanCancel: !job.Status.Finished() || job.Status == runtime.StatusFailed,
+		Metadata:  sortedMetadata(job.Metadata),
 	})
+}
+
+func sortedMetadata(m map[string]string) [][2]string {
+	out := make([][2]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, [2]string{k, m[k]})
+	}
+	return out
 }
 
 func latestFirst(errs []runtime.AttemptError) []runtime.AttemptError {
