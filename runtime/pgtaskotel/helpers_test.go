@@ -260,6 +260,3 @@ func waitFor(t testing.TB, db runtime.DB, id runtime.JobID, want string, ok func
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
-// spanIn reports whether ctx carries a span.
-func spanIn(ctx context.Context) bool { return trace.SpanContextFromContext(ctx).IsValid() }

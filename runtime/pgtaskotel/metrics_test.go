@@ -3,12 +3,16 @@ package pgtaskotel_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/pgtaskotel"
@@ -143,42 +147,63 @@ func TestMetricsOfARun(t *testing.T) {
 	}
 }
 
-// Instrument puts the middleware first and adds the enqueue hook once,
-// however often it is called.
+// instrumented is the meter provider the hook that Instrument adds, once
+// per process, records into: it lives as long as the hook, for the whole
+// test binary (go test -count=N runs the test N times in one process).
+var instrumented = sync.OnceValues(func() (*sdkmetric.ManualReader, *sdkmetric.MeterProvider) {
+	reader := sdkmetric.NewManualReader()
+	return reader, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+})
+
+// Instrument puts the middleware first, outside the middleware already
+// configured, and adds the enqueue hook once, however often it is called.
 func TestInstrumentAddsTheHookOnce(t *testing.T) {
-	// Not parallel: the hook it adds stays for the whole process and counts
-	// every later enqueue, so this test's own queue is the one it reads.
-	tel := newTelemetry(t)
+	// Not parallel, and its hook neither traces nor propagates: the hook
+	// stays for the whole process and sees every later enqueue, so this
+	// test reads only its own queue, and what it counted before a run.
+	reader, meters := instrumented()
+	opts := []pgtaskotel.Option{pgtaskotel.WithMeterProvider(meters),
+		pgtaskotel.WithTracerProvider(tracenoop.NewTracerProvider()),
+		pgtaskotel.WithPropagator(propagation.NewCompositeTextMapPropagator())}
 	pool, url := newPool(t)
-	const queue = "instrumented"
-	var order []string
+	const queue, slow = "instrumented", 50 * time.Millisecond
 	inner := func(ctx context.Context, job *runtime.Job, next runtime.Handler) error {
-		order = append(order, "inner")
+		time.Sleep(slow)
 		return next(ctx, job)
 	}
 	cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{queue: {}}, Middleware: []runtime.Middleware{inner}}
-	pgtaskotel.Instrument(&cfg, tel.opts...)
+	pgtaskotel.Instrument(&cfg, opts...)
 	other := newTelemetry(t)
 	second := runtime.Config{}
 	pgtaskotel.Instrument(&second, other.opts...)
 	if len(cfg.Middleware) != 2 || len(second.Middleware) != 1 {
 		t.Fatalf("%d and %d middleware, want 2 and 1", len(cfg.Middleware), len(second.Middleware))
 	}
-	w := newWorker(t, url, cfg, runtime.Registration{Kind: "k", Handler: func(ctx context.Context, job *runtime.Job) error {
-		order = append(order, fmt.Sprintf("handler in a span: %t", spanIn(ctx)))
-		return nil
-	}})
+	attrs := []attribute.KeyValue{pgtaskotel.AttrQueue.String(queue), pgtaskotel.AttrKind.String("k")}
+	type counts struct {
+		enqueued, succeeded, timed int64
+		took                       float64
+	}
+	read := func() counts {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		n, sum := histogram(t, rm, "pgtask.attempt.duration", attrs...)
+		return counts{counter(t, rm, "pgtask.jobs.enqueued", attrs...), counter(t, rm, "pgtask.jobs.succeeded", attrs...), int64(n), sum}
+	}
+	before := read()
+	w := newWorker(t, url, cfg, runtime.Registration{Kind: "k", Handler: func(context.Context, *runtime.Job) error { return nil }})
 	enqueue(t, context.Background(), pool, "k", runtime.WithQueue(queue))
 	if n, err := w.Drain(context.Background()); err != nil || n != 1 {
 		t.Fatalf("drained %d: %v", n, err)
 	}
-	if got := strings.Join(order, ", "); got != "inner, handler in a span: true" {
-		t.Errorf("ran %s", got)
+	after := read()
+	if got := (counts{after.enqueued - before.enqueued, after.succeeded - before.succeeded, after.timed - before.timed, 0}); got != (counts{1, 1, 1, 0}) {
+		t.Errorf("enqueued %d, succeeded %d, timed %d; want 1 each", got.enqueued, got.succeeded, got.timed)
 	}
-	attrs := []attribute.KeyValue{pgtaskotel.AttrQueue.String(queue), pgtaskotel.AttrKind.String("k")}
-	rm := tel.collect(t)
-	if e, s := counter(t, rm, "pgtask.jobs.enqueued", attrs...), counter(t, rm, "pgtask.jobs.succeeded", attrs...); e != 1 || s != 1 {
-		t.Errorf("enqueued %d, succeeded %d; want 1 and 1", e, s)
+	if took := after.took - before.took; took < slow.Seconds() {
+		t.Errorf("the attempt took %.3f s, less than the %s the middleware configured before spent in it", took, slow)
 	}
 	if e := counter(t, other.collect(t), "pgtask.jobs.enqueued"); e != 0 {
 		t.Errorf("the second Instrument's hook counted %d enqueues, want it never added", e)
