@@ -169,8 +169,14 @@ func TestHandlerWritesCommitOnlyWithSuccess(t *testing.T) {
 	startWorker(t, b.url, runtime.Config{}, runtime.Registration{
 		Kind:    "writer",
 		Backoff: fastRetry,
-		Timeout: 300 * time.Millisecond,
+		// Long enough for the enqueue below on a loaded machine: only the
+		// third attempt runs into it.
+		Timeout: 2 * time.Second,
 		Handler: func(ctx context.Context, job *runtime.Job) error {
+			outcome, ok := outcomes[job.Attempt]
+			if !ok {
+				return runtime.NoRetry(fmt.Errorf("attempt %d: want 4 at most", job.Attempt))
+			}
 			if _, err := runtime.Enqueue(ctx, job.Tx(), runtime.EnqueueRequest{
 				Kind:           "effect",
 				Payload:        mustJSON(t, map[string]int{"attempt": job.Attempt}),
@@ -178,7 +184,7 @@ func TestHandlerWritesCommitOnlyWithSuccess(t *testing.T) {
 			}); err != nil {
 				return err
 			}
-			return outcomes[job.Attempt](ctx, job)
+			return outcome(ctx, job)
 		},
 	})
 	id := enqueue(t, b.pool, "writer", map[string]int{})
@@ -193,7 +199,7 @@ func TestHandlerWritesCommitOnlyWithSuccess(t *testing.T) {
 	if len(effects) != 1 || string(effects[0].Payload) != `{"attempt": 4}` {
 		t.Fatalf("effects = %+v, want exactly the one written by attempt 4", effects)
 	}
-	if e := errorsOf(t, j); len(e) != 3 || !strings.Contains(e[2].Error, "timed out after 300ms") {
+	if e := errorsOf(t, j); len(e) != 3 || !strings.Contains(e[2].Error, "timed out after 2s") {
 		t.Fatalf("errors = %s", j.Errors)
 	}
 }
