@@ -585,6 +585,19 @@ func TestWorkerRoleRescuesOtherWorkersJobs(t *testing.T) {
 	if err != nil || !slices.Equal(expired, []int64{int64(leased)}) {
 		t.Fatalf("take over an expired lease as the worker role: %v, %v", expired, err)
 	}
+
+	// The operators' functions are not the worker's.
+	worker := poolAs(t, b, r.Worker)
+	_, err = runtime.CancelJob(ctx, worker, held)
+	wantDenied(t, "a worker cancelling", err)
+	_, err = runtime.RetryJob(ctx, worker, held)
+	wantDenied(t, "a worker retrying", err)
+	_, err = runtime.DeleteJobs(ctx, worker, runtime.JobFilter{}, nil)
+	wantDenied(t, "a worker deleting jobs", err)
+	_, err = runtime.PauseQueue(ctx, worker, "held")
+	wantDenied(t, "a worker pausing", err)
+	_, err = runtime.GrantRoles(ctx, worker, runtime.Roles{Producer: r.Worker})
+	wantDenied(t, "a worker granting roles", err)
 }
 
 // An admin runs operations on jobs and queues, and nothing else.
