@@ -43,6 +43,19 @@ func (q *Queries) AdvanceGroups(ctx context.Context, arg AdvanceGroupsParams) ([
 	return busy, err
 }
 
+const ApplyCancelRequests = `-- name: ApplyCancelRequests :one
+SELECT pgtask.apply_cancel_requests($1::integer) AS cancelled
+`
+
+// Cancels the jobs whose cancel request outlived its attempt, and drops the
+// stale requests (see pgtask.apply_cancel_requests).
+func (q *Queries) ApplyCancelRequests(ctx context.Context, max int32) (int32, error) {
+	row := q.db.QueryRow(ctx, ApplyCancelRequests, max)
+	var cancelled int32
+	err := row.Scan(&cancelled)
+	return cancelled, err
+}
+
 const BeginJobTransaction = `-- name: BeginJobTransaction :exec
 BEGIN ISOLATION LEVEL READ COMMITTED
 `
@@ -52,6 +65,37 @@ BEGIN ISOLATION LEVEL READ COMMITTED
 func (q *Queries) BeginJobTransaction(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, BeginJobTransaction)
 	return err
+}
+
+const CancelRequested = `-- name: CancelRequested :many
+SELECT c.id::bigint AS id FROM pgtask.cancel_requested($1::bigint[], $2::integer[]) AS c(id)
+`
+
+type CancelRequestedParams struct {
+	Ids      []int64 `db:"ids"`
+	Attempts []int32 `db:"attempts"`
+}
+
+// Which of the worker's running attempts an operator asked to cancel (see
+// pgtask.cancel_requested).
+func (q *Queries) CancelRequested(ctx context.Context, arg CancelRequestedParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, CancelRequested, arg.Ids, arg.Attempts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const ClaimJobs = `-- name: ClaimJobs :many
@@ -453,38 +497,6 @@ func (q *Queries) OwnOrphans(ctx context.Context, arg OwnOrphansParams) ([]OwnOr
 	for rows.Next() {
 		var i OwnOrphansRow
 		if err := rows.Scan(&i.ID, &i.Token); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const PendingCancels = `-- name: PendingCancels :many
-SELECT c.job_id::bigint AS job_id, c.attempt::integer AS attempt
-  FROM pgtask.pending_cancels($1::integer) AS c
-`
-
-type PendingCancelsRow struct {
-	JobID   int64 `db:"job_id"`
-	Attempt int32 `db:"attempt"`
-}
-
-// The running attempts an operator asked to cancel (see
-// pgtask.pending_cancels), for the worker that runs them.
-func (q *Queries) PendingCancels(ctx context.Context, max int32) ([]PendingCancelsRow, error) {
-	rows, err := q.db.Query(ctx, PendingCancels, max)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []PendingCancelsRow{}
-	for rows.Next() {
-		var i PendingCancelsRow
-		if err := rows.Scan(&i.JobID, &i.Attempt); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

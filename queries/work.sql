@@ -143,8 +143,12 @@ SELECT r.id::bigint AS id FROM pgtask.rescue_jobs(@ids::bigint[]) AS r(id);
 -- notification's payload is a job id.
 LISTEN pgtask_cancel;
 
--- name: PendingCancels :many
--- The running attempts an operator asked to cancel (see
--- pgtask.pending_cancels), for the worker that runs them.
-SELECT c.job_id::bigint AS job_id, c.attempt::integer AS attempt
-  FROM pgtask.pending_cancels(@max::integer) AS c;
+-- name: CancelRequested :many
+-- Which of the worker's running attempts an operator asked to cancel (see
+-- pgtask.cancel_requested).
+SELECT c.id::bigint AS id FROM pgtask.cancel_requested(@ids::bigint[], @attempts::integer[]) AS c(id);
+
+-- name: ApplyCancelRequests :one
+-- Cancels the jobs whose cancel request outlived its attempt, and drops the
+-- stale requests (see pgtask.apply_cancel_requests).
+SELECT pgtask.apply_cancel_requests(@max::integer) AS cancelled;

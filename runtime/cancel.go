@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/pgtask/pgtask/gen"
 )
@@ -15,11 +17,28 @@ import (
 // that succeeds anyway succeeds.
 var ErrJobCancelled = errors.New("pgtask: job cancelled by an operator")
 
+// attemptRef names one attempt of a job.
+type attemptRef struct {
+	id      JobID
+	attempt int
+}
+
+// earlyCancelTTL is how long a cancel notification for an attempt whose
+// handler has not started here is kept, in case it starts here: a job of a
+// held batch waits for the jobs before it.
+const earlyCancelTTL = time.Minute
+
+// maxEarlyCancels bounds the notifications kept for attempts not running
+// here; every worker hears every one.
+const maxEarlyCancels = 10_000
+
 // runningJobs are the attempts whose handlers run in this worker, so that a
-// cancel request can reach the one it names.
+// cancel request can reach the one it names, and the cancels heard for
+// attempts that may yet start here.
 type runningJobs struct {
-	mu sync.Mutex
-	m  map[JobID]runningAttempt
+	mu    sync.Mutex
+	m     map[JobID]runningAttempt
+	early map[attemptRef]time.Time
 }
 
 type runningAttempt struct {
@@ -27,7 +46,9 @@ type runningAttempt struct {
 	cancel  context.CancelCauseFunc
 }
 
-// add registers a running attempt; the returned function unregisters it.
+// add registers a running attempt and returns the function that
+// unregisters it. An attempt cancelled before it started is cancelled at
+// once.
 func (r *runningJobs) add(job *Job, cancel context.CancelCauseFunc) func() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -35,6 +56,11 @@ func (r *runningJobs) add(job *Job, cancel context.CancelCauseFunc) func() {
 		r.m = make(map[JobID]runningAttempt)
 	}
 	r.m[job.ID] = runningAttempt{attempt: job.Attempt, cancel: cancel}
+	ref := attemptRef{job.ID, job.Attempt}
+	if _, ok := r.early[ref]; ok {
+		delete(r.early, ref)
+		cancel(ErrJobCancelled)
+	}
 	return func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -44,51 +70,99 @@ func (r *runningJobs) add(job *Job, cancel context.CancelCauseFunc) func() {
 	}
 }
 
-// cancel cancels the handler of job id's attempt, if it runs here; attempt
-// 0 matches any attempt.
-func (r *runningJobs) cancel(id JobID, attempt int) bool {
-	r.mu.Lock()
-	a, ok := r.m[id]
-	r.mu.Unlock()
-	if !ok || (attempt != 0 && a.attempt != attempt) {
-		return false
-	}
-	a.cancel(ErrJobCancelled)
-	return true
-}
-
-func (r *runningJobs) len() int {
+// cancel cancels the handler of attempt ref if it runs here. With early, a
+// cancel for an attempt not running here is kept for earlyCancelTTL in
+// case it starts here.
+func (r *runningJobs) cancel(ref attemptRef, early bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.m)
+	if a, ok := r.m[ref.id]; ok && a.attempt == ref.attempt {
+		a.cancel(ErrJobCancelled)
+		return true
+	}
+	if early {
+		now := time.Now()
+		if r.early == nil {
+			r.early = make(map[attemptRef]time.Time)
+		}
+		if len(r.early) >= maxEarlyCancels {
+			for k, at := range r.early {
+				if now.Sub(at) > earlyCancelTTL {
+					delete(r.early, k)
+				}
+			}
+		}
+		if len(r.early) < maxEarlyCancels {
+			r.early[ref] = now
+		}
+	}
+	return false
 }
 
-// cancelNotified cancels the job a "pgtask_cancel" notification names.
+// attempts lists the running attempts.
+func (r *runningJobs) attempts() (ids []int64, attempts []int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, a := range r.m {
+		ids = append(ids, int64(id))
+		attempts = append(attempts, int32(a.attempt))
+	}
+	return ids, attempts
+}
+
+// attemptOf returns the attempt of job id running here, or 0.
+func (r *runningJobs) attemptOf(id JobID) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[id].attempt
+}
+
+// parseCancel reads a "pgtask_cancel" notification: "id:attempt".
+func parseCancel(payload string) (attemptRef, bool) {
+	idText, attemptText, ok := strings.Cut(payload, ":")
+	if !ok {
+		return attemptRef{}, false
+	}
+	id, err1 := strconv.ParseInt(idText, 10, 64)
+	attempt, err2 := strconv.Atoi(attemptText)
+	if err1 != nil || err2 != nil || attempt < 1 {
+		return attemptRef{}, false
+	}
+	return attemptRef{JobID(id), attempt}, true
+}
+
+// cancelNotified cancels the attempt a "pgtask_cancel" notification names.
 func (w *Worker) cancelNotified(payload string) {
-	id, err := strconv.ParseInt(payload, 10, 64)
-	if err != nil {
-		w.log.Warn("pgtask: ignoring a cancel notification that names no job", "payload", payload)
+	ref, ok := parseCancel(payload)
+	if !ok {
+		w.log.Warn("pgtask: ignoring a cancel notification that names no attempt", "payload", payload)
 		return
 	}
-	if w.running.cancel(JobID(id), 0) {
-		w.log.Info("pgtask: cancelling a running job at an operator's request", "job_id", id)
+	if w.running.cancel(ref, true) {
+		w.log.Info("pgtask: cancelling a running job at an operator's request", "job_id", ref.id, "attempt", ref.attempt)
 	}
 }
 
-// cancelPending cancels the running attempts of this worker that have a
-// cancel request: the fallback for notifications lost while the listener
-// was down.
+// cancelPending settles cancel requests whose attempt is over (see
+// pgtask.apply_cancel_requests) and cancels the running attempts of this
+// worker that have a request: the fallback for notifications lost while
+// the listener was down.
 func (w *Worker) cancelPending(ctx context.Context, q *gen.Queries) error {
-	if w.running.len() == 0 {
+	if _, err := q.ApplyCancelRequests(ctx, maintainBatch); err != nil {
+		return err
+	}
+	ids, attempts := w.running.attempts()
+	if len(ids) == 0 {
 		return nil
 	}
-	reqs, err := q.PendingCancels(ctx, maintainBatch)
+	requested, err := q.CancelRequested(ctx, gen.CancelRequestedParams{Ids: ids, Attempts: attempts})
 	if err != nil {
 		return err
 	}
-	for _, r := range reqs {
-		if w.running.cancel(JobID(r.JobID), int(r.Attempt)) {
-			w.log.Info("pgtask: cancelling a running job at an operator's request", "job_id", r.JobID)
+	for _, id := range requested {
+		ref := attemptRef{JobID(id), w.running.attemptOf(JobID(id))}
+		if ref.attempt > 0 && w.running.cancel(ref, false) {
+			w.log.Info("pgtask: cancelling a running job at an operator's request", "job_id", id, "attempt", ref.attempt)
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"strings"
@@ -9,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -81,7 +85,9 @@ func TestCancelRunningJob(t *testing.T) {
 				c.registration("cancel.finish", true),
 				{Kind: "cancel.next", Handler: func(ctx context.Context, job *runtime.Job) error { nextRan.Done(); return nil }},
 			}
-			cfg := runtime.Config{Mode: mode, PollInterval: time.Minute}
+			// Maintenance, which would find the request too, waits an hour:
+			// the notification alone must reach the handler.
+			cfg := runtime.Config{Mode: mode, PollInterval: time.Minute, MaintenanceInterval: time.Hour}
 			for range 3 {
 				startWorker(t, b.url, cfg, regs...)
 			}
@@ -193,7 +199,7 @@ func TestCancelledJobTakenOverEndsCancelled(t *testing.T) {
 }
 
 // Metadata travels with the job: the handler and GetJob see what the
-// enqueue set, an enqueue hook adds to a request's own copy, and metadata
+// enqueue set, and metadata
 // the database cannot store is refused before anything is inserted.
 func TestMetadataTravelsWithTheJob(t *testing.T) {
 	t.Parallel()
@@ -268,5 +274,164 @@ func TestMetadataTravelsWithTheJob(t *testing.T) {
 	}
 	if n, err := runtime.CountJobs(ctx, b.pool, runtime.JobFilter{Kind: "meta.bad"}); err != nil || n != 0 {
 		t.Fatalf("refused metadata inserted %d jobs (%v)", n, err)
+	}
+}
+
+// A job of a held batch that is cancelled before its handler starts, and
+// is then handed back unstarted (the job before it in its group failed and
+// waits for its retry), ends cancelled without running: the request
+// outlives the hand-back.
+func TestCancelledJobHandedBackUnstartedEndsCancelled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	release := make(chan struct{})
+	headStarted := make(chan struct{}, 4)
+	var failed sync.Once
+	// Both are enqueued before the worker starts, so its first claim takes
+	// them in one batch.
+	ids, err := runtime.EnqueueMany(ctx, b.pool, []runtime.EnqueueRequest{
+		{Kind: "cancel.head", Payload: []byte(`{}`), EnqueueOptions: runtime.EnqueueOptions{Group: "g"}},
+		{Kind: "cancel.follower", Payload: []byte(`{}`), EnqueueOptions: runtime.EnqueueOptions{Group: "g"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, follower := ids[0], ids[1]
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {BatchSize: 10}}},
+		runtime.Registration{Kind: "cancel.head", Handler: func(ctx context.Context, job *runtime.Job) error {
+			headStarted <- struct{}{}
+			err := error(nil)
+			failed.Do(func() {
+				<-release
+				err = runtime.RetryAfter(100*time.Millisecond, errors.New("once"))
+			})
+			return err
+		}},
+		runtime.Registration{Kind: "cancel.follower", Handler: func(context.Context, *runtime.Job) error {
+			t.Error("the cancelled follower ran")
+			return nil
+		}})
+	<-headStarted
+	if j := b.job(t, follower); j.Status != testdb.PgtaskJobStatusStarted {
+		t.Fatalf("the follower is %s; want it claimed in the head's batch", j.Status)
+	}
+	if ok, err := runtime.CancelJob(ctx, b.pool, follower); err != nil || !ok {
+		t.Fatalf("CancelJob: %v, %v", ok, err)
+	}
+	close(release)
+	j := b.waitStatus(t, follower, 10*time.Second, testdb.PgtaskJobStatusCancelled, testdb.PgtaskJobStatusSucceeded)
+	if j.Status != testdb.PgtaskJobStatusCancelled {
+		t.Fatalf("follower is %s", j.Status)
+	}
+	b.waitStatus(t, head, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+}
+
+// A cancel that commits while the attempt's failure is being recorded (so
+// fail_job cannot see it) still ends the job cancelled: the request
+// outlives the attempt, and maintenance applies it to the job waiting for
+// its retry.
+func TestCancelRacingTheFailureIsApplied(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := enqueue(t, b.pool, "cancel.race", map[string]any{}, runtime.WithMaxAttempts(5))
+	claimed, err := b.gen.ClaimJobs(ctx, gen.ClaimJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: 1})
+	if err != nil || len(claimed) != 1 || claimed[0].ID != int64(id) {
+		t.Fatalf("claim: %v, %v", claimed, err)
+	}
+	w, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Rollback(ctx) //nolint:errcheck // committed below
+	status, err := gen.New(w).FailJob(ctx, gen.FailJobParams{ID: int64(id), Attempt: 1,
+		Error: json.RawMessage(`{"attempt": 1, "error": "failed"}`), RetryInUs: pgtype.Int8{Int64: 60_000_000, Valid: true}})
+	if err != nil || status != "scheduled" {
+		t.Fatalf("fail_job: %q, %v", status, err)
+	}
+	if ok, err := runtime.CancelJob(ctx, b.pool, id); err != nil || !ok {
+		t.Fatalf("CancelJob while the failure is being recorded: %v, %v", ok, err)
+	}
+	if err := w.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusScheduled {
+		t.Fatalf("after the failure's commit the job is %s; want scheduled, the request not yet applied", j.Status)
+	}
+	if n, err := b.gen.ApplyCancelRequests(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("ApplyCancelRequests: %d, %v; want 1", n, err)
+	}
+	if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusCancelled || j.Attempts != 1 {
+		t.Fatalf("job is %s after %d attempts; want cancelled after 1", j.Status, j.Attempts)
+	}
+	if n, err := b.gen.ApplyCancelRequests(ctx, 100); err != nil || n != 0 {
+		t.Fatalf("ApplyCancelRequests again: %d, %v; want none left", n, err)
+	}
+}
+
+// A cancel that arrives after the attempt's deadline leaves it timed out:
+// a handler that outlived its timeout fails whatever it returns.
+func TestCancelAfterTheDeadlineLeavesTheAttemptTimedOut(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	started := make(chan struct{}, 1)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{Kind: "cancel.late", Timeout: 200 * time.Millisecond,
+		Backoff: runtime.Backoff{Min: time.Hour},
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			started <- struct{}{}
+			time.Sleep(time.Second) // ignores its context
+			return nil
+		}})
+	id := enqueue(t, b.pool, "cancel.late", map[string]any{})
+	<-started
+	time.Sleep(500 * time.Millisecond)
+	if ok, err := runtime.CancelJob(ctx, b.pool, id); err != nil || !ok {
+		t.Fatalf("CancelJob: %v, %v", ok, err)
+	}
+	j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusScheduled, testdb.PgtaskJobStatusSucceeded,
+		testdb.PgtaskJobStatusCancelled, testdb.PgtaskJobStatusFailed)
+	if errs := errorsOf(t, j); j.Status == testdb.PgtaskJobStatusSucceeded || len(errs) != 1 || !strings.Contains(errs[0].Error, "timed out") {
+		t.Fatalf("job %s with errors %+v; want the attempt failed as timed out", j.Status, errs)
+	}
+}
+
+var addMetadataHook = sync.OnceFunc(func() {
+	runtime.AddEnqueueHook(func(_ context.Context, req *runtime.EnqueueRequest) error {
+		if req.Kind == "meta.hooked" {
+			if req.Metadata == nil {
+				req.Metadata = map[string]string{}
+			}
+			req.Metadata["hooked"] = "yes"
+		}
+		return nil
+	})
+})
+
+// An enqueue hook adds metadata to each request's own copy: the map the
+// caller shares among requests stays as it was.
+func TestEnqueueHookAddsMetadataToItsOwnCopy(t *testing.T) {
+	t.Parallel()
+	addMetadataHook()
+	b := setup(t)
+	ctx := context.Background()
+	shared := map[string]string{"tenant": "acme"}
+	opts := runtime.EnqueueOptions{Metadata: shared}
+	ids, err := runtime.EnqueueMany(ctx, b.pool, []runtime.EnqueueRequest{
+		{Kind: "meta.hooked", Payload: []byte(`{}`), EnqueueOptions: opts},
+		{Kind: "meta.plain", Payload: []byte(`{}`), EnqueueOptions: opts},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(shared, map[string]string{"tenant": "acme"}) {
+		t.Fatalf("the hook changed the caller's map: %v", shared)
+	}
+	for i, want := range []map[string]string{{"tenant": "acme", "hooked": "yes"}, {"tenant": "acme"}} {
+		info, err := runtime.GetJob(ctx, b.pool, ids[i])
+		if err != nil || !maps.Equal(info.Metadata, want) {
+			t.Fatalf("job %d metadata %v, %v; want %v", i, info.Metadata, err, want)
+		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
@@ -268,15 +267,7 @@ func TestStrandedClaimsOfALiveWorkerAreRescued(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	pc, err := pgxpool.ParseConfig(b.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := runtime.NewWorker(ctx, pc, runtime.Config{Logger: testLogger(t), MaintenanceInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := idleWorker(t, b.url, runtime.Config{MaintenanceInterval: 50 * time.Millisecond})
 	var ran sync.Map
 	if err := w.Register(runtime.Registration{Kind: "k", Handler: func(ctx context.Context, job *runtime.Job) error {
 		ran.Store(job.ID, job.Attempt)

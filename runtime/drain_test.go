@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -22,15 +20,7 @@ func TestDrainRunsWhatCanRunNow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	pc, err := pgxpool.ParseConfig(b.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := runtime.NewWorker(ctx, pc, runtime.Config{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := idleWorker(t, b.url, runtime.Config{})
 	var mu sync.Mutex
 	var ran []runtime.JobID
 	record := func(job *runtime.Job) {
@@ -93,16 +83,7 @@ func TestWorkOneRunsOneAttempt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	pc, err := pgxpool.ParseConfig(b.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := runtime.NewWorker(ctx, pc, runtime.Config{Logger: testLogger(t),
-		Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {BatchSize: 10}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := idleWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {BatchSize: 10}}})
 	var calls int
 	for _, r := range []runtime.Registration{
 		{Kind: "ok", Handler: func(_ context.Context, job *runtime.Job) error { calls++; return job.SetResult(job.ID) }},

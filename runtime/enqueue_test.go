@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
@@ -215,6 +217,24 @@ func enqueueAsync(t *testing.T, db runtime.DB, groups ...string) <-chan []runtim
 	return done
 }
 
+// waitBlockedBy waits until some session waits for a lock tx holds.
+func waitBlockedBy(t *testing.T, b *bundle, tx pgx.Tx, name string) {
+	t.Helper()
+	pid := int32(tx.Conn().PgConn().PID())
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n, err := b.q.CountBlockedBy(context.Background(), pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing waited for %s", name)
+		}
+	}
+}
+
 // mustWait fails unless the enqueue is still blocked after a while, then
 // returns a function that waits for it to finish.
 func mustWait(t *testing.T, done <-chan []runtime.JobID) func() []runtime.JobID {
@@ -411,25 +431,16 @@ func TestEnqueuesCreatingGroupsDoNotDeadlock(t *testing.T) {
 	enqueue(t, y, "k", map[string]int{}, runtime.WithGroup("c"))
 
 	t1 := mustWait(t, enqueueAsync(t, b.pool, "a", "b", "c"))
+	// Each step waits until the server shows T1 blocked as the scenario
+	// needs, not for a fixed time: on a loaded machine T1 may not have
+	// reached X's row yet, and then it would lock a's new row, the cancel
+	// below would wait for T1 and T1 for Y, a cycle through this goroutine
+	// that the server cannot see.
+	waitBlockedBy(t, b, x, "X")
 	if err := x.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// T1 now waits for Y at c (were it still on its way there, the cancel
-	// below would wait for T1 and T1 for Y, a cycle through this goroutine
-	// that the server cannot see).
-	yPID := int32(y.Conn().PgConn().PID())
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		n, err := b.q.CountBlockedBy(ctx, yPID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("T1 never waited for Y")
-		}
-	}
+	waitBlockedBy(t, b, y, "Y") // T1 now waits for Y at c
 	if ok, err := b.gen.CancelJob(ctx, int64(a1)); err != nil || !ok {
 		t.Fatalf("cancel a1: %v, %v", ok, err)
 	}

@@ -109,9 +109,11 @@ func decodeMetadata(b json.RawMessage) map[string]string {
 	}
 	m := make(map[string]string, len(raw))
 	for k, v := range raw {
-		var s string
-		if json.Unmarshal(v, &s) != nil {
-			s = string(v)
+		s := string(v)
+		if len(v) > 0 && v[0] == '"' {
+			if err := json.Unmarshal(v, &s); err != nil {
+				s = string(v)
+			}
 		}
 		m[k] = s
 	}
@@ -125,6 +127,10 @@ func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error,
 	cancellable, cancelCause := context.WithCancelCause(hard)
 	defer cancelCause(nil)
 	defer w.running.add(job, cancelCause)()
+	if errors.Is(context.Cause(cancellable), ErrJobCancelled) {
+		// Cancelled while it waited in its batch: the handler never runs.
+		return fmt.Errorf("%w before the attempt started", ErrJobCancelled), nil
+	}
 	ctx, cancel := context.WithTimeout(cancellable, reg.Timeout)
 	defer cancel() // an abandoned handler's context is past its deadline already
 	done := make(chan error, 1)
@@ -137,7 +143,9 @@ func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error,
 		done <- w.handle(ctx, reg, job)
 	}()
 	timedOut := func() bool { return errors.Is(ctx.Err(), context.DeadlineExceeded) && hard.Err() == nil }
-	cancelled := func() bool { return errors.Is(context.Cause(cancellable), ErrJobCancelled) && hard.Err() == nil }
+	// The cause of ctx is whichever came first: a cancel after the
+	// deadline leaves the attempt timed out.
+	cancelled := func() bool { return errors.Is(context.Cause(ctx), ErrJobCancelled) && hard.Err() == nil }
 	select {
 	case err := <-done:
 		if cancelled() {

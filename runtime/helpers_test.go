@@ -108,6 +108,25 @@ func newWorkerWith(t *testing.T, url string, cfg runtime.Config, prepare func(*r
 	}
 }
 
+// idleWorker makes a worker on url that is not running (for Drain,
+// WorkOne and tests that drive it), closed when the test ends.
+func idleWorker(t *testing.T, url string, cfg runtime.Config) *runtime.Worker {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	w, err := runtime.NewWorker(context.Background(), pc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	return w
+}
+
 func mustJSON(t *testing.T, v any) json.RawMessage {
 	t.Helper()
 	b, err := json.Marshal(v)

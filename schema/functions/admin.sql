@@ -34,33 +34,64 @@ $$;
 
 -- Cancels a job that has not started: a scheduled or queued one, or a failed
 -- one that blocks its group. For a running job it asks its worker to cancel
--- the attempt (a row in cancel_requests, and a notification on the channel
--- "pgtask_cancel" naming the job): the attempt's handler gets its context
--- cancelled, and when the attempt fails, or its worker is lost, the job ends
--- cancelled (see fail_job); a handler that succeeds anyway succeeds. The
--- running job's row is not locked: in the held mode its worker holds that
--- lock until the attempt ends. Returns false for finished jobs.
+-- the attempt: a row in cancel_requests naming the attempt, and a
+-- notification on the channel "pgtask_cancel" whose payload is
+-- "id:attempt". The attempt's handler gets its context cancelled, and when
+-- the attempt fails, or its worker is lost, the job ends cancelled (see
+-- fail_job); a handler that succeeds anyway succeeds. A request whose
+-- attempt ended otherwise is applied or dropped by apply_cancel_requests.
+-- A running job is never waited for: in the held mode its worker holds its
+-- row until the attempt ends, so a job claimed while this function locks
+-- it is asked to stop instead. Returns false for finished jobs.
 CREATE OR REPLACE FUNCTION pgtask.cancel_job(p_id bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     j pgtask.jobs;
+    locked boolean;
 BEGIN
-    SELECT * INTO j FROM pgtask.jobs WHERE id = p_id;
-    IF j.status = 'started' THEN
-        INSERT INTO pgtask.cancel_requests (job_id, attempt) VALUES (p_id, j.attempts)
-            ON CONFLICT (job_id) DO UPDATE SET attempt = excluded.attempt, requested_at = excluded.requested_at;
-        PERFORM pg_notify('pgtask_cancel', p_id::text);
-        RETURN true;
-    END IF;
-    j := pgtask.lock_job_for_change(p_id, '{scheduled,queued,failed}');
-    IF j.id IS NULL THEN
-        RETURN false;
-    END IF;
+    PERFORM pgtask.require_read_committed('changing a job');
+    LOOP
+        SELECT * INTO j FROM pgtask.jobs WHERE id = p_id;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        IF j.status = 'started' THEN
+            INSERT INTO pgtask.cancel_requests (job_id, attempt) VALUES (p_id, j.attempts)
+                ON CONFLICT (job_id) DO UPDATE SET attempt = excluded.attempt, requested_at = excluded.requested_at;
+            PERFORM pg_notify('pgtask_cancel', p_id::text || ':' || j.attempts::text);
+            RETURN true;
+        END IF;
+        IF NOT (j.status = ANY ('{scheduled,queued,failed}')) THEN
+            RETURN false;
+        END IF;
+        -- Lock as lock_job_for_change does, the group's row first, but
+        -- never wait for the job's row: whoever holds it claimed the job.
+        IF j.group_key IS NOT NULL THEN
+            PERFORM 1 FROM pgtask.queue_groups
+              WHERE queue = j.queue AND group_key = j.group_key
+                FOR UPDATE;
+        END IF;
+        BEGIN
+            SELECT * INTO j FROM pgtask.jobs WHERE id = p_id FOR UPDATE NOWAIT;
+            locked := true;
+        EXCEPTION WHEN lock_not_available THEN
+            locked := false;
+        END;
+        IF locked AND j.status = ANY ('{scheduled,queued,failed}') THEN
+            EXIT;
+        END IF;
+        -- Claimed meanwhile (or briefly locked by another operator): look
+        -- again.
+        IF NOT locked THEN
+            PERFORM pg_sleep(0.005);
+        END IF;
+    END LOOP;
     IF j.status = 'failed'
        AND NOT (j.group_key IS NOT NULL AND pgtask.job_blocks_group(j.status, j.fail_blocks_group)) THEN
         -- Finished: it holds nothing up, and its failure stays on record.
         RETURN false;
     END IF;
+    DELETE FROM pgtask.cancel_requests WHERE job_id = p_id;
     UPDATE pgtask.jobs
        SET status = 'cancelled', finished_at = clock_timestamp(),
            is_head = (is_head AND group_key IS NOT NULL)
@@ -86,6 +117,8 @@ BEGIN
     IF j.id IS NULL THEN
         RETURN false;
     END IF;
+    -- A request left from before does not cancel the fresh attempts.
+    DELETE FROM pgtask.cancel_requests WHERE job_id = p_id;
     head := j.id;
     IF j.group_key IS NOT NULL THEN
         -- The group's row may be a newer one than the job's: the job joins it.
@@ -158,14 +191,48 @@ BEGIN
 END;
 $$;
 
--- The cancel requests of attempts still running, for workers to cancel the
--- handlers they run (a notification may be lost); requests whose attempt is
--- over (it ended before the request took effect) are deleted.
-CREATE OR REPLACE FUNCTION pgtask.pending_cancels(p_limit integer) RETURNS TABLE (job_id bigint, attempt integer)
+-- Which of a worker's running attempts (p_ids with their p_attempts) an
+-- operator asked to cancel: the worker's check for requests whose
+-- notification it missed.
+CREATE OR REPLACE FUNCTION pgtask.cancel_requested(p_ids bigint[], p_attempts integer[]) RETURNS SETOF bigint
+LANGUAGE sql STABLE AS $$
+    SELECT r.job_id FROM pgtask.cancel_requests r
+      JOIN unnest(p_ids, p_attempts) AS a(id, attempt) ON r.job_id = a.id AND r.attempt = a.attempt;
+$$;
+
+-- Settles up to p_limit cancel requests whose attempt is no longer running.
+-- One whose job now waits to run again (the attempt failed as the request
+-- was made, and fail_job could not see it yet; or the job was handed back
+-- unstarted) cancels the job; one whose job finished, or runs a later
+-- attempt after an operator's retry, is dropped. Requests another session
+-- holds are skipped, and a running job is never waited for (cancel_job).
+-- Returns how many jobs it cancelled.
+CREATE OR REPLACE FUNCTION pgtask.apply_cancel_requests(p_limit integer) RETURNS integer
 LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    cancelled integer := 0;
 BEGIN
-    DELETE FROM pgtask.cancel_requests r
-     WHERE NOT EXISTS (SELECT 1 FROM pgtask.jobs j WHERE j.id = r.job_id AND j.status = 'started' AND j.attempts = r.attempt);
-    RETURN QUERY SELECT r.job_id, r.attempt FROM pgtask.cancel_requests r ORDER BY r.job_id LIMIT p_limit;
+    FOR r IN
+        SELECT c.job_id, c.attempt, j.status, j.attempts
+          FROM pgtask.cancel_requests c
+          LEFT JOIN pgtask.jobs j ON j.id = c.job_id
+         WHERE j.id IS NULL OR NOT (j.status = 'started' AND j.attempts = c.attempt)
+         ORDER BY c.job_id
+         LIMIT p_limit
+           FOR UPDATE OF c SKIP LOCKED
+    LOOP
+        IF r.status IN ('scheduled', 'queued') AND r.attempts IN (r.attempt - 1, r.attempt) THEN
+            IF pgtask.cancel_job(r.job_id) THEN
+                cancelled := cancelled + 1;
+            END IF;
+        END IF;
+        -- cancel_job filed a new request if the job was claimed meanwhile.
+        DELETE FROM pgtask.cancel_requests
+         WHERE job_id = r.job_id AND attempt = r.attempt
+           AND NOT EXISTS (SELECT 1 FROM pgtask.jobs j
+                            WHERE j.id = r.job_id AND j.status = 'started' AND j.attempts = r.attempt);
+    END LOOP;
+    RETURN cancelled;
 END;
 $$;

@@ -32,6 +32,7 @@ commands:
   purge     delete the finished jobs a filter matches
   pause     pause queues: no worker claims their jobs until they are resumed
   resume    resume paused queues
+  ui        serve the web dashboard: queues, jobs, groups, and actions on them
   help      show this text
 
 Run 'pgtask <command> -h' for a command's flags; flags come before
@@ -59,6 +60,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = jobs(ctx, args[1:], stdout, stderr)
 	case "retry", "cancel", "purge":
 		err = bulkCommand(ctx, args[0], args[1:], stdout, stderr)
+	case "ui":
+		err = ui(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -152,8 +152,8 @@ func TestGenReportsDeclarationErrors(t *testing.T) {
 	dir := "../codegen/testdata/errors/group"
 	code, out, errOut := run(t, "gen", dir)
 	want := dir + `/tasks.go:12: field B: TwoGroups already has a group field, A; a task has at most one`
-	if code != 1 || out != "" || !strings.HasPrefix(errOut, want+"\n") || strings.Count(errOut, "\n") != 5 {
-		t.Fatalf("code %d, stdout %q, stderr:\n%s\nwant exit 1 and five file:line lines starting with %q", code, out, errOut, want)
+	if code != 1 || out != "" || !strings.HasPrefix(errOut, want+"\n") || strings.Count(errOut, "\n") != 9 {
+		t.Fatalf("code %d, stdout %q, stderr:\n%s\nwant exit 1 and nine file:line lines starting with %q", code, out, errOut, want)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "pgtask_gen.go")); !os.IsNotExist(err) {
 		t.Fatalf("a file was written for a package with errors: %v", err)
@@ -207,7 +207,7 @@ func TestJobCommands(t *testing.T) {
 	for range 3 {
 		reqs = append(reqs, runtime.EnqueueRequest{Kind: "mail", Payload: []byte(`{"to":"a"}`), EnqueueOptions: runtime.EnqueueOptions{Queue: "emails"}})
 	}
-	reqs = append(reqs, runtime.EnqueueRequest{Kind: "report", Payload: []byte(`{}`), EnqueueOptions: runtime.EnqueueOptions{Queue: "reports"}})
+	reqs = append(reqs, runtime.EnqueueRequest{Kind: "report", Payload: []byte(`{}`), EnqueueOptions: runtime.EnqueueOptions{Queue: "reports", Metadata: map[string]string{"tenant": "acme"}}})
 	ids, err := runtime.EnqueueMany(ctx, pool, reqs)
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +240,8 @@ func TestJobCommands(t *testing.T) {
 		t.Fatalf("jobs list, next page: %d %q", code, out)
 	}
 	code, out, _ = run(t, "jobs", "show", "-database-url", url, fmt.Sprint(ids[3]))
-	if code != 0 || !strings.Contains(out, "kind report, queue reports") || !strings.Contains(out, "payload {}") {
+	if code != 0 || !strings.Contains(out, "kind report, queue reports") || !strings.Contains(out, "payload {}") ||
+		!strings.Contains(out, "metadata tenant=acme\n") {
 		t.Fatalf("jobs show: %d %q", code, out)
 	}
 	code, out, errOut = run(t, cmd("cancel", "-queue", "emails")...)
@@ -250,6 +251,17 @@ func TestJobCommands(t *testing.T) {
 	code, out, _ = run(t, cmd("retry", "-status", "cancelled", "-json")...)
 	if code != 0 || strings.Join(strings.Fields(out), "") != `{"retried":3}` {
 		t.Fatalf("retry: %d %q", code, out)
+	}
+	report := fmt.Sprint(ids[3])
+	if code, out, errOut = run(t, append(cmd("cancel"), report)...); code != 0 || out != "cancelled 1 jobs\n" || errOut != "" {
+		t.Fatalf("cancel %s: %d %q %q", report, code, out, errOut)
+	}
+	if code, out, errOut = run(t, append(cmd("cancel"), report)...); code != 0 || out != "cancelled 0 jobs\n" ||
+		!strings.Contains(errOut, "job "+report+" not cancelled") {
+		t.Fatalf("cancel %s again: %d %q %q", report, code, out, errOut)
+	}
+	if code, out, _ = run(t, append(cmd("retry", "-json"), report)...); code != 0 || strings.Join(strings.Fields(out), "") != `{"retried":1}` {
+		t.Fatalf("retry %s: %d %q", report, code, out)
 	}
 	run(t, cmd("cancel", "-kind", "mail")...)
 	if code, out, _ = run(t, cmd("purge", "-all")...); code != 0 || out != "deleted 3 jobs\n" {
@@ -261,6 +273,9 @@ func TestJobCommands(t *testing.T) {
 		want string
 	}{
 		{cmd("cancel"), 2, "no filter given"},
+		{append(cmd("cancel", "-queue", "emails"), "1"), 2, "not both"},
+		{append(cmd("purge"), "1"), 2, "takes filter flags, not job ids"},
+		{append(cmd("retry"), "x"), 2, `"x" is not a job id`},
 		{cmd("purge", "-status", "lost"), 1, `status "lost" is none of`},
 		{[]string{"jobs", "show", "-database-url", url, "999999"}, 1, "job not found"},
 		{[]string{"jobs", "show", "-database-url", url, "x"}, 2, "is not a job id"},

@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -202,6 +204,7 @@ type jobJSON struct {
 	StartedAt   *time.Time             `json:"started_at,omitempty"`
 	FinishedAt  *time.Time             `json:"finished_at,omitempty"`
 	UniqueKey   string                 `json:"unique_key,omitempty"`
+	Metadata    map[string]string      `json:"metadata,omitempty"`
 }
 
 func jsonJob(j *runtime.JobInfo) jobJSON {
@@ -210,7 +213,7 @@ func jsonJob(j *runtime.JobInfo) jobJSON {
 		errs = []runtime.AttemptError{}
 	}
 	return jobJSON{int64(j.ID), j.Queue, j.Kind, j.Group, j.Status, j.Priority, j.Attempts, j.MaxAttempts,
-		j.Payload, j.Result, errs, j.RunAfter, j.CreatedAt, j.StartedAt, j.FinishedAt, j.UniqueKey}
+		j.Payload, j.Result, errs, j.RunAfter, j.CreatedAt, j.StartedAt, j.FinishedAt, j.UniqueKey, j.Metadata}
 }
 
 func jsonJobs(list []*runtime.JobInfo) []jobJSON {
@@ -222,7 +225,7 @@ func jsonJobs(list []*runtime.JobInfo) []jobJSON {
 }
 
 func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("jobs show", "usage: pgtask jobs show [-json] ID\n\nShows a job: its settings, payload, result and each failed attempt's error.", stderr)
+	c := newCommand("jobs show", "usage: pgtask jobs show [-json] ID\n\nShows a job: its settings, metadata, payload, result and each failed attempt's error.", stderr)
 	if err := c.parse(args, 1, stderr); err != nil {
 		return err
 	}
@@ -258,6 +261,9 @@ func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if j.UniqueKey != "" {
 		fmt.Fprintf(stdout, "unique key %s\n", j.UniqueKey)
 	}
+	for _, k := range slices.Sorted(maps.Keys(j.Metadata)) {
+		fmt.Fprintf(stdout, "metadata %s=%s\n", k, j.Metadata[k])
+	}
 	fmt.Fprintf(stdout, "payload %s\n", j.Payload)
 	if len(j.Result) > 0 {
 		fmt.Fprintf(stdout, "result %s\n", j.Result)
@@ -276,18 +282,38 @@ func bulkCommand(ctx context.Context, name string, args []string, stdout, stderr
 	what := map[string]struct {
 		usage string
 		do    func(context.Context, runtime.DB, runtime.JobFilter, runtime.Progress) (int, error)
+		one   func(context.Context, runtime.DB, runtime.JobID) (bool, error) // nil: no job ids
 		done  string
 	}{
-		"retry":  {"Retries the failed and cancelled jobs the flags match, with a fresh set of attempts.", runtime.RetryJobs, "retried"},
-		"cancel": {"Cancels the jobs the flags match that have not finished (and failures that block their group).\nA running job's handler has its context cancelled wherever it runs; the job ends cancelled\nunless the handler completes anyway. Add -status scheduled,queued to leave running jobs alone.", runtime.CancelJobs, "cancelled"},
-		"purge":  {"Deletes the finished jobs the flags match, but none still at the head of its group.", runtime.DeleteJobs, "deleted"},
+		"retry": {"Retries the failed and cancelled jobs the flags match (or the jobs named), with a fresh set of attempts.",
+			runtime.RetryJobs, runtime.RetryJob, "retried"},
+		"cancel": {"Cancels the jobs the flags match (or the jobs named) that have not finished, and failures that\n" +
+			"block their group. A running job's handler has its context cancelled wherever it runs; the job\n" +
+			"ends cancelled unless the handler completes anyway. Add -status scheduled,queued to leave running\n" +
+			"jobs alone.", runtime.CancelJobs, runtime.CancelJob, "cancelled"},
+		"purge": {"Deletes the finished jobs the flags match, but none still at the head of its group.", runtime.DeleteJobs, nil, "deleted"},
 	}[name]
-	c := newCommand(name, fmt.Sprintf("usage: pgtask %s [filter flags] [-all] [-json]\n\n%s\n"+
-		"A progress line goes to standard error. With no filter flag, -all is needed.", name, what.usage), stderr)
+	usage := fmt.Sprintf("usage: pgtask %s [filter flags] [-all] [-json]\n", name)
+	if what.one != nil {
+		usage += fmt.Sprintf("       pgtask %s [-json] JOB_ID...\n", name)
+	}
+	c := newCommand(name, usage+fmt.Sprintf("\n%s\n"+
+		"A progress line goes to standard error. With no filter flag and no job id, -all is needed.", what.usage), stderr)
 	var f filterFlags
 	f.add(c.fs, true)
-	if err := c.parse(args, 0, stderr); err != nil {
+	if err := c.parse(args, -1, stderr); err != nil {
 		return err
+	}
+	if c.fs.NArg() > 0 {
+		switch {
+		case what.one == nil:
+			fmt.Fprintf(stderr, "pgtask %s: takes filter flags, not job ids\n", name)
+			return errUsage
+		case !f.empty() || f.all:
+			fmt.Fprintf(stderr, "pgtask %s: give filter flags or job ids, not both\n", name)
+			return errUsage
+		}
+		return byID(ctx, c, name, what.one, what.done, stdout, stderr)
 	}
 	if f.empty() && !f.all {
 		fmt.Fprintf(stderr, "pgtask %s: no filter given: name -queue, -kind, -group, -status or a time, or pass -all\n", name)
@@ -315,5 +341,45 @@ func bulkCommand(ctx context.Context, name string, args []string, stdout, stderr
 		return printJSON(stdout, map[string]int{what.done: n})
 	}
 	fmt.Fprintf(stdout, "%s %d jobs\n", what.done, n)
+	return nil
+}
+
+// byID runs one (CancelJob or RetryJob) on each job id of the command's
+// arguments. A job it did not change (finished, in the wrong status, or
+// not there) is named on standard error.
+func byID(ctx context.Context, c *command, name string, one func(context.Context, runtime.DB, runtime.JobID) (bool, error),
+	done string, stdout, stderr io.Writer) error {
+	var ids []runtime.JobID
+	for _, a := range c.fs.Args() {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id <= 0 {
+			fmt.Fprintf(stderr, "pgtask %s: %q is not a job id\n", name, a)
+			return errUsage
+		}
+		if !slices.Contains(ids, runtime.JobID(id)) {
+			ids = append(ids, runtime.JobID(id))
+		}
+	}
+	conn, err := connect(ctx, *c.url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	n := 0
+	for _, id := range ids {
+		changed, err := one(ctx, conn, id)
+		if err != nil {
+			return err
+		}
+		if changed {
+			n++
+		} else {
+			fmt.Fprintf(stderr, "pgtask %s: job %d not %s: it is not there, or its status does not allow it\n", name, id, done)
+		}
+	}
+	if *c.asJSON {
+		return printJSON(stdout, map[string]int{done: n})
+	}
+	fmt.Fprintf(stdout, "%s %d jobs\n", done, n)
 	return nil
 }

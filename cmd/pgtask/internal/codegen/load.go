@@ -306,7 +306,7 @@ func encodableSeen(typ types.Type, seen map[types.Type]bool) bool {
 	case *types.Array:
 		return encodableSeen(u.Elem(), seen)
 	case *types.Map:
-		return encodableSeen(u.Elem(), seen)
+		return mapKeyEncodable(u.Key()) && encodableSeen(u.Elem(), seen)
 	case *types.Struct:
 		for i := range u.NumFields() {
 			if f := u.Field(i); f.Exported() && reflect.StructTag(u.Tag(i)).Get("json") != "-" && !encodableSeen(f.Type(), seen) {
@@ -315,6 +315,22 @@ func encodableSeen(typ types.Type, seen map[types.Type]bool) bool {
 		}
 	}
 	return true
+}
+
+// mapKeyEncodable reports whether encoding/json can encode a map key of
+// typ: a string or integer kind, or a type with a MarshalText method.
+func mapKeyEncodable(typ types.Type) bool {
+	if b, ok := typ.Underlying().(*types.Basic); ok && b.Info()&(types.IsString|types.IsInteger) != 0 {
+		return true
+	}
+	for _, t := range []types.Type{typ, types.NewPointer(typ)} {
+		if obj, _, _ := types.LookupFieldOrMethod(t, true, nil, "MarshalText"); obj != nil {
+			if _, isFunc := obj.(*types.Func); isFunc {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // markerName returns "Task" or "TaskWithResult" when typ is one of the

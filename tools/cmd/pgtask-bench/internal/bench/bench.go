@@ -30,7 +30,7 @@ import (
 
 // Options sizes the run.
 type Options struct {
-	Only          string // comma-separated subset of: enqueue,drain,wakeup,claim,memory,floor
+	Only          string // comma-separated subset of: floor,enqueue,defaults,drain,wakeup,claim,memory,retention,dashboard
 	Conns         int    // connections (runners, producers, floor clients)
 	Batch         int    // jobs per claim in drains
 	EnqueueSingle int
@@ -44,6 +44,9 @@ type Options struct {
 	WakeSamples   int
 	ClaimBacklogs []int
 	MemoryJobs    int
+	Retained      int // finished jobs kept in the table for the retention measures
+	Expired       int // finished jobs past their retention age for retention to delete
+	DashboardJobs int
 	FloorDuration time.Duration
 	KeepDatabases bool
 }
@@ -54,7 +57,8 @@ func defaults() Options {
 		EnqueueSingle: 20_000, EnqueueMany: 500_000, ManyBatch: 1_000,
 		DefaultsJobs: 30_000, Ungrouped: 200_000, Grouped: 200_000, Groups: 1_000, Hot: 10_000,
 		WakeSamples: 300, ClaimBacklogs: []int{1_000, 100_000, 1_000_000},
-		MemoryJobs: 1_000_000, FloorDuration: 5 * time.Second,
+		MemoryJobs: 1_000_000, Retained: 10_000_000, Expired: 1_000_000, DashboardJobs: 1_000_000,
+		FloorDuration: 5 * time.Second,
 	}
 }
 
@@ -64,7 +68,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := defaults()
 	fs := flag.NewFlagSet("pgtask-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,drain,wakeup,claim,memory")
+	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,drain,wakeup,claim,memory,retention,dashboard")
 	fs.IntVar(&o.Conns, "conns", o.Conns, "connections: worker runners, producers and floor clients")
 	fs.IntVar(&o.Batch, "batch", o.Batch, "jobs per claim in the drains")
 	fs.IntVar(&o.EnqueueSingle, "enqueue-single", o.EnqueueSingle, "jobs enqueued one per call")
@@ -78,6 +82,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.WakeSamples, "wake-samples", o.WakeSamples, "enqueues timed for the wake-up latency")
 	backlogs := fs.String("claim-backlogs", "1000,100000,1000000", "backlog sizes for the claim cost")
 	fs.IntVar(&o.MemoryJobs, "memory-jobs", o.MemoryJobs, "jobs drained while watching the worker's memory")
+	fs.IntVar(&o.Retained, "retained", o.Retained, "finished jobs kept in the table while claims and a drain are timed")
+	fs.IntVar(&o.Expired, "expired", o.Expired, "finished jobs past their age that retention deletes during a drain")
+	fs.IntVar(&o.DashboardJobs, "dashboard-jobs", o.DashboardJobs, "jobs in the table while the dashboard's pages are timed")
 	fs.DurationVar(&o.FloorDuration, "floor-duration", o.FloorDuration, "how long to measure the UPDATE floor")
 	fs.BoolVar(&o.KeepDatabases, "keep", false, "keep the benchmark databases")
 	if err := fs.Parse(args); err != nil {
@@ -146,6 +153,8 @@ func run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		{"wakeup", b.measureWakeup},
 		{"claim", b.measureClaim},
 		{"memory", b.measureMemory},
+		{"retention", b.measureRetention},
+		{"dashboard", b.measureDashboard},
 	}
 	for _, s := range steps {
 		if !want(s.name) {
@@ -294,6 +303,9 @@ type drainSpec struct {
 	// wait idle for that many single jobs and time each from enqueue to
 	// handler start.
 	wakeSamples int
+	// unfinished counts the queue's unfinished jobs, to tell when the last
+	// commits are visible; default unfinishedJobs.
+	unfinished func(ctx context.Context, pool *pgxpool.Pool, queue string) (int64, error)
 }
 
 // drainResult is what a drain measured.
@@ -369,8 +381,12 @@ func (b *bench) drain(ctx context.Context, pool *pgxpool.Pool, url, queue string
 		}
 	}
 	// Handlers have run; wait until the last commits are visible.
+	countUnfinished := d.unfinished
+	if countUnfinished == nil {
+		countUnfinished = unfinishedJobs
+	}
 	for {
-		unfinished, err := unfinishedJobs(ctx, pool, queue)
+		unfinished, err := countUnfinished(ctx, pool, queue)
 		if err != nil {
 			return res, err
 		}

@@ -21,7 +21,8 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		"-enqueue-single", "300", "-enqueue-many", "3000", "-many-batch", "500",
 		"-ungrouped", "2000", "-grouped", "2000", "-groups", "50", "-hot", "300",
 		"-wake-samples", "10", "-claim-backlogs", "100,2000", "-memory-jobs", "3000",
-		"-floor-duration", "500ms", "-batch", "50", "-defaults-jobs", "500",
+		"-floor-duration", "500ms", "-batch", "50", "-defaults-jobs", "500", "-dashboard-jobs", "3000",
+		"-retained", "3000", "-expired", "3000",
 	}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
@@ -50,12 +51,17 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		regexp.MustCompile(`claim 10 jobs \(begin, claim, rollback\) +backlog 100 +\d+µs`),
 		regexp.MustCompile(`claim 10 jobs \(begin, claim, rollback\) +backlog 2000 +\d+µs`),
 		regexp.MustCompile(`worker RSS over a drain .* +3000 jobs +[\d.]+ MiB at 10%, [\d.]+ MiB peak, [\d.]+ MiB at end`),
+		regexp.MustCompile(`dashboard: queues \(GET /\) +3000 jobs +p50 [\d.]+ms, max [\d.]+ms +p50 <= 100\.00ms (met|MISSED)`),
+		regexp.MustCompile(`dashboard: jobs, failed \(GET /jobs\?status=failed\) +3000 jobs +p50 [\d.]+ms, max [\d.]+ms`),
+		regexp.MustCompile(`dashboard: a job \(GET /jobs/\d+\) +3000 jobs +p50 [\d.]+ms`),
+		regexp.MustCompile(`dashboard: groups, all \(GET /groups\?show=all\) +3000 jobs +p50 [\d.]+ms`),
+		regexp.MustCompile(`runtime.Stats \(pgtask stats\), for comparison +3000 jobs +[\d.]+ms`),
 	} {
 		if !want.MatchString(table) {
 			t.Errorf("table lacks %s:\n%s", want, table)
 		}
 	}
-	if strings.Count(table, "\n") != 23 {
-		t.Errorf("table has %d lines, want a header and 22 rows:\n%s", strings.Count(table, "\n"), table)
+	if strings.Count(table, "\n") != 38 {
+		t.Errorf("table has %d lines, want a header and 37 rows:\n%s", strings.Count(table, "\n"), table)
 	}
 }

@@ -7,6 +7,7 @@ package benchdb
 
 import (
 	"context"
+	"time"
 )
 
 const addCounters = `-- name: AddCounters :exec
@@ -38,6 +39,71 @@ UPDATE pgtask_bench.counters SET n = n + 1 WHERE id = $1
 // One single-row UPDATE transaction of the floor.
 func (q *Queries) BumpCounter(ctx context.Context, id int32) error {
 	_, err := q.db.Exec(ctx, bumpCounter, id)
+	return err
+}
+
+const countFinishedBefore = `-- name: CountFinishedBefore :one
+SELECT count(*)::bigint AS jobs
+  FROM pgtask.jobs
+ WHERE status = 'succeeded' AND finished_at < $1::timestamptz
+`
+
+// Succeeded jobs that finished before @before (through the index retention
+// deletes by).
+func (q *Queries) CountFinishedBefore(ctx context.Context, before time.Time) (int64, error) {
+	row := q.db.QueryRow(ctx, countFinishedBefore, before)
+	var jobs int64
+	err := row.Scan(&jobs)
+	return jobs, err
+}
+
+const insertDashboardHistory = `-- name: InsertDashboardHistory :exec
+INSERT INTO pgtask.jobs (queue, kind, is_head, status, payload, attempts, max_attempts, errors,
+                         run_after, created_at, started_at, finished_at)
+SELECT (ARRAY['default', 'emails', 'reports', 'webhooks'])[1 + i % 4], 'kind' || (i % 5), false,
+       (CASE WHEN i % 50 = 0 THEN 'failed' WHEN i % 97 = 0 THEN 'cancelled' ELSE 'succeeded' END)::pgtask.job_status,
+       jsonb_build_object('n', i), 1, 20,
+       CASE WHEN i % 50 = 0
+            THEN jsonb_build_array(jsonb_build_object('attempt', 1, 'error', 'upstream timed out', 'at', now()))
+            ELSE '[]'::jsonb END,
+       t.at - interval '2 seconds', t.at - interval '2 seconds', t.at - interval '50 milliseconds', t.at
+  FROM (SELECT $1::integer AS n, $2::float8 AS span) p
+ CROSS JOIN LATERAL generate_series(1, p.n) AS i
+ CROSS JOIN LATERAL (SELECT now() - (p.n - i) * (p.span / p.n) * interval '1 second' AS at) t
+`
+
+type InsertDashboardHistoryParams struct {
+	N           int32
+	SpanSeconds float64
+}
+
+// The dashboard measure's history: @n finished jobs over four queues and
+// five kinds, finished evenly over the @span_seconds before now, in id
+// order, one in 50 failed with an error and one in 97 cancelled. They are
+// written straight into the table, as working them would take minutes;
+// finished ungrouped jobs need nothing else.
+func (q *Queries) InsertDashboardHistory(ctx context.Context, arg InsertDashboardHistoryParams) error {
+	_, err := q.db.Exec(ctx, insertDashboardHistory, arg.N, arg.SpanSeconds)
+	return err
+}
+
+const insertFinishedJobs = `-- name: InsertFinishedJobs :exec
+INSERT INTO pgtask.jobs (queue, kind, is_head, status, payload, attempts, max_attempts,
+                         run_after, created_at, started_at, finished_at)
+SELECT 'bench', 'bench_noop', true, 'succeeded', jsonb_build_object('n', i), 1, 20,
+       $1::timestamptz, $1::timestamptz, $1::timestamptz, $1::timestamptz
+  FROM generate_series(1, $2::integer) AS i
+`
+
+type InsertFinishedJobsParams struct {
+	FinishedAt time.Time
+	N          int32
+}
+
+// Loads n succeeded no-op jobs of queue "bench" that finished at
+// @finished_at: the table of an application that keeps its finished jobs.
+func (q *Queries) InsertFinishedJobs(ctx context.Context, arg InsertFinishedJobsParams) error {
+	_, err := q.db.Exec(ctx, insertFinishedJobs, arg.FinishedAt, arg.N)
 	return err
 }
 
@@ -88,4 +154,31 @@ func (q *Queries) PinHorizon(ctx context.Context) (int64, error) {
 	var xid int64
 	err := row.Scan(&xid)
 	return xid, err
+}
+
+const unfinishedUngrouped = `-- name: UnfinishedUngrouped :one
+SELECT ((SELECT count(*) FROM pgtask.jobs q WHERE q.queue = $1::text AND q.status = 'queued' AND q.is_head)
+      + (SELECT count(*) FROM pgtask.jobs s WHERE s.status = 'scheduled')
+      + (SELECT count(*) FROM pgtask.jobs r WHERE r.status = 'started'))::bigint AS jobs
+`
+
+// A queue's unfinished jobs when none is grouped, counted through the
+// claim, scheduled and started indexes, so the count costs the same however
+// many finished jobs the table keeps.
+func (q *Queries) UnfinishedUngrouped(ctx context.Context, queue string) (int64, error) {
+	row := q.db.QueryRow(ctx, unfinishedUngrouped, queue)
+	var jobs int64
+	err := row.Scan(&jobs)
+	return jobs, err
+}
+
+const vacuumJobs = `-- name: VacuumJobs :exec
+VACUUM (ANALYZE) pgtask.jobs
+`
+
+// What autovacuum would have done to a table loaded long ago: its
+// visibility map set and its statistics current.
+func (q *Queries) VacuumJobs(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, vacuumJobs)
+	return err
 }

@@ -51,3 +51,8 @@ type GroupTwiceInATag struct {
 	runtime.Task
 	Account string `task:"group,group"`
 }
+
+type ArrayKeyUnique struct {
+	runtime.Task
+	Counts map[[2]int]string `task:"unique"`
+}

@@ -1,0 +1,281 @@
+// Package dashboard serves pgtask's web dashboard: an http.Handler that
+// shows the queues, the jobs, a job's history and the groups, and (unless it
+// is read-only) retries, cancels and pauses. Its pages are rendered on the
+// server from embedded templates and read fine with JavaScript disabled.
+//
+// Mount it in a service:
+//
+//	mux.Handle("/pgtask/", dashboard.New(pool, dashboard.Options{
+//		BasePath:  "/pgtask",
+//		BasicAuth: &dashboard.BasicAuth{User: "ops", Password: os.Getenv("PGTASK_UI_PASSWORD")},
+//	}))
+//
+// or run `pgtask ui`, which serves it alone.
+//
+// Every page stays cheap however many jobs the table holds: each query
+// walks an index for a bounded number of entries and none counts a whole
+// status, so counts past 10,000 show as "10,000+" and the jobs page looks
+// through at most 20,000 jobs per page, saying so when that bound stopped it.
+//
+// Actions are POSTs. Each form carries a token, an HMAC under a key made
+// when New is called, which the POST must return (so another site cannot
+// make a visitor's browser act); a POST whose Origin or Sec-Fetch-Site header
+// says it came from another site is refused as well. Each action answers
+// with a redirect back to the page it was taken from.
+package dashboard
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/pgtask/pgtask/gen"
+	"github.com/pgtask/pgtask/runtime"
+)
+
+// Options configures the dashboard. The zero value serves it read-write at
+// the root, without authentication.
+type Options struct {
+	// BasePath is the path the handler is mounted at, such as
+	// "/admin/pgtask"; empty for the root. Links and forms are built on it,
+	// and the handler serves the paths below it itself: mount it at
+	// BasePath+"/" without http.StripPrefix.
+	BasePath string
+	// ReadOnly hides the actions and refuses every POST with 403 Forbidden.
+	ReadOnly bool
+	// BasicAuth, when set, makes every request give this user and
+	// password. Without it the dashboard has no authentication of its own:
+	// mount it behind yours.
+	BasicAuth *BasicAuth
+	// Logger receives the actions taken (at Info) and the errors; nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// BasicAuth is the user and password HTTP basic authentication asks for.
+type BasicAuth struct {
+	User     string
+	Password string
+	// Realm names the protection space browsers show; default "pgtask".
+	Realm string
+}
+
+// bounds are how much a page reads.
+type bounds struct {
+	// count is how far a count goes before it shows as "10,000+".
+	count int64
+	// scan is how many jobs the jobs page looks through per page.
+	scan int32
+	// page is how many rows a page lists.
+	page int
+}
+
+var defaultBounds = bounds{count: 10_000, scan: 20_000, page: 50}
+
+// csrfTTL is how long a page's forms can be submitted.
+const csrfTTL = 12 * time.Hour
+
+// handler is the dashboard.
+type handler struct {
+	db       runtime.DB
+	q        *gen.Queries
+	base     string
+	readOnly bool
+	bound    bounds
+	log      *slog.Logger
+	auth     *credentials
+	csrf     *csrfKey
+	origin   *http.CrossOriginProtection
+	pages    map[string]*template.Template
+	mux      *http.ServeMux
+}
+
+// credentials holds the SHA-256 of the expected user and password, so that
+// comparing them takes the same time whatever their length.
+type credentials struct {
+	user, password [sha256.Size]byte
+	challenge      string
+}
+
+// New returns the dashboard over db, which is usually a *pgxpool.Pool (bulk
+// actions then run each batch in a transaction of its own). It panics with
+// the error of opts.Check when opts are invalid.
+func New(db runtime.DB, opts Options) http.Handler {
+	if err := opts.Check(); err != nil {
+		panic("dashboard.New: " + err.Error())
+	}
+	h := &handler{
+		db: db, q: gen.New(db), base: strings.TrimSuffix(opts.BasePath, "/"), readOnly: opts.ReadOnly, bound: defaultBounds,
+		log:    cmp.Or(opts.Logger, slog.Default()),
+		csrf:   newCSRFKey(),
+		origin: http.NewCrossOriginProtection(),
+		pages:  parsePages(),
+	}
+	if a := opts.BasicAuth; a != nil {
+		h.auth = &credentials{
+			user: sha256.Sum256([]byte(a.User)), password: sha256.Sum256([]byte(a.Password)),
+			challenge: fmt.Sprintf(`Basic realm=%q, charset="UTF-8"`, cmp.Or(a.Realm, "pgtask")),
+		}
+	}
+	h.mux = h.routes()
+	return h
+}
+
+// Check reports what is wrong with o, if anything: a BasePath that is not a
+// clean absolute path (a trailing slash is fine), or a BasicAuth without a
+// user or a password.
+func (o Options) Check() error {
+	if base := strings.TrimSuffix(o.BasePath, "/"); base != "" {
+		if !strings.HasPrefix(base, "/") || path.Clean(base) != base || strings.ContainsAny(base, "{}?#%\\ \t\n") {
+			return fmt.Errorf("BasePath %q: want a clean absolute path such as /admin/pgtask", o.BasePath)
+		}
+	}
+	if a := o.BasicAuth; a != nil && (a.User == "" || a.Password == "") {
+		return errors.New("BasicAuth needs both a user and a password")
+	}
+	return nil
+}
+
+func (h *handler) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	b := h.base
+	mux.HandleFunc("GET "+b+"/{$}", h.queuesPage)
+	mux.HandleFunc("GET "+b+"/jobs", h.jobsPage)
+	mux.HandleFunc("GET "+b+"/jobs/{id}", h.jobPage)
+	mux.HandleFunc("GET "+b+"/groups", h.groupsPage)
+	mux.HandleFunc("GET "+b+"/static/dashboard.css", serveCSS)
+	mux.HandleFunc("POST "+b+"/jobs/{id}/retry", h.retryJob)
+	mux.HandleFunc("POST "+b+"/jobs/{id}/cancel", h.cancelJob)
+	mux.HandleFunc("POST "+b+"/jobs/retry", h.retryMatching)
+	mux.HandleFunc("POST "+b+"/jobs/cancel", h.cancelMatching)
+	mux.HandleFunc("POST "+b+"/queues/pause", h.pauseQueue)
+	mux.HandleFunc("POST "+b+"/queues/resume", h.resumeQueue)
+	if b != "" {
+		mux.HandleFunc("GET "+b, func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, b+"/", http.StatusMovedPermanently)
+		})
+	}
+	return mux
+}
+
+// ServeHTTP authenticates the request, guards POSTs and routes it.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hdr := w.Header()
+	hdr.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("X-Frame-Options", "DENY")
+	hdr.Set("Referrer-Policy", "same-origin")
+	if !h.authenticated(r) {
+		hdr.Set("WWW-Authenticate", h.auth.challenge)
+		http.Error(w, "401 Unauthorized: this dashboard needs a user and password", http.StatusUnauthorized)
+		return
+	}
+	if r.Method == http.MethodPost {
+		if err := h.checkPost(w, r); err != nil {
+			http.Error(w, "403 Forbidden: "+err.Error(), http.StatusForbidden)
+			return
+		}
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// authenticated reports whether r gives the configured user and password
+// (always true without BasicAuth). Both are compared in constant time.
+func (h *handler) authenticated(r *http.Request) bool {
+	if h.auth == nil {
+		return true
+	}
+	user, password, ok := r.BasicAuth()
+	if !ok {
+		return false
+	}
+	u, p := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))
+	userOK := subtle.ConstantTimeCompare(u[:], h.auth.user[:])
+	passwordOK := subtle.ConstantTimeCompare(p[:], h.auth.password[:])
+	return userOK&passwordOK == 1
+}
+
+// errReadOnly is why a POST to a read-only dashboard is refused.
+var errReadOnly = errors.New("the dashboard is read-only")
+
+// checkPost refuses a POST to a read-only dashboard, one from another site,
+// and one without the token of a form this dashboard rendered.
+func (h *handler) checkPost(w http.ResponseWriter, r *http.Request) error {
+	if h.readOnly {
+		return errReadOnly
+	}
+	if err := h.origin.Check(r); err != nil {
+		return fmt.Errorf("the request came from another site (%v)", err)
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if err := r.ParseForm(); err != nil {
+		return fmt.Errorf("unreadable form: %v", err)
+	}
+	return h.csrf.check(r.PostForm.Get(csrfField), authUser(r), time.Now())
+}
+
+// authUser is the basic-auth user of r, which the form tokens are bound to.
+func authUser(r *http.Request) string {
+	user, _, _ := r.BasicAuth()
+	return user
+}
+
+// render writes the named page, or a 500 if it fails to render.
+func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
+	var buf bytes.Buffer
+	if err := h.pages[name].ExecuteTemplate(&buf, "layout", data); err != nil {
+		h.fail(w, r, fmt.Errorf("render %s: %w", name, err))
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes()) //nolint:errcheck // the client went away
+}
+
+// fail logs err and answers 500 with it: the dashboard is an operator's
+// tool, and the database's error is what they need to see.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	h.log.ErrorContext(r.Context(), "pgtask dashboard: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	http.Error(w, "500 Internal Server Error: "+err.Error(), http.StatusInternalServerError)
+}
+
+// page is what every page's template reads.
+type page struct {
+	Title    string
+	Nav      string // which navigation link is current
+	Base     string
+	ReadOnly bool
+	CSRF     string // the token forms carry
+	Back     string // this page's path and query below Base, where actions return
+	Flash    string // what the last action did
+	Now      time.Time
+	// CountBound and ScanBound are where counts and the jobs page stop.
+	CountBound, ScanBound int64
+}
+
+func (h *handler) page(r *http.Request, nav, title string) page {
+	return page{
+		Title: title, Nav: nav, Base: h.base, ReadOnly: h.readOnly,
+		CSRF:  h.csrf.token(authUser(r), time.Now()),
+		Back:  strings.TrimPrefix(r.URL.Path, h.base) + querySuffix(withoutFlash(r.URL.Query()).Encode()),
+		Flash: flashText(r.URL.Query()),
+		Now:   time.Now(), CountBound: h.bound.count, ScanBound: int64(h.bound.scan),
+	}
+}
+
+func querySuffix(q string) string {
+	if q == "" {
+		return ""
+	}
+	return "?" + q
+}
