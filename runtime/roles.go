@@ -28,8 +28,9 @@ type Roles struct {
 	Producer string
 	// Worker works jobs: NewWorker and Run, in either mode, with
 	// maintenance, the leader's duties (retention, periodic jobs), and
-	// enqueueing from handlers. It cannot cancel, retry or delete jobs by
-	// the operators' functions, nor pause queues.
+	// enqueueing from handlers; its maintenance carries out the cancel
+	// requests of jobs that an admin filed. It cannot retry or delete jobs
+	// by the operators' functions, nor pause queues.
 	Worker string
 	// Admin runs operations: CancelJob(s), RetryJob(s), DeleteJobs,
 	// PauseQueue, ResumeQueue, PausedQueues, Stats, ListJobs, CountJobs and

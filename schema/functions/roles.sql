@@ -1,4 +1,4 @@
--- revision: 1
+-- revision: 2
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -10,7 +10,8 @@
 --             their owner (it has no privilege to write a table), and reads
 --             jobs: all of them, or with "own jobs only" those its login
 --             enqueued (row-level security on pgtask.jobs, by enqueued_by);
---   worker    works jobs: claims, settles, maintenance, the leader's duties
+--   worker    works jobs: claims, settles, maintenance (which carries out
+--             the cancel requests operators filed), the leader's duties
 --             (retention, periodic jobs), and enqueues (periodic jobs,
 --             handlers);
 --   admin     operations: cancel, retry, delete, pause and resume, and
@@ -58,8 +59,8 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'table', 'paused_queues', 'SELECT'),
     ('admin', 'table', 'paused_queues', 'SELECT, INSERT, DELETE'),
     ('worker', 'table', 'periodic_ticks', 'SELECT, INSERT, DELETE'),
-    ('worker', 'table', 'cancel_requests', 'SELECT, DELETE'),
-    ('admin', 'table', 'cancel_requests', 'SELECT, INSERT, UPDATE'),
+    ('worker', 'table', 'cancel_requests', 'SELECT, INSERT, UPDATE, DELETE'),
+    ('admin', 'table', 'cancel_requests', 'SELECT, INSERT, UPDATE, DELETE'),
     -- A worker checks at start that the schema is as new as its code.
     ('worker', 'table', 'migrations', 'SELECT'),
     ('worker', 'table', 'function_files', 'SELECT'),
@@ -107,6 +108,12 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'advance_one_group', 'EXECUTE'),
     ('worker', 'function', 'advance_groups', 'EXECUTE'),
     ('worker', 'function', 'advance_finished_groups', 'EXECUTE'),
+    -- Cancel requests an operator filed: a worker checks its running
+    -- attempts against them and applies those whose attempt ended, with
+    -- cancel_job. (pending_cancels: the previous release's workers.)
+    ('worker', 'function', 'cancel_requested', 'EXECUTE'),
+    ('worker', 'function', 'apply_cancel_requests', 'EXECUTE'),
+    ('worker', 'function', 'cancel_job', 'EXECUTE'),
     ('worker', 'function', 'pending_cancels', 'EXECUTE'),
     ('worker', 'function', 'elect', 'EXECUTE'),
     ('worker', 'function', 'resign', 'EXECUTE'),
