@@ -147,6 +147,25 @@ func TestMigrateGrantsRoles(t *testing.T) {
 	}
 }
 
+// The README's Roles section shows what migrate -print prints for a newly
+// migrated database; it must stay what it prints, as functions come.
+func TestReadmeShowsWhatMigratePrints(t *testing.T) {
+	t.Parallel()
+	url := pgtasktest.NewDatabase(t)
+	code, out, errOut := run(t, "migrate", "-database-url", url, "-print", "-own-jobs-only",
+		"-roles", "producer=app_producer,worker=app_worker,admin=app_admin")
+	if code != 0 {
+		t.Fatalf("migrate -print: code %d, stderr %q", code, errOut)
+	}
+	readme, err := os.ReadFile("../../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "```sql\n"+out+"```\n") {
+		t.Errorf("README.md's Roles section does not show what migrate -print prints now; replace its script with:\n%s", out)
+	}
+}
+
 func TestGenReportsDeclarationErrors(t *testing.T) {
 	t.Parallel()
 	dir := "../codegen/testdata/errors/group"
