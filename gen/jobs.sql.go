@@ -77,7 +77,7 @@ func (q *Queries) DeleteJobs(ctx context.Context, ids []int64) (int32, error) {
 }
 
 const GetJob = `-- name: GetJob :one
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata FROM pgtask.jobs WHERE id = $1
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs WHERE id = $1
 `
 
 func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
@@ -111,12 +111,13 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 		&i.UniqueStatuses,
 		&i.UniqueUntil,
 		&i.Metadata,
+		&i.EnqueuedBy,
 	)
 	return i, err
 }
 
 const ListJobsPage = `-- name: ListJobsPage :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata FROM pgtask.jobs
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs
  WHERE ($1::text IS NULL OR queue = $1::text)
    AND ($2::text IS NULL OR kind = $2::text)
    AND ($3::text IS NULL OR group_key = $3::text)
@@ -187,6 +188,7 @@ func (q *Queries) ListJobsPage(ctx context.Context, arg ListJobsPageParams) ([]P
 			&i.UniqueStatuses,
 			&i.UniqueUntil,
 			&i.Metadata,
+			&i.EnqueuedBy,
 		); err != nil {
 			return nil, err
 		}

@@ -96,6 +96,15 @@ type PgtaskFunctionFile struct {
 	AppliedAt time.Time `db:"applied_at"`
 }
 
+type PgtaskGrantedRole struct {
+	Singleton   bool      `db:"singleton"`
+	Producer    *string   `db:"producer"`
+	Worker      *string   `db:"worker"`
+	Admin       *string   `db:"admin"`
+	OwnJobsOnly bool      `db:"own_jobs_only"`
+	GrantedAt   time.Time `db:"granted_at"`
+}
+
 type PgtaskJob struct {
 	ID              int64           `db:"id"`
 	Queue           string          `db:"queue"`
@@ -124,6 +133,7 @@ type PgtaskJob struct {
 	UniqueStatuses  *string         `db:"unique_statuses"`
 	UniqueUntil     *time.Time      `db:"unique_until"`
 	Metadata        json.RawMessage `db:"metadata"`
+	EnqueuedBy      *string         `db:"enqueued_by"`
 }
 
 type PgtaskLeader struct {

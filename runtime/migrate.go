@@ -71,6 +71,10 @@ type MigrateReport struct {
 	// Functions are the function files applied (see package schema): those
 	// new to the database or at a higher revision than the one it ran.
 	Functions []FunctionFileRevision
+	// Grants are the statements that gave the roles GrantRoles recorded
+	// their privileges again, because theirs or PUBLIC's differed from what
+	// they should be (as after function files created functions).
+	Grants []string
 }
 
 // FunctionFileRevision names one revision of a function file.
@@ -81,7 +85,7 @@ type FunctionFileRevision struct {
 
 // Changed reports whether Migrate changed anything.
 func (r *MigrateReport) Changed() bool {
-	return r != nil && (len(r.Migrations) > 0 || len(r.Functions) > 0)
+	return r != nil && (len(r.Migrations) > 0 || len(r.Functions) > 0 || len(r.Grants) > 0)
 }
 
 // A migration's statements wait at most migrateLockTimeout for each table
@@ -105,7 +109,9 @@ var ErrMigrationLocked = errors.New("migration could not take its table locks")
 // starting during a rolling deploy must not put older bodies back. It runs
 // in one transaction under an advisory lock, so concurrent callers (several
 // workers starting at once) are safe: the first applies, the others find
-// nothing to do.
+// nothing to do. Last, if GrantRoles recorded roles, it gives them their
+// privileges again when they differ from what they should be (functions
+// that the files created are PUBLIC's to run until then, and not theirs).
 //
 // Each statement waits at most 2 seconds for a table lock, so that a
 // migration stuck behind a long transaction does not stall the queues; the
@@ -207,6 +213,9 @@ func migrateOnce(ctx context.Context, db Beginner, migrations []Migration, funct
 	report.Functions, err = applyFunctionFiles(ctx, tx, functions)
 	if err != nil {
 		return nil, err
+	}
+	if report.Grants, err = q.RegrantRoles(ctx); err != nil {
+		return nil, fmt.Errorf("migrate: grant the recorded roles their privileges again: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("migrate: commit: %w", err)

@@ -1,4 +1,4 @@
--- revision: 3
+-- revision: 4
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -81,6 +81,15 @@ $$;
 --
 -- p_metadata is each job's metadata (a JSON object, or NULL for none), or
 -- NULL for a batch without any.
+--
+-- It runs as its owner (SECURITY DEFINER), so that a producer role enqueues
+-- without any privilege on the tables (see functions/roles.sql): the rows
+-- it inserts pass this function's checks and keep the groups' invariants,
+-- whoever calls it. So its search_path is pinned (pg_temp last, where
+-- nothing is looked up), every pgtask object it uses is named with its
+-- schema, and it runs no dynamic SQL. Each job's enqueued_by is the
+-- session's login (the column's default, session_user), which the caller
+-- cannot choose.
 CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs_v3(
     p_payloads jsonb[], p_settings integer[], p_groups integer[],
     p_kinds text[], p_queues text[], p_priorities smallint[], p_max_attempts integer[],
@@ -90,6 +99,8 @@ CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs_v3(
     p_metadata jsonb[]
 ) RETURNS TABLE (job_ids bigint[], job_existed boolean[])
 LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pgtask, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
@@ -293,6 +304,8 @@ END;
 $$;
 
 -- The enqueue of the previous release: enqueue_jobs_v3 without metadata.
+-- This and enqueue_jobs run as their caller: all they do is call
+-- enqueue_jobs_v3, by its schema-qualified name, which runs as its owner.
 CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs_v2(
     p_payloads jsonb[], p_settings integer[], p_groups integer[],
     p_kinds text[], p_queues text[], p_priorities smallint[], p_max_attempts integer[],

@@ -50,7 +50,7 @@ func (q *Queries) BackendExists(ctx context.Context, pid int32) (bool, error) {
 }
 
 const claimJobsAsPreviousRelease = `-- name: ClaimJobsAsPreviousRelease :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata FROM pgtask.claim_jobs($1, $2, $3)
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.claim_jobs($1, $2, $3)
 `
 
 type ClaimJobsAsPreviousReleaseParams struct {
@@ -97,6 +97,7 @@ func (q *Queries) ClaimJobsAsPreviousRelease(ctx context.Context, arg ClaimJobsA
 			&i.UniqueStatuses,
 			&i.UniqueUntil,
 			&i.Metadata,
+			&i.EnqueuedBy,
 		); err != nil {
 			return nil, err
 		}
@@ -289,7 +290,7 @@ func (q *Queries) GetGroup(ctx context.Context, arg GetGroupParams) (PgtaskQueue
 
 const getJob = `-- name: GetJob :one
 
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata FROM pgtask.jobs WHERE id = $1
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs WHERE id = $1
 `
 
 // Queries runtime's tests read the database with. The runtime never runs
@@ -326,12 +327,13 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 		&i.UniqueStatuses,
 		&i.UniqueUntil,
 		&i.Metadata,
+		&i.EnqueuedBy,
 	)
 	return i, err
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata FROM pgtask.jobs WHERE queue = $1 ORDER BY id
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs WHERE queue = $1 ORDER BY id
 `
 
 // A queue's jobs in id order.
@@ -372,6 +374,7 @@ func (q *Queries) ListJobs(ctx context.Context, queue string) ([]PgtaskJob, erro
 			&i.UniqueStatuses,
 			&i.UniqueUntil,
 			&i.Metadata,
+			&i.EnqueuedBy,
 		); err != nil {
 			return nil, err
 		}

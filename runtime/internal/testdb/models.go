@@ -111,6 +111,7 @@ type PgtaskJob struct {
 	UniqueStatuses  *string
 	UniqueUntil     *time.Time
 	Metadata        json.RawMessage
+	EnqueuedBy      *string
 }
 
 type PgtaskQueueGroup struct {

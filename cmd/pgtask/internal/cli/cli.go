@@ -24,7 +24,7 @@ const usage = `usage: pgtask <command> [flags]
 commands:
   gen       generate typed Enqueue/Handle functions for the tasks in a package
             (what //go:generate go run github.com/pgtask/pgtask/cmd/pgtask gen runs)
-  migrate   apply pgtask's schema migrations to a database
+  migrate   apply pgtask's schema migrations to a database, and grant roles
   stats     jobs per queue and status, oldest wait, blocked groups, paused queues
   jobs      list jobs by filter, or show one (pgtask jobs list|show)
   retry     retry the failed and cancelled jobs a filter matches
@@ -135,7 +135,16 @@ func gen(args []string, stdout, stderr io.Writer) error {
 func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("pgtask migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, migrateUsage)
+		fs.PrintDefaults()
+	}
 	url := databaseFlag(fs)
+	rf, err := addRoleFlags(fs)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgtask migrate: %v\n", err)
+		return errUsage
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -146,18 +155,25 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stderr, "pgtask migrate: unexpected argument %q\n", fs.Arg(0))
 		return errUsage
 	}
+	roles, err := rf.parse()
+	if err != nil {
+		fmt.Fprintf(stderr, "pgtask migrate: %v\n", err)
+		return errUsage
+	}
 	conn, err := connect(ctx, *url)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if rf.print {
+		return printRoles(ctx, conn, roles, stdout)
+	}
 	report, err := runtime.Migrate(ctx, conn)
 	if err != nil {
 		return err
 	}
 	if !report.Changed() {
 		fmt.Fprintln(stdout, "pgtask schema is up to date")
-		return nil
 	}
 	for _, v := range report.Migrations {
 		fmt.Fprintf(stdout, "applied migration %04d\n", v)
@@ -165,7 +181,10 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	for _, f := range report.Functions {
 		fmt.Fprintf(stdout, "applied functions/%s (revision %d)\n", f.Name, f.Revision)
 	}
-	return nil
+	if len(report.Grants) > 0 {
+		fmt.Fprintf(stdout, "granted the recorded roles their privileges again (%d statements)\n", len(report.Grants))
+	}
+	return grantRoles(ctx, conn, roles, stdout)
 }
 
 // pauseResume pauses or resumes the queues named in args.

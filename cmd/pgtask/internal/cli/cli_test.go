@@ -3,6 +3,8 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -81,6 +83,10 @@ func TestCommandErrors(t *testing.T) {
 		{[]string{"migrate", "-nope"}, 2, "flag provided but not defined: -nope"},
 		{[]string{"migrate", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"migrate", "-database-url", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2"}, 1, "pgtask migrate: connect:"},
+		{[]string{"migrate", "-print"}, 2, "-print need -roles"},
+		{[]string{"migrate", "-roles", "boss=x"}, 2, `"boss": the parts are producer, worker and admin`},
+		{[]string{"migrate", "-roles", "worker=a,worker=b"}, 2, "the worker is named twice"},
+		{[]string{"migrate", "-roles", "worker"}, 2, `"worker" is not PART=ROLE`},
 		{[]string{"pause"}, 2, "name at least one queue"},
 		{[]string{"resume", "q"}, 1, "no database: set DATABASE_URL or pass -database-url"},
 	}
@@ -92,6 +98,71 @@ func TestCommandErrors(t *testing.T) {
 	}
 	if code, out, _ := run(t, "help"); code != 0 || !strings.Contains(out, "migrate") {
 		t.Errorf("help: code %d, stdout %q", code, out)
+	}
+}
+
+// migrate -roles grants roles after migrating, from flags or from the
+// environment, and -print prints the SQL instead. Not parallel: it sets
+// environment variables.
+func TestMigrateGrantsRoles(t *testing.T) {
+	url := pgtasktest.NewEmptyDatabase(t)
+	ctx := context.Background()
+	var suffix [5]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		t.Fatal(err)
+	}
+	producer, worker := "pgtask_c"+hex.EncodeToString(suffix[:])+"_producer", "pgtask_c"+hex.EncodeToString(suffix[:])+"_worker"
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	t.Cleanup(func() {
+		if _, err := runtime.DropRoles(context.Background(), pool, producer, worker); err != nil {
+			t.Errorf("drop the test's roles: %v", err)
+		}
+	})
+
+	t.Setenv("PGTASK_ROLES", "producer="+producer+", worker="+worker)
+	t.Setenv("PGTASK_CREATE_ROLES", "true")
+	code, out, errOut := run(t, "migrate", "-database-url", url, "-own-jobs-only")
+	want := "granted pgtask's privileges to producer " + producer + ", worker " + worker + ", the producer reading its own jobs only ("
+	if code != 0 || !strings.Contains(out, "applied migration 0010") || !strings.Contains(out, want) {
+		t.Fatalf("migrate with roles: code %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	t.Setenv("PGTASK_CREATE_ROLES", "")
+	code, out, errOut = run(t, "migrate", "-database-url", url, "-own-jobs-only", "-print")
+	if code != 0 || !strings.HasPrefix(out, "BEGIN;\nREVOKE ALL ON SCHEMA pgtask FROM PUBLIC, "+producer+", "+worker+";\n") ||
+		!strings.Contains(out, "\nGRANT SELECT ON TABLE pgtask.jobs TO "+producer+";\n") || !strings.HasSuffix(out, ";\nCOMMIT;\n") ||
+		strings.Contains(out, "ROW LEVEL SECURITY") {
+		t.Fatalf("migrate -print after granting: code %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+	code, out, errOut = run(t, "migrate", "-database-url", url, "-print")
+	if code != 0 || !strings.Contains(out, "\nALTER TABLE pgtask.jobs DISABLE ROW LEVEL SECURITY;\n") {
+		t.Fatalf("migrate -print without -own-jobs-only: code %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+	t.Setenv("PGTASK_OWN_JOBS_ONLY", "maybe")
+	if code, _, errOut := run(t, "migrate", "-database-url", url); code != 2 || !strings.Contains(errOut, `$PGTASK_OWN_JOBS_ONLY is "maybe"`) {
+		t.Fatalf("a bad $PGTASK_OWN_JOBS_ONLY: code %d, stderr %q", code, errOut)
+	}
+}
+
+// The README's Roles section shows what migrate -print prints for a newly
+// migrated database; it must stay what it prints, as functions come.
+func TestReadmeShowsWhatMigratePrints(t *testing.T) {
+	t.Parallel()
+	url := pgtasktest.NewDatabase(t)
+	code, out, errOut := run(t, "migrate", "-database-url", url, "-print", "-own-jobs-only",
+		"-roles", "producer=app_producer,worker=app_worker,admin=app_admin")
+	if code != 0 {
+		t.Fatalf("migrate -print: code %d, stderr %q", code, errOut)
+	}
+	readme, err := os.ReadFile("../../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "```sql\n"+out+"```\n") {
+		t.Errorf("README.md's Roles section does not show what migrate -print prints now; replace its script with:\n%s", out)
 	}
 }
 
