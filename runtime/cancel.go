@@ -47,9 +47,9 @@ type runningAttempt struct {
 }
 
 // add registers a running attempt and returns the function that
-// unregisters it. An attempt cancelled before it started is cancelled at
-// once.
-func (r *runningJobs) add(job *Job, cancel context.CancelCauseFunc) func() {
+// unregisters it, and whether a cancel for the attempt was heard before it
+// started.
+func (r *runningJobs) add(job *Job, cancel context.CancelCauseFunc) (remove func(), heard bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
@@ -57,9 +57,8 @@ func (r *runningJobs) add(job *Job, cancel context.CancelCauseFunc) func() {
 	}
 	r.m[job.ID] = runningAttempt{attempt: job.Attempt, cancel: cancel}
 	ref := attemptRef{job.ID, job.Attempt}
-	if _, ok := r.early[ref]; ok {
+	if _, heard = r.early[ref]; heard {
 		delete(r.early, ref)
-		cancel(ErrJobCancelled)
 	}
 	return func() {
 		r.mu.Lock()
@@ -67,7 +66,7 @@ func (r *runningJobs) add(job *Job, cancel context.CancelCauseFunc) func() {
 		if a, ok := r.m[job.ID]; ok && a.attempt == job.Attempt {
 			delete(r.m, job.ID)
 		}
-	}
+	}, heard
 }
 
 // cancel cancels the handler of attempt ref if it runs here. With early, a
@@ -81,22 +80,35 @@ func (r *runningJobs) cancel(ref attemptRef, early bool) bool {
 		return true
 	}
 	if early {
-		now := time.Now()
-		if r.early == nil {
-			r.early = make(map[attemptRef]time.Time)
-		}
-		if len(r.early) >= maxEarlyCancels {
-			for k, at := range r.early {
-				if now.Sub(at) > earlyCancelTTL {
-					delete(r.early, k)
-				}
-			}
-		}
-		if len(r.early) < maxEarlyCancels {
-			r.early[ref] = now
-		}
+		r.hear(ref)
 	}
 	return false
+}
+
+// runs reports whether attempt ref runs here.
+func (r *runningJobs) runs(ref attemptRef) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a, ok := r.m[ref.id]
+	return ok && a.attempt == ref.attempt
+}
+
+// hear keeps a cancel for an attempt not running here (r.mu held).
+func (r *runningJobs) hear(ref attemptRef) {
+	now := time.Now()
+	if r.early == nil {
+		r.early = make(map[attemptRef]time.Time)
+	}
+	if len(r.early) >= maxEarlyCancels {
+		for k, at := range r.early {
+			if now.Sub(at) > earlyCancelTTL {
+				delete(r.early, k)
+			}
+		}
+	}
+	if len(r.early) < maxEarlyCancels {
+		r.early[ref] = now
+	}
 }
 
 // attempts lists the running attempts.
@@ -131,16 +143,38 @@ func parseCancel(payload string) (attemptRef, bool) {
 	return attemptRef{JobID(id), attempt}, true
 }
 
-// cancelNotified cancels the attempt a "pgtask_cancel" notification names.
-func (w *Worker) cancelNotified(payload string) {
+// cancelNotified cancels the attempt a "pgtask_cancel" notification names,
+// once the database confirms the request: any session may NOTIFY, only an
+// operator's cancel_job files a request. A notification for an attempt not
+// running here is kept, and confirmed if the attempt starts here.
+func (w *Worker) cancelNotified(ctx context.Context, payload string) {
 	ref, ok := parseCancel(payload)
 	if !ok {
 		w.log.Warn("pgtask: ignoring a cancel notification that names no attempt", "payload", payload)
 		return
 	}
-	if w.running.cancel(ref, true) {
-		w.log.Info("pgtask: cancelling a running job at an operator's request", "job_id", ref.id, "attempt", ref.attempt)
+	if !w.running.runs(ref) {
+		w.running.cancel(ref, true)
+		return
 	}
+	go func() {
+		if w.cancelRequested(ctx, ref) && w.running.cancel(ref, false) {
+			w.log.Info("pgtask: cancelling a running job at an operator's request", "job_id", ref.id, "attempt", ref.attempt)
+		}
+	}()
+}
+
+// cancelRequested reports whether an operator asked to cancel attempt ref.
+func (w *Worker) cancelRequested(ctx context.Context, ref attemptRef) bool {
+	ctx, cancel := context.WithTimeout(ctx, bookkeeping)
+	defer cancel()
+	ids, err := gen.New(w.pool).CancelRequested(ctx, gen.CancelRequestedParams{
+		Ids: []int64{int64(ref.id)}, Attempts: []int32{int32(ref.attempt)}})
+	if err != nil {
+		w.log.Warn("pgtask: could not check a cancel notification; maintenance will", "job_id", ref.id, "error", err)
+		return false
+	}
+	return len(ids) == 1
 }
 
 // cancelPending settles cancel requests whose attempt is over (see

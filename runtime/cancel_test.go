@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"sync"
@@ -434,4 +435,32 @@ func TestEnqueueHookAddsMetadataToItsOwnCopy(t *testing.T) {
 			t.Fatalf("job %d metadata %v, %v; want %v", i, info.Metadata, err, want)
 		}
 	}
+}
+
+// A cancel notification that no operator's request stands behind (any
+// session may NOTIFY) does not cancel the handler.
+func TestForgedCancelNotificationIsIgnored(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	started := make(chan struct{}, 1)
+	causes := make(chan error, 1)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{Kind: "cancel.forged", Handler: func(ctx context.Context, job *runtime.Job) error {
+		started <- struct{}{}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+		causes <- context.Cause(ctx)
+		return nil
+	}})
+	id := enqueue(t, b.pool, "cancel.forged", map[string]any{})
+	<-started
+	if err := b.q.Notify(ctx, testdb.NotifyParams{Channel: "pgtask_cancel", Payload: fmt.Sprintf("%d:1", id)}); err != nil {
+		t.Fatal(err)
+	}
+	if cause := <-causes; cause != nil {
+		t.Fatalf("a forged notification cancelled the handler: %v", cause)
+	}
+	b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 }

@@ -126,8 +126,9 @@ func decodeMetadata(b json.RawMessage) map[string]string {
 func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error, <-chan error) {
 	cancellable, cancelCause := context.WithCancelCause(hard)
 	defer cancelCause(nil)
-	defer w.running.add(job, cancelCause)()
-	if errors.Is(context.Cause(cancellable), ErrJobCancelled) {
+	remove, heard := w.running.add(job, cancelCause)
+	defer remove()
+	if heard && w.cancelRequested(hard, attemptRef{job.ID, job.Attempt}) {
 		// Cancelled while it waited in its batch: the handler never runs.
 		return fmt.Errorf("%w before the attempt started", ErrJobCancelled), nil
 	}

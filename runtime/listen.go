@@ -61,7 +61,7 @@ func (w *Worker) listenOnce(ctx context.Context) (listened bool, err error) {
 			return true, err
 		}
 		if n.Channel == cancelChannel {
-			w.cancelNotified(n.Payload)
+			w.cancelNotified(ctx, n.Payload)
 			continue
 		}
 		if q := w.queues[n.Payload]; q != nil {

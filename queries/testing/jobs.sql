@@ -93,3 +93,7 @@ SELECT count(pg_catalog.pg_terminate_backend(pid))::bigint AS terminated
 SELECT count(*)::bigint AS blocked
   FROM pg_catalog.pg_stat_activity
  WHERE datname = current_database() AND @pid::integer = ANY (pg_catalog.pg_blocking_pids(pid));
+
+-- name: Notify :exec
+-- What any session may send: a notification on one of pgtask's channels.
+SELECT pg_catalog.pg_notify(@channel::text, @payload::text);

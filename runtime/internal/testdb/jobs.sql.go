@@ -386,6 +386,21 @@ func (q *Queries) ListJobs(ctx context.Context, queue string) ([]PgtaskJob, erro
 	return items, nil
 }
 
+const notify = `-- name: Notify :exec
+SELECT pg_catalog.pg_notify($1::text, $2::text)
+`
+
+type NotifyParams struct {
+	Channel string
+	Payload string
+}
+
+// What any session may send: a notification on one of pgtask's channels.
+func (q *Queries) Notify(ctx context.Context, arg NotifyParams) error {
+	_, err := q.db.Exec(ctx, notify, arg.Channel, arg.Payload)
+	return err
+}
+
 const parseJSONB = `-- name: ParseJSONB :one
 SELECT CAST($1::text AS jsonb) AS doc
 `
