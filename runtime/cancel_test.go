@@ -137,8 +137,18 @@ func TestCancelReachesAWorkerThatMissedTheNotification(t *testing.T) {
 	startWorker(t, b.url, runtime.Config{PollInterval: time.Minute}, c.registration("cancel.wait", false))
 	id := enqueue(t, b.pool, "cancel.wait", map[string]any{})
 	c.waitStarted(t, id)
-	if n, err := b.q.TerminateListeners(ctx); err != nil || n != 1 {
-		t.Fatalf("TerminateListeners: %d, %v", n, err)
+	// The worker's listener may still be connecting: end it once it listens.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n, err := b.q.TerminateListeners(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("TerminateListeners ended %d sessions, want the worker's listener", n)
+		}
 	}
 	n, err := runtime.CancelJobs(ctx, b.pool, runtime.JobFilter{Kind: "cancel.wait"}, nil)
 	if err != nil || n != 1 {
