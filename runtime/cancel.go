@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,32 +70,27 @@ func (r *runningJobs) add(job *Job, cancel context.CancelCauseFunc) (remove func
 	}, heard
 }
 
-// cancel cancels the handler of attempt ref if it runs here. With early, a
-// cancel for an attempt not running here is kept for earlyCancelTTL in
-// case it starts here.
-func (r *runningJobs) cancel(ref attemptRef, early bool) bool {
+// cancel cancels the handler of attempt ref if it runs here.
+func (r *runningJobs) cancel(ref attemptRef) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if a, ok := r.m[ref.id]; ok && a.attempt == ref.attempt {
 		a.cancel(ErrJobCancelled)
 		return true
 	}
-	if early {
-		r.hear(ref)
-	}
 	return false
 }
 
-// runs reports whether attempt ref runs here.
-func (r *runningJobs) runs(ref attemptRef) bool {
+// hear reports whether attempt ref runs here and, if it does not, keeps
+// the cancel heard for it for earlyCancelTTL, in case it starts here: one
+// step, so that an attempt starting meanwhile either finds the cancel kept
+// or is reported running.
+func (r *runningJobs) hear(ref attemptRef) (running bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	a, ok := r.m[ref.id]
-	return ok && a.attempt == ref.attempt
-}
-
-// hear keeps a cancel for an attempt not running here (r.mu held).
-func (r *runningJobs) hear(ref attemptRef) {
+	if a, ok := r.m[ref.id]; ok && a.attempt == ref.attempt {
+		return true
+	}
 	now := time.Now()
 	if r.early == nil {
 		r.early = make(map[attemptRef]time.Time)
@@ -109,24 +105,18 @@ func (r *runningJobs) hear(ref attemptRef) {
 	if len(r.early) < maxEarlyCancels {
 		r.early[ref] = now
 	}
+	return false
 }
 
 // attempts lists the running attempts.
-func (r *runningJobs) attempts() (ids []int64, attempts []int32) {
+func (r *runningJobs) attempts() []attemptRef {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	refs := make([]attemptRef, 0, len(r.m))
 	for id, a := range r.m {
-		ids = append(ids, int64(id))
-		attempts = append(attempts, int32(a.attempt))
+		refs = append(refs, attemptRef{id, a.attempt})
 	}
-	return ids, attempts
-}
-
-// attemptOf returns the attempt of job id running here, or 0.
-func (r *runningJobs) attemptOf(id JobID) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.m[id].attempt
+	return refs
 }
 
 // parseCancel reads a "pgtask_cancel" notification: "id:attempt".
@@ -153,28 +143,41 @@ func (w *Worker) cancelNotified(ctx context.Context, payload string) {
 		w.log.Warn("pgtask: ignoring a cancel notification that names no attempt", "payload", payload)
 		return
 	}
-	if !w.running.runs(ref) {
-		w.running.cancel(ref, true)
+	if !w.running.hear(ref) {
 		return
 	}
-	go func() {
-		if w.cancelRequested(ctx, ref) && w.running.cancel(ref, false) {
-			w.log.Info("pgtask: cancelling a running job at an operator's request", "job_id", ref.id, "attempt", ref.attempt)
-		}
-	}()
+	go w.confirmCancel(ctx, ref)
 }
 
-// cancelRequested reports whether an operator asked to cancel attempt ref.
-func (w *Worker) cancelRequested(ctx context.Context, ref attemptRef) bool {
+// confirmCancel cancels attempt ref, running here, if the database shows an
+// operator's request for it. Failing to ask, it leaves the attempt to
+// maintenance, which asks again.
+func (w *Worker) confirmCancel(ctx context.Context, ref attemptRef) {
 	ctx, cancel := context.WithTimeout(ctx, bookkeeping)
 	defer cancel()
-	ids, err := gen.New(w.pool).CancelRequested(ctx, gen.CancelRequestedParams{
-		Ids: []int64{int64(ref.id)}, Attempts: []int32{int32(ref.attempt)}})
-	if err != nil {
+	if err := w.cancelRequested(ctx, gen.New(w.pool), []attemptRef{ref}); err != nil {
 		w.log.Warn("pgtask: could not check a cancel notification; maintenance will", "job_id", ref.id, "error", err)
-		return false
 	}
-	return len(ids) == 1
+}
+
+// cancelRequested cancels those of the attempts refs, running here, that an
+// operator asked to cancel; it returns the error of asking the database.
+// An attempt that ended meanwhile is left alone.
+func (w *Worker) cancelRequested(ctx context.Context, q *gen.Queries, refs []attemptRef) error {
+	p := gen.CancelRequestedParams{Ids: make([]int64, len(refs)), Attempts: make([]int32, len(refs))}
+	for i, ref := range refs {
+		p.Ids[i], p.Attempts[i] = int64(ref.id), int32(ref.attempt)
+	}
+	requested, err := q.CancelRequested(ctx, p)
+	if err != nil {
+		return err
+	}
+	for _, ref := range refs {
+		if slices.Contains(requested, int64(ref.id)) && w.running.cancel(ref) {
+			w.log.Info("pgtask: cancelling a running job at an operator's request", "job_id", ref.id, "attempt", ref.attempt)
+		}
+	}
+	return nil
 }
 
 // cancelPending settles cancel requests whose attempt is over (see
@@ -185,19 +188,9 @@ func (w *Worker) cancelPending(ctx context.Context, q *gen.Queries) error {
 	if _, err := q.ApplyCancelRequests(ctx, maintainBatch); err != nil {
 		return err
 	}
-	ids, attempts := w.running.attempts()
-	if len(ids) == 0 {
+	refs := w.running.attempts()
+	if len(refs) == 0 {
 		return nil
 	}
-	requested, err := q.CancelRequested(ctx, gen.CancelRequestedParams{Ids: ids, Attempts: attempts})
-	if err != nil {
-		return err
-	}
-	for _, id := range requested {
-		ref := attemptRef{JobID(id), w.running.attemptOf(JobID(id))}
-		if ref.attempt > 0 && w.running.cancel(ref, false) {
-			w.log.Info("pgtask: cancelling a running job at an operator's request", "job_id", id, "attempt", ref.attempt)
-		}
-	}
-	return nil
+	return w.cancelRequested(ctx, q, refs)
 }

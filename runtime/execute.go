@@ -128,7 +128,10 @@ func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error,
 	defer cancelCause(nil)
 	remove, heard := w.running.add(job, cancelCause)
 	defer remove()
-	if heard && w.cancelRequested(hard, attemptRef{job.ID, job.Attempt}) {
+	if heard {
+		w.confirmCancel(hard, attemptRef{job.ID, job.Attempt})
+	}
+	if errors.Is(context.Cause(cancellable), ErrJobCancelled) {
 		// Cancelled while it waited in its batch: the handler never runs.
 		return fmt.Errorf("%w before the attempt started", ErrJobCancelled), nil
 	}
@@ -150,10 +153,7 @@ func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error,
 	select {
 	case err := <-done:
 		if cancelled() {
-			if err == nil {
-				return nil, nil // it finished its work anyway
-			}
-			return fmt.Errorf("%w during the attempt: %w", ErrJobCancelled, err), nil
+			return cancelledDuring(err), nil
 		}
 		if timedOut() {
 			// Finished after its deadline: its writes may be cut short, so
@@ -169,10 +169,7 @@ func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error,
 	case err := <-done:
 		switch {
 		case cancelled():
-			if err == nil {
-				return nil, nil
-			}
-			return fmt.Errorf("%w during the attempt: %w", ErrJobCancelled, err), nil
+			return cancelledDuring(err), nil
 		case !timedOut():
 			return fmt.Errorf("worker shut down during the attempt: %w", nonNil(err, ctx.Err())), nil
 		}
@@ -183,6 +180,16 @@ func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error,
 		}
 		return fmt.Errorf("timed out after %s and ignored cancellation for %s; abandoned", reg.Timeout, w.cfg.AbandonGrace), done
 	}
+}
+
+// cancelledDuring is the outcome of an attempt cancelled by an operator
+// whose handler returned err: a handler that finished its work anyway
+// succeeded.
+func cancelledDuring(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w during the attempt: %w", ErrJobCancelled, err)
 }
 
 // abandonment is a handler the runner gave up on: outcome is its recorded
