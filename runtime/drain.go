@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -19,14 +18,11 @@ import (
 // mode works it (job.Tx() is the job's transaction). Drain may be called
 // again and again, but not on a worker that is running or has run.
 func (w *Worker) Drain(ctx context.Context) (int, error) {
-	if !w.started.CompareAndSwap(false, true) {
-		return 0, errors.New("drain: the worker is running, or has run")
+	done, err := w.workInCaller("drain")
+	if err != nil {
+		return 0, err
 	}
-	defer w.started.Store(false)
-	if err := w.settleModes(); err != nil {
-		return 0, fmt.Errorf("drain: %w", err)
-	}
-	w.idleTimeout = w.longestIdle()
+	defer done()
 	q := gen.New(w.pool)
 	total := 0
 	for {
@@ -57,14 +53,11 @@ func (w *Worker) Drain(ctx context.Context) (int, error) {
 // could run. It is Drain one job at a time, for tests that check each step
 // (what a failed attempt left, then its retry): the same rules apply.
 func (w *Worker) WorkOne(ctx context.Context) (*JobInfo, error) {
-	if !w.started.CompareAndSwap(false, true) {
-		return nil, errors.New("work one: the worker is running, or has run")
+	done, err := w.workInCaller("work one")
+	if err != nil {
+		return nil, err
 	}
-	defer w.started.Store(false)
-	if err := w.settleModes(); err != nil {
-		return nil, fmt.Errorf("work one: %w", err)
-	}
-	w.idleTimeout = w.longestIdle()
+	defer done()
 	if err := w.maintainOnce(ctx, gen.New(w.pool)); err != nil {
 		return nil, fmt.Errorf("work one: %w", err)
 	}
@@ -82,4 +75,19 @@ func (w *Worker) WorkOne(ctx context.Context) (*JobInfo, error) {
 		}
 	}
 	return nil, nil
+}
+
+// workInCaller readies a worker that is not running to work jobs in the
+// calling goroutine (Drain, WorkOne), and returns the function that ends
+// that; what names the caller in errors.
+func (w *Worker) workInCaller(what string) (done func(), err error) {
+	if !w.started.CompareAndSwap(false, true) {
+		return nil, fmt.Errorf("%s: the worker is running, or has run", what)
+	}
+	if err := w.settleModes(); err != nil {
+		w.started.Store(false)
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	w.idleTimeout = w.longestIdle()
+	return func() { w.started.Store(false) }, nil
 }
