@@ -337,11 +337,7 @@ func bulkCommand(ctx context.Context, name string, args []string, stdout, stderr
 	if err != nil {
 		return err
 	}
-	if *c.asJSON {
-		return printJSON(stdout, map[string]int{what.done: n})
-	}
-	fmt.Fprintf(stdout, "%s %d jobs\n", what.done, n)
-	return nil
+	return printCount(c, stdout, what.done, n)
 }
 
 // byID runs one (CancelJob or RetryJob) on each job id of the command's
@@ -377,6 +373,12 @@ func byID(ctx context.Context, c *command, name string, one func(context.Context
 			fmt.Fprintf(stderr, "pgtask %s: job %d not %s: it is not there, or its status does not allow it\n", name, id, done)
 		}
 	}
+	return printCount(c, stdout, done, n)
+}
+
+// printCount prints how many jobs a bulk command changed, as JSON with
+// -json.
+func printCount(c *command, stdout io.Writer, done string, n int) error {
 	if *c.asJSON {
 		return printJSON(stdout, map[string]int{done: n})
 	}
