@@ -1,4 +1,4 @@
--- revision: 13
+-- revision: 14
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -8,6 +8,14 @@
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
 -- schema/functions.go): raise it with every change.
+--
+-- The claims run with plan_cache_mode = force_generic_plan. Their statements
+-- take the queue, the cursor and the promoted heads as parameters, and the
+-- planner otherwise judges a custom plan for each call cheaper than the
+-- generic one, so it planned the claim's UPDATE and its four scans afresh on
+-- every call: more time than running them. Every one of their statements
+-- names its partial index by constants (status, is_head), so the generic
+-- plan reads the same indexes a custom one would.
 
 -- Picks and locks (FOR UPDATE SKIP LOCKED) up to p_max runnable heads of a
 -- queue, by priority then id. A worker passes the (priority, id) of the last
@@ -21,7 +29,9 @@
 -- (NULL) the scan starts at the beginning.
 CREATE OR REPLACE FUNCTION pgtask.pick_heads(p_queue text, p_max integer, p_after_priority smallint, p_after_id bigint)
 RETURNS bigint[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
     picked bigint[] := '{}';
     promoted bigint[];
@@ -109,7 +119,9 @@ RETURNS TABLE (
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
     run_after timestamptz, metadata jsonb
 )
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
 #variable_conflict use_column
 DECLARE
     picked bigint[];
@@ -500,7 +512,9 @@ RETURNS TABLE (
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
     run_after timestamptz, metadata jsonb
 )
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
 #variable_conflict use_column
 DECLARE
     picked bigint[];
