@@ -9,10 +9,12 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/gen"
@@ -499,5 +501,129 @@ func TestGroupsNeedReadCommittedWhateverTheDefault(t *testing.T) {
 	}
 	if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusScheduled {
 		t.Fatalf("the refused cancel left the job %s", j.Status)
+	}
+}
+
+// A group remembers where its next job is looked for (pending_from): the job
+// after the head that finished. A retry of an older job of the group moves
+// the bound back to it, so the retried job still runs next.
+func TestGroupLooksForItsNextJobFromItsLastHead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	w := idleWorker(t, b.url, runtime.Config{})
+	var failing atomic.Bool
+	failing.Store(true)
+	if err := w.Register(runtime.Registration{Kind: "step", Handler: func(_ context.Context, job *runtime.Job) error {
+		p, err := runtime.DecodePayload[struct{ Fail bool }](job)
+		if err != nil {
+			return err
+		}
+		if p.Fail && failing.Load() {
+			return runtime.NoRetry(errors.New("fails"))
+		}
+		return nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	step := func(fail bool) runtime.JobID {
+		return enqueue(t, b.pool, "step", map[string]bool{"Fail": fail}, runtime.WithGroup("g"))
+	}
+	group := func() testdb.PgtaskQueueGroup {
+		t.Helper()
+		g, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	work := func(want runtime.JobID, status runtime.Status) {
+		t.Helper()
+		info, err := w.WorkOne(ctx)
+		if err != nil || info == nil || info.ID != want || info.Status != status {
+			t.Fatalf("WorkOne: %+v, %v; want job %d %s", info, err, want, status)
+		}
+	}
+	a1, a2, a3 := step(true), step(false), step(false)
+	if g := group(); g.PendingFrom.Valid {
+		t.Fatalf("new group: pending_from %d, want none until it first moves on", g.PendingFrom.Int64)
+	}
+	work(a1, runtime.StatusFailed)
+	if g := group(); g.HeadID != int64(a2) || g.PendingFrom.Int64 != int64(a2) {
+		t.Fatalf("after the head failed: head %d, pending_from %+v; want both %d", g.HeadID, g.PendingFrom, a2)
+	}
+	if ok, err := runtime.RetryJob(ctx, b.pool, a1); err != nil || !ok {
+		t.Fatalf("retry: %v, %v", ok, err)
+	}
+	if g := group(); g.HeadID != int64(a2) || g.PendingFrom.Int64 != int64(a1) {
+		t.Fatalf("after the retry: head %d, pending_from %+v; want head %d, pending_from %d", g.HeadID, g.PendingFrom, a2, a1)
+	}
+	failing.Store(false)
+	work(a2, runtime.StatusSucceeded)
+	work(a1, runtime.StatusSucceeded)
+	work(a3, runtime.StatusSucceeded)
+	if info, err := w.WorkOne(ctx); info != nil || err != nil {
+		t.Fatalf("WorkOne after the group: %+v, %v; want nothing", info, err)
+	}
+	if _, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"}); !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatalf("group g after its last job: %v, want no row", err)
+	}
+}
+
+// Two enqueues creating one group at once can leave a job of it below the
+// group's pending_from. Both ways of moving a group on look below the bound
+// before they give the group up: the job runs, and the group's row stays
+// until it has.
+func TestGroupFindsAJobBelowItsBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	w := idleWorker(t, b.url, runtime.Config{})
+	if err := w.Register(runtime.Registration{Kind: "ok", Handler: func(context.Context, *runtime.Job) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	raise := func(key string, above runtime.JobID) {
+		t.Helper()
+		if err := b.q.SetGroupPendingFrom(ctx, testdb.SetGroupPendingFromParams{
+			Queue: runtime.DefaultQueue, GroupKey: key, PendingFrom: pgtype.Int8{Int64: int64(above) + 1, Valid: true},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head := func(key string) int64 {
+		t.Helper()
+		g, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: key})
+		if err != nil {
+			t.Fatalf("group %s: %v", key, err)
+		}
+		return g.HeadID
+	}
+
+	// A worker moving the group on after its head (advance_one_group).
+	c1 := enqueue(t, b.pool, "ok", map[string]int{}, runtime.WithGroup("c"))
+	c2 := enqueue(t, b.pool, "ok", map[string]int{}, runtime.WithGroup("c"))
+	raise("c", c2)
+	if info, err := w.WorkOne(ctx); err != nil || info == nil || info.ID != c1 {
+		t.Fatalf("WorkOne: %+v, %v; want job %d", info, err, c1)
+	}
+	if got := head("c"); got != int64(c2) {
+		t.Fatalf("group c: head %d, want %d, the job below its bound", got, c2)
+	}
+	if info, err := w.WorkOne(ctx); err != nil || info == nil || info.ID != c2 || info.Status != runtime.StatusSucceeded {
+		t.Fatalf("WorkOne: %+v, %v; want job %d succeeded", info, err, c2)
+	}
+
+	// An operator's cancel of the head (advance_group_set).
+	e1 := enqueue(t, b.pool, "ok", map[string]int{}, runtime.WithGroup("e"))
+	e2 := enqueue(t, b.pool, "ok", map[string]int{}, runtime.WithGroup("e"))
+	raise("e", e2)
+	if ok, err := runtime.CancelJob(ctx, b.pool, e1); err != nil || !ok {
+		t.Fatalf("cancel: %v, %v", ok, err)
+	}
+	if got := head("e"); got != int64(e2) {
+		t.Fatalf("group e: head %d, want %d, the job below its bound", got, e2)
+	}
+	if info, err := w.WorkOne(ctx); err != nil || info == nil || info.ID != e2 || info.Status != runtime.StatusSucceeded {
+		t.Fatalf("WorkOne: %+v, %v; want job %d succeeded", info, err, e2)
 	}
 }

@@ -97,3 +97,8 @@ SELECT count(*)::bigint AS blocked
 -- name: Notify :exec
 -- What any session may send: a notification on one of pgtask's channels.
 SELECT pg_catalog.pg_notify(@channel::text, @payload::text);
+
+-- name: SetGroupPendingFrom :exec
+-- Puts a group's bound where a race between two enqueues creating the group
+-- can leave it: above a pending job of the group (see migration 0010).
+UPDATE pgtask.queue_groups SET pending_from = @pending_from WHERE queue = @queue AND group_key = @group_key;

@@ -1,4 +1,4 @@
--- revision: 4
+-- revision: 5
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -121,10 +121,14 @@ BEGIN
     DELETE FROM pgtask.cancel_requests WHERE job_id = p_id;
     head := j.id;
     IF j.group_key IS NOT NULL THEN
-        -- The group's row may be a newer one than the job's: the job joins it.
+        -- The group's row may be a newer one than the job's: the job joins
+        -- it, and the group's next job is looked for from the job's id on
+        -- (see migration 0010), unless no bound was known.
         INSERT INTO pgtask.queue_groups AS g (queue, group_key, head_id)
         VALUES (j.queue, j.group_key, j.id)
-        ON CONFLICT (queue, group_key) DO UPDATE SET head_id = g.head_id
+        ON CONFLICT (queue, group_key) DO UPDATE
+           SET head_id = g.head_id,
+               pending_from = CASE WHEN g.pending_from IS NOT NULL THEN least(g.pending_from, j.id) END
         RETURNING g.head_id, g.id INTO head, gid;
     END IF;
     UPDATE pgtask.jobs

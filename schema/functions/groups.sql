@@ -1,4 +1,4 @@
--- revision: 5
+-- revision: 6
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -38,6 +38,7 @@ DECLARE
     finished text[];
     finished_ids bigint[];
     old_heads bigint[];
+    froms bigint[];
     runnable boolean;
 BEGIN
     PERFORM pgtask.require_read_committed('advancing a group');
@@ -50,8 +51,8 @@ BEGIN
      WHERE queue = p_queue AND group_key = ANY (p_group_keys) AND NOT (group_key = ANY (locked));
 
     SELECT coalesce(array_agg(g.group_key), '{}'), coalesce(array_agg(g.id), '{}'),
-           coalesce(array_agg(g.head_id), '{}')
-      INTO finished, finished_ids, old_heads
+           coalesce(array_agg(g.head_id), '{}'), coalesce(array_agg(g.pending_from), '{}')
+      INTO finished, finished_ids, old_heads, froms
       FROM pgtask.queue_groups g
       LEFT JOIN pgtask.jobs j ON j.id = g.head_id
      WHERE g.queue = p_queue AND g.group_key = ANY (locked)
@@ -62,16 +63,22 @@ BEGIN
     END IF;
     UPDATE pgtask.jobs SET is_head = false WHERE id = ANY (old_heads) AND is_head;
 
-    -- The next unfinished job; a started one (left by a lost session, to be
-    -- requeued) takes its place at the head like any other.
+    -- The next unfinished job, from the group's pending_from on (see
+    -- migration 0010), or before it when there is none from there (see
+    -- advance_one_group); a started one (left by a lost session, to be
+    -- requeued) takes its place at the head like any other. array_agg keeps
+    -- NULLs, so froms lines up with the other arrays.
     WITH nxt AS (
         SELECT f.k, f.head,
-               (SELECT id FROM pgtask.jobs
-                 WHERE group_id = f.gid AND pgtask.job_pending(status)
-                 ORDER BY id LIMIT 1) AS next_id
-          FROM unnest(finished, finished_ids, old_heads) AS f(k, gid, head)
+               coalesce((SELECT id FROM pgtask.jobs
+                          WHERE group_id = f.gid AND pgtask.job_pending(status) AND id >= coalesce(f.from_id, 0)
+                          ORDER BY id LIMIT 1),
+                        (SELECT id FROM pgtask.jobs
+                          WHERE f.from_id IS NOT NULL AND group_id = f.gid AND pgtask.job_pending(status)
+                          ORDER BY id LIMIT 1)) AS next_id
+          FROM unnest(finished, finished_ids, old_heads, froms) AS f(k, gid, head, from_id)
     ), chosen AS (
-        SELECT nxt.k,
+        SELECT nxt.k, nxt.next_id,
                coalesce((SELECT id FROM pgtask.jobs
                           WHERE queue = p_queue AND group_key = nxt.k
                             AND pgtask.job_blocks_group(status, fail_blocks_group)
@@ -83,7 +90,7 @@ BEGIN
           FROM chosen c WHERE j.id = c.id
         RETURNING j.status
     ), moved AS (
-        UPDATE pgtask.queue_groups g SET head_id = c.id
+        UPDATE pgtask.queue_groups g SET head_id = c.id, pending_from = coalesce(c.next_id, g.pending_from)
           FROM chosen c
          WHERE g.queue = p_queue AND g.group_key = c.k AND c.id IS NOT NULL
     ), emptied AS (
@@ -117,7 +124,7 @@ DECLARE
     promoted pgtask.job_status;
 BEGIN
     PERFORM pgtask.require_read_committed('advancing a group');
-    SELECT id, head_id INTO g FROM pgtask.queue_groups
+    SELECT id, head_id, pending_from INTO g FROM pgtask.queue_groups
      WHERE queue = p_queue AND group_key = p_group_key
        FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
@@ -131,8 +138,17 @@ BEGIN
     END IF;
     UPDATE pgtask.jobs SET is_head = false WHERE id = g.head_id AND is_head;
     SELECT id INTO next_id FROM pgtask.jobs
-     WHERE group_id = g.id AND pgtask.job_pending(status)
+     WHERE group_id = g.id AND pgtask.job_pending(status) AND id >= coalesce(g.pending_from, 0)
      ORDER BY id LIMIT 1;
+    IF next_id IS NULL AND g.pending_from IS NOT NULL THEN
+        -- Nothing from pending_from on. A job below it is still possible: an
+        -- enqueue that created the group's row raced with another that
+        -- created it first, and joined it with ids taken earlier. Before the
+        -- group's row goes, the whole group is looked at once more.
+        SELECT id INTO next_id FROM pgtask.jobs
+         WHERE group_id = g.id AND pgtask.job_pending(status)
+         ORDER BY id LIMIT 1;
+    END IF;
     SELECT id INTO chosen FROM pgtask.jobs
      WHERE queue = p_queue AND group_key = p_group_key
        AND pgtask.job_blocks_group(status, fail_blocks_group)
@@ -144,7 +160,8 @@ BEGIN
         RETURN true;
     END IF;
     UPDATE pgtask.jobs SET is_head = true WHERE id = chosen RETURNING status INTO promoted;
-    UPDATE pgtask.queue_groups SET head_id = chosen WHERE queue = p_queue AND group_key = p_group_key;
+    UPDATE pgtask.queue_groups SET head_id = chosen, pending_from = coalesce(next_id, pending_from)
+     WHERE queue = p_queue AND group_key = p_group_key;
     IF promoted = 'queued' THEN
         IF p_notify THEN
             PERFORM pg_notify('pgtask', p_queue);

@@ -9,6 +9,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const analyzeJobs = `-- name: AnalyzeJobs :exec
@@ -267,7 +269,7 @@ func (q *Queries) ExpireLease(ctx context.Context, id int64) (int64, error) {
 }
 
 const getGroup = `-- name: GetGroup :one
-SELECT id, queue, group_key, head_id, created_at FROM pgtask.queue_groups WHERE queue = $1 AND group_key = $2
+SELECT id, queue, group_key, head_id, created_at, pending_from FROM pgtask.queue_groups WHERE queue = $1 AND group_key = $2
 `
 
 type GetGroupParams struct {
@@ -284,6 +286,7 @@ func (q *Queries) GetGroup(ctx context.Context, arg GetGroupParams) (PgtaskQueue
 		&i.GroupKey,
 		&i.HeadID,
 		&i.CreatedAt,
+		&i.PendingFrom,
 	)
 	return i, err
 }
@@ -412,6 +415,23 @@ func (q *Queries) ParseJSONB(ctx context.Context, doc string) (json.RawMessage, 
 	var doc_2 json.RawMessage
 	err := row.Scan(&doc_2)
 	return doc_2, err
+}
+
+const setGroupPendingFrom = `-- name: SetGroupPendingFrom :exec
+UPDATE pgtask.queue_groups SET pending_from = $1 WHERE queue = $2 AND group_key = $3
+`
+
+type SetGroupPendingFromParams struct {
+	PendingFrom pgtype.Int8
+	Queue       string
+	GroupKey    string
+}
+
+// Puts a group's bound where a race between two enqueues creating the group
+// can leave it: above a pending job of the group (see migration 0010).
+func (q *Queries) SetGroupPendingFrom(ctx context.Context, arg SetGroupPendingFromParams) error {
+	_, err := q.db.Exec(ctx, setGroupPendingFrom, arg.PendingFrom, arg.Queue, arg.GroupKey)
+	return err
 }
 
 const terminateListeners = `-- name: TerminateListeners :one

@@ -115,9 +115,10 @@ type PgtaskJob struct {
 }
 
 type PgtaskQueueGroup struct {
-	ID        int64
-	Queue     string
-	GroupKey  string
-	HeadID    int64
-	CreatedAt time.Time
+	ID          int64
+	Queue       string
+	GroupKey    string
+	HeadID      int64
+	CreatedAt   time.Time
+	PendingFrom pgtype.Int8
 }

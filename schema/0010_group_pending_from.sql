@@ -1,0 +1,17 @@
+-- Where a group's next job is looked for.
+--
+-- Advancing a group finds its next job as the pending job of lowest id, in
+-- the index of pending grouped jobs (group_id, id). Every job that ran left
+-- entries there for the row versions it had while pending, and those stay
+-- until vacuum removes them, or a scan marks them dead, which it cannot
+-- while some other session keeps a transaction open. A scan from the
+-- group's start stepped over all of them: in a group with a long backlog
+-- each advance cost more than the one before.
+--
+-- pending_from is a lower bound on the ids of the group's pending jobs:
+-- advancing sets it to the next job it found (every job enqueued after it
+-- has a higher id), and a retry of an older job of the group lowers it (see
+-- retry_job). NULL means no bound is known, and the scan starts at the
+-- group's first entry as before: rows of groups that existed before this
+-- migration. Adding a column with no default rewrites nothing.
+ALTER TABLE pgtask.queue_groups ADD COLUMN pending_from bigint;
