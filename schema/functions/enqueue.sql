@@ -1,4 +1,4 @@
--- revision: 4
+-- revision: 5
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -238,10 +238,16 @@ BEGIN
       INTO starts
       FROM unnest(p_run_at, p_delay_us) WITH ORDINALITY AS s(run_at, delay_us, ord);
 
+    IF ng > 0 THEN
+        gids := pgtask.share_lock_groups(p_group_queues, p_group_keys);
+    END IF;
+    -- The ids are taken once the existing groups are locked: no advance of
+    -- those groups can run until this transaction ends, so none has seen a
+    -- job of theirs with a higher id than these (see pending_from in
+    -- migration 0010), and their ids follow the order the locks were taken.
     SELECT array_agg(nextval('pgtask.jobs_id_seq'::regclass)) INTO ids FROM generate_series(1, n);
 
     IF ng > 0 THEN
-        gids := pgtask.share_lock_groups(p_group_queues, p_group_keys);
         IF array_position(gids, NULL) IS NOT NULL THEN
             created := true;
             SELECT array_agg(f.first_id ORDER BY f.g) INTO firsts
