@@ -1,4 +1,4 @@
--- revision: 14
+-- revision: 15
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -16,6 +16,14 @@
 -- every call: more time than running them. Every one of their statements
 -- names its partial index by constants (status, is_head), so the generic
 -- plan reads the same indexes a custom one would.
+--
+-- Statements that update the jobs of a list of ids (unnest) test their status
+-- as text: j.status::text = 'started'. Compared as the enum, the test matches
+-- the partial index of started jobs (jobs_claim_token), which the planner,
+-- from statistics taken when few jobs ran, thinks holds a row or two; it
+-- then joined the list against every started job (250 ids against 1,000
+-- started jobs of four runners: 93 ms a batch) instead of looking each id up
+-- in the primary key. Compared as text, only the primary key serves.
 
 -- Picks and locks (FOR UPDATE SKIP LOCKED) up to p_max runnable heads of a
 -- queue, by priority then id. A worker passes the (priority, id) of the last
@@ -290,7 +298,7 @@ BEGIN
        SET status = 'succeeded', result = d.result, finished_at = clock_timestamp(),
            is_head = (j.is_head AND j.group_key IS NOT NULL), owner_pid = NULL
       FROM unnest(p_ids, p_attempts, p_results) AS d(id, attempt, result)
-     WHERE j.id = d.id AND j.status = 'started' AND j.attempts = d.attempt;
+     WHERE j.id = d.id AND j.status::text = 'started' AND j.attempts = d.attempt;
     GET DIAGNOSTICS recorded = ROW_COUNT;
     RETURN recorded;
 END;
@@ -367,7 +375,7 @@ BEGIN
            SET status = 'succeeded', result = d.result, finished_at = clock_timestamp(),
                is_head = (j.is_head AND j.group_key IS NOT NULL), owner_pid = NULL
           FROM unnest(p_ids, p_attempts, p_results, p_errors) AS d(id, attempt, result, error)
-         WHERE d.error IS NULL AND j.id = d.id AND j.status = 'started' AND j.attempts = d.attempt
+         WHERE d.error IS NULL AND j.id = d.id AND j.status::text = 'started' AND j.attempts = d.attempt
         RETURNING j.id, j.group_key
     )
     SELECT count(*), coalesce(array_agg(group_key) FILTER (WHERE group_key IS NOT NULL), '{}'),
@@ -562,7 +570,7 @@ LANGUAGE sql AS $$
     UPDATE pgtask.jobs j
        SET lease_until = greatest(j.lease_until, clock_timestamp() + p_lease_ms * interval '1 millisecond')
       FROM unnest(p_ids, p_attempts) AS d(id, attempt)
-     WHERE j.id = d.id AND j.status = 'started' AND j.attempts = d.attempt AND j.lease_until IS NOT NULL
+     WHERE j.id = d.id AND j.status::text = 'started' AND j.attempts = d.attempt AND j.lease_until IS NOT NULL
     RETURNING j.id;
 $$;
 
