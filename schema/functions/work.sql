@@ -1,4 +1,4 @@
--- revision: 15
+-- revision: 16
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -15,7 +15,12 @@
 -- generic one, so it planned the claim's UPDATE and its four scans afresh on
 -- every call: more time than running them. Every one of their statements
 -- names its partial index by constants (status, is_head), so the generic
--- plan reads the same indexes a custom one would.
+-- plan can read the same indexes a custom one would. The scan of the part
+-- before the cursor at the cursor's priority is written as a range of
+-- (priority, id): as priority = p_after_priority AND id <= p_after_id, the
+-- primary key's order served its ORDER BY too, and the generic plan chose
+-- to scan the primary key from the table's first job, finished ones
+-- included, instead of the claim index.
 --
 -- Statements that update the jobs of a list of ids (unnest) test their status
 -- as text: j.status::text = 'started'. Compared as the enum, the test matches
@@ -95,7 +100,7 @@ BEGIN
         SELECT coalesce(array_agg(c.id ORDER BY c.id), '{}') INTO more FROM (
             SELECT id FROM pgtask.jobs
              WHERE queue = p_queue AND status = 'queued' AND is_head
-               AND priority = p_after_priority AND id <= p_after_id AND id <> ALL (picked)
+               AND priority >= p_after_priority AND (priority, id) <= (p_after_priority, p_after_id) AND id <> ALL (picked)
              ORDER BY priority, id
              LIMIT p_max - cardinality(picked)
                FOR UPDATE SKIP LOCKED) c;
@@ -174,7 +179,7 @@ BEGIN
                      ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED),
                    (SELECT id FROM pgtask.jobs
                      WHERE queue = p_queue AND status = 'queued' AND is_head
-                       AND priority = p_after_priority AND id <= p_after_id
+                       AND priority >= p_after_priority AND (priority, id) <= (p_after_priority, p_after_id)
                      ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED))
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
