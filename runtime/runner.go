@@ -138,13 +138,15 @@ func (r *runner) work(ctx, hard context.Context) (int, error) {
 	defer s.forget(0)
 	c, err := s.start(ctx)
 	total := 0
+	var end batchEnd
 	for err == nil && len(c.next) > 0 {
 		total += len(c.next)
-		if len(c.next) >= r.q.cfg.BatchSize {
+		if len(c.next) >= r.q.cfg.BatchSize && !continuesGroups(c.next, end.outcomes) {
 			// A full batch: there is probably more; let an idle runner help.
 			r.q.signal()
 		}
-		end, ab := s.run(ctx, hard, c.next)
+		var ab *abandonment
+		end, ab = s.run(ctx, hard, c.next)
 		if ab != nil {
 			s.abandon(ctx, hard, end, ab)
 			return total, ab
@@ -218,6 +220,25 @@ func (s *session) start(ctx context.Context) (cycled, error) {
 func (r *runner) queueClaim(b *pgx.Batch, next *[]gen.ClaimJobsRow, token pgtype.Int8) {
 	priority, id := r.q.cursor.get()
 	b.Queue(gen.ClaimJobs, r.q.name, r.batchSize(), r.w.id, priority, id, token).Query(r.q.collectClaim(next))
+}
+
+// continuesGroups reports whether every job of a claimed batch is the next
+// job of a group whose previous one ended in the batch before: the settle
+// that moved those groups on leaves their new heads to the claim that
+// follows it. Such a claim says nothing about work for anyone else (a single
+// busy group claims one job at a time, for ever), so it wakes no idle
+// runner, which would only claim nothing. Heads for others get a wake-up
+// from the database (see pgtask.pick_heads).
+func continuesGroups(next []gen.ClaimJobsRow, ended []outcome) bool {
+	if len(ended) == 0 {
+		return false
+	}
+	for _, row := range next {
+		if row.GroupKey == "" || !slices.ContainsFunc(ended, func(o outcome) bool { return o.row.GroupKey == row.GroupKey }) {
+			return false
+		}
+	}
+	return true
 }
 
 // keepHeld drops from a claimed batch what the job transaction could not
