@@ -1,4 +1,4 @@
--- revision: 6
+-- revision: 7
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -42,21 +42,26 @@ DECLARE
     runnable boolean;
 BEGIN
     PERFORM pgtask.require_read_committed('advancing a group');
+    -- The groups' rows are found by joining the keys to them, not by
+    -- group_key = ANY (keys): the generic plan of that read every group row
+    -- of the table and compared it with every key.
     SELECT coalesce(array_agg(l.group_key ORDER BY l.group_key), '{}') INTO locked FROM (
-        SELECT group_key FROM pgtask.queue_groups
-         WHERE queue = p_queue AND group_key = ANY (p_group_keys)
-         ORDER BY group_key
-           FOR UPDATE SKIP LOCKED) l;
-    SELECT coalesce(array_agg(group_key), '{}') INTO busy FROM pgtask.queue_groups
-     WHERE queue = p_queue AND group_key = ANY (p_group_keys) AND NOT (group_key = ANY (locked));
+        SELECT g.group_key
+          FROM (SELECT DISTINCT k FROM unnest(p_group_keys) k) u
+          JOIN pgtask.queue_groups g ON g.queue = p_queue AND g.group_key = u.k
+         ORDER BY g.group_key
+           FOR UPDATE OF g SKIP LOCKED) l;
+    SELECT coalesce(array_agg(g.group_key), '{}') INTO busy
+      FROM (SELECT DISTINCT k FROM unnest(p_group_keys) k WHERE k <> ALL (locked)) u
+      JOIN pgtask.queue_groups g ON g.queue = p_queue AND g.group_key = u.k;
 
     SELECT coalesce(array_agg(g.group_key), '{}'), coalesce(array_agg(g.id), '{}'),
            coalesce(array_agg(g.head_id), '{}'), coalesce(array_agg(g.pending_from), '{}')
       INTO finished, finished_ids, old_heads, froms
-      FROM pgtask.queue_groups g
+      FROM unnest(locked) u(k)
+      JOIN pgtask.queue_groups g ON g.queue = p_queue AND g.group_key = u.k
       LEFT JOIN pgtask.jobs j ON j.id = g.head_id
-     WHERE g.queue = p_queue AND g.group_key = ANY (locked)
-       AND NOT coalesce(j.is_head AND (pgtask.job_pending(j.status)
+     WHERE NOT coalesce(j.is_head AND (pgtask.job_pending(j.status)
                                        OR pgtask.job_blocks_group(j.status, j.fail_blocks_group)), false);
     IF cardinality(finished) = 0 THEN
         RETURN busy;
