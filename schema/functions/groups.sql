@@ -1,4 +1,4 @@
--- revision: 7
+-- revision: 8
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -124,9 +124,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
     g record;
     head record;
-    next_id bigint;
-    chosen bigint;
-    promoted pgtask.job_status;
 BEGIN
     PERFORM pgtask.require_read_committed('advancing a group');
     SELECT id, head_id, pending_from INTO g FROM pgtask.queue_groups
@@ -142,27 +139,46 @@ BEGIN
         RETURN true; -- the head has not finished
     END IF;
     UPDATE pgtask.jobs SET is_head = false WHERE id = g.head_id AND is_head;
+    PERFORM pgtask.move_group_on(p_queue, p_group_key, g.id, g.head_id, g.pending_from, p_notify);
+    RETURN true;
+END;
+$$;
+
+-- The rest of advance_one_group, for a caller that holds the group's row
+-- locked (FOR UPDATE) and has unmarked its finished head p_old_head: the
+-- next job becomes the head, or the group's row goes away. settle_jobs
+-- calls it directly when it could lock the row before recording its head's
+-- success, which then unmarks the head in the same update.
+CREATE OR REPLACE FUNCTION pgtask.move_group_on(p_queue text, p_group_key text, p_group_id bigint,
+                                                p_old_head bigint, p_pending_from bigint, p_notify boolean)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    next_id bigint;
+    chosen bigint;
+    promoted pgtask.job_status;
+BEGIN
     SELECT id INTO next_id FROM pgtask.jobs
-     WHERE group_id = g.id AND pgtask.job_pending(status) AND id >= coalesce(g.pending_from, 0)
+     WHERE group_id = p_group_id AND pgtask.job_pending(status) AND id >= coalesce(p_pending_from, 0)
      ORDER BY id LIMIT 1;
-    IF next_id IS NULL AND g.pending_from IS NOT NULL THEN
+    IF next_id IS NULL AND p_pending_from IS NOT NULL THEN
         -- Nothing from pending_from on. A job below it is still possible: an
         -- enqueue that created the group's row raced with another that
         -- created it first, and joined it with ids taken earlier. Before the
         -- group's row goes, the whole group is looked at once more.
         SELECT id INTO next_id FROM pgtask.jobs
-         WHERE group_id = g.id AND pgtask.job_pending(status)
+         WHERE group_id = p_group_id AND pgtask.job_pending(status)
          ORDER BY id LIMIT 1;
     END IF;
     SELECT id INTO chosen FROM pgtask.jobs
      WHERE queue = p_queue AND group_key = p_group_key
        AND pgtask.job_blocks_group(status, fail_blocks_group)
-       AND id > g.head_id AND (next_id IS NULL OR id < next_id)
+       AND id > p_old_head AND (next_id IS NULL OR id < next_id)
      ORDER BY id LIMIT 1;
     chosen := coalesce(chosen, next_id);
     IF chosen IS NULL THEN
         DELETE FROM pgtask.queue_groups WHERE queue = p_queue AND group_key = p_group_key;
-        RETURN true;
+        RETURN;
     END IF;
     UPDATE pgtask.jobs SET is_head = true WHERE id = chosen RETURNING status INTO promoted;
     UPDATE pgtask.queue_groups SET head_id = chosen, pending_from = coalesce(next_id, pending_from)
@@ -175,7 +191,6 @@ BEGIN
                                concat_ws(',', nullif(current_setting('pgtask.promoted', true), ''), chosen), true);
         END IF;
     END IF;
-    RETURN true;
 END;
 $$;
 

@@ -1,4 +1,4 @@
--- revision: 2
+-- revision: 3
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -106,6 +106,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'own_orphans', 'EXECUTE'),
     ('worker', 'function', 'rescue_jobs', 'EXECUTE'),
     ('worker', 'function', 'advance_one_group', 'EXECUTE'),
+    ('worker', 'function', 'move_group_on', 'EXECUTE'),
     ('worker', 'function', 'advance_groups', 'EXECUTE'),
     ('worker', 'function', 'advance_finished_groups', 'EXECUTE'),
     -- Cancel requests an operator filed: a worker checks its running

@@ -1,4 +1,4 @@
--- revision: 16
+-- revision: 17
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -354,11 +354,36 @@ DECLARE
     f record;
     outcome pgtask.job_status;
     head_group text;
+    grp record;
     done_ids bigint[];
 BEGIN
     IF cardinality(p_ids) = 1 AND p_errors[1] IS NULL THEN
         -- One success, as BatchSize 1 gives: plain statements whose plans
-        -- the session keeps.
+        -- the session keeps. A group's head: with its group's row locked
+        -- first, the success unmarks the head in the same update, and the
+        -- group moves on (see move_group_on); one update of the row fewer.
+        SELECT group_key INTO head_group FROM pgtask.jobs WHERE id = p_ids[1];
+        IF head_group IS NOT NULL THEN
+            PERFORM pgtask.require_read_committed('advancing a group');
+            SELECT id, head_id, pending_from INTO grp FROM pgtask.queue_groups
+             WHERE queue = p_queue AND group_key = head_group
+               FOR UPDATE SKIP LOCKED;
+            IF FOUND AND grp.head_id = p_ids[1] THEN
+                UPDATE pgtask.jobs
+                   SET status = 'succeeded', result = p_results[1], finished_at = clock_timestamp(),
+                       is_head = false, owner_pid = NULL
+                 WHERE id = p_ids[1] AND status = 'started' AND attempts = p_attempts[1];
+                busy := '{}';
+                IF NOT FOUND THEN
+                    recorded := 0;
+                    PERFORM pgtask.count_stale_outcomes(p_ids);
+                    RETURN;
+                END IF;
+                recorded := 1;
+                PERFORM pgtask.move_group_on(p_queue, head_group, grp.id, grp.head_id, grp.pending_from, NOT p_claiming);
+                RETURN;
+            END IF;
+        END IF;
         UPDATE pgtask.jobs
            SET status = 'succeeded', result = p_results[1], finished_at = clock_timestamp(),
                is_head = (is_head AND group_key IS NOT NULL), owner_pid = NULL
