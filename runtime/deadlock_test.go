@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,11 +13,21 @@ import (
 )
 
 // A caller's transaction enqueues into groups b then a and stays open while
-// workers finish the heads of a and b in one batch. Workers never wait for
-// an enqueuer's lock, so nothing deadlocks; the groups move on once the
-// caller commits.
+// workers finish the heads of a and b, in one batch or one at a time (the
+// single success's own path, which records it with the head still marked
+// when it cannot lock the group's row). Workers never wait for an
+// enqueuer's lock, so nothing deadlocks; the groups move on once the caller
+// commits.
 func TestOpenEnqueueTransactionDoesNotDeadlockWorkers(t *testing.T) {
-	t.Parallel()
+	for _, batch := range []int{1, 2} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			t.Parallel()
+			testOpenEnqueueTransaction(t, batch)
+		})
+	}
+}
+
+func testOpenEnqueueTransaction(t *testing.T, batch int) {
 	b := setup(t)
 	ctx := context.Background()
 	heads := []runtime.JobID{
@@ -32,10 +43,12 @@ func TestOpenEnqueueTransactionDoesNotDeadlockWorkers(t *testing.T) {
 		enqueue(t, tx, "k", map[string]int{}, runtime.WithGroup("b")),
 		enqueue(t, tx, "k", map[string]int{}, runtime.WithGroup("a")),
 	}
-	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 2}}},
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: batch}}},
 		runtime.Registration{Kind: "k", Handler: func(ctx context.Context, job *runtime.Job) error { return nil }})
 	for _, id := range heads {
-		b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+		if j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded); !j.IsHead {
+			t.Errorf("head %d lost its mark while its group could not move on", id)
+		}
 	}
 	time.Sleep(700 * time.Millisecond) // past the runner's patience: maintenance's turn
 	if err := tx.Commit(ctx); err != nil {
@@ -44,6 +57,11 @@ func TestOpenEnqueueTransactionDoesNotDeadlockWorkers(t *testing.T) {
 	for _, id := range later {
 		if j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded); j.Attempts != 1 {
 			t.Errorf("job %d took %d attempts: %s", id, j.Attempts, j.Errors)
+		}
+	}
+	for _, id := range append(heads, later...) {
+		if j := b.job(t, id); j.IsHead {
+			t.Errorf("job %d is still marked head after its group finished", id)
 		}
 	}
 }
