@@ -627,3 +627,69 @@ func TestGroupFindsAJobBelowItsBound(t *testing.T) {
 		t.Fatalf("WorkOne: %+v, %v; want job %d succeeded", info, err, e2)
 	}
 }
+
+// An enqueue that finds a group missing takes its ids first, then creates
+// the group's row; meanwhile another transaction can create the row, and a
+// worker move the group on past those ids. The enqueue that joins the row
+// then lowers where the group's next job is looked for, so its job runs
+// next, not behind jobs enqueued after it committed.
+func TestEnqueueJoiningAGroupCreatedMeanwhileRunsNext(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	w := idleWorker(t, b.url, runtime.Config{})
+	if err := w.Register(runtime.Registration{Kind: "k", Handler: func(context.Context, *runtime.Job) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	// A transaction creates group a and stays open; the late enqueue, into
+	// groups b and a, creates a's row first (in key order) and waits there.
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	enqueue(t, tx, "k", map[string]int{}, runtime.WithGroup("a"))
+	late := enqueueAsync(t, b.pool, "b", "a")
+	waitBlockedBy(t, b, tx, "an enqueue creating group a")
+
+	// Group b is created by others, and moves on past the late ids.
+	b1 := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithGroup("b"))
+	b2 := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithGroup("b"))
+	if info, err := w.WorkOne(ctx); err != nil || info == nil || info.ID != b1 {
+		t.Fatalf("WorkOne: %+v, %v; want job %d", info, err, b1)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var lateB runtime.JobID
+	select {
+	case ids := <-late:
+		if ids == nil {
+			t.FailNow()
+		}
+		lateB = ids[0]
+	case <-time.After(10 * time.Second):
+		t.Fatal("the late enqueue still waits after the other transaction committed")
+	}
+	if lateB > b1 {
+		t.Fatalf("the late job %d was numbered after group b's first job %d: the race did not happen", lateB, b1)
+	}
+	b3 := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithGroup("b"))
+
+	var order []runtime.JobID
+	for {
+		info, err := w.WorkOne(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info == nil {
+			break
+		}
+		if j := b.job(t, info.ID); j.GroupKey != nil && *j.GroupKey == "b" {
+			order = append(order, info.ID)
+		}
+	}
+	if got, want := fmt.Sprint(order), fmt.Sprint([]runtime.JobID{b2, lateB, b3}); got != want {
+		t.Fatalf("group b ran %s after its first job, want %s: the late job next", got, want)
+	}
+}

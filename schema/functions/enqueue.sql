@@ -1,4 +1,4 @@
--- revision: 5
+-- revision: 6
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -245,6 +245,8 @@ BEGIN
     -- those groups can run until this transaction ends, so none has seen a
     -- job of theirs with a higher id than these (see pending_from in
     -- migration 0010), and their ids follow the order the locks were taken.
+    -- A group missing now that another transaction creates meanwhile is
+    -- joined below with ids taken before its row was locked; see there.
     SELECT array_agg(nextval('pgtask.jobs_id_seq'::regclass)) INTO ids FROM generate_series(1, n);
 
     IF ng > 0 THEN
@@ -272,6 +274,15 @@ BEGIN
                     gids := pgtask.share_lock_groups(p_group_queues, p_group_keys);
                 END;
             END LOOP;
+            -- A group that was missing when the ids were taken, and that
+            -- another transaction created and committed before this one could
+            -- insert it, may have moved on past them meanwhile: its next job
+            -- is then looked for from this call's first job of it on. The
+            -- update conflicts with no enqueue's share lock, and no advance
+            -- holds the row while this transaction shares it.
+            UPDATE pgtask.queue_groups g SET pending_from = w.first_id
+              FROM unnest(p_group_queues, p_group_keys, firsts) AS w(q, k, first_id)
+             WHERE g.queue = w.q AND g.group_key = w.k AND g.pending_from > w.first_id;
         END IF;
     END IF;
 
