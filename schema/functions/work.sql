@@ -1,4 +1,4 @@
--- revision: 17
+-- revision: 18
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -359,10 +359,21 @@ DECLARE
 BEGIN
     IF cardinality(p_ids) = 1 AND p_errors[1] IS NULL THEN
         -- One success, as BatchSize 1 gives: plain statements whose plans
-        -- the session keeps. A group's head: with its group's row locked
-        -- first, the success unmarks the head in the same update, and the
-        -- group moves on (see move_group_on); one update of the row fewer.
+        -- the session keeps. A group's head: with its row and then its
+        -- group's row locked, the success unmarks the head in the same
+        -- update, and the group moves on (see move_group_on); one update
+        -- of the row fewer.
         SELECT group_key INTO head_group FROM pgtask.jobs WHERE id = p_ids[1];
+        IF head_group IS NOT NULL THEN
+            -- The job's row first, then its group's: the order of the path
+            -- below, and of a takeover that fails the job and advances its
+            -- group. In the held mode the job transaction holds the row
+            -- already; an attempt that is no longer current takes that path.
+            PERFORM 1 FROM pgtask.jobs
+             WHERE id = p_ids[1] AND status = 'started' AND attempts = p_attempts[1]
+               FOR NO KEY UPDATE;
+            head_group := CASE WHEN FOUND THEN head_group END;
+        END IF;
         IF head_group IS NOT NULL THEN
             PERFORM pgtask.require_read_committed('advancing a group');
             SELECT id, head_id, pending_from INTO grp FROM pgtask.queue_groups
