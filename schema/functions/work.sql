@@ -1,4 +1,4 @@
--- revision: 18
+-- revision: 19
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -359,21 +359,17 @@ DECLARE
 BEGIN
     IF cardinality(p_ids) = 1 AND p_errors[1] IS NULL THEN
         -- One success, as BatchSize 1 gives: plain statements whose plans
-        -- the session keeps. A group's head: with its row and then its
-        -- group's row locked, the success unmarks the head in the same
-        -- update, and the group moves on (see move_group_on); one update
-        -- of the row fewer.
-        SELECT group_key INTO head_group FROM pgtask.jobs WHERE id = p_ids[1];
-        IF head_group IS NOT NULL THEN
-            -- The job's row first, then its group's: the order of the path
-            -- below, and of a takeover that fails the job and advances its
-            -- group. In the held mode the job transaction holds the row
-            -- already; an attempt that is no longer current takes that path.
-            PERFORM 1 FROM pgtask.jobs
-             WHERE id = p_ids[1] AND status = 'started' AND attempts = p_attempts[1]
-               FOR NO KEY UPDATE;
-            head_group := CASE WHEN FOUND THEN head_group END;
-        END IF;
+        -- the session keeps. A group's head, its attempt still current:
+        -- with its row and then its group's row locked (the order of the
+        -- path below, and of a takeover that fails the job and advances its
+        -- group; in the held mode the job transaction holds the row
+        -- already), the success unmarks the head in the same update, and
+        -- the group moves on (see move_group_on); one update of the row
+        -- fewer.
+        SELECT group_key INTO head_group FROM pgtask.jobs
+         WHERE id = p_ids[1] AND group_key IS NOT NULL
+           AND status = 'started' AND attempts = p_attempts[1]
+           FOR NO KEY UPDATE;
         IF head_group IS NOT NULL THEN
             PERFORM pgtask.require_read_committed('advancing a group');
             SELECT id, head_id, pending_from INTO grp FROM pgtask.queue_groups
@@ -383,14 +379,9 @@ BEGIN
                 UPDATE pgtask.jobs
                    SET status = 'succeeded', result = p_results[1], finished_at = clock_timestamp(),
                        is_head = false, owner_pid = NULL
-                 WHERE id = p_ids[1] AND status = 'started' AND attempts = p_attempts[1];
-                busy := '{}';
-                IF NOT FOUND THEN
-                    recorded := 0;
-                    PERFORM pgtask.count_stale_outcomes(p_ids);
-                    RETURN;
-                END IF;
+                 WHERE id = p_ids[1];
                 recorded := 1;
+                busy := '{}';
                 PERFORM pgtask.move_group_on(p_queue, head_group, grp.id, grp.head_id, grp.pending_from, NOT p_claiming);
                 RETURN;
             END IF;
