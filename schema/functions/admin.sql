@@ -1,4 +1,4 @@
--- revision: 5
+-- revision: 6
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -235,7 +235,7 @@ BEGIN
         DELETE FROM pgtask.cancel_requests
          WHERE job_id = r.job_id AND attempt = r.attempt
            AND NOT EXISTS (SELECT 1 FROM pgtask.jobs j
-                            WHERE j.id = r.job_id AND j.status = 'started' AND j.attempts = r.attempt);
+                            WHERE j.id = r.job_id AND j.status::text = 'started' AND j.attempts = r.attempt);
     END LOOP;
     RETURN cancelled;
 END;

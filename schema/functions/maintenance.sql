@@ -1,4 +1,4 @@
--- revision: 2
+-- revision: 3
 -- Maintenance that every worker runs: queueing due jobs and rescuing the
 -- jobs of dead workers.
 --
@@ -113,7 +113,7 @@ BEGIN
     FOR o IN
         SELECT j.id, j.attempts, j.owner_pid, j.queue, j.group_key
           FROM pgtask.jobs j
-         WHERE j.id = ANY (p_ids) AND j.status = 'started'
+         WHERE j.id = ANY (p_ids) AND j.status::text = 'started'
          ORDER BY j.id
            FOR UPDATE OF j
     LOOP

@@ -1,4 +1,4 @@
--- revision: 19
+-- revision: 20
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -22,13 +22,14 @@
 -- to scan the primary key from the table's first job, finished ones
 -- included, instead of the claim index.
 --
--- Statements that update the jobs of a list of ids (unnest) test their status
--- as text: j.status::text = 'started'. Compared as the enum, the test matches
+-- Statements that find jobs by their ids and test that they are started do
+-- so as text: status::text = 'started'. Compared as the enum, the test matches
 -- the partial index of started jobs (jobs_claim_token), which the planner,
--- from statistics taken when few jobs ran, thinks holds a row or two; it
--- then joined the list against every started job (250 ids against 1,000
--- started jobs of four runners: 93 ms a batch) instead of looking each id up
--- in the primary key. Compared as text, only the primary key serves.
+-- from statistics taken when few jobs ran, thinks holds a row or two. It
+-- then joined a list of ids against every started job (250 ids against
+-- 1,000 started jobs of four runners: 93 ms a batch), and looked a single id
+-- up by scanning that index whole, instead of using the primary key.
+-- Compared as text, only the primary key serves.
 
 -- Picks and locks (FOR UPDATE SKIP LOCKED) up to p_max runnable heads of a
 -- queue, by priority then id. A worker passes the (priority, id) of the last
@@ -284,7 +285,7 @@ BEGIN
     PERFORM set_config('idle_in_transaction_session_timeout', p_idle_timeout_ms::text, true);
     RETURN QUERY
         SELECT id FROM pgtask.jobs
-         WHERE id = ANY (p_ids) AND status = 'started' AND owner_pid = pg_backend_pid()
+         WHERE id = ANY (p_ids) AND status::text = 'started' AND owner_pid = pg_backend_pid()
          ORDER BY id
            FOR UPDATE;
 END;
@@ -368,7 +369,7 @@ BEGIN
         -- fewer.
         SELECT group_key INTO head_group FROM pgtask.jobs
          WHERE id = p_ids[1] AND group_key IS NOT NULL
-           AND status = 'started' AND attempts = p_attempts[1]
+           AND status::text = 'started' AND attempts = p_attempts[1]
            FOR NO KEY UPDATE;
         IF head_group IS NOT NULL THEN
             PERFORM pgtask.require_read_committed('advancing a group');
@@ -389,7 +390,7 @@ BEGIN
         UPDATE pgtask.jobs
            SET status = 'succeeded', result = p_results[1], finished_at = clock_timestamp(),
                is_head = (is_head AND group_key IS NOT NULL), owner_pid = NULL
-         WHERE id = p_ids[1] AND status = 'started' AND attempts = p_attempts[1]
+         WHERE id = p_ids[1] AND status::text = 'started' AND attempts = p_attempts[1]
         RETURNING group_key INTO head_group;
         recorded := CASE WHEN FOUND THEN 1 ELSE 0 END;
         busy := '{}';
@@ -476,7 +477,7 @@ DECLARE
     entry jsonb := jsonb_build_array(p_error || jsonb_build_object('at', clock_timestamp()));
 BEGIN
     SELECT * INTO j FROM pgtask.jobs
-     WHERE id = p_id AND status = 'started' AND attempts = p_attempt
+     WHERE id = p_id AND status::text = 'started' AND attempts = p_attempt
        FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;
