@@ -528,20 +528,28 @@ func (q *Queries) ReleaseJobSavepoint(ctx context.Context) error {
 }
 
 const ReleaseJobs = `-- name: ReleaseJobs :execrows
-UPDATE pgtask.jobs
-   SET status = 'queued', attempts = attempts - 1, owner_pid = NULL
- WHERE id = ANY($1::bigint[]) AND status = 'started' AND owner_pid = $2::integer
+UPDATE pgtask.jobs j
+   SET status = CASE WHEN r.attempt = j.attempts THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
+       finished_at = CASE WHEN r.attempt = j.attempts THEN clock_timestamp() ELSE j.finished_at END,
+       attempts = j.attempts - 1, owner_pid = NULL
+  FROM unnest($2::bigint[]) AS u(id)
+  LEFT JOIN pgtask.cancel_requests r ON r.job_id = u.id
+ WHERE j.id = u.id AND j.status::text = 'started' AND j.owner_pid = $1::integer
 `
 
 type ReleaseJobsParams struct {
-	Ids      []int64 `db:"ids"`
 	OwnerPid int32   `db:"owner_pid"`
+	Ids      []int64 `db:"ids"`
 }
 
 // Gives back claimed jobs whose handler never started (shutdown, or a batch
-// cut short): their attempt is returned, since nothing ran.
+// cut short): their attempt is returned, since nothing ran. A job an
+// operator asked to cancel in that attempt (see pgtask.cancel_job) ends
+// cancelled instead: requeued, it could be claimed and run again before
+// maintenance applied the request. If it was its group's head, the group
+// moves on with maintenance, as after any head that finished.
 func (q *Queries) ReleaseJobs(ctx context.Context, arg ReleaseJobsParams) (int64, error) {
-	result, err := q.db.Exec(ctx, ReleaseJobs, arg.Ids, arg.OwnerPid)
+	result, err := q.db.Exec(ctx, ReleaseJobs, arg.OwnerPid, arg.Ids)
 	if err != nil {
 		return 0, err
 	}

@@ -30,10 +30,18 @@ SELECT COALESCE(pgtask.fail_job(@id, @attempt, @error, sqlc.narg(retry_in_us))::
 
 -- name: ReleaseJobs :execrows
 -- Gives back claimed jobs whose handler never started (shutdown, or a batch
--- cut short): their attempt is returned, since nothing ran.
-UPDATE pgtask.jobs
-   SET status = 'queued', attempts = attempts - 1, owner_pid = NULL
- WHERE id = ANY(@ids::bigint[]) AND status = 'started' AND owner_pid = @owner_pid::integer;
+-- cut short): their attempt is returned, since nothing ran. A job an
+-- operator asked to cancel in that attempt (see pgtask.cancel_job) ends
+-- cancelled instead: requeued, it could be claimed and run again before
+-- maintenance applied the request. If it was its group's head, the group
+-- moves on with maintenance, as after any head that finished.
+UPDATE pgtask.jobs j
+   SET status = CASE WHEN r.attempt = j.attempts THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
+       finished_at = CASE WHEN r.attempt = j.attempts THEN clock_timestamp() ELSE j.finished_at END,
+       attempts = j.attempts - 1, owner_pid = NULL
+  FROM unnest(@ids::bigint[]) AS u(id)
+  LEFT JOIN pgtask.cancel_requests r ON r.job_id = u.id
+ WHERE j.id = u.id AND j.status::text = 'started' AND j.owner_pid = @owner_pid::integer;
 
 -- name: RescueOrphans :many
 -- Requeues jobs of dead workers; worker_id is the caller's own worker.

@@ -274,7 +274,7 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 	var c cycled
 	b := &pgx.Batch{}
 	if len(end.handBack) > 0 {
-		b.Queue(gen.ReleaseJobs, end.handBack, int32(s.pid))
+		b.Queue(gen.ReleaseJobs, int32(s.pid), end.handBack)
 	}
 	claiming := ctx.Err() == nil && !r.one
 	var res gen.SettleJobsRow

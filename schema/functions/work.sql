@@ -1,4 +1,4 @@
--- revision: 20
+-- revision: 22
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -517,15 +517,26 @@ $$;
 
 -- After a worker lost the session its jobs ran on: hands back, attempts
 -- returned, the jobs that session claimed whose handlers never ran (the
--- worker has already recorded the ones that did). Returns how many.
+-- worker has already recorded the ones that did). Returns how many. A job
+-- an operator asked to cancel in that attempt ends cancelled, as the
+-- worker's own hand-back does (ReleaseJobs in queries/work.sql).
 CREATE OR REPLACE FUNCTION pgtask.release_session_jobs(p_owner_pid integer, p_worker integer) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     released integer;
 BEGIN
-    UPDATE pgtask.jobs
-       SET status = 'queued', attempts = attempts - 1, owner_pid = NULL
-     WHERE status = 'started' AND owner_pid = p_owner_pid AND worker_id = p_worker;
+    WITH c AS (
+        SELECT s.id, EXISTS (SELECT 1 FROM pgtask.cancel_requests r
+                              WHERE r.job_id = s.id AND r.attempt = s.attempts) AS cancel
+          FROM pgtask.jobs s
+         WHERE s.status = 'started' AND s.owner_pid = p_owner_pid AND s.worker_id = p_worker
+    )
+    UPDATE pgtask.jobs j
+       SET status = CASE WHEN c.cancel THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
+           finished_at = CASE WHEN c.cancel THEN clock_timestamp() ELSE j.finished_at END,
+           attempts = j.attempts - 1, owner_pid = NULL
+      FROM c
+     WHERE j.id = c.id AND j.status::text = 'started';
     GET DIAGNOSTICS released = ROW_COUNT;
     RETURN released;
 END;
