@@ -186,8 +186,8 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
-  FROM pgtask.claim_leased_jobs_v2($1, $2, $3, $4::bigint,
-                                $5::smallint, $6::bigint, $7::bigint)
+  FROM pgtask.claim_leased_jobs_v3($1, $2, $3, $4::bigint,
+                                $5::smallint, $6::bigint, $7::bigint, true)
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
             run_after, metadata)
 `
@@ -217,8 +217,9 @@ type ClaimLeasedJobsRow struct {
 	Metadata        json.RawMessage `db:"metadata"`
 }
 
-// Claims up to @max runnable heads with a lease (see
-// pgtask.claim_leased_jobs_v2); sent with a batch's outcomes and its commit.
+// Claims up to @max jobs with a lease, runnable heads and the runs behind
+// them (see pgtask.claim_leased_jobs_v3); sent with a batch's outcomes and
+// its commit.
 func (q *Queries) ClaimLeasedJobs(ctx context.Context, arg ClaimLeasedJobsParams) ([]ClaimLeasedJobsRow, error) {
 	rows, err := q.db.Query(ctx, ClaimLeasedJobs,
 		arg.Queue,
@@ -565,6 +566,36 @@ func (q *Queries) ReleaseLeasedClaim(ctx context.Context, token int64) (int32, e
 	var released int32
 	err := row.Scan(&released)
 	return released, err
+}
+
+const ReleaseLeasedJobs = `-- name: ReleaseLeasedJobs :execrows
+UPDATE pgtask.jobs j
+   SET status = CASE WHEN r.attempt = j.attempts THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
+       finished_at = CASE WHEN r.attempt = j.attempts THEN clock_timestamp() ELSE j.finished_at END,
+       attempts = j.attempts - 1, lease_until = NULL, claim_token = NULL
+  FROM unnest($2::bigint[]) WITH ORDINALITY AS u(id, n)
+  LEFT JOIN pgtask.cancel_requests r ON r.job_id = u.id
+ WHERE j.id = u.id AND j.status::text = 'started' AND j.attempts = ($1::integer[])[u.n]
+   AND j.lease_until IS NOT NULL
+`
+
+type ReleaseLeasedJobsParams struct {
+	Attempts []int32 `db:"attempts"`
+	Ids      []int64 `db:"ids"`
+}
+
+// Gives back leased jobs of a run whose handler never started (the jobs
+// behind a group's job that stopped the run, those left at shutdown, those
+// whose lease may have run out while they waited): their attempt is
+// returned, fenced by it, so a job taken over meanwhile is left alone. A
+// job an operator asked to cancel in that attempt ends cancelled, as with
+// ReleaseJobs. A group's head handed back is runnable again at once.
+func (q *Queries) ReleaseLeasedJobs(ctx context.Context, arg ReleaseLeasedJobsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, ReleaseLeasedJobs, arg.Attempts, arg.Ids)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const ReleaseSessionJobs = `-- name: ReleaseSessionJobs :one

@@ -111,15 +111,16 @@ BEGIN ISOLATION LEVEL READ COMMITTED;
 COMMIT;
 
 -- name: ClaimLeasedJobs :many
--- Claims up to @max runnable heads with a lease (see
--- pgtask.claim_leased_jobs_v2); sent with a batch's outcomes and its commit.
+-- Claims up to @max jobs with a lease, runnable heads and the runs behind
+-- them (see pgtask.claim_leased_jobs_v3); sent with a batch's outcomes and
+-- its commit.
 SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
-  FROM pgtask.claim_leased_jobs_v2(@queue, @max, @worker_id, @lease_ms::bigint,
-                                sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint, @token::bigint)
+  FROM pgtask.claim_leased_jobs_v3(@queue, @max, @worker_id, @lease_ms::bigint,
+                                sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint, @token::bigint, true)
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
             run_after, metadata);
 
@@ -132,6 +133,22 @@ SELECT e.id::bigint AS id FROM pgtask.expire_leases(@max, @worker_id::integer) A
 -- name: SetTransactionIdleTimeout :exec
 -- Bounds how long a lease-mode job's own transaction may sit idle.
 SELECT set_config('idle_in_transaction_session_timeout', @timeout_ms::bigint::text, true);
+
+-- name: ReleaseLeasedJobs :execrows
+-- Gives back leased jobs of a run whose handler never started (the jobs
+-- behind a group's job that stopped the run, those left at shutdown, those
+-- whose lease may have run out while they waited): their attempt is
+-- returned, fenced by it, so a job taken over meanwhile is left alone. A
+-- job an operator asked to cancel in that attempt ends cancelled, as with
+-- ReleaseJobs. A group's head handed back is runnable again at once.
+UPDATE pgtask.jobs j
+   SET status = CASE WHEN r.attempt = j.attempts THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
+       finished_at = CASE WHEN r.attempt = j.attempts THEN clock_timestamp() ELSE j.finished_at END,
+       attempts = j.attempts - 1, lease_until = NULL, claim_token = NULL
+  FROM unnest(@ids::bigint[]) WITH ORDINALITY AS u(id, n)
+  LEFT JOIN pgtask.cancel_requests r ON r.job_id = u.id
+ WHERE j.id = u.id AND j.status::text = 'started' AND j.attempts = (@attempts::integer[])[u.n]
+   AND j.lease_until IS NOT NULL;
 
 -- name: ReleaseLeasedClaim :one
 SELECT pgtask.release_leased_claim(@token::bigint) AS released;

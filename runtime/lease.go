@@ -1,10 +1,12 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,24 +26,33 @@ const maxLeaseClaim = 1000
 // A leaser serves one queue in lease mode. One loop claims jobs with a lease
 // into free handler slots and records finished attempts, both in one round
 // trip per turn: the outcomes gathered while the previous turn was in
-// flight, the next claim, and their commit. Handlers run on goroutines of
-// their own and hold no connection, so Concurrency is not bounded by the
-// pool; a heartbeat extends the leases of the jobs that run.
+// flight, the next claim, and their commit. Each run the claim took (a job,
+// or a group's head and the jobs right behind it) runs on a goroutine of its
+// own, one job after the other, holding no connection, so Concurrency (the
+// jobs claimed and not yet recorded) is not bounded by the pool; a
+// heartbeat extends the leases of the jobs that run or wait in their run.
 type leaser struct {
 	w *Worker
 	q *queue
-	// done receives each finished attempt.
+	// done receives each finished attempt, and each job of a run handed
+	// back unstarted.
 	done chan outcome
 
 	mu      sync.Mutex
 	running map[int64]*leasedJob
 }
 
-// leasedJob is a running attempt: the heartbeat extends its lease, and
-// cancels it once the lease is lost.
+// leasedJob is a claimed attempt, running or waiting in its run. The
+// heartbeat extends its lease and, once the lease is lost, cancels its
+// handler or, while it waits, marks it lost so that it never starts.
 type leasedJob struct {
 	attempt int32
-	cancel  context.CancelFunc
+	// until is a time the lease lasts at least to: the lease from when the
+	// claim or the last extension was sent, by this process's clock.
+	until time.Time
+	lost  bool
+	// cancel is set when the handler starts.
+	cancel context.CancelFunc
 }
 
 func newLeaser(w *Worker, q *queue) *leaser {
@@ -77,6 +88,7 @@ func (l *leaser) loop(ctx, hard context.Context) {
 				want = free
 			}
 			token := rand.Int64()
+			sent := time.Now()
 			next, err := l.turn(ctx, pending, want, token)
 			if err != nil && want > 0 {
 				// The claim may have committed with its reply lost: hand
@@ -104,9 +116,9 @@ func (l *leaser) loop(ctx, hard context.Context) {
 			if more {
 				l.q.signal()
 			}
-			for _, row := range next {
-				inFlight++
-				l.start(hard, row)
+			for _, run := range runsOf(next) {
+				inFlight += len(run)
+				l.start(ctx, hard, run, sent.Add(l.w.cfg.Lease))
 			}
 			// Outcomes that came in during the round trip go in the next.
 			l.collect(take)
@@ -166,10 +178,18 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int, token int64
 	b := &pgx.Batch{}
 	b.Queue(gen.BeginJobTransaction)
 	var unsettled []outcome
+	var back gen.ReleaseLeasedJobsParams
 	for _, o := range outs {
-		if !o.settled {
+		switch {
+		case o.unstarted:
+			back.Ids = append(back.Ids, o.row.ID)
+			back.Attempts = append(back.Attempts, o.row.Attempts)
+		case !o.settled:
 			unsettled = append(unsettled, o)
 		}
+	}
+	if len(back.Ids) > 0 {
+		b.Queue(gen.ReleaseLeasedJobs, back.Attempts, back.Ids)
 	}
 	var res gen.SettleJobsRow
 	var p gen.SettleJobsParams
@@ -219,21 +239,88 @@ func (l *leaser) releaseClaim(hard context.Context, token int64) {
 	}
 }
 
-// start runs a claimed job's handler on a goroutine of its own.
-func (l *leaser) start(hard context.Context, row gen.ClaimJobsRow) {
-	jctx, cancel := context.WithCancel(hard)
+// runsOf splits a claim into runs: each ungrouped job alone, and each
+// group's jobs together in id order (its head, then the jobs the claim took
+// behind it), in the order of the claim's rows.
+func runsOf(rows []gen.ClaimJobsRow) [][]gen.ClaimJobsRow {
+	var runs [][]gen.ClaimJobsRow
+	at := map[string]int{}
+	for _, row := range rows {
+		if i, ok := at[row.GroupKey]; ok && row.GroupKey != "" {
+			runs[i] = append(runs[i], row)
+			continue
+		}
+		if row.GroupKey != "" {
+			at[row.GroupKey] = len(runs)
+		}
+		runs = append(runs, []gen.ClaimJobsRow{row})
+	}
+	for _, run := range runs {
+		slices.SortFunc(run, func(a, b gen.ClaimJobsRow) int { return cmp.Compare(a.ID, b.ID) })
+	}
+	return runs
+}
+
+// start runs a claimed run on a goroutine of its own, one job after the
+// other; until is when the claim's leases run out at the earliest. The run
+// stops at a job that does not let its group move on, as in the
+// held-transaction mode, and at shutdown or a lease that may be lost: the
+// jobs left are handed back unstarted.
+func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, until time.Time) {
+	jobs := make([]*leasedJob, len(run))
 	l.mu.Lock()
-	l.running[row.ID] = &leasedJob{attempt: row.Attempts, cancel: cancel}
+	for i, row := range run {
+		jobs[i] = &leasedJob{attempt: row.Attempts, until: until}
+		l.running[row.ID] = jobs[i]
+	}
 	l.mu.Unlock()
 	go func() {
-		o := l.execute(jctx, row)
-		cancel()
-		l.mu.Lock()
-		delete(l.running, row.ID)
-		l.mu.Unlock()
-		o.retryNow = o.retryNow || hard.Err() != nil
-		l.done <- o
+		for i, row := range run {
+			jctx, cancel := context.WithCancel(hard)
+			if !l.begin(ctx, jobs[i], cancel) {
+				cancel()
+				l.handBack(run[i:])
+				return
+			}
+			o := l.execute(jctx, row)
+			cancel()
+			l.forget(row.ID)
+			o.retryNow = o.retryNow || hard.Err() != nil
+			l.done <- o
+			if o.stopsGroup() {
+				l.handBack(run[i+1:])
+				return
+			}
+		}
 	}()
+}
+
+// begin reports whether a job of a run may start: not after shutdown began,
+// and only while its lease is sure to last another third of a lease (the
+// heartbeat's period). Its handler then gets cancel for the heartbeat.
+func (l *leaser) begin(ctx context.Context, j *leasedJob, cancel context.CancelFunc) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ctx.Err() != nil || j.lost || time.Until(j.until) < l.w.cfg.Lease/3 {
+		return false
+	}
+	j.cancel = cancel
+	return true
+}
+
+// handBack gives back the jobs of a run that will not start here: the next
+// turn returns their attempts.
+func (l *leaser) handBack(rows []gen.ClaimJobsRow) {
+	for _, row := range rows {
+		l.forget(row.ID)
+		l.done <- outcome{row: row, unstarted: true}
+	}
+}
+
+func (l *leaser) forget(id int64) {
+	l.mu.Lock()
+	delete(l.running, id)
+	l.mu.Unlock()
 }
 
 // execute runs one leased job. When the handler used the job's
@@ -290,8 +377,9 @@ func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow) outcome {
 	return o
 }
 
-// heartbeat extends the leases of the running jobs every third of the lease,
-// and cancels those whose lease was lost.
+// heartbeat extends the leases of the claimed jobs every third of the
+// lease, and cancels those whose lease was lost (or, waiting in their run,
+// keeps them from starting).
 func (l *leaser) heartbeat(ctx context.Context) {
 	t := time.NewTicker(l.w.cfg.Lease / 3)
 	defer t.Stop()
@@ -311,6 +399,7 @@ func (l *leaser) heartbeat(ctx context.Context) {
 		if len(p.Ids) == 0 {
 			continue
 		}
+		sent := time.Now()
 		p.LeaseMs = l.w.cfg.Lease.Milliseconds()
 		bctx, cancel := bookCtx(ctx)
 		kept, err := gen.New(l.w.pool).ExtendLeases(bctx, p)
@@ -319,18 +408,23 @@ func (l *leaser) heartbeat(ctx context.Context) {
 			l.w.log.Warn("pgtask: extending leases failed; will retry", "queue", l.q.name, "jobs", len(p.Ids), "error", err)
 			continue
 		}
-		if len(kept) == len(p.Ids) {
-			continue
-		}
-		keep := map[int64]bool{}
+		keep := make(map[int64]bool, len(kept))
 		for _, id := range kept {
 			keep[id] = true
 		}
 		l.mu.Lock()
-		for _, id := range p.Ids {
-			if j := l.running[id]; j != nil && !keep[id] {
+		for i, id := range p.Ids {
+			j := l.running[id]
+			switch {
+			case j == nil || j.attempt != p.Attempts[i]:
+			case keep[id]:
+				j.until = sent.Add(l.w.cfg.Lease)
+			case j.cancel != nil:
 				l.w.log.Warn("pgtask: a job's lease was lost to a takeover; cancelling its handler", "job_id", id, "attempt", j.attempt)
 				j.cancel()
+			default:
+				l.w.log.Warn("pgtask: a job's lease was lost while it waited in its run; it will not start here", "job_id", id, "attempt", j.attempt)
+				j.lost = true
 			}
 		}
 		l.mu.Unlock()

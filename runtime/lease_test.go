@@ -3,7 +3,9 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -218,5 +220,132 @@ func TestQueueModeFollowsItsKinds(t *testing.T) {
 	err = w.Run(ctx)
 	if err == nil || !strings.Contains(err.Error(), "kind leased needs mode lease, but queue default runs in mode held") {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// enqueueGroup enqueues n jobs of kind "seq" into one group of queue, in
+// order, and returns their ids.
+func enqueueGroup(t *testing.T, b *bundle, queue, group string, n int) []runtime.JobID {
+	t.Helper()
+	reqs := make([]runtime.EnqueueRequest, n)
+	for i := range reqs {
+		reqs[i] = runtime.EnqueueRequest{Kind: "seq", Payload: mustJSON(t, seqPayload{Group: group, Seq: i})}
+		reqs[i].Apply(runtime.WithQueue(queue), runtime.WithGroup(group))
+	}
+	ids, err := runtime.EnqueueMany(context.Background(), b.pool, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// A lease-mode claim takes a group's head and the jobs right behind it, and
+// runs them one at a time in order. A failure that will be retried stops
+// the run: the jobs behind it are handed back with their attempts
+// returned, and run after the retry.
+func TestLeaseRunsAGroupInOrderAndHandsBackBehindARetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 8
+	ids := enqueueGroup(t, b, runtime.DefaultQueue, "g0", n)
+	log := newStartLog()
+	handler := func(ctx context.Context, job *runtime.Job) error {
+		p, err := runtime.DecodePayload[seqPayload](job)
+		if err != nil {
+			return err
+		}
+		log.begin(p)
+		defer log.end(p)
+		if p.Seq == 3 && job.Attempt == 1 {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	}
+	startWorker(t, b.url, leaseConfig(20), runtime.Registration{Kind: "seq", Handler: handler, Backoff: fastRetry})
+	for _, j := range b.waitQueueDone(t, runtime.DefaultQueue, 30*time.Second) {
+		if j.Status != testdb.PgtaskJobStatusSucceeded {
+			t.Fatalf("job %d is %s: %s", j.ID, j.Status, j.Errors)
+		}
+	}
+	log.checkOrder(t, 1, n)
+	if got := log.starts["g0"]; len(got) != n+1 || got[3] != 3 || got[4] != 3 {
+		t.Fatalf("starts %v, want each seq once and 3 twice, in order", got)
+	}
+	first := b.job(t, ids[0])
+	for i, id := range ids {
+		j := b.job(t, id)
+		want := int32(1)
+		if i == 3 {
+			want = 2
+		}
+		if j.Attempts != want {
+			t.Errorf("seq %d: %d attempts, want %d (a job handed back unstarted gets its attempt back)", i, j.Attempts, want)
+		}
+		if i < 3 && j.ClaimToken != first.ClaimToken {
+			t.Errorf("seq %d was claimed apart from its head (token %v, head's %v): no run", i, j.ClaimToken, first.ClaimToken)
+		}
+	}
+}
+
+// At shutdown a lease-mode run starts nothing more: the jobs behind the
+// one running are handed back, queued with their attempts returned, and
+// the next worker runs them in order.
+func TestLeaseRunHandsBackWhatItDidNotStartAtShutdown(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 4
+	ids := enqueueGroup(t, b, runtime.DefaultQueue, "g0", n)
+	release := make(chan struct{})
+	running := make(chan struct{}, 1)
+	var ran []int
+	var mu sync.Mutex
+	handler := func(ctx context.Context, job *runtime.Job) error {
+		p, err := runtime.DecodePayload[seqPayload](job)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		ran = append(ran, p.Seq)
+		mu.Unlock()
+		if p.Seq == 0 {
+			running <- struct{}{}
+			<-release
+		}
+		return nil
+	}
+	reg := runtime.Registration{Kind: "seq", Handler: handler}
+	cfg := leaseConfig(20)
+	cfg.ShutdownGrace = time.Minute
+	_, stop := newWorker(t, b.url, cfg, reg)
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the group's head did not start")
+	}
+	for _, id := range ids[1:] {
+		if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusStarted || j.Attempts != 1 {
+			t.Fatalf("job %d behind the head: %s, %d attempts; want claimed with it", id, j.Status, j.Attempts)
+		}
+	}
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	time.Sleep(300 * time.Millisecond) // shutdown has begun
+	close(release)
+	<-stopped
+	if j := b.job(t, ids[0]); j.Status != testdb.PgtaskJobStatusSucceeded {
+		t.Fatalf("the running head: %s, want succeeded", j.Status)
+	}
+	for _, id := range ids[1:] {
+		j := b.job(t, id)
+		if j.Status != testdb.PgtaskJobStatusQueued || j.Attempts != 0 || j.LeaseUntil != nil {
+			t.Fatalf("job %d after shutdown: %s, %d attempts, lease %v; want queued, 0, none", id, j.Status, j.Attempts, j.LeaseUntil)
+		}
+	}
+	startWorker(t, b.url, leaseConfig(20), reg)
+	b.waitQueueDone(t, runtime.DefaultQueue, 30*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(ran, []int{0, 1, 2, 3}) {
+		t.Fatalf("ran %v, want [0 1 2 3]", ran)
 	}
 }

@@ -344,7 +344,7 @@ func (s *session) run(ctx, hard context.Context, batch []gen.ClaimJobsRow) (batc
 			return end, ab
 		}
 		end.outcomes = append(end.outcomes, o)
-		if row.GroupKey != "" && o.err != nil && (o.retries() || row.FailBlocksGroup) {
+		if o.stopsGroup() {
 			stopped[row.GroupKey] = true
 		}
 	}

@@ -32,6 +32,16 @@ type outcome struct {
 	// lost: the job's database session was gone when the handler returned,
 	// so whatever it did there was rolled back.
 	lost bool
+	// unstarted: lease mode's hand-back of a job of a run whose handler
+	// never started; its attempt is returned, nothing recorded.
+	unstarted bool
+}
+
+// stopsGroup reports whether a grouped job's attempt keeps its group from
+// moving on (it will be retried, or it blocks the group): the jobs behind
+// it in the same run must not start.
+func (o outcome) stopsGroup() bool {
+	return o.row.GroupKey != "" && o.err != nil && (o.retries() || o.row.FailBlocksGroup)
 }
 
 // retries reports whether a failed attempt will be retried.

@@ -83,16 +83,19 @@ type QueueConfig struct {
 	// queue run at once; each holds one database connection while it runs.
 	// With BatchSize 1 it is how many jobs run at once. Default 10.
 	//
-	// In lease mode it is how many handlers run at once, on no connection
-	// of their own. Default 100.
+	// In lease mode it is how many claimed jobs the queue has at once, each
+	// handler on no connection of its own: they all run at once, but for
+	// the jobs of a group's run (see BatchSize), which run one after
+	// another. Default 100.
 	Concurrency int
 	// BatchSize is how many jobs one claim takes: runnable heads, and behind
 	// a grouped head the run of its group's next queued jobs. A batch's jobs
 	// run one after another in one transaction, each rolled back alone if it
 	// fails, and commit together: far fewer round trips and commits for
 	// short jobs, at the price of a batch's jobs waiting for each other.
-	// Default 1. Lease mode claims as many jobs as it has free handlers and
-	// ignores BatchSize.
+	// Default 1. Lease mode ignores BatchSize: it claims as many jobs as
+	// Concurrency has room for, runnable heads first and then the runs
+	// behind them, so a busy group's jobs are claimed many at a time.
 	BatchSize int
 }
 

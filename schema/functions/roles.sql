@@ -1,4 +1,4 @@
--- revision: 3
+-- revision: 4
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -84,12 +84,14 @@ LANGUAGE sql IMMUTABLE AS $$
     -- Working (work.sql), maintenance (maintenance.sql), groups
     -- (groups.sql), the leader's duties (operations.sql).
     ('worker', 'function', 'pick_heads', 'EXECUTE'),
+    ('worker', 'function', 'pick_runs', 'EXECUTE'),
     ('worker', 'function', 'claim_jobs', 'EXECUTE'),
     ('worker', 'function', 'claim_jobs_v2', 'EXECUTE'),
     ('worker', 'function', 'claim_jobs_v3', 'EXECUTE'),
     ('worker', 'function', 'claim_jobs_v4', 'EXECUTE'),
     ('worker', 'function', 'claim_leased_jobs', 'EXECUTE'),
     ('worker', 'function', 'claim_leased_jobs_v2', 'EXECUTE'),
+    ('worker', 'function', 'claim_leased_jobs_v3', 'EXECUTE'),
     ('worker', 'function', 'hold_jobs', 'EXECUTE'),
     ('worker', 'function', 'hold_claimed_jobs', 'EXECUTE'),
     ('worker', 'function', 'complete_jobs', 'EXECUTE'),

@@ -1,4 +1,4 @@
--- revision: 22
+-- revision: 23
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -111,16 +111,63 @@ BEGIN
 END;
 $$;
 
+-- The jobs that follow the grouped heads p_heads (just picked, locked) in
+-- their groups, up to p_room of them, to fill a claim: a follower is taken
+-- only in an unbroken run right behind its head, the next unfinished jobs of
+-- the group in id order, each queued and not locked by anyone (a started
+-- one, left by a lost session or a worker's run, ends the run). Locks what
+-- it returns (FOR UPDATE). The worker runs a group's run in order and stops
+-- it at the first job that does not let the group move on, handing the rest
+-- back; so a run keeps the group's order and one-at-a-time rule.
+CREATE OR REPLACE FUNCTION pgtask.pick_runs(p_heads bigint[], p_room integer)
+RETURNS bigint[]
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    picked bigint[] := '{}';
+    room integer := p_room;
+    h record;
+    expected bigint[];
+    got bigint[];
+    n integer;
+BEGIN
+    FOR h IN
+        SELECT id, group_id FROM pgtask.jobs
+         WHERE id = ANY (p_heads) AND group_id IS NOT NULL
+         ORDER BY priority, id
+    LOOP
+        EXIT WHEN room <= 0;
+        SELECT array_agg(e.id ORDER BY e.id) INTO expected FROM (
+            SELECT id FROM pgtask.jobs
+             WHERE group_id = h.group_id
+               AND pgtask.job_pending(status) AND id <> h.id
+             ORDER BY id
+             LIMIT room) e;
+        CONTINUE WHEN expected IS NULL OR expected[1] < h.id;
+        SELECT array_agg(r.id ORDER BY r.id) INTO got FROM (
+            SELECT id FROM pgtask.jobs
+             WHERE id = ANY (expected) AND status = 'queued'
+             ORDER BY id
+               FOR UPDATE SKIP LOCKED) r;
+        n := 0;
+        WHILE n < coalesce(cardinality(got), 0) AND got[n + 1] = expected[n + 1] LOOP
+            n := n + 1;
+        END LOOP;
+        IF n > 0 THEN
+            picked := picked || got[1:n];
+            room := room - n;
+        END IF;
+    END LOOP;
+    RETURN picked;
+END;
+$$;
+
 -- Claims up to p_max jobs of a queue and returns what a worker needs to run
 -- them (not their error history, which can be large): runnable heads (see
 -- pick_heads for the cursor p_after_priority, p_after_id), and, to fill the
--- batch, the jobs that follow a grouped head in its group. A follower is
--- taken only in an unbroken run right behind its head: the next unfinished
--- jobs of the group in id order, each queued and not locked by anyone (a
--- started one, left by a lost session, ends the run). The worker runs a
--- group's run in order and stops it at the first job that does not let the
--- group move on, handing the rest back; so a run keeps the group's order and
--- one-at-a-time rule while one commit covers many of its jobs. Every claimed
+-- batch, the runs of jobs that follow grouped heads in their groups (see
+-- pick_runs): one commit covers many jobs of a group. Every claimed
 -- job gets its attempt counted, this session as owner, p_worker as the
 -- process and p_token (see hold_claimed_jobs); the claim commits before any
 -- handler runs. Rows come in priority, id order. A paused queue (see
@@ -140,11 +187,6 @@ AS $$
 DECLARE
     picked bigint[];
     promoted bigint[];
-    room integer;
-    h record;
-    expected bigint[];
-    got bigint[];
-    n integer;
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
     PERFORM pg_advisory_xact_lock_shared(pgtask.pause_lock_class(), hashtext(p_queue));
@@ -191,35 +233,8 @@ BEGIN
     IF cardinality(picked) = 0 THEN
         RETURN;
     END IF;
-    room := p_max - cardinality(picked);
-    IF room > 0 THEN
-        FOR h IN
-            SELECT id, group_id FROM pgtask.jobs
-             WHERE id = ANY (picked) AND group_id IS NOT NULL
-             ORDER BY priority, id
-        LOOP
-            EXIT WHEN room <= 0;
-            SELECT array_agg(e.id ORDER BY e.id) INTO expected FROM (
-                SELECT id FROM pgtask.jobs
-                 WHERE group_id = h.group_id
-                   AND pgtask.job_pending(status) AND id <> h.id
-                 ORDER BY id
-                 LIMIT room) e;
-            CONTINUE WHEN expected IS NULL OR expected[1] < h.id;
-            SELECT array_agg(r.id ORDER BY r.id) INTO got FROM (
-                SELECT id FROM pgtask.jobs
-                 WHERE id = ANY (expected) AND status = 'queued'
-                 ORDER BY id
-                   FOR UPDATE SKIP LOCKED) r;
-            n := 0;
-            WHILE n < coalesce(cardinality(got), 0) AND got[n + 1] = expected[n + 1] LOOP
-                n := n + 1;
-            END LOOP;
-            IF n > 0 THEN
-                picked := picked || got[1:n];
-                room := room - n;
-            END IF;
-        END LOOP;
+    IF cardinality(picked) < p_max THEN
+        picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked));
     END IF;
     RETURN QUERY
         WITH claimed AS (
@@ -551,14 +566,18 @@ $$;
 -- (hung, or cut off from the database) is taken over by another worker
 -- (expire_leases), and the late outcome of the stale attempt is refused.
 
--- Claims up to p_max runnable heads of a queue, by priority then id (see
--- pick_heads for the cursor), with a lease of p_lease_ms: their attempt is counted and committed before any
--- handler runs. Only heads: a group's next job becomes claimable when its
--- head's success is recorded, so FIFO holds as in the held mode. p_token
--- marks the claim, so that a worker that lost the reply can hand back what
--- it may have claimed (release_leased_claim).
-CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs_v2(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
-                                                    p_after_priority smallint, p_after_id bigint, p_token bigint)
+-- Claims up to p_max jobs of a queue with a lease of p_lease_ms: runnable
+-- heads, by priority then id (see pick_heads for the cursor), and, with
+-- p_runs, to fill the claim, the runs of jobs behind grouped heads (see
+-- pick_runs), which the worker runs one at a time in order. Their attempts
+-- are counted and committed before any handler runs. A group's next job
+-- that is not in a run becomes claimable when its head's success is
+-- recorded, so FIFO holds as in the held mode. p_token marks the claim, so
+-- that a worker that lost the reply can hand back what it may have claimed
+-- (release_leased_claim).
+CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs_v3(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
+                                                    p_after_priority smallint, p_after_id bigint, p_token bigint,
+                                                    p_runs boolean)
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
@@ -577,6 +596,9 @@ BEGIN
         RETURN;
     END IF;
     picked := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id);
+    IF p_runs AND cardinality(picked) BETWEEN 1 AND p_max - 1 THEN
+        picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked));
+    END IF;
     RETURN QUERY
         WITH claimed AS (
             UPDATE pgtask.jobs j
@@ -592,7 +614,21 @@ BEGIN
 END;
 $$;
 
--- The lease-mode claim of workers of the previous release: claim_leased_jobs_v2
+-- The lease-mode claim of workers of the previous release, which run every
+-- job they claim at once: heads only.
+CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs_v2(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
+                                                    p_after_priority smallint, p_after_id bigint, p_token bigint)
+RETURNS TABLE (
+    id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
+    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
+    run_after timestamptz, metadata jsonb
+)
+LANGUAGE sql AS $$
+    SELECT * FROM pgtask.claim_leased_jobs_v3(p_queue, p_max, p_worker, p_lease_ms, p_after_priority, p_after_id,
+                                              p_token, false);
+$$;
+
+-- The lease-mode claim of workers two releases back: claim_leased_jobs_v2
 -- without the jobs' run_after and metadata.
 CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
                                                     p_after_priority smallint, p_after_id bigint, p_token bigint)
