@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -347,5 +348,67 @@ func TestLeaseRunHandsBackWhatItDidNotStartAtShutdown(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Equal(ran, []int{0, 1, 2, 3}) {
 		t.Fatalf("ran %v, want [0 1 2 3]", ran)
+	}
+}
+
+// A job waiting in its run whose lease is taken over never starts there,
+// and neither do the jobs behind it: they are handed back, and the group
+// goes on in order from the job taken over.
+func TestLeaseRunStopsAtAJobTakenOverWhileItWaited(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ids := enqueueGroup(t, b, runtime.DefaultQueue, "g0", 3)
+	log := newStartLog()
+	release := make(chan struct{})
+	running := make(chan struct{}, 1)
+	handler := func(ctx context.Context, job *runtime.Job) error {
+		p, err := runtime.DecodePayload[seqPayload](job)
+		if err != nil {
+			return err
+		}
+		log.begin(p)
+		defer log.end(p)
+		if p.Seq == 0 {
+			running <- struct{}{}
+			<-release
+		}
+		return nil
+	}
+	cfg := leaseConfig(20)
+	cfg.Lease = 3 * time.Second // a heartbeat a second
+	startWorker(t, b.url, cfg, runtime.Registration{Kind: "seq", Handler: handler})
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the group's head did not start")
+	}
+	// The job behind the head loses its lease as a hung worker's would, and
+	// is taken over (by no worker of this test: -1).
+	if n, err := b.q.ExpireLease(ctx, int64(ids[1])); err != nil || n != 1 {
+		t.Fatalf("expire the lease of the job behind the head: %d rows, %v", n, err)
+	}
+	taken, err := gen.New(b.pool).ExpireLeases(ctx, gen.ExpireLeasesParams{Max: 10, WorkerID: -1})
+	if err != nil || !slices.Equal(taken, []int64{int64(ids[1])}) {
+		t.Fatalf("take over: %v, %v", taken, err)
+	}
+	time.Sleep(2 * time.Second) // the heartbeat finds the lease gone
+	close(release)
+	for _, j := range b.waitQueueDone(t, runtime.DefaultQueue, 30*time.Second) {
+		if j.Status != testdb.PgtaskJobStatusSucceeded {
+			t.Fatalf("job %d is %s: %s", j.ID, j.Status, j.Errors)
+		}
+	}
+	log.mu.Lock()
+	starts := slices.Clone(log.starts["g0"])
+	log.mu.Unlock()
+	if !slices.Equal(starts, []int{0, 1, 2}) {
+		t.Fatalf("handlers started for seqs %v, want [0 1 2]: the job taken over must not start in its old run", starts)
+	}
+	if j := b.job(t, ids[1]); j.Attempts != 2 || !strings.Contains(string(j.Errors), "lease expired") {
+		t.Fatalf("the job taken over: %d attempts, errors %s; want its lost attempt recorded and one more", j.Attempts, j.Errors)
+	}
+	if j := b.job(t, ids[2]); j.Attempts != 1 {
+		t.Fatalf("the job behind it: %d attempts, want 1 (handed back, then run once)", j.Attempts)
 	}
 }
