@@ -187,7 +187,8 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
   FROM pgtask.claim_leased_jobs_v3($1, $2, $3, $4::bigint,
-                                $5::smallint, $6::bigint, $7::bigint, true)
+                                $5::smallint, $6::bigint, $7::bigint,
+                                $8::integer)
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
             run_after, metadata)
 `
@@ -200,6 +201,7 @@ type ClaimLeasedJobsParams struct {
 	AfterPriority pgtype.Int2 `db:"after_priority"`
 	AfterID       pgtype.Int8 `db:"after_id"`
 	Token         int64       `db:"token"`
+	RunMax        int32       `db:"run_max"`
 }
 
 type ClaimLeasedJobsRow struct {
@@ -229,6 +231,7 @@ func (q *Queries) ClaimLeasedJobs(ctx context.Context, arg ClaimLeasedJobsParams
 		arg.AfterPriority,
 		arg.AfterID,
 		arg.Token,
+		arg.RunMax,
 	)
 	if err != nil {
 		return nil, err
@@ -573,25 +576,28 @@ UPDATE pgtask.jobs j
    SET status = CASE WHEN r.attempt = j.attempts THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
        finished_at = CASE WHEN r.attempt = j.attempts THEN clock_timestamp() ELSE j.finished_at END,
        attempts = j.attempts - 1, lease_until = NULL, claim_token = NULL
-  FROM unnest($2::bigint[]) WITH ORDINALITY AS u(id, n)
+  FROM unnest($3::bigint[]) WITH ORDINALITY AS u(id, n)
   LEFT JOIN pgtask.cancel_requests r ON r.job_id = u.id
  WHERE j.id = u.id AND j.status::text = 'started' AND j.attempts = ($1::integer[])[u.n]
-   AND j.lease_until IS NOT NULL
+   AND j.claim_token = ($2::bigint[])[u.n] AND j.lease_until IS NOT NULL
 `
 
 type ReleaseLeasedJobsParams struct {
 	Attempts []int32 `db:"attempts"`
+	Tokens   []int64 `db:"tokens"`
 	Ids      []int64 `db:"ids"`
 }
 
 // Gives back leased jobs of a run whose handler never started (the jobs
 // behind a group's job that stopped the run, those left at shutdown, those
 // whose lease may have run out while they waited): their attempt is
-// returned, fenced by it, so a job taken over meanwhile is left alone. A
+// returned. Fenced by the attempt and the claim's token, since a hand-back
+// makes an attempt's number come round again: a job taken over, or handed
+// back and claimed by another worker, meanwhile is left alone. A
 // job an operator asked to cancel in that attempt ends cancelled, as with
 // ReleaseJobs. A group's head handed back is runnable again at once.
 func (q *Queries) ReleaseLeasedJobs(ctx context.Context, arg ReleaseLeasedJobsParams) (int64, error) {
-	result, err := q.db.Exec(ctx, ReleaseLeasedJobs, arg.Attempts, arg.Ids)
+	result, err := q.db.Exec(ctx, ReleaseLeasedJobs, arg.Attempts, arg.Tokens, arg.Ids)
 	if err != nil {
 		return 0, err
 	}

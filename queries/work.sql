@@ -120,7 +120,8 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
   FROM pgtask.claim_leased_jobs_v3(@queue, @max, @worker_id, @lease_ms::bigint,
-                                sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint, @token::bigint, true)
+                                sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint, @token::bigint,
+                                @run_max::integer)
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
             run_after, metadata);
 
@@ -138,7 +139,9 @@ SELECT set_config('idle_in_transaction_session_timeout', @timeout_ms::bigint::te
 -- Gives back leased jobs of a run whose handler never started (the jobs
 -- behind a group's job that stopped the run, those left at shutdown, those
 -- whose lease may have run out while they waited): their attempt is
--- returned, fenced by it, so a job taken over meanwhile is left alone. A
+-- returned. Fenced by the attempt and the claim's token, since a hand-back
+-- makes an attempt's number come round again: a job taken over, or handed
+-- back and claimed by another worker, meanwhile is left alone. A
 -- job an operator asked to cancel in that attempt ends cancelled, as with
 -- ReleaseJobs. A group's head handed back is runnable again at once.
 UPDATE pgtask.jobs j
@@ -148,7 +151,7 @@ UPDATE pgtask.jobs j
   FROM unnest(@ids::bigint[]) WITH ORDINALITY AS u(id, n)
   LEFT JOIN pgtask.cancel_requests r ON r.job_id = u.id
  WHERE j.id = u.id AND j.status::text = 'started' AND j.attempts = (@attempts::integer[])[u.n]
-   AND j.lease_until IS NOT NULL;
+   AND j.claim_token = (@tokens::bigint[])[u.n] AND j.lease_until IS NOT NULL;
 
 -- name: ReleaseLeasedClaim :one
 SELECT pgtask.release_leased_claim(@token::bigint) AS released;

@@ -23,6 +23,14 @@ var ErrLeaseLost = errors.New("pgtask: the job's lease was lost to a takeover")
 // maxLeaseClaim bounds how many jobs one lease-mode claim takes.
 const maxLeaseClaim = 1000
 
+// maxLeaseRun bounds how many jobs a lease-mode claim takes behind one
+// grouped head. A busy group then drains about this many jobs per commit,
+// while it holds no more than this many more of Concurrency's slots than
+// its running job, and its waiting jobs are exposed to what befalls their
+// worker: a crash or a lost lease counts a failed attempt against each, as
+// against a held-mode batch's.
+const maxLeaseRun = 10
+
 // A leaser serves one queue in lease mode. One loop claims jobs with a lease
 // into free handler slots and records finished attempts, both in one round
 // trip per turn: the outcomes gathered while the previous turn was in
@@ -118,7 +126,7 @@ func (l *leaser) loop(ctx, hard context.Context) {
 			}
 			for _, run := range runsOf(next) {
 				inFlight += len(run)
-				l.start(ctx, hard, run, sent.Add(l.w.cfg.Lease))
+				l.start(ctx, hard, run, token, sent.Add(l.w.cfg.Lease))
 			}
 			// Outcomes that came in during the round trip go in the next.
 			l.collect(take)
@@ -184,12 +192,13 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int, token int64
 		case o.unstarted:
 			back.Ids = append(back.Ids, o.row.ID)
 			back.Attempts = append(back.Attempts, o.row.Attempts)
+			back.Tokens = append(back.Tokens, o.claimToken)
 		case !o.settled:
 			unsettled = append(unsettled, o)
 		}
 	}
 	if len(back.Ids) > 0 {
-		b.Queue(gen.ReleaseLeasedJobs, back.Attempts, back.Ids)
+		b.Queue(gen.ReleaseLeasedJobs, back.Attempts, back.Tokens, back.Ids)
 	}
 	var res gen.SettleJobsRow
 	var p gen.SettleJobsParams
@@ -198,7 +207,7 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int, token int64
 	}
 	if want > 0 {
 		priority, id := l.q.cursor.get()
-		b.Queue(gen.ClaimLeasedJobs, l.q.name, int32(want), l.w.id, l.w.cfg.Lease.Milliseconds(), priority, id, token).
+		b.Queue(gen.ClaimLeasedJobs, l.q.name, int32(want), l.w.id, l.w.cfg.Lease.Milliseconds(), priority, id, token, int32(maxLeaseRun)).
 			Query(l.q.collectClaim(&next))
 	}
 	b.Queue(gen.CommitJobTransaction)
@@ -261,12 +270,13 @@ func runsOf(rows []gen.ClaimJobsRow) [][]gen.ClaimJobsRow {
 	return runs
 }
 
-// start runs a claimed run on a goroutine of its own, one job after the
-// other; until is when the claim's leases run out at the earliest. The run
+// start runs a run that the claim marked token took on a goroutine of its
+// own, one job after the other; until is when the claim's leases run out at
+// the earliest. The run
 // stops at a job that does not let its group move on, as in the
 // held-transaction mode, and at shutdown or a lease that may be lost: the
 // jobs left are handed back unstarted.
-func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, until time.Time) {
+func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, token int64, until time.Time) {
 	jobs := make([]*leasedJob, len(run))
 	l.mu.Lock()
 	for i, row := range run {
@@ -279,7 +289,7 @@ func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, until 
 			jctx, cancel := context.WithCancel(hard)
 			if !l.begin(ctx, jobs[i], cancel) {
 				cancel()
-				l.handBack(run[i:])
+				l.handBack(run[i:], token)
 				return
 			}
 			o := l.execute(jctx, row)
@@ -288,7 +298,7 @@ func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, until 
 			o.retryNow = o.retryNow || hard.Err() != nil
 			l.done <- o
 			if o.stopsGroup() {
-				l.handBack(run[i+1:])
+				l.handBack(run[i+1:], token)
 				return
 			}
 		}
@@ -310,10 +320,10 @@ func (l *leaser) begin(ctx context.Context, j *leasedJob, cancel context.CancelF
 
 // handBack gives back the jobs of a run that will not start here: the next
 // turn returns their attempts.
-func (l *leaser) handBack(rows []gen.ClaimJobsRow) {
+func (l *leaser) handBack(rows []gen.ClaimJobsRow, token int64) {
 	for _, row := range rows {
 		l.forget(row.ID)
-		l.done <- outcome{row: row, unstarted: true}
+		l.done <- outcome{row: row, unstarted: true, claimToken: token}
 	}
 }
 
@@ -391,9 +401,11 @@ func (l *leaser) heartbeat(ctx context.Context) {
 		}
 		l.mu.Lock()
 		var p gen.ExtendLeasesParams
+		var asked []*leasedJob
 		for id, j := range l.running {
 			p.Ids = append(p.Ids, id)
 			p.Attempts = append(p.Attempts, j.attempt)
+			asked = append(asked, j)
 		}
 		l.mu.Unlock()
 		if len(p.Ids) == 0 {
@@ -414,9 +426,11 @@ func (l *leaser) heartbeat(ctx context.Context) {
 		}
 		l.mu.Lock()
 		for i, id := range p.Ids {
-			j := l.running[id]
+			// A job handed back meanwhile, and maybe claimed again with the
+			// same attempt number, is another claim: this answer is not its.
+			j := asked[i]
 			switch {
-			case j == nil || j.attempt != p.Attempts[i]:
+			case l.running[id] != j:
 			case keep[id]:
 				j.until = sent.Add(l.w.cfg.Lease)
 			case j.cancel != nil:

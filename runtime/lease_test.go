@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -377,6 +378,8 @@ func TestLeaseRunStopsAtAJobTakenOverWhileItWaited(t *testing.T) {
 	}
 	cfg := leaseConfig(20)
 	cfg.Lease = 3 * time.Second // a heartbeat a second
+	logs := &recordedLogs{}
+	cfg.Logger = slog.New(logs)
 	startWorker(t, b.url, cfg, runtime.Registration{Kind: "seq", Handler: handler})
 	select {
 	case <-running:
@@ -384,15 +387,33 @@ func TestLeaseRunStopsAtAJobTakenOverWhileItWaited(t *testing.T) {
 		t.Fatal("the group's head did not start")
 	}
 	// The job behind the head loses its lease as a hung worker's would, and
-	// is taken over (by no worker of this test: -1).
-	if n, err := b.q.ExpireLease(ctx, int64(ids[1])); err != nil || n != 1 {
+	// is taken over (by no worker of this test: -1), in one transaction so
+	// that no heartbeat extends the lease in between.
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	if n, err := testdb.New(tx).ExpireLease(ctx, int64(ids[1])); err != nil || n != 1 {
 		t.Fatalf("expire the lease of the job behind the head: %d rows, %v", n, err)
 	}
-	taken, err := gen.New(b.pool).ExpireLeases(ctx, gen.ExpireLeasesParams{Max: 10, WorkerID: -1})
+	taken, err := gen.New(tx).ExpireLeases(ctx, gen.ExpireLeasesParams{Max: 10, WorkerID: -1})
 	if err != nil || !slices.Equal(taken, []int64{int64(ids[1])}) {
 		t.Fatalf("take over: %v, %v", taken, err)
 	}
-	time.Sleep(2 * time.Second) // the heartbeat finds the lease gone
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Once the heartbeat has found the lease gone, the waiting job's own
+	// lease time still has two thirds of a lease to run: only the takeover
+	// keeps it from starting.
+	deadline := time.Now().Add(10 * time.Second)
+	for !logs.has("pgtask: a job's lease was lost while it waited in its run; it will not start here") {
+		if time.Now().After(deadline) {
+			t.Fatal("the heartbeat did not find the waiting job's lease lost")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	close(release)
 	for _, j := range b.waitQueueDone(t, runtime.DefaultQueue, 30*time.Second) {
 		if j.Status != testdb.PgtaskJobStatusSucceeded {
@@ -410,5 +431,38 @@ func TestLeaseRunStopsAtAJobTakenOverWhileItWaited(t *testing.T) {
 	}
 	if j := b.job(t, ids[2]); j.Attempts != 1 {
 		t.Fatalf("the job behind it: %d attempts, want 1 (handed back, then run once)", j.Attempts)
+	}
+}
+
+// A hand-back returns the attempt, so the attempt's number comes round
+// again with the next claim. A hand-back sent again (its reply lost) after
+// another worker claimed the job must leave that claim alone: it is fenced
+// by the claim's token as well as the attempt.
+func TestLeaseHandBackSentAgainLeavesTheNextClaimAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := enqueue(t, b.pool, "seq", seqPayload{Seq: 0})
+	q := gen.New(b.pool)
+	claim := func(worker int32, token int64) {
+		t.Helper()
+		rows, err := q.ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{
+			Queue: runtime.DefaultQueue, Max: 1, WorkerID: worker, LeaseMs: 60_000, Token: token, RunMax: 10,
+		})
+		if err != nil || len(rows) != 1 || rows[0].ID != int64(id) || rows[0].Attempts != 1 {
+			t.Fatalf("claim by worker %d: %+v, %v; want job %d at attempt 1", worker, rows, err, id)
+		}
+	}
+	handBack := gen.ReleaseLeasedJobsParams{Ids: []int64{int64(id)}, Attempts: []int32{1}, Tokens: []int64{111}}
+	claim(1, 111)
+	if n, err := q.ReleaseLeasedJobs(ctx, handBack); err != nil || n != 1 {
+		t.Fatalf("hand back: %d rows, %v", n, err)
+	}
+	claim(2, 222)
+	if n, err := q.ReleaseLeasedJobs(ctx, handBack); err != nil || n != 0 {
+		t.Fatalf("the hand-back sent again: %d rows, %v; want none", n, err)
+	}
+	if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusStarted || j.Attempts != 1 || j.WorkerID.Int32 != 2 {
+		t.Fatalf("after the hand-back sent again: %s, %d attempts, worker %v; want worker 2's claim", j.Status, j.Attempts, j.WorkerID.Int32)
 	}
 }

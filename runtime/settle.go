@@ -33,8 +33,10 @@ type outcome struct {
 	// so whatever it did there was rolled back.
 	lost bool
 	// unstarted: lease mode's hand-back of a job of a run whose handler
-	// never started; its attempt is returned, nothing recorded.
-	unstarted bool
+	// never started; its attempt is returned, nothing recorded. claimToken
+	// is the token of the claim that took it, which fences the hand-back.
+	unstarted  bool
+	claimToken int64
 }
 
 // stopsGroup reports whether a grouped job's attempt keeps its group from

@@ -399,6 +399,11 @@ func (l *recordedLogs) Handle(_ context.Context, r slog.Record) error {
 func (l *recordedLogs) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *recordedLogs) WithGroup(string) slog.Handler      { return l }
 
+func (l *recordedLogs) has(msg string) bool {
+	_, ok := l.levelOf(msg)
+	return ok
+}
+
 func (l *recordedLogs) levelOf(msg string) (slog.Level, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -112,14 +112,15 @@ END;
 $$;
 
 -- The jobs that follow the grouped heads p_heads (just picked, locked) in
--- their groups, up to p_room of them, to fill a claim: a follower is taken
+-- their groups, up to p_room of them and p_per_head behind any one head, to
+-- fill a claim: a follower is taken
 -- only in an unbroken run right behind its head, the next unfinished jobs of
 -- the group in id order, each queued and not locked by anyone (a started
 -- one, left by a lost session or a worker's run, ends the run). Locks what
 -- it returns (FOR UPDATE). The worker runs a group's run in order and stops
 -- it at the first job that does not let the group move on, handing the rest
 -- back; so a run keeps the group's order and one-at-a-time rule.
-CREATE OR REPLACE FUNCTION pgtask.pick_runs(p_heads bigint[], p_room integer)
+CREATE OR REPLACE FUNCTION pgtask.pick_runs(p_heads bigint[], p_room integer, p_per_head integer)
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -143,7 +144,7 @@ BEGIN
              WHERE group_id = h.group_id
                AND pgtask.job_pending(status) AND id <> h.id
              ORDER BY id
-             LIMIT room) e;
+             LIMIT least(room, p_per_head)) e;
         CONTINUE WHEN expected IS NULL OR expected[1] < h.id;
         SELECT array_agg(r.id ORDER BY r.id) INTO got FROM (
             SELECT id FROM pgtask.jobs
@@ -234,7 +235,7 @@ BEGIN
         RETURN;
     END IF;
     IF cardinality(picked) < p_max THEN
-        picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked));
+        picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked), p_max);
     END IF;
     RETURN QUERY
         WITH claimed AS (
@@ -567,8 +568,8 @@ $$;
 -- (expire_leases), and the late outcome of the stale attempt is refused.
 
 -- Claims up to p_max jobs of a queue with a lease of p_lease_ms: runnable
--- heads, by priority then id (see pick_heads for the cursor), and, with
--- p_runs, to fill the claim, the runs of jobs behind grouped heads (see
+-- heads, by priority then id (see pick_heads for the cursor), and, to fill
+-- the claim, the runs of up to p_run_max jobs behind grouped heads (see
 -- pick_runs), which the worker runs one at a time in order. Their attempts
 -- are counted and committed before any handler runs. A group's next job
 -- that is not in a run becomes claimable when its head's success is
@@ -577,7 +578,7 @@ $$;
 -- (release_leased_claim).
 CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs_v3(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
                                                     p_after_priority smallint, p_after_id bigint, p_token bigint,
-                                                    p_runs boolean)
+                                                    p_run_max integer)
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
@@ -596,8 +597,8 @@ BEGIN
         RETURN;
     END IF;
     picked := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id);
-    IF p_runs AND cardinality(picked) BETWEEN 1 AND p_max - 1 THEN
-        picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked));
+    IF p_run_max > 0 AND cardinality(picked) BETWEEN 1 AND p_max - 1 THEN
+        picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked), p_run_max);
     END IF;
     RETURN QUERY
         WITH claimed AS (
@@ -625,7 +626,7 @@ RETURNS TABLE (
 )
 LANGUAGE sql AS $$
     SELECT * FROM pgtask.claim_leased_jobs_v3(p_queue, p_max, p_worker, p_lease_ms, p_after_priority, p_after_id,
-                                              p_token, false);
+                                              p_token, 0);
 $$;
 
 -- The lease-mode claim of workers two releases back: claim_leased_jobs_v2
