@@ -135,7 +135,12 @@ func (l *leaser) loop(ctx, hard context.Context) {
 			}
 		}
 		// Nothing to record and nothing to claim: wait for a handler, a
-		// wake-up, the poll, or shutdown.
+		// wake-up, the poll, or shutdown. Once shutdown has begun, only for
+		// the handlers still running (a closed Done would not wait).
+		var stopping <-chan struct{}
+		if claiming {
+			stopping = ctx.Done()
+		}
 		poll := time.NewTimer(jitter(l.w.cfg.PollInterval))
 		select {
 		case o := <-l.done:
@@ -145,7 +150,7 @@ func (l *leaser) loop(ctx, hard context.Context) {
 			more = true
 		case <-poll.C:
 			more = true
-		case <-ctx.Done():
+		case <-stopping:
 		}
 		poll.Stop()
 	}
