@@ -94,8 +94,8 @@ type QueueConfig struct {
 	// fails, and commit together: far fewer round trips and commits for
 	// short jobs, at the price of a batch's jobs waiting for each other.
 	// Default 1. Lease mode ignores BatchSize: it claims as many jobs as
-	// Concurrency has room for, runnable heads first and then the runs
-	// behind them, so a busy group's jobs are claimed many at a time.
+	// Concurrency has room for, runnable heads first and then runs of up to
+	// 10 jobs behind them, so a busy group's jobs are claimed many at a time.
 	BatchSize int
 }
 
