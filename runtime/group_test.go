@@ -65,6 +65,19 @@ func (l *startLog) begin(p seqPayload) {
 	l.groupsAt = max(l.groupsAt, busy)
 }
 
+// logged makes a handler of "seq" jobs that records its starts in l around h.
+func (l *startLog) logged(h func(job *runtime.Job, p seqPayload) error) func(context.Context, *runtime.Job) error {
+	return func(_ context.Context, job *runtime.Job) error {
+		p, err := runtime.DecodePayload[seqPayload](job)
+		if err != nil {
+			return err
+		}
+		l.begin(p)
+		defer l.end(p)
+		return h(job, p)
+	}
+}
+
 func (l *startLog) end(p seqPayload) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -321,18 +334,12 @@ func TestHotGroupRunsInOrderWithBatches(t *testing.T) {
 	b := setup(t)
 	const n = 300
 	log := newStartLog()
-	handler := func(ctx context.Context, job *runtime.Job) error {
-		p, err := runtime.DecodePayload[seqPayload](job)
-		if err != nil {
-			return err
-		}
-		log.begin(p)
-		defer log.end(p)
+	handler := log.logged(func(job *runtime.Job, p seqPayload) error {
 		if p.Seq%13 == 5 && job.Attempt == 1 {
 			return errors.New("first attempt fails")
 		}
 		return nil
-	}
+	})
 	for range 2 {
 		startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"hot": {Concurrency: 2, BatchSize: 16}}},
 			runtime.Registration{Kind: "seq", Handler: handler, Backoff: fastRetry})

@@ -251,18 +251,12 @@ func TestLeaseRunsAGroupInOrderAndHandsBackBehindARetry(t *testing.T) {
 	const n = 8
 	ids := enqueueGroup(t, b, runtime.DefaultQueue, "g0", n)
 	log := newStartLog()
-	handler := func(ctx context.Context, job *runtime.Job) error {
-		p, err := runtime.DecodePayload[seqPayload](job)
-		if err != nil {
-			return err
-		}
-		log.begin(p)
-		defer log.end(p)
+	handler := log.logged(func(job *runtime.Job, p seqPayload) error {
 		if p.Seq == 3 && job.Attempt == 1 {
 			return errors.New("first attempt fails")
 		}
 		return nil
-	}
+	})
 	startWorker(t, b.url, leaseConfig(20), runtime.Registration{Kind: "seq", Handler: handler, Backoff: fastRetry})
 	for _, j := range b.waitQueueDone(t, runtime.DefaultQueue, 30*time.Second) {
 		if j.Status != testdb.PgtaskJobStatusSucceeded {
@@ -363,19 +357,13 @@ func TestLeaseRunStopsAtAJobTakenOverWhileItWaited(t *testing.T) {
 	log := newStartLog()
 	release := make(chan struct{})
 	running := make(chan struct{}, 1)
-	handler := func(ctx context.Context, job *runtime.Job) error {
-		p, err := runtime.DecodePayload[seqPayload](job)
-		if err != nil {
-			return err
-		}
-		log.begin(p)
-		defer log.end(p)
+	handler := log.logged(func(job *runtime.Job, p seqPayload) error {
 		if p.Seq == 0 {
 			running <- struct{}{}
 			<-release
 		}
 		return nil
-	}
+	})
 	cfg := leaseConfig(20)
 	cfg.Lease = 3 * time.Second // a heartbeat a second
 	logs := &recordedLogs{}
