@@ -65,6 +65,22 @@ func (l *startLog) begin(p seqPayload) {
 	l.groupsAt = max(l.groupsAt, busy)
 }
 
+// enqueueGroup enqueues n jobs of kind "seq" into one group of queue, in
+// order, and returns their ids.
+func enqueueGroup(t *testing.T, b *bundle, queue, group string, n int) []runtime.JobID {
+	t.Helper()
+	reqs := make([]runtime.EnqueueRequest, n)
+	for i := range reqs {
+		reqs[i] = runtime.EnqueueRequest{Kind: "seq", Payload: mustJSON(t, seqPayload{Group: group, Seq: i})}
+		reqs[i].Apply(runtime.WithQueue(queue), runtime.WithGroup(group))
+	}
+	ids, err := runtime.EnqueueMany(context.Background(), b.pool, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
 // logged makes a handler of "seq" jobs that records its starts in l around h.
 func (l *startLog) logged(h func(job *runtime.Job, p seqPayload) error) func(context.Context, *runtime.Job) error {
 	return func(_ context.Context, job *runtime.Job) error {
@@ -344,14 +360,7 @@ func TestHotGroupRunsInOrderWithBatches(t *testing.T) {
 		startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"hot": {Concurrency: 2, BatchSize: 16}}},
 			runtime.Registration{Kind: "seq", Handler: handler, Backoff: fastRetry})
 	}
-	reqs := make([]runtime.EnqueueRequest, n)
-	for i := range reqs {
-		reqs[i] = runtime.EnqueueRequest{Kind: "seq", Payload: mustJSON(t, seqPayload{Group: "g0", Seq: i})}
-		reqs[i].Apply(runtime.WithQueue("hot"), runtime.WithGroup("g0"))
-	}
-	if _, err := runtime.EnqueueMany(context.Background(), b.pool, reqs); err != nil {
-		t.Fatal(err)
-	}
+	enqueueGroup(t, b, "hot", "g0", n)
 	for _, j := range b.waitQueueDone(t, "hot", 60*time.Second) {
 		if j.Status != testdb.PgtaskJobStatusSucceeded {
 			t.Fatalf("job %d is %s: %s", j.ID, j.Status, j.Errors)

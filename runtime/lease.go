@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -260,7 +259,7 @@ func runsOf(rows []gen.ClaimJobsRow) [][]gen.ClaimJobsRow {
 	var runs [][]gen.ClaimJobsRow
 	at := map[string]int{}
 	for _, row := range rows {
-		if i, ok := at[row.GroupKey]; ok && row.GroupKey != "" {
+		if i, ok := at[row.GroupKey]; ok {
 			runs[i] = append(runs[i], row)
 			continue
 		}
@@ -270,17 +269,16 @@ func runsOf(rows []gen.ClaimJobsRow) [][]gen.ClaimJobsRow {
 		runs = append(runs, []gen.ClaimJobsRow{row})
 	}
 	for _, run := range runs {
-		slices.SortFunc(run, func(a, b gen.ClaimJobsRow) int { return cmp.Compare(a.ID, b.ID) })
+		slices.SortFunc(run, byID)
 	}
 	return runs
 }
 
 // start runs a run that the claim marked token took on a goroutine of its
 // own, one job after the other; until is when the claim's leases run out at
-// the earliest. The run
-// stops at a job that does not let its group move on, as in the
-// held-transaction mode, and at shutdown or a lease that may be lost: the
-// jobs left are handed back unstarted.
+// the earliest. The run stops at a job that does not let its group move on,
+// as in the held-transaction mode, and at shutdown or a lease that may be
+// lost: the jobs left are handed back unstarted.
 func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, token int64, until time.Time) {
 	jobs := make([]*leasedJob, len(run))
 	l.mu.Lock()

@@ -225,22 +225,6 @@ func TestQueueModeFollowsItsKinds(t *testing.T) {
 	}
 }
 
-// enqueueGroup enqueues n jobs of kind "seq" into one group of queue, in
-// order, and returns their ids.
-func enqueueGroup(t *testing.T, b *bundle, queue, group string, n int) []runtime.JobID {
-	t.Helper()
-	reqs := make([]runtime.EnqueueRequest, n)
-	for i := range reqs {
-		reqs[i] = runtime.EnqueueRequest{Kind: "seq", Payload: mustJSON(t, seqPayload{Group: group, Seq: i})}
-		reqs[i].Apply(runtime.WithQueue(queue), runtime.WithGroup(group))
-	}
-	ids, err := runtime.EnqueueMany(context.Background(), b.pool, reqs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ids
-}
-
 // A lease-mode claim takes a group's head and the jobs right behind it, and
 // runs them one at a time in order. A failure that will be retried stops
 // the run: the jobs behind it are handed back with their attempts

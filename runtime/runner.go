@@ -322,7 +322,7 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 // handed back, as is everything not started when shutdown begins. It stops
 // at an abandoned handler.
 func (s *session) run(ctx, hard context.Context, batch []gen.ClaimJobsRow) (batchEnd, *abandonment) {
-	slices.SortFunc(batch, func(a, b gen.ClaimJobsRow) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(batch, byID)
 	var end batchEnd
 	stopped := map[string]bool{}
 	for i, row := range batch {
@@ -376,6 +376,9 @@ func (r *runner) afterSettle(outcomes []outcome, busy []string) {
 		r.w.advanceLater(r.q.name, busy)
 	}
 }
+
+// byID orders claimed jobs by id: a group's jobs in the order they run.
+func byID(a, b gen.ClaimJobsRow) int { return cmp.Compare(a.ID, b.ID) }
 
 func ids(rows []gen.ClaimJobsRow) []int64 {
 	out := make([]int64, len(rows))

@@ -113,13 +113,13 @@ $$;
 
 -- The jobs that follow the grouped heads p_heads (just picked, locked) in
 -- their groups, up to p_room of them and p_per_head behind any one head, to
--- fill a claim: a follower is taken
--- only in an unbroken run right behind its head, the next unfinished jobs of
--- the group in id order, each queued and not locked by anyone (a started
--- one, left by a lost session or a worker's run, ends the run). Locks what
--- it returns (FOR UPDATE). The worker runs a group's run in order and stops
--- it at the first job that does not let the group move on, handing the rest
--- back; so a run keeps the group's order and one-at-a-time rule.
+-- fill a claim: a follower is taken only in an unbroken run right behind its
+-- head, the next unfinished jobs of the group in id order, each queued and
+-- not locked by anyone (a started one, left by a lost session or a worker's
+-- run, ends the run). Locks what it returns (FOR UPDATE). The worker runs a
+-- group's run in order and stops it at the first job that does not let the
+-- group move on, handing the rest back; so a run keeps the group's order and
+-- one-at-a-time rule.
 CREATE OR REPLACE FUNCTION pgtask.pick_runs(p_heads bigint[], p_room integer, p_per_head integer)
 RETURNS bigint[]
 LANGUAGE plpgsql
