@@ -138,14 +138,14 @@ func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error,
 	ctx, cancel := context.WithTimeout(cancellable, reg.Timeout)
 	defer cancel() // an abandoned handler's context is past its deadline already
 	done := make(chan error, 1)
-	go func() {
+	w.spare.do(func() {
 		defer func() {
 			if v := recover(); v != nil {
 				done <- &PanicError{Value: v, Stack: debug.Stack()}
 			}
 		}()
 		done <- w.handle(ctx, reg, job)
-	}()
+	})
 	timedOut := func() bool { return errors.Is(ctx.Err(), context.DeadlineExceeded) && hard.Err() == nil }
 	// The cause of ctx is whichever came first: a cancel after the
 	// deadline leaves the attempt timed out.

@@ -287,7 +287,7 @@ func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, token 
 		l.running[row.ID] = jobs[i]
 	}
 	l.mu.Unlock()
-	go func() {
+	l.w.spare.do(func() {
 		for i, row := range run {
 			jctx, cancel := context.WithCancel(hard)
 			if !l.begin(ctx, jobs[i], cancel) {
@@ -305,7 +305,7 @@ func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, token 
 				return
 			}
 		}
-	}()
+	})
 }
 
 // begin reports whether a job of a run may start: not after shutdown began,

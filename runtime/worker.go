@@ -242,6 +242,8 @@ type Worker struct {
 	claims claimTokens
 	// running are the attempts whose handlers run now, for cancel requests.
 	running runningJobs
+	// spare runs handlers and lease-mode runs on goroutines kept for reuse.
+	spare *goroutines
 	// leader: the worker was elected at its last election, and leaderUntil
 	// when it stops counting itself leader (see leadership).
 	leader      atomic.Bool
@@ -408,6 +410,7 @@ func newWorker(cfg Config) (*Worker, int, error) {
 		queues:   map[string]*queue{},
 		id:       newWorkerID(),
 		claims:   claimTokens{held: map[int64]struct{}{}},
+		spare:    newGoroutines(),
 	}
 	switch cfg.ConnectionCheck {
 	case CheckFree, CheckMax, CheckNone:
@@ -438,6 +441,7 @@ func (w *Worker) Pool() *pgxpool.Pool { return w.pool }
 // Close closes the worker's pool, unless it is the application's (see
 // NewWorkerFromPool). Call it after Run has returned.
 func (w *Worker) Close() {
+	w.spare.stop()
 	if w.ownPool {
 		w.pool.Close()
 	}
@@ -532,6 +536,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	runners.Wait()
 	stopAdvancing()
 	wg.Wait()
+	w.spare.stop()
 	w.log.Info("pgtask worker stopped")
 	return nil
 }
