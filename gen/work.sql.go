@@ -320,17 +320,26 @@ func (q *Queries) ExpireLeases(ctx context.Context, arg ExpireLeasesParams) ([]i
 }
 
 const ExtendLeases = `-- name: ExtendLeases :many
-SELECT e.id::bigint AS id FROM pgtask.extend_leases($1::bigint[], $2::integer[], $3::bigint) AS e(id)
+SELECT e.id::bigint AS id
+  FROM pgtask.extend_leases_v2($1::bigint[], $2::integer[], $3::bigint[], $4::bigint) AS e(id)
 `
 
 type ExtendLeasesParams struct {
 	Ids      []int64 `db:"ids"`
 	Attempts []int32 `db:"attempts"`
+	Tokens   []int64 `db:"tokens"`
 	LeaseMs  int64   `db:"lease_ms"`
 }
 
+// Extends the leases of claimed attempts, each fenced by its attempt and
+// its claim's token (see pgtask.extend_leases_v2).
 func (q *Queries) ExtendLeases(ctx context.Context, arg ExtendLeasesParams) ([]int64, error) {
-	rows, err := q.db.Query(ctx, ExtendLeases, arg.Ids, arg.Attempts, arg.LeaseMs)
+	rows, err := q.db.Query(ctx, ExtendLeases,
+		arg.Ids,
+		arg.Attempts,
+		arg.Tokens,
+		arg.LeaseMs,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -126,7 +126,10 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
             run_after, metadata);
 
 -- name: ExtendLeases :many
-SELECT e.id::bigint AS id FROM pgtask.extend_leases(@ids::bigint[], @attempts::integer[], @lease_ms::bigint) AS e(id);
+-- Extends the leases of claimed attempts, each fenced by its attempt and
+-- its claim's token (see pgtask.extend_leases_v2).
+SELECT e.id::bigint AS id
+  FROM pgtask.extend_leases_v2(@ids::bigint[], @attempts::integer[], @tokens::bigint[], @lease_ms::bigint) AS e(id);
 
 -- name: ExpireLeases :many
 SELECT e.id::bigint AS id FROM pgtask.expire_leases(@max, @worker_id::integer) AS e(id);

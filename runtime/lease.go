@@ -54,6 +54,8 @@ type leaser struct {
 // handler or, while it waits, marks it lost so that it never starts.
 type leasedJob struct {
 	attempt int32
+	// token is the claim's: with the attempt, it fences the extensions.
+	token int64
 	// until is a time the lease lasts at least to: the lease from when the
 	// claim or the last extension was sent, by this process's clock.
 	until time.Time
@@ -283,7 +285,7 @@ func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, token 
 	jobs := make([]*leasedJob, len(run))
 	l.mu.Lock()
 	for i, row := range run {
-		jobs[i] = &leasedJob{attempt: row.Attempts, until: until}
+		jobs[i] = &leasedJob{attempt: row.Attempts, token: token, until: until}
 		l.running[row.ID] = jobs[i]
 	}
 	l.mu.Unlock()
@@ -295,7 +297,7 @@ func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, token 
 				l.handBack(run[i:], token)
 				return
 			}
-			o := l.execute(jctx, row)
+			o := l.execute(jctx, row, token)
 			cancel()
 			l.forget(row.ID)
 			o.retryNow = o.retryNow || hard.Err() != nil
@@ -336,13 +338,14 @@ func (l *leaser) forget(id int64) {
 	l.mu.Unlock()
 }
 
-// execute runs one leased job. When the handler used the job's
-// transaction, a success is recorded in it, fenced by attempt, and commits
-// with the handler's writes (or, refused, is rolled back with them).
-func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow) outcome {
+// execute runs one leased job, which the claim marked token took. When the
+// handler used the job's transaction, a success is recorded in it, fenced by
+// attempt, and commits with the handler's writes (or, refused, is rolled
+// back with them).
+func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow, token int64) outcome {
 	w := l.w
 	job := newJob(row)
-	job.lease = &jobLease{w: w, id: row.ID, attempt: row.Attempts}
+	job.lease = &jobLease{w: w, id: row.ID, attempt: row.Attempts, token: token}
 	ltx := &lazyTx{w: w}
 	job.tx = ltx
 	o := w.newOutcome(row)
@@ -408,6 +411,7 @@ func (l *leaser) heartbeat(ctx context.Context) {
 		for id, j := range l.running {
 			p.Ids = append(p.Ids, id)
 			p.Attempts = append(p.Attempts, j.attempt)
+			p.Tokens = append(p.Tokens, j.token)
 			asked = append(asked, j)
 		}
 		l.mu.Unlock()
@@ -453,6 +457,7 @@ type jobLease struct {
 	w       *Worker
 	id      int64
 	attempt int32
+	token   int64
 }
 
 // Extend asks for the job's lease to run at least d from now. In the
@@ -464,7 +469,7 @@ func (j *Job) Extend(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 	kept, err := gen.New(j.lease.w.pool).ExtendLeases(ctx, gen.ExtendLeasesParams{
-		Ids: []int64{j.lease.id}, Attempts: []int32{j.lease.attempt}, LeaseMs: d.Milliseconds(),
+		Ids: []int64{j.lease.id}, Attempts: []int32{j.lease.attempt}, Tokens: []int64{j.lease.token}, LeaseMs: d.Milliseconds(),
 	})
 	if err != nil {
 		return fmt.Errorf("job %d: extend lease: %w", j.ID, err)

@@ -438,3 +438,51 @@ func TestLeaseHandBackSentAgainLeavesTheNextClaimAlone(t *testing.T) {
 		t.Fatalf("after the hand-back sent again: %s, %d attempts, worker %v; want worker 2's claim", j.Status, j.Attempts, j.WorkerID.Int32)
 	}
 }
+
+// A heartbeat still carrying a job its worker handed back (the attempt
+// returned, then claimed by another worker under the same number) must not
+// extend the other worker's lease, which would put off its takeover.
+func TestLeaseExtensionOfAHandedBackClaimLeavesTheNextAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := enqueue(t, b.pool, "seq", seqPayload{Seq: 0})
+	q := gen.New(b.pool)
+	claim := func(worker int32, token int64) {
+		t.Helper()
+		rows, err := q.ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{
+			Queue: runtime.DefaultQueue, Max: 1, WorkerID: worker, LeaseMs: 60_000, Token: token, RunMax: 10,
+		})
+		if err != nil || len(rows) != 1 || rows[0].ID != int64(id) || rows[0].Attempts != 1 {
+			t.Fatalf("claim by worker %d: %+v, %v; want job %d at attempt 1", worker, rows, err, id)
+		}
+	}
+	extend := func(token int64) []int64 {
+		t.Helper()
+		kept, err := q.ExtendLeases(ctx, gen.ExtendLeasesParams{
+			Ids: []int64{int64(id)}, Attempts: []int32{1}, Tokens: []int64{token}, LeaseMs: 3_600_000,
+		})
+		if err != nil {
+			t.Fatalf("extend with token %d: %v", token, err)
+		}
+		return kept
+	}
+	claim(1, 111)
+	if kept := extend(111); len(kept) != 1 {
+		t.Fatalf("worker 1 extending its own claim kept %v; want job %d", kept, id)
+	}
+	if n, err := q.ReleaseLeasedJobs(ctx, gen.ReleaseLeasedJobsParams{Ids: []int64{int64(id)}, Attempts: []int32{1}, Tokens: []int64{111}}); err != nil || n != 1 {
+		t.Fatalf("hand back: %d rows, %v", n, err)
+	}
+	claim(2, 222)
+	before := b.job(t, id).LeaseUntil
+	if kept := extend(111); len(kept) != 0 {
+		t.Fatalf("worker 1's late heartbeat kept %v; want nothing", kept)
+	}
+	if after := b.job(t, id).LeaseUntil; after == nil || before == nil || !after.Equal(*before) {
+		t.Fatalf("worker 2's lease moved from %v to %v on worker 1's late heartbeat", before, after)
+	}
+	if kept := extend(222); len(kept) != 1 {
+		t.Fatalf("worker 2 extending its claim kept %v; want job %d", kept, id)
+	}
+}

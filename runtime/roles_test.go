@@ -710,7 +710,7 @@ func TestMigrateGrantsNewFunctionsToTheirRoles(t *testing.T) {
 	ctx := context.Background()
 	r := grantTestRoles(t, b, false)
 	producer, worker := gen.New(poolAs(t, b, r.Producer)), gen.New(poolAs(t, b, r.Worker))
-	extend := gen.ExtendLeasesParams{Ids: []int64{1}, Attempts: []int32{1}, LeaseMs: 1000}
+	extend := gen.ExtendLeasesParams{Ids: []int64{1}, Attempts: []int32{1}, Tokens: []int64{1}, LeaseMs: 1000}
 	// A producer may not run it: refused at the function.
 	refused := func(when string, err error, at string) {
 		t.Helper()
@@ -722,7 +722,7 @@ func TestMigrateGrantsNewFunctionsToTheirRoles(t *testing.T) {
 	refused("at first", err, "function extend_leases")
 
 	// The next revision of work.sql, as a release might ship it: its
-	// function extend_leases created anew.
+	// function extend_leases_v2 created anew.
 	files, err := schema.FunctionFiles()
 	if err != nil {
 		t.Fatal(err)
@@ -730,7 +730,7 @@ func TestMigrateGrantsNewFunctionsToTheirRoles(t *testing.T) {
 	i := slices.IndexFunc(files, func(f schema.FunctionFile) bool { return f.Name == "work.sql" })
 	next := files[i]
 	next.Revision++
-	next.SQL = "DROP FUNCTION pgtask.extend_leases(bigint[], integer[], bigint);\n" + next.SQL
+	next.SQL = "DROP FUNCTION pgtask.extend_leases_v2(bigint[], integer[], bigint[], bigint);\n" + next.SQL
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -754,9 +754,9 @@ func TestMigrateGrantsNewFunctionsToTheirRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !report.Changed() || !slices.ContainsFunc(report.Grants, func(s string) bool {
-		return strings.Contains(s, "pgtask.extend_leases(bigint[],integer[],bigint)") && strings.HasSuffix(s, "TO "+r.Worker)
+		return strings.Contains(s, "pgtask.extend_leases_v2(bigint[],integer[],bigint[],bigint)") && strings.HasSuffix(s, "TO "+r.Worker)
 	}) {
-		t.Fatalf("Migrate granted %q; want extend_leases granted to %s", report.Grants, r.Worker)
+		t.Fatalf("Migrate granted %q; want extend_leases_v2 granted to %s", report.Grants, r.Worker)
 	}
 	wantNoDrift(t, b)
 	_, err = producer.ExtendLeases(ctx, extend)

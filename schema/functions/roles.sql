@@ -1,4 +1,4 @@
--- revision: 4
+-- revision: 5
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -101,6 +101,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'fail_job', 'EXECUTE'),
     ('worker', 'function', 'release_session_jobs', 'EXECUTE'),
     ('worker', 'function', 'extend_leases', 'EXECUTE'),
+    ('worker', 'function', 'extend_leases_v2', 'EXECUTE'),
     ('worker', 'function', 'expire_leases', 'EXECUTE'),
     ('worker', 'function', 'release_leased_claim', 'EXECUTE'),
     ('worker', 'function', 'promote_scheduled', 'EXECUTE'),

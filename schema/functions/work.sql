@@ -1,4 +1,4 @@
--- revision: 23
+-- revision: 24
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -643,9 +643,27 @@ LANGUAGE sql AS $$
       FROM pgtask.claim_leased_jobs_v2(p_queue, p_max, p_worker, p_lease_ms, p_after_priority, p_after_id, p_token) c;
 $$;
 
--- Extends to p_lease_ms from now the leases of running attempts (p_ids with
--- their p_attempts) and returns the ids it extended; an attempt left out was
--- taken over or settled, and its handler should stop.
+-- Extends to p_lease_ms from now the leases of claimed attempts, each named
+-- by its job (p_ids), its attempt (p_attempts) and the token of the claim
+-- that took it (p_tokens), and returns the ids it extended; an attempt left
+-- out was taken over, handed back or settled, and its handler should stop.
+-- The token tells apart two claims of one attempt number, which a hand-back
+-- makes possible (it returns the attempt): the heartbeat of a worker that
+-- handed a job back must not extend the lease of the worker that claimed
+-- the job next, which would put off its takeover.
+CREATE OR REPLACE FUNCTION pgtask.extend_leases_v2(p_ids bigint[], p_attempts integer[], p_tokens bigint[], p_lease_ms bigint)
+RETURNS SETOF bigint
+LANGUAGE sql AS $$
+    UPDATE pgtask.jobs j
+       SET lease_until = greatest(j.lease_until, clock_timestamp() + p_lease_ms * interval '1 millisecond')
+      FROM unnest(p_ids, p_attempts, p_tokens) AS d(id, attempt, token)
+     WHERE j.id = d.id AND j.status::text = 'started' AND j.attempts = d.attempt AND j.claim_token = d.token
+       AND j.lease_until IS NOT NULL
+    RETURNING j.id;
+$$;
+
+-- The heartbeat of workers of the previous release: extend_leases_v2
+-- fenced by the attempt alone.
 CREATE OR REPLACE FUNCTION pgtask.extend_leases(p_ids bigint[], p_attempts integer[], p_lease_ms bigint) RETURNS SETOF bigint
 LANGUAGE sql AS $$
     UPDATE pgtask.jobs j
