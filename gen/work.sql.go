@@ -540,14 +540,21 @@ func (q *Queries) ReleaseJobSavepoint(ctx context.Context) error {
 	return err
 }
 
-const ReleaseJobs = `-- name: ReleaseJobs :execrows
-UPDATE pgtask.jobs j
-   SET status = CASE WHEN r.attempt = j.attempts THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
-       finished_at = CASE WHEN r.attempt = j.attempts THEN clock_timestamp() ELSE j.finished_at END,
-       attempts = j.attempts - 1, owner_pid = NULL
-  FROM unnest($2::bigint[]) AS u(id)
-  LEFT JOIN pgtask.cancel_requests r ON r.job_id = u.id
- WHERE j.id = u.id AND j.status::text = 'started' AND j.owner_pid = $1::integer
+const ReleaseJobs = `-- name: ReleaseJobs :one
+WITH released AS (
+    UPDATE pgtask.jobs j
+       SET status = CASE WHEN r.attempt = j.attempts THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
+           finished_at = CASE WHEN r.attempt = j.attempts THEN clock_timestamp() ELSE j.finished_at END,
+           attempts = j.attempts - 1, owner_pid = NULL
+      FROM unnest($2::bigint[]) AS u(id)
+      LEFT JOIN pgtask.cancel_requests r ON r.job_id = u.id
+     WHERE j.id = u.id AND j.status::text = 'started' AND j.owner_pid = $1::integer
+    RETURNING j.queue, j.status::text AS status, j.is_head
+), woken AS (
+    SELECT pg_notify('pgtask', q.queue)
+      FROM (SELECT DISTINCT r.queue FROM released r WHERE r.is_head AND r.status = 'queued') q
+)
+SELECT (SELECT count(*) FROM released)::bigint AS released, (SELECT count(*) FROM woken)::bigint AS woken
 `
 
 type ReleaseJobsParams struct {
@@ -555,18 +562,24 @@ type ReleaseJobsParams struct {
 	Ids      []int64 `db:"ids"`
 }
 
+type ReleaseJobsRow struct {
+	Released int64 `db:"released"`
+	Woken    int64 `db:"woken"`
+}
+
 // Gives back claimed jobs whose handler never started (shutdown, or a batch
 // cut short): their attempt is returned, since nothing ran. A job an
 // operator asked to cancel in that attempt (see pgtask.cancel_job) ends
 // cancelled instead: requeued, it could be claimed and run again before
 // maintenance applied the request. If it was its group's head, the group
-// moves on with maintenance, as after any head that finished.
-func (q *Queries) ReleaseJobs(ctx context.Context, arg ReleaseJobsParams) (int64, error) {
-	result, err := q.db.Exec(ctx, ReleaseJobs, arg.OwnerPid, arg.Ids)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+// moves on with maintenance, as after any head that finished. A runnable
+// head requeued wakes idle workers (a worker shutting down hands its jobs
+// to the others at once).
+func (q *Queries) ReleaseJobs(ctx context.Context, arg ReleaseJobsParams) (ReleaseJobsRow, error) {
+	row := q.db.QueryRow(ctx, ReleaseJobs, arg.OwnerPid, arg.Ids)
+	var i ReleaseJobsRow
+	err := row.Scan(&i.Released, &i.Woken)
+	return i, err
 }
 
 const ReleaseLeasedClaim = `-- name: ReleaseLeasedClaim :one
@@ -580,21 +593,33 @@ func (q *Queries) ReleaseLeasedClaim(ctx context.Context, token int64) (int32, e
 	return released, err
 }
 
-const ReleaseLeasedJobs = `-- name: ReleaseLeasedJobs :execrows
-UPDATE pgtask.jobs j
-   SET status = CASE WHEN r.attempt = j.attempts THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
-       finished_at = CASE WHEN r.attempt = j.attempts THEN clock_timestamp() ELSE j.finished_at END,
-       attempts = j.attempts - 1, lease_until = NULL, claim_token = NULL
-  FROM unnest($3::bigint[]) WITH ORDINALITY AS u(id, n)
-  LEFT JOIN pgtask.cancel_requests r ON r.job_id = u.id
- WHERE j.id = u.id AND j.status::text = 'started' AND j.attempts = ($1::integer[])[u.n]
-   AND j.claim_token = ($2::bigint[])[u.n] AND j.lease_until IS NOT NULL
+const ReleaseLeasedJobs = `-- name: ReleaseLeasedJobs :one
+WITH released AS (
+    UPDATE pgtask.jobs j
+       SET status = CASE WHEN r.attempt = j.attempts THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
+           finished_at = CASE WHEN r.attempt = j.attempts THEN clock_timestamp() ELSE j.finished_at END,
+           attempts = j.attempts - 1, lease_until = NULL, claim_token = NULL
+      FROM unnest($3::bigint[]) WITH ORDINALITY AS u(id, n)
+      LEFT JOIN pgtask.cancel_requests r ON r.job_id = u.id
+     WHERE j.id = u.id AND j.status::text = 'started' AND j.attempts = ($1::integer[])[u.n]
+       AND j.claim_token = ($2::bigint[])[u.n] AND j.lease_until IS NOT NULL
+    RETURNING j.queue, j.status::text AS status, j.is_head
+), woken AS (
+    SELECT pg_notify('pgtask', q.queue)
+      FROM (SELECT DISTINCT r.queue FROM released r WHERE r.is_head AND r.status = 'queued') q
+)
+SELECT (SELECT count(*) FROM released)::bigint AS released, (SELECT count(*) FROM woken)::bigint AS woken
 `
 
 type ReleaseLeasedJobsParams struct {
 	Attempts []int32 `db:"attempts"`
 	Tokens   []int64 `db:"tokens"`
 	Ids      []int64 `db:"ids"`
+}
+
+type ReleaseLeasedJobsRow struct {
+	Released int64 `db:"released"`
+	Woken    int64 `db:"woken"`
 }
 
 // Gives back leased jobs of a run whose handler never started (the jobs
@@ -604,13 +629,13 @@ type ReleaseLeasedJobsParams struct {
 // makes an attempt's number come round again: a job taken over, or handed
 // back and claimed by another worker, meanwhile is left alone. A
 // job an operator asked to cancel in that attempt ends cancelled, as with
-// ReleaseJobs. A group's head handed back is runnable again at once.
-func (q *Queries) ReleaseLeasedJobs(ctx context.Context, arg ReleaseLeasedJobsParams) (int64, error) {
-	result, err := q.db.Exec(ctx, ReleaseLeasedJobs, arg.Attempts, arg.Tokens, arg.Ids)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+// ReleaseJobs. A group's head handed back is runnable again at once, and
+// wakes idle workers, as with ReleaseJobs.
+func (q *Queries) ReleaseLeasedJobs(ctx context.Context, arg ReleaseLeasedJobsParams) (ReleaseLeasedJobsRow, error) {
+	row := q.db.QueryRow(ctx, ReleaseLeasedJobs, arg.Attempts, arg.Tokens, arg.Ids)
+	var i ReleaseLeasedJobsRow
+	err := row.Scan(&i.Released, &i.Woken)
+	return i, err
 }
 
 const ReleaseSessionJobs = `-- name: ReleaseSessionJobs :one

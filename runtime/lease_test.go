@@ -427,12 +427,12 @@ func TestLeaseHandBackSentAgainLeavesTheNextClaimAlone(t *testing.T) {
 	}
 	handBack := gen.ReleaseLeasedJobsParams{Ids: []int64{int64(id)}, Attempts: []int32{1}, Tokens: []int64{111}}
 	claim(1, 111)
-	if n, err := q.ReleaseLeasedJobs(ctx, handBack); err != nil || n != 1 {
-		t.Fatalf("hand back: %d rows, %v", n, err)
+	if r, err := q.ReleaseLeasedJobs(ctx, handBack); err != nil || r.Released != 1 {
+		t.Fatalf("hand back: %d rows, %v", r.Released, err)
 	}
 	claim(2, 222)
-	if n, err := q.ReleaseLeasedJobs(ctx, handBack); err != nil || n != 0 {
-		t.Fatalf("the hand-back sent again: %d rows, %v; want none", n, err)
+	if r, err := q.ReleaseLeasedJobs(ctx, handBack); err != nil || r.Released != 0 {
+		t.Fatalf("the hand-back sent again: %d rows, %v; want none", r.Released, err)
 	}
 	if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusStarted || j.Attempts != 1 || j.WorkerID.Int32 != 2 {
 		t.Fatalf("after the hand-back sent again: %s, %d attempts, worker %v; want worker 2's claim", j.Status, j.Attempts, j.WorkerID.Int32)
@@ -471,8 +471,8 @@ func TestLeaseExtensionOfAHandedBackClaimLeavesTheNextAlone(t *testing.T) {
 	if kept := extend(111); len(kept) != 1 {
 		t.Fatalf("worker 1 extending its own claim kept %v; want job %d", kept, id)
 	}
-	if n, err := q.ReleaseLeasedJobs(ctx, gen.ReleaseLeasedJobsParams{Ids: []int64{int64(id)}, Attempts: []int32{1}, Tokens: []int64{111}}); err != nil || n != 1 {
-		t.Fatalf("hand back: %d rows, %v", n, err)
+	if r, err := q.ReleaseLeasedJobs(ctx, gen.ReleaseLeasedJobsParams{Ids: []int64{int64(id)}, Attempts: []int32{1}, Tokens: []int64{111}}); err != nil || r.Released != 1 {
+		t.Fatalf("hand back: %d rows, %v", r.Released, err)
 	}
 	claim(2, 222)
 	before := b.job(t, id).LeaseUntil
