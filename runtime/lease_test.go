@@ -406,6 +406,18 @@ func TestLeaseRunStopsAtAJobTakenOverWhileItWaited(t *testing.T) {
 	}
 }
 
+// claimFirstAttempt claims, as worker with a lease, the only job of the
+// default queue, id, which must come at attempt 1.
+func claimFirstAttempt(t *testing.T, q *gen.Queries, id runtime.JobID, worker int32, token int64) {
+	t.Helper()
+	rows, err := q.ClaimLeasedJobs(context.Background(), gen.ClaimLeasedJobsParams{
+		Queue: runtime.DefaultQueue, Max: 1, WorkerID: worker, LeaseMs: 60_000, Token: token, RunMax: 10,
+	})
+	if err != nil || len(rows) != 1 || rows[0].ID != int64(id) || rows[0].Attempts != 1 {
+		t.Fatalf("claim by worker %d: %+v, %v; want job %d at attempt 1", worker, rows, err, id)
+	}
+}
+
 // A hand-back returns the attempt, so the attempt's number comes round
 // again with the next claim. A hand-back sent again (its reply lost) after
 // another worker claimed the job must leave that claim alone: it is fenced
@@ -416,15 +428,7 @@ func TestLeaseHandBackSentAgainLeavesTheNextClaimAlone(t *testing.T) {
 	ctx := context.Background()
 	id := enqueue(t, b.pool, "seq", seqPayload{Seq: 0})
 	q := gen.New(b.pool)
-	claim := func(worker int32, token int64) {
-		t.Helper()
-		rows, err := q.ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{
-			Queue: runtime.DefaultQueue, Max: 1, WorkerID: worker, LeaseMs: 60_000, Token: token, RunMax: 10,
-		})
-		if err != nil || len(rows) != 1 || rows[0].ID != int64(id) || rows[0].Attempts != 1 {
-			t.Fatalf("claim by worker %d: %+v, %v; want job %d at attempt 1", worker, rows, err, id)
-		}
-	}
+	claim := func(worker int32, token int64) { claimFirstAttempt(t, q, id, worker, token) }
 	handBack := gen.ReleaseLeasedJobsParams{Ids: []int64{int64(id)}, Attempts: []int32{1}, Tokens: []int64{111}}
 	claim(1, 111)
 	if r, err := q.ReleaseLeasedJobs(ctx, handBack); err != nil || r.Released != 1 {
@@ -448,15 +452,7 @@ func TestLeaseExtensionOfAHandedBackClaimLeavesTheNextAlone(t *testing.T) {
 	ctx := context.Background()
 	id := enqueue(t, b.pool, "seq", seqPayload{Seq: 0})
 	q := gen.New(b.pool)
-	claim := func(worker int32, token int64) {
-		t.Helper()
-		rows, err := q.ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{
-			Queue: runtime.DefaultQueue, Max: 1, WorkerID: worker, LeaseMs: 60_000, Token: token, RunMax: 10,
-		})
-		if err != nil || len(rows) != 1 || rows[0].ID != int64(id) || rows[0].Attempts != 1 {
-			t.Fatalf("claim by worker %d: %+v, %v; want job %d at attempt 1", worker, rows, err, id)
-		}
-	}
+	claim := func(worker int32, token int64) { claimFirstAttempt(t, q, id, worker, token) }
 	extend := func(token int64) []int64 {
 		t.Helper()
 		kept, err := q.ExtendLeases(ctx, gen.ExtendLeasesParams{
