@@ -24,6 +24,12 @@ import (
 
 // Handler runs one job. Returning nil succeeds the job; an error fails the
 // attempt (see NoRetry and RetryAfter); a panic is recovered and fails it too.
+//
+// Handlers run on goroutines the worker keeps and reuses for later jobs, as
+// a net/http server runs a connection's requests one after another on one
+// goroutine. A handler that changes its goroutine must undo the change
+// before it returns: unlock an OS thread it locked (runtime.LockOSThread),
+// restore debug.SetPanicOnFault. Profiler labels are reset after each job.
 type Handler func(ctx context.Context, job *Job) error
 
 // Registration ties a kind to its handler and the handler's limits.
@@ -516,6 +522,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.idleTimeout = w.longestIdle()
 	w.later = make(chan groupsOf, 64)
+	w.spare.labelFrom(ctx)
 	var wg, runners sync.WaitGroup
 	wg.Go(func() { w.listen(ctx) })
 	wg.Go(func() { w.maintain(ctx) })
