@@ -385,7 +385,12 @@ func (c *Cluster) killLocked() {
 	var children []int
 	if !p.exited() {
 		// Stopped, the postmaster cannot start children while we list them.
+		// The signal takes effect a moment after it is sent: a child started
+		// in that moment and left out of the list would outlive the kill,
+		// attached to the shared memory, and keep the next server from
+		// starting.
 		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		waitStopped(p.cmd.Process.Pid, time.Second)
 		children = childrenOf(p.cmd.Process.Pid)
 		_ = p.cmd.Process.Kill()
 		for _, pid := range children {
@@ -397,6 +402,18 @@ func (c *Cluster) killLocked() {
 	deadline := time.Now().Add(5 * time.Second)
 	for slices.ContainsFunc(children, running) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitStopped waits, up to wait, until pid is stopped by a signal (or gone).
+func waitStopped(pid int, wait time.Duration) {
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		f := procStat(pid)
+		if len(f) == 0 || f[0] == "T" || f[0] == "t" || f[0] == "Z" {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
