@@ -427,14 +427,13 @@ func TestLeaseHandBackSentAgainLeavesTheNextClaimAlone(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	id := enqueue(t, b.pool, "seq", seqPayload{Seq: 0})
-	q := gen.New(b.pool)
-	claim := func(worker int32, token int64) { claimFirstAttempt(t, q, id, worker, token) }
+	q := b.gen
 	handBack := gen.ReleaseLeasedJobsParams{Ids: []int64{int64(id)}, Attempts: []int32{1}, Tokens: []int64{111}}
-	claim(1, 111)
+	claimFirstAttempt(t, q, id, 1, 111)
 	if r, err := q.ReleaseLeasedJobs(ctx, handBack); err != nil || r.Released != 1 {
 		t.Fatalf("hand back: %d rows, %v", r.Released, err)
 	}
-	claim(2, 222)
+	claimFirstAttempt(t, q, id, 2, 222)
 	if r, err := q.ReleaseLeasedJobs(ctx, handBack); err != nil || r.Released != 0 {
 		t.Fatalf("the hand-back sent again: %d rows, %v; want none", r.Released, err)
 	}
@@ -451,8 +450,7 @@ func TestLeaseExtensionOfAHandedBackClaimLeavesTheNextAlone(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	id := enqueue(t, b.pool, "seq", seqPayload{Seq: 0})
-	q := gen.New(b.pool)
-	claim := func(worker int32, token int64) { claimFirstAttempt(t, q, id, worker, token) }
+	q := b.gen
 	extend := func(token int64) []int64 {
 		t.Helper()
 		kept, err := q.ExtendLeases(ctx, gen.ExtendLeasesParams{
@@ -463,14 +461,14 @@ func TestLeaseExtensionOfAHandedBackClaimLeavesTheNextAlone(t *testing.T) {
 		}
 		return kept
 	}
-	claim(1, 111)
+	claimFirstAttempt(t, q, id, 1, 111)
 	if kept := extend(111); len(kept) != 1 {
 		t.Fatalf("worker 1 extending its own claim kept %v; want job %d", kept, id)
 	}
 	if r, err := q.ReleaseLeasedJobs(ctx, gen.ReleaseLeasedJobsParams{Ids: []int64{int64(id)}, Attempts: []int32{1}, Tokens: []int64{111}}); err != nil || r.Released != 1 {
 		t.Fatalf("hand back: %d rows, %v", r.Released, err)
 	}
-	claim(2, 222)
+	claimFirstAttempt(t, q, id, 2, 222)
 	before := b.job(t, id).LeaseUntil
 	if kept := extend(111); len(kept) != 0 {
 		t.Fatalf("worker 1's late heartbeat kept %v; want nothing", kept)

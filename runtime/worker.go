@@ -29,7 +29,8 @@ import (
 // a net/http server runs a connection's requests one after another on one
 // goroutine. A handler that changes its goroutine must undo the change
 // before it returns: unlock an OS thread it locked (runtime.LockOSThread),
-// restore debug.SetPanicOnFault. Profiler labels are reset after each job.
+// restore debug.SetPanicOnFault. Profiler labels are reset after each job
+// to those Run was called with.
 type Handler func(ctx context.Context, job *Job) error
 
 // Registration ties a kind to its handler and the handler's limits.
