@@ -1,4 +1,4 @@
--- revision: 24
+-- revision: 25
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -30,6 +30,14 @@
 -- 1,000 started jobs of four runners: 93 ms a batch), and looked a single id
 -- up by scanning that index whole, instead of using the primary key.
 -- Compared as text, only the primary key serves.
+--
+-- The heads a claim takes first because its own transaction just promoted
+-- them (pgtask.promoted) are looked up the same way. Compared as the enum,
+-- the lookup's generic plan scanned the queue's part of the claim index
+-- (jobs_claim) and filtered it by id. The entries of every head claimed
+-- before are in that part, dead; with the vacuum horizon pinned by some
+-- other session's open transaction, nothing removes them, so a busy group
+-- claimed slower with every job it ran.
 
 -- Picks and locks (FOR UPDATE SKIP LOCKED) up to p_max runnable heads of a
 -- queue, by priority then id. A worker passes the (priority, id) of the last
@@ -59,7 +67,7 @@ BEGIN
         PERFORM set_config('pgtask.promoted', '', true);
         SELECT coalesce(array_agg(c.id ORDER BY c.priority, c.id), '{}') INTO picked FROM (
             SELECT id, priority FROM pgtask.jobs
-             WHERE id = ANY (promoted) AND queue = p_queue AND status = 'queued' AND is_head
+             WHERE id = ANY (promoted) AND queue = p_queue AND status::text = 'queued' AND is_head
              ORDER BY priority, id
              LIMIT p_max
                FOR UPDATE SKIP LOCKED) c;
@@ -212,7 +220,7 @@ BEGIN
                    claim_token = p_token, lease_until = NULL
              WHERE j.id = coalesce(
                    (SELECT id FROM pgtask.jobs
-                     WHERE id = ANY (promoted) AND queue = p_queue AND status = 'queued' AND is_head
+                     WHERE id = ANY (promoted) AND queue = p_queue AND status::text = 'queued' AND is_head
                      ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED),
                    (SELECT id FROM pgtask.jobs
                      WHERE queue = p_queue AND status = 'queued' AND is_head AND priority < p_after_priority
