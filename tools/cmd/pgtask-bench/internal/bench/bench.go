@@ -494,21 +494,34 @@ func (b *bench) measureDefaults(ctx context.Context) error {
 
 	// Another session holds a transaction open for the whole drain, so
 	// nothing that dies meanwhile can be cleaned up; then the idle worker's
-	// wake-up is timed with the dead rows still there.
+	// wake-up is timed with the dead rows still there. A single busy group
+	// is drained so too: its jobs' rows and its group's row change with
+	// every job.
+	const hot = "drain 1 hot group (serial)"
 	for _, c := range []struct {
 		label, base string
+		n, groups   int
 		qc          pgtask.QueueConfig
 	}{
-		{"defaults, transaction held open: drain ungrouped", "defaults: drain ungrouped", pgtask.QueueConfig{}},
-		{"lease, transaction held open: drain ungrouped", "lease defaults: drain ungrouped", lease},
+		{"defaults, transaction held open: drain ungrouped", "defaults: drain ungrouped", n, 0, pgtask.QueueConfig{}},
+		{"lease, transaction held open: drain ungrouped", "lease defaults: drain ungrouped", n, 0, lease},
+		{"defaults, transaction held open: " + hot, "defaults: " + hot, n / 10, 1, pgtask.QueueConfig{}},
+		{"lease, transaction held open: " + hot, "lease defaults: " + hot, n / 10, 1, lease},
 	} {
-		r, err := b.drainBacklog(ctx, 0, true, drainSpec{label: c.label, n: n, qc: c.qc, wakeSamples: b.o.WakeSamples / 3})
+		d := drainSpec{label: c.label, n: c.n, qc: c.qc}
+		if c.groups == 0 {
+			d.wakeSamples = b.o.WakeSamples / 3
+		}
+		r, err := b.drainBacklog(ctx, c.groups, true, d)
 		if err != nil {
 			return err
 		}
-		got, base := rate(n, r.elapsed), rates[c.base]
-		b.add(c.label, fmt.Sprintf("%d jobs", n), fmtRate(got), got,
+		got, base := rate(c.n, r.elapsed), rates[c.base]
+		b.add(c.label, fmt.Sprintf("%d jobs", c.n), fmtRate(got), got,
 			fmt.Sprintf(">= %.0f jobs/s (0.8x the same without)", 0.8*base), ok(got >= 0.8*base))
+		if c.groups != 0 {
+			continue
+		}
 		p99 := percentile(r.wake, 0.99)
 		b.add(strings.Replace(c.label, "drain ungrouped", "wake-up after it", 1), fmt.Sprintf("%d samples", len(r.wake)),
 			fmt.Sprintf("p50 %s, p99 %s", ms(percentile(r.wake, 0.5)), ms(p99)), 0, "p99 < 100ms", ok(p99 < 100*time.Millisecond))
