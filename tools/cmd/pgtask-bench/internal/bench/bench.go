@@ -494,10 +494,11 @@ func (b *bench) measureDefaults(ctx context.Context) error {
 
 	// Another session holds a transaction open for the whole drain, so
 	// nothing that dies meanwhile can be cleaned up; then the idle worker's
-	// wake-up is timed with the dead rows still there. A single busy group
-	// is drained so too: its jobs' rows and its group's row change with
-	// every job.
+	// wake-up is timed with the dead rows still there. Grouped drains run
+	// so too, many groups and a single busy one: a group's rows change
+	// with every job it runs.
 	const hot = "drain 1 hot group (serial)"
+	groups := fmt.Sprintf("drain %d groups (FIFO)", b.o.Groups)
 	for _, c := range []struct {
 		label, base string
 		n, groups   int
@@ -505,6 +506,8 @@ func (b *bench) measureDefaults(ctx context.Context) error {
 	}{
 		{"defaults, transaction held open: drain ungrouped", "defaults: drain ungrouped", n, 0, pgtask.QueueConfig{}},
 		{"lease, transaction held open: drain ungrouped", "lease defaults: drain ungrouped", n, 0, lease},
+		{"defaults, transaction held open: " + groups, "defaults: " + groups, n, b.o.Groups, pgtask.QueueConfig{}},
+		{"lease, transaction held open: " + groups, "lease defaults: " + groups, n, b.o.Groups, lease},
 		{"defaults, transaction held open: " + hot, "defaults: " + hot, n / 10, 1, pgtask.QueueConfig{}},
 		{"lease, transaction held open: " + hot, "lease defaults: " + hot, n / 10, 1, lease},
 	} {
