@@ -1,4 +1,4 @@
--- revision: 8
+-- revision: 9
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -31,35 +31,57 @@
 -- first, and nothing else changes a pending job of a group in a way that
 -- matters here.
 CREATE OR REPLACE FUNCTION pgtask.advance_group_set(p_queue text, p_group_keys text[]) RETURNS text[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
     locked text[];
     busy text[];
     finished text[];
     finished_ids bigint[];
+    finished_rows tid[];
     old_heads bigint[];
     froms bigint[];
     runnable boolean;
 BEGIN
     PERFORM pgtask.require_read_committed('advancing a group');
-    -- The groups' rows are found by joining the keys to them, not by
-    -- group_key = ANY (keys): the generic plan of that read every group row
-    -- of the table and compared it with every key.
-    SELECT coalesce(array_agg(l.group_key ORDER BY l.group_key), '{}') INTO locked FROM (
-        SELECT g.group_key
-          FROM (SELECT DISTINCT k FROM unnest(p_group_keys) k) u
-          JOIN pgtask.queue_groups g ON g.queue = p_queue AND g.group_key = u.k
-         ORDER BY g.group_key
-           FOR UPDATE OF g SKIP LOCKED) l;
+    -- Each group's row is looked up by its key, one key at a time (a
+    -- lateral subquery, which the planner keeps as a loop over the keys).
+    -- Compared as group_key = ANY (keys), the generic plan read every group
+    -- row of the table and compared it with every key; joined to the keys,
+    -- it read the queue's whole part of the primary key and hashed it. Both
+    -- grow with the queue's groups, and, while some other session keeps a
+    -- transaction open, with every version their rows leave behind (each
+    -- advance of a group writes one).
+    SELECT coalesce(array_agg(l.group_key ORDER BY l.group_key), '{}') INTO locked
+      FROM (SELECT DISTINCT k FROM unnest(p_group_keys) k ORDER BY k) u
+     CROSS JOIN LATERAL (
+           SELECT g.group_key FROM pgtask.queue_groups g
+            WHERE g.queue = p_queue AND g.group_key = u.k
+              FOR UPDATE SKIP LOCKED) l;
     SELECT coalesce(array_agg(g.group_key), '{}') INTO busy
       FROM (SELECT DISTINCT k FROM unnest(p_group_keys) k WHERE k <> ALL (locked)) u
-      JOIN pgtask.queue_groups g ON g.queue = p_queue AND g.group_key = u.k;
+     CROSS JOIN LATERAL (
+           SELECT q.group_key FROM pgtask.queue_groups q
+            WHERE q.queue = p_queue AND q.group_key = u.k
+            LIMIT 1) g;
 
+    -- The rows are locked: their tids stay theirs until this transaction
+    -- changes them, so the statements below find them by tid. The function
+    -- runs with enable_seqscan off: with statistics taken while the table
+    -- was small, the planner judged a scan of every group row cheaper than
+    -- fetching the few it needs by tid, and the table grows with the
+    -- versions its rows leave behind while the horizon is pinned.
     SELECT coalesce(array_agg(g.group_key), '{}'), coalesce(array_agg(g.id), '{}'),
+           coalesce(array_agg(g.row_tid), '{}'),
            coalesce(array_agg(g.head_id), '{}'), coalesce(array_agg(g.pending_from), '{}')
-      INTO finished, finished_ids, old_heads, froms
+      INTO finished, finished_ids, finished_rows, old_heads, froms
       FROM unnest(locked) u(k)
-      JOIN pgtask.queue_groups g ON g.queue = p_queue AND g.group_key = u.k
+     CROSS JOIN LATERAL (
+           SELECT q.group_key, q.id, q.ctid AS row_tid, q.head_id, q.pending_from
+             FROM pgtask.queue_groups q
+            WHERE q.queue = p_queue AND q.group_key = u.k
+            LIMIT 1) g
       LEFT JOIN pgtask.jobs j ON j.id = g.head_id
      WHERE NOT coalesce(j.is_head AND (pgtask.job_pending(j.status)
                                        OR pgtask.job_blocks_group(j.status, j.fail_blocks_group)), false);
@@ -74,16 +96,16 @@ BEGIN
     -- requeued) takes its place at the head like any other. array_agg keeps
     -- NULLs, so froms lines up with the other arrays.
     WITH nxt AS (
-        SELECT f.k, f.head,
+        SELECT f.k, f.head, f.row_tid,
                coalesce((SELECT id FROM pgtask.jobs
                           WHERE group_id = f.gid AND pgtask.job_pending(status) AND id >= coalesce(f.from_id, 0)
                           ORDER BY id LIMIT 1),
                         (SELECT id FROM pgtask.jobs
                           WHERE f.from_id IS NOT NULL AND group_id = f.gid AND pgtask.job_pending(status)
                           ORDER BY id LIMIT 1)) AS next_id
-          FROM unnest(finished, finished_ids, old_heads, froms) AS f(k, gid, head, from_id)
+          FROM unnest(finished, finished_ids, finished_rows, old_heads, froms) AS f(k, gid, row_tid, head, from_id)
     ), chosen AS (
-        SELECT nxt.k, nxt.next_id,
+        SELECT nxt.k, nxt.next_id, nxt.row_tid,
                coalesce((SELECT id FROM pgtask.jobs
                           WHERE queue = p_queue AND group_key = nxt.k
                             AND pgtask.job_blocks_group(status, fail_blocks_group)
@@ -97,11 +119,11 @@ BEGIN
     ), moved AS (
         UPDATE pgtask.queue_groups g SET head_id = c.id, pending_from = coalesce(c.next_id, g.pending_from)
           FROM chosen c
-         WHERE g.queue = p_queue AND g.group_key = c.k AND c.id IS NOT NULL
+         WHERE g.ctid = ANY (finished_rows) AND g.ctid = c.row_tid AND c.id IS NOT NULL
     ), emptied AS (
         DELETE FROM pgtask.queue_groups g
          USING chosen c
-         WHERE g.queue = p_queue AND g.group_key = c.k AND c.id IS NULL
+         WHERE g.ctid = ANY (finished_rows) AND g.ctid = c.row_tid AND c.id IS NULL
     )
     SELECT coalesce(bool_or(status = 'queued'), false) INTO runnable FROM promoted;
     IF runnable THEN
