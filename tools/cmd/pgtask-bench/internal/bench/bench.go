@@ -456,6 +456,10 @@ func unfinishedJobs(ctx context.Context, pool *pgxpool.Pool, queue string) (int6
 func (b *bench) measureDefaults(ctx context.Context) error {
 	n := b.o.DefaultsJobs
 	lease := pgtask.QueueConfig{Mode: pgtask.ModeLease}
+	// The drains' names, shared by the rows with a transaction held open,
+	// which look up the rate of the same drain without it by its label.
+	const ungrouped, hot = "drain ungrouped", "drain 1 hot group (serial)"
+	groups := fmt.Sprintf("drain %d groups (FIFO)", b.o.Groups)
 	cases := []struct {
 		label  string
 		n      int
@@ -463,12 +467,12 @@ func (b *bench) measureDefaults(ctx context.Context) error {
 		qc     pgtask.QueueConfig
 		ratio  float64
 	}{
-		{"defaults: drain ungrouped", n, 0, pgtask.QueueConfig{}, 0.8},
-		{fmt.Sprintf("defaults: drain %d groups (FIFO)", b.o.Groups), n, b.o.Groups, pgtask.QueueConfig{}, 0.6},
-		{"defaults: drain 1 hot group (serial)", n / 10, 1, pgtask.QueueConfig{}, 0.25},
-		{"lease defaults: drain ungrouped", n, 0, lease, 2.5},
-		{fmt.Sprintf("lease defaults: drain %d groups (FIFO)", b.o.Groups), n, b.o.Groups, lease, 1.5},
-		{"lease defaults: drain 1 hot group (serial)", n / 10, 1, lease, 0.25},
+		{"defaults: " + ungrouped, n, 0, pgtask.QueueConfig{}, 0.8},
+		{"defaults: " + groups, n, b.o.Groups, pgtask.QueueConfig{}, 0.6},
+		{"defaults: " + hot, n / 10, 1, pgtask.QueueConfig{}, 0.25},
+		{"lease defaults: " + ungrouped, n, 0, lease, 2.5},
+		{"lease defaults: " + groups, n, b.o.Groups, lease, 1.5},
+		{"lease defaults: " + hot, n / 10, 1, lease, 0.25},
 	}
 	rates := map[string]float64{}
 	for _, c := range cases {
@@ -481,7 +485,7 @@ func (b *bench) measureDefaults(ctx context.Context) error {
 	}
 
 	// I/O-bound handlers: 20ms each, 500 at once, in lease mode.
-	noop := rates["lease defaults: drain ungrouped"]
+	noop := rates["lease defaults: "+ungrouped]
 	label := "lease: 20ms handlers, Concurrency 500"
 	r, err := b.drainBacklog(ctx, 0, false, drainSpec{label: label, n: n, sleep: 20 * time.Millisecond,
 		qc: pgtask.QueueConfig{Mode: pgtask.ModeLease, Concurrency: 500}})
@@ -497,15 +501,13 @@ func (b *bench) measureDefaults(ctx context.Context) error {
 	// wake-up is timed with the dead rows still there. Grouped drains run
 	// so too, many groups and a single busy one: a group's rows change
 	// with every job it runs.
-	const hot = "drain 1 hot group (serial)"
-	groups := fmt.Sprintf("drain %d groups (FIFO)", b.o.Groups)
 	for _, c := range []struct {
 		label, base string
 		n, groups   int
 		qc          pgtask.QueueConfig
 	}{
-		{"defaults, transaction held open: drain ungrouped", "defaults: drain ungrouped", n, 0, pgtask.QueueConfig{}},
-		{"lease, transaction held open: drain ungrouped", "lease defaults: drain ungrouped", n, 0, lease},
+		{"defaults, transaction held open: " + ungrouped, "defaults: " + ungrouped, n, 0, pgtask.QueueConfig{}},
+		{"lease, transaction held open: " + ungrouped, "lease defaults: " + ungrouped, n, 0, lease},
 		{"defaults, transaction held open: " + groups, "defaults: " + groups, n, b.o.Groups, pgtask.QueueConfig{}},
 		{"lease, transaction held open: " + groups, "lease defaults: " + groups, n, b.o.Groups, lease},
 		{"defaults, transaction held open: " + hot, "defaults: " + hot, n / 10, 1, pgtask.QueueConfig{}},
@@ -526,7 +528,7 @@ func (b *bench) measureDefaults(ctx context.Context) error {
 			continue
 		}
 		p99 := percentile(r.wake, 0.99)
-		b.add(strings.Replace(c.label, "drain ungrouped", "wake-up after it", 1), fmt.Sprintf("%d samples", len(r.wake)),
+		b.add(strings.Replace(c.label, ungrouped, "wake-up after it", 1), fmt.Sprintf("%d samples", len(r.wake)),
 			fmt.Sprintf("p50 %s, p99 %s", ms(percentile(r.wake, 0.5)), ms(p99)), 0, "p99 < 100ms", ok(p99 < 100*time.Millisecond))
 	}
 	return nil
