@@ -22,6 +22,11 @@
 // make a visitor's browser act); a POST whose Origin or Sec-Fetch-Site header
 // says it came from another site is refused as well. Each action answers
 // with a redirect back to the page it was taken from.
+//
+// A request addressed to another host than the dashboard's (by its Host
+// header) is refused before anything else runs, so that a site whose name
+// was made to resolve to the dashboard's address cannot read or act on it
+// as its own; see Options.AllowedHosts.
 package dashboard
 
 import (
@@ -59,6 +64,17 @@ type Options struct {
 	// Logger receives the actions taken (at Info) and the errors; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// AllowedHosts are the names, besides the address it serves on, that
+	// requests may be addressed to (their Host header): "jobs.example.com"
+	// on any port, "jobs.example.com:8443" on that one, or "*" for any
+	// name (when something in front checks it). Without them the dashboard
+	// answers only to the IP address and port a request's connection came
+	// in on, and, on a loopback address, to localhost and the other
+	// loopback addresses on that port; a request to another host gets 421
+	// Misdirected Request before anything else runs. This stops a page whose
+	// name an attacker made resolve to the dashboard's address (a DNS
+	// rebinding) from reading or acting on it as a same-origin page.
+	AllowedHosts []string
 }
 
 // BasicAuth is the user and password HTTP basic authentication asks for.
@@ -94,6 +110,7 @@ type handler struct {
 	log      *slog.Logger
 	auth     *credentials
 	csrf     *csrfKey
+	hosts    hosts
 	origin   *http.CrossOriginProtection
 	pages    map[string]*template.Template
 	mux      *http.ServeMux
@@ -117,6 +134,7 @@ func New(db runtime.DB, opts Options) http.Handler {
 		db: db, q: gen.New(db), base: strings.TrimSuffix(opts.BasePath, "/"), readOnly: opts.ReadOnly, bound: defaultBounds,
 		log:    cmp.Or(opts.Logger, slog.Default()),
 		csrf:   newCSRFKey(),
+		hosts:  newHosts(opts.AllowedHosts),
 		origin: http.NewCrossOriginProtection(),
 		pages:  parsePages(),
 	}
@@ -131,8 +149,8 @@ func New(db runtime.DB, opts Options) http.Handler {
 }
 
 // Check reports what is wrong with o, if anything: a BasePath that is not a
-// clean absolute path (a trailing slash is fine), or a BasicAuth without a
-// user or a password.
+// clean absolute path (a trailing slash is fine), a BasicAuth without a
+// user or a password, or an entry of AllowedHosts that is not a host.
 func (o Options) Check() error {
 	if base := strings.TrimSuffix(o.BasePath, "/"); base != "" {
 		if !strings.HasPrefix(base, "/") || path.Clean(base) != base || strings.ContainsAny(base, "{}?#%\\ \t\n") {
@@ -141,6 +159,11 @@ func (o Options) Check() error {
 	}
 	if a := o.BasicAuth; a != nil && (a.User == "" || a.Password == "") {
 		return errors.New("BasicAuth needs both a user and a password")
+	}
+	for _, a := range o.AllowedHosts {
+		if err := checkAllowedHost(a); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -167,13 +190,18 @@ func (h *handler) routes() *http.ServeMux {
 	return mux
 }
 
-// ServeHTTP authenticates the request, guards POSTs and routes it.
+// ServeHTTP refuses a request to another host, authenticates the request,
+// guards POSTs, refuses text that is not UTF-8, and routes it.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr := w.Header()
 	hdr.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("X-Frame-Options", "DENY")
 	hdr.Set("Referrer-Policy", "same-origin")
+	if !h.allowedHost(r) {
+		refuseHost(w, r)
+		return
+	}
 	if !h.authenticated(r) {
 		hdr.Set("WWW-Authenticate", h.auth.challenge)
 		http.Error(w, "401 Unauthorized: this dashboard needs a user and password", http.StatusUnauthorized)

@@ -18,7 +18,7 @@ import (
 	"github.com/pgtask/pgtask/runtime/dashboard"
 )
 
-const uiUsage = `usage: pgtask ui [-addr host:port] [-read-only] [-base-path /path] [-database-url URL]
+const uiUsage = `usage: pgtask ui [-addr host:port] [-read-only] [-base-path /path] [-allow-host names] [-database-url URL]
 
 Serves the web dashboard: queues (jobs by status, throughput, oldest wait,
 blocked groups, paused), jobs (filtered by queue, kind, group, status and
@@ -32,7 +32,10 @@ request give that user and password (HTTP basic authentication; use TLS in
 front of it off this machine). Without them anyone who reaches the address
 can use the dashboard, so the default address is the loopback one.
 Actions are POST forms carrying a per-process HMAC token, and a POST from
-another site (by its Origin or Sec-Fetch-Site header) is refused.
+another site (by its Origin or Sec-Fetch-Site header) is refused. It
+answers only requests addressed to the address it serves on (localhost too
+on loopback) and to the hosts of -allow-host: a page whose name was made to
+resolve to this address (DNS rebinding) gets 421.
 
 It stops on interrupt, letting requests in flight finish.
 `
@@ -47,6 +50,7 @@ func ui(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "the address to listen on")
 	readOnly := fs.Bool("read-only", false, "show only: hide the actions and refuse every POST")
 	basePath := fs.String("base-path", "", "serve below this path, e.g. /pgtask (behind a proxy that keeps the path)")
+	allowHost := fs.String("allow-host", "", "comma-separated `names` it answers to besides its address, e.g. jobs.example.com or localhost:9000 (behind a proxy or tunnel)")
 	url := databaseFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -64,8 +68,11 @@ func ui(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	opts := dashboard.Options{BasePath: *basePath, ReadOnly: *readOnly, BasicAuth: auth}
+	if *allowHost != "" {
+		opts.AllowedHosts = strings.Split(*allowHost, ",")
+	}
 	if err := opts.Check(); err != nil {
-		fmt.Fprintf(stderr, "pgtask ui: -base-path: %v\n", err)
+		fmt.Fprintf(stderr, "pgtask ui: %v\n", err)
 		return errUsage
 	}
 	if *url == "" {
