@@ -16,30 +16,51 @@ import (
 const backField = "back"
 
 // redirectBack answers an action with a 303 to the page it came from, with
-// the flash that says what it did.
+// the flash that says what it did: a page of this dashboard only, else the
+// queues page.
 func (h *handler) redirectBack(w http.ResponseWriter, r *http.Request, done string, n int64) {
-	back := r.PostForm.Get(backField)
-	if !localPath(back) {
-		back = "/"
+	page, q, ok := backPage(r.PostForm.Get(backField))
+	if !ok {
+		page, q = "/", url.Values{}
 	}
-	u, err := url.Parse(back)
-	if err != nil {
-		u = &url.URL{Path: "/"}
-	}
-	q := withoutFlash(u.Query())
+	q = withoutFlash(q)
 	q.Set("done", done)
 	q.Set("n", strconv.FormatInt(n, 10))
-	http.Redirect(w, r, h.base+u.Path+"?"+q.Encode(), http.StatusSeeOther)
+	to := url.URL{Path: h.base + page, RawQuery: q.Encode()}
+	http.Redirect(w, r, to.String(), http.StatusSeeOther)
 }
 
-// localPath reports whether back is a path of this site (not "//host" or
-// a URL with a scheme), so that a form cannot send the browser elsewhere.
-func localPath(back string) bool {
-	if !strings.HasPrefix(back, "/") || strings.HasPrefix(back, "//") || strings.HasPrefix(back, "/\\") {
-		return false
+// backPage reads back as one of the dashboard's pages below the base path
+// ("/", "/jobs", "/jobs/{id}", "/groups") and its query. Anything else is
+// refused: a URL with a scheme, a host or a fragment, a path that decodes
+// to "//host" or holds a backslash or a control character (which
+// browsers read as another site), or a path of no page.
+func backPage(back string) (page string, q url.Values, ok bool) {
+	if strings.ContainsFunc(back, func(c rune) bool { return c == '\\' || c < 0x20 || c == 0x7f }) {
+		return "", nil, false
 	}
 	u, err := url.Parse(back)
-	return err == nil && u.Scheme == "" && u.Host == "" && u.User == nil
+	if err != nil || u.Scheme != "" || u.Opaque != "" || u.User != nil || u.Host != "" || u.Fragment != "" || strings.HasPrefix(back, "//") {
+		return "", nil, false
+	}
+	if !dashboardPage(u.Path) || u.RawPath != "" && u.RawPath != u.Path {
+		return "", nil, false
+	}
+	q, err = url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return "", nil, false
+	}
+	return u.Path, q, true
+}
+
+// dashboardPage reports whether p is the path of a page, below the base.
+func dashboardPage(p string) bool {
+	switch p {
+	case "/", "/jobs", "/groups":
+		return true
+	}
+	id, ok := strings.CutPrefix(p, "/jobs/")
+	return ok && id != "" && strings.Trim(id, "0123456789") == "" && len(id) <= 19
 }
 
 // jobAction runs a change to the job in the path, which returns the flash
