@@ -39,9 +39,11 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"path"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
@@ -213,7 +215,35 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if err := checkText(r); err != nil {
+		http.Error(w, "400 Bad Request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// checkText refuses a query or form field that is not text the database
+// can hold: not UTF-8, or with a NUL byte. Every name and value of the
+// dashboard's is, so such a field is a bad link rather than a question to
+// put to the database.
+func checkText(r *http.Request) error {
+	for _, fields := range []url.Values{r.URL.Query(), r.PostForm} {
+		for name, values := range fields {
+			if !validText(name) {
+				return fmt.Errorf("a field's name, %q, is not valid UTF-8 text (or holds a NUL byte)", name)
+			}
+			for _, v := range values {
+				if !validText(v) {
+					return fmt.Errorf("the field %s, %q, is not valid UTF-8 text (or holds a NUL byte)", name, v)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func validText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }
 
 // authenticated reports whether r gives the configured user and password

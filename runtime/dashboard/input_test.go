@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/dashboard"
 )
 
@@ -46,5 +47,51 @@ func TestActionsRedirectOnlyToTheDashboard(t *testing.T) {
 				t.Errorf("base %q, back=%q: %s to %q; want it to start %q", base, back, resp.Status, loc, want)
 			}
 		}
+	}
+}
+
+// Text that is not UTF-8, or holds a NUL, is refused with 400 and a
+// sentence that says which field, never the database's error, and changes
+// nothing.
+func TestRefusesTextThatIsNotUTF8(t *testing.T) {
+	t.Parallel()
+	s := seed(t)
+	c := newDashboard(t, s, dashboard.Options{})
+	tok := c.token("/")
+	for _, path := range []string{
+		"/jobs?queue=%00", "/jobs?kind=%ff", "/jobs?group=a%00b", "/jobs?status=failed&queue=%c3%28",
+		"/jobs?status=scheduled&group=%fe", "/groups?queue=%00", "/groups?show=all&after_group=%ff",
+	} {
+		resp, body := c.getStatus(path)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(text(body), "not valid UTF-8 text") ||
+			strings.Contains(body, "SQLSTATE") || strings.Contains(body, "byte sequence") {
+			t.Errorf("GET %s: %s %q; want 400 saying the text is not valid", path, resp.Status, trimBody(text(body)))
+		}
+	}
+	for _, action := range []struct {
+		path string
+		form url.Values
+	}{
+		{"/jobs/cancel", url.Values{"queue": {"reports\x00"}}},
+		{"/jobs/retry", url.Values{"group": {"\xff"}, "status": {"failed"}}},
+		{"/queues/pause", url.Values{"queue": {"emails\x00"}}},
+		{"/queues/pause", url.Values{"queue": {"\xc3\x28"}}},
+	} {
+		action.form.Set("csrf", tok)
+		resp, body := c.post(action.path, action.form)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "not valid UTF-8 text") ||
+			strings.Contains(body, "SQLSTATE") || strings.Contains(body, "byte sequence") {
+			t.Errorf("POST %s %q: %s %q; want 400 saying the text is not valid", action.path, action.form.Encode(), resp.Status, trimBody(body))
+		}
+	}
+	if st := s.status(t, s.fresh); st != runtime.StatusQueued {
+		t.Errorf("a refused bulk cancel changed a job: %s", st)
+	}
+	if st := s.status(t, s.bounced); st != runtime.StatusFailed {
+		t.Errorf("a refused bulk retry changed a job: %s", st)
+	}
+	// The page still works, and a filter in other scripts is fine.
+	if body := text(c.get("/jobs?queue=" + url.QueryEscape("émails-日本"))); !strings.Contains(body, "No job matches.") {
+		t.Errorf("a filter in UTF-8: %s", trimBody(body))
 	}
 }
