@@ -28,6 +28,12 @@ import (
 // shows one.
 const screenshots = "../../docs/screenshots"
 
+// screenshotDir is the folder the test's screenshots go to.
+func screenshotDir(t *testing.T) string {
+	t.Helper()
+	return screenshots
+}
+
 // chromium finds the browser, or skips the test without one: unless CI is
 // set, where a missing browser is a failure (.ci/run installs it).
 func chromium(t *testing.T) string {
@@ -161,6 +167,8 @@ type page struct {
 	t    *testing.T
 	ctx  context.Context
 	base string
+	// shots is where shot saves its pictures.
+	shots string
 }
 
 // open loads path and waits for its heading.
@@ -223,7 +231,7 @@ func (p *page) rowText(first string) string {
 	return ""
 }
 
-// shot saves a screenshot of the whole page as docs/screenshots/name.png.
+// shot saves a screenshot of the whole page as name.png in p.shots.
 func (p *page) shot(name string) {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
@@ -232,10 +240,10 @@ func (p *page) shot(name string) {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	if err := os.MkdirAll(screenshots, 0o755); err != nil {
+	if err := os.MkdirAll(p.shots, 0o755); err != nil {
 		p.t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(screenshots, name+".png"), png, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(p.shots, name+".png"), png, 0o644); err != nil {
 		p.t.Fatal(err)
 	}
 }
@@ -261,7 +269,7 @@ func TestDashboardInChromium(t *testing.T) {
 	d := seed(t)
 	srv := httptest.NewServer(dashboard.New(d.pool, dashboard.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
 	defer srv.Close()
-	p := &page{t: t, ctx: browser(t, path), base: srv.URL}
+	p := &page{t: t, ctx: browser(t, path), base: srv.URL, shots: screenshotDir(t)}
 
 	// The queues: counts by status now and over the last hour.
 	p.open("/")
