@@ -3,9 +3,11 @@ package dashboardtest
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -28,10 +30,36 @@ import (
 // shows one.
 const screenshots = "../../docs/screenshots"
 
-// screenshotDir is the folder the test's screenshots go to.
+// writeScreenshots asks for the screenshots in docs/screenshots, which are
+// tracked: without it they go to a temporary folder.
+var writeScreenshots = flag.Bool("screenshots", false, "save the screenshots of the pages into docs/screenshots (tracked files the README shows)")
+
+// screenshotDir is the folder the test's screenshots go to: docs/screenshots
+// with -screenshots, a temporary one otherwise.
 func screenshotDir(t *testing.T) string {
 	t.Helper()
-	return screenshots
+	if *writeScreenshots {
+		return screenshots
+	}
+	return t.TempDir()
+}
+
+// trackedShots reads the screenshots in docs/screenshots, by name.
+func trackedShots(t *testing.T) map[string]string {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(screenshots, "*.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, name := range names {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = string(b)
+	}
+	return out
 }
 
 // chromium finds the browser, or skips the test without one: unless CI is
@@ -266,6 +294,14 @@ func (p *page) want(sel string, wants ...string) {
 // panic's stack and the blocked group, and pauses a queue.
 func TestDashboardInChromium(t *testing.T) {
 	path := chromium(t)
+	if !*writeScreenshots {
+		before := trackedShots(t)
+		t.Cleanup(func() {
+			if !maps.Equal(trackedShots(t), before) {
+				t.Error("the test changed docs/screenshots without -screenshots")
+			}
+		})
+	}
 	d := seed(t)
 	srv := httptest.NewServer(dashboard.New(d.pool, dashboard.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
 	defer srv.Close()
