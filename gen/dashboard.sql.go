@@ -92,8 +92,9 @@ func (q *Queries) DashboardBlockedGroups(ctx context.Context, arg DashboardBlock
 }
 
 const DashboardFinishedSample = `-- name: DashboardFinishedSample :many
-SELECT s.queue::text AS queue, s.status::text AS status, count(*)::bigint AS jobs,
-       count(*) FILTER (WHERE s.finished_at > now() - interval '1 minute')::bigint AS last_minute,
+SELECT s.queue::text AS queue, s.status::text AS status,
+       least(greatest(floor(date_part('epoch', now() - s.finished_at) / 60), 0), 59)::integer AS minutes_ago,
+       count(*)::bigint AS jobs,
        min(s.finished_at)::timestamptz AS earliest,
        now()::timestamptz AS now
   FROM ((SELECT j.queue, j.status, j.finished_at FROM pgtask.jobs j
@@ -107,23 +108,24 @@ SELECT s.queue::text AS queue, s.status::text AS status, count(*)::bigint AS job
         (SELECT j.queue, j.status, j.finished_at FROM pgtask.jobs j
           WHERE j.status = 'cancelled' AND j.finished_at > now() - interval '1 hour'
           ORDER BY j.finished_at DESC LIMIT $1::integer)) s
- GROUP BY 1, 2
- ORDER BY 1, 2
+ GROUP BY 1, 2, 3
+ ORDER BY 1, 2, 3
 `
 
 type DashboardFinishedSampleRow struct {
 	Queue      string    `db:"queue"`
 	Status     string    `db:"status"`
+	MinutesAgo int32     `db:"minutes_ago"`
 	Jobs       int64     `db:"jobs"`
-	LastMinute int64     `db:"last_minute"`
 	Earliest   time.Time `db:"earliest"`
 	Now        time.Time `db:"now"`
 }
 
 // Jobs finished in the last hour, up to the latest @probe of each
-// finished status, by queue: how many, how many in the last minute, and
-// the earliest finish among them (how far back a sample that hit the bound
-// reaches).
+// finished status, by queue and by minute: how many finished 0 to 1 minute
+// ago (minutes_ago 0), 1 to 2 (1), and so on to 59, and the earliest
+// finish among them (how far back a sample that hit the bound reaches).
+// The queues page adds the minutes up for its counts and draws them.
 func (q *Queries) DashboardFinishedSample(ctx context.Context, probe int32) ([]DashboardFinishedSampleRow, error) {
 	rows, err := q.db.Query(ctx, DashboardFinishedSample, probe)
 	if err != nil {
@@ -136,8 +138,8 @@ func (q *Queries) DashboardFinishedSample(ctx context.Context, probe int32) ([]D
 		if err := rows.Scan(
 			&i.Queue,
 			&i.Status,
+			&i.MinutesAgo,
 			&i.Jobs,
-			&i.LastMinute,
 			&i.Earliest,
 			&i.Now,
 		); err != nil {

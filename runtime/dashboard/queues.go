@@ -26,6 +26,12 @@ type queueLine struct {
 	Succeeded, Failed, Cancelled count
 	// LastMinute is how many jobs finished in the last minute.
 	LastMinute count
+	// Minutes are the jobs that succeeded and failed in each minute of the
+	// last hour, minute 0 the latest.
+	Minutes [chartMinutes]minute
+	// Cut is true when the minutes count the latest jobs of a bounded
+	// sample, which reach back less than the hour.
+	Cut bool
 }
 
 type queuesPage struct {
@@ -142,28 +148,45 @@ func addWaiting(line func(string) *queueLine, names []string, rows []gen.Dashboa
 	return notes
 }
 
-// addFinished sets the last hour's counts and the last minute's. The latest
-// bound+1 jobs of each finished status in the last hour are read: when a
-// status has more, its counts are of those, which reach back less than an
-// hour (and maybe less than a minute), and show as lower bounds.
+// addFinished sets the last hour's counts, the last minute's and the
+// minutes the chart draws. The latest bound+1 jobs of each finished status
+// in the last hour are read, by minute: when a status has more, its counts
+// are of those, which reach back less than an hour (and maybe less than a
+// minute), and show as lower bounds.
 func addFinished(line func(string) *queueLine, names []string, rows []gen.DashboardFinishedSampleRow, bound int64) []string {
+	type queueStatus struct {
+		queue  string
+		status runtime.Status
+	}
 	total := map[runtime.Status]int64{}
+	jobs := map[queueStatus]int64{}
 	earliest := map[runtime.Status]time.Time{}
 	var now time.Time
 	for _, s := range rows {
-		st := runtime.Status(s.Status)
+		st, l := runtime.Status(s.Status), line(s.Queue)
 		total[st] += s.Jobs
+		jobs[queueStatus{s.Queue, st}] += s.Jobs
 		if e, ok := earliest[st]; !ok || s.Earliest.Before(e) {
 			earliest[st] = s.Earliest
 		}
 		now = s.Now
+		if s.MinutesAgo == 0 {
+			l.LastMinute.N += s.Jobs
+		}
+		if m := s.MinutesAgo; m >= 0 && m < chartMinutes {
+			switch st {
+			case runtime.StatusSucceeded:
+				l.Minutes[m].Succeeded += s.Jobs
+			case runtime.StatusFailed:
+				l.Minutes[m].Failed += s.Jobs
+			}
+		}
 	}
-	for _, s := range rows {
-		st, l := runtime.Status(s.Status), line(s.Queue)
-		capped := total[st] > bound
-		*l.of(st) = count{N: min(s.Jobs, bound), More: capped}
-		l.LastMinute.N += s.LastMinute
-		l.LastMinute.More = l.LastMinute.More || capped && now.Sub(earliest[st]) < time.Minute
+	for k, n := range jobs {
+		l := line(k.queue)
+		capped := total[k.status] > bound
+		*l.of(k.status) = count{N: min(n, bound), More: capped}
+		l.LastMinute.More = l.LastMinute.More || capped && now.Sub(earliest[k.status]) < time.Minute
 	}
 	var notes []string
 	for _, st := range []runtime.Status{runtime.StatusSucceeded, runtime.StatusFailed, runtime.StatusCancelled} {
@@ -172,6 +195,7 @@ func addFinished(line func(string) *queueLine, names []string, rows []gen.Dashbo
 		}
 		for _, name := range names {
 			line(name).of(st).More = true
+			line(name).Cut = line(name).Cut || st != runtime.StatusCancelled
 		}
 		notes = append(notes, fmt.Sprintf("More than %s jobs %s in the last hour: each queue's count is of the latest %s, which reach back %s.",
 			num(bound), st, num(bound+1), duration(now.Sub(earliest[st]))))
