@@ -41,6 +41,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -219,6 +220,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "400 Bad Request: "+err.Error(), http.StatusBadRequest)
 		return
 	}
+	if err := checkRefresh(r.URL.Query()); err != nil {
+		http.Error(w, "400 Bad Request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 
@@ -319,16 +324,64 @@ type page struct {
 	Now      time.Time
 	// CountBound and ScanBound are where counts and the jobs page stop.
 	CountBound, ScanBound int64
+	// Refresh is how often, in seconds, the page reloads itself (0: it
+	// does not), and RefreshURL what it reloads: the page without the
+	// flash. RefreshOn and RefreshOff link to the page reloading every
+	// defaultRefresh seconds, and to it not reloading.
+	Refresh                           int
+	RefreshURL, RefreshOn, RefreshOff string
 }
 
+// Auto-refresh: the refresh query parameter reloads a page every so many
+// seconds, through <meta http-equiv="refresh">, no script.
+const (
+	refreshParam   = "refresh"
+	defaultRefresh = 10
+	minRefresh     = 2
+	maxRefresh     = 3600
+)
+
+// checkRefresh refuses a refresh parameter that is not a number of
+// seconds from minRefresh to maxRefresh.
+func checkRefresh(q url.Values) error {
+	if !q.Has(refreshParam) {
+		return nil
+	}
+	if n, err := strconv.Atoi(q.Get(refreshParam)); err != nil || n < minRefresh || n > maxRefresh {
+		return fmt.Errorf("refresh %q: want how often to reload the page, in seconds from %d to %d, such as refresh=%d",
+			q.Get(refreshParam), minRefresh, maxRefresh, defaultRefresh)
+	}
+	return nil
+}
+
+// RefreshEvery is how often, in seconds, the page's link to auto-refresh
+// reloads it.
+func (page) RefreshEvery() int { return defaultRefresh }
+
 func (h *handler) page(r *http.Request, nav, title string) page {
-	return page{
+	q := withoutFlash(r.URL.Query())
+	p := page{
 		Title: title, Nav: nav, Base: h.base, ReadOnly: h.readOnly,
 		CSRF:  h.csrf.token(authUser(r), time.Now()),
-		Back:  strings.TrimPrefix(r.URL.Path, h.base) + querySuffix(withoutFlash(r.URL.Query()).Encode()),
+		Back:  strings.TrimPrefix(r.URL.Path, h.base) + querySuffix(q.Encode()),
 		Flash: flashText(r.URL.Query()),
 		Now:   time.Now(), CountBound: h.bound.count, ScanBound: int64(h.bound.scan),
 	}
+	p.Refresh, _ = strconv.Atoi(q.Get(refreshParam)) // checked by ServeHTTP
+	link := func(refresh int) string {
+		v := url.Values{}
+		for k, vs := range q {
+			v[k] = vs
+		}
+		v.Del(refreshParam)
+		if refresh > 0 {
+			v.Set(refreshParam, strconv.Itoa(refresh))
+		}
+		u := url.URL{Path: r.URL.Path, RawQuery: v.Encode()}
+		return u.String()
+	}
+	p.RefreshURL, p.RefreshOn, p.RefreshOff = link(p.Refresh), link(defaultRefresh), link(0)
+	return p
 }
 
 func querySuffix(q string) string {
