@@ -13,7 +13,7 @@ import (
 )
 
 var (
-	figureRE = regexp.MustCompile(`(?s)<figure class="chart">.*?</figure>`)
+	figureRE = regexp.MustCompile(`(?s)<figure class="chart"[ >].*?</figure>`)
 	barRE    = regexp.MustCompile(`<rect class="(ok|bad)" x="([0-9.]+)" y="([0-9.]+)" width="6" height="([0-9.]+)"><title>([^<]*)</title></rect>`)
 )
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -276,6 +277,28 @@ func (p *page) shot(name string) {
 	}
 }
 
+// chart is what the queues page's chart of queue shows: its caption, and
+// its bars as "class: tooltip", left to right.
+func (p *page) chart(queue string) (caption string, bars []string) {
+	p.t.Helper()
+	fig := fmt.Sprintf(`figure[data-queue=%q]`, queue)
+	caption = strings.Join(strings.Fields(p.text(fig+" figcaption")), " ")
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	rects, err := chromedp.Run(ctx, chromedp.Nodes(chromedp.CSSAll(fig+" svg rect"), chromedp.AtLeast(0)))
+	if err != nil {
+		p.t.Fatalf("read %s's bars: %v", queue, err)
+	}
+	for _, r := range rects {
+		title, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.NodeIDs{r.NodeID}))
+		if err != nil {
+			p.t.Fatalf("read a bar's tooltip: %v", err)
+		}
+		bars = append(bars, r.AttributeValue("class")+": "+strings.TrimSpace(title))
+	}
+	return caption, bars
+}
+
 // want fails the test unless the element sel selects shows each of wants,
 // white space aside.
 func (p *page) want(sel string, wants ...string) {
@@ -317,6 +340,34 @@ func TestDashboardInChromium(t *testing.T) {
 		if got := p.rowText(queue); !strings.HasPrefix(got, want) {
 			t.Errorf("queues page, %s: %q, want it to start %q", queue, got, want)
 		}
+	}
+
+	// The last hour, a bar a minute: every job finished moments ago, so
+	// each queue has a bar in the last minute, succeeded under failed.
+	for queue, want := range map[string]struct {
+		caption string
+		bars    []string
+	}{
+		"emails":   {"emails: 6 succeeded, 1 failed; at most 7 a minute", []string{"ok: 6 succeeded in the last minute", "bad: 1 failed in the last minute"}},
+		"reports":  {"reports: 1 succeeded, 1 failed; at most 2 a minute", []string{"ok: 1 succeeded in the last minute", "bad: 1 failed in the last minute"}},
+		"webhooks": {"webhooks: 2 succeeded, 0 failed; at most 2 a minute", []string{"ok: 2 succeeded in the last minute"}},
+	} {
+		if caption, bars := p.chart(queue); caption != want.caption || !slices.Equal(bars, want.bars) {
+			t.Errorf("%s's chart: %q, bars %q; want %q, bars %q", queue, caption, bars, want.caption, want.bars)
+		}
+	}
+
+	// Auto-refresh, turned on through the footer's link: the page reloads
+	// itself (no script runs), until it is turned off.
+	p.click(`footer a.refresh`)
+	p.want("footer", "It reloads every 10 seconds")
+	p.click(`footer a.refresh`)
+	p.want("footer", "Reload the page to refresh")
+	p.open("/?refresh=2")
+	read := p.text("footer")
+	p.do(chromedp.Sleep(3500 * time.Millisecond))
+	if again := p.text("footer"); again == read {
+		t.Errorf("the page with refresh=2 did not reload in 3.5 seconds: its footer still reads %q", again)
 	}
 
 	// The jobs: every one, then the failed ones through the filter form.
