@@ -6,8 +6,9 @@
 // Mount it in a service:
 //
 //	mux.Handle("/pgtask/", dashboard.New(pool, dashboard.Options{
-//		BasePath:  "/pgtask",
-//		BasicAuth: &dashboard.BasicAuth{User: "ops", Password: os.Getenv("PGTASK_UI_PASSWORD")},
+//		BasePath:     "/pgtask",
+//		BasicAuth:    &dashboard.BasicAuth{User: "ops", Password: os.Getenv("PGTASK_UI_PASSWORD")},
+//		AllowedHosts: []string{"ops.example.com"}, // the name it is reached by
 //	}))
 //
 // or run `pgtask ui`, which serves it alone.
