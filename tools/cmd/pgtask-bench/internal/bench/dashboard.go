@@ -40,7 +40,8 @@ func (b *bench) measureDashboard(ctx context.Context) error {
 	if err != nil || len(failed) == 0 {
 		return fmt.Errorf("find a failed job: %v (%d found)", err, len(failed))
 	}
-	h := dashboard.New(pool, dashboard.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h := dashboard.New(pool, dashboard.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		AllowedHosts: []string{"example.com"}}) // the host of httptest.NewRequest's requests
 	size := fmt.Sprintf("%d jobs", total)
 	for _, page := range []struct{ label, path string }{
 		{"queues", "/"},
