@@ -52,8 +52,8 @@ func (j *Job) Tx() pgx.Tx { return j.tx }
 
 // SetResult stores v, as JSON, as the job's result when the handler
 // succeeds. It refuses a value jsonb cannot store (a string holding a NUL
-// character, a number too large for numeric) and one whose JSON is longer
-// than MaxResultBytes.
+// character, a number too large for numeric), one nested more than
+// MaxJSONDepth deep and one whose JSON is longer than MaxResultBytes.
 func (j *Job) SetResult(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -22,11 +22,14 @@ var errNULEscape = errors.New(`contains \u0000, which PostgreSQL's jsonb cannot 
 // (Go's JSON decoder lets invalid bytes in strings through); a string cannot hold NUL
 // (\u0000); a \u escape of a UTF-16 surrogate must be a high one followed by
 // a low one; and a number must fit numeric, with at most 131072 digits
-// before the decimal point and 16383 after it.
+// before the decimal point and 16383 after it. It also refuses a document
+// nested more than MaxJSONDepth deep, which the server parses only while
+// its stack lasts.
 func jsonbRefusal(b []byte) error {
 	if !utf8.Valid(b) {
 		return errors.New("is not valid UTF-8")
 	}
+	depth := 0
 	for i := 0; i < len(b); {
 		var err error
 		switch c := b[i]; {
@@ -34,6 +37,14 @@ func jsonbRefusal(b []byte) error {
 			i, err = jsonbString(b, i+1)
 		case c == '-' || ('0' <= c && c <= '9'):
 			i, err = jsonbNumber(b, i)
+		case c == '[' || c == '{':
+			if depth++; depth > MaxJSONDepth {
+				return fmt.Errorf("is nested more than %d levels deep, the most allowed (MaxJSONDepth)", MaxJSONDepth)
+			}
+			i++
+		case c == ']' || c == '}':
+			depth--
+			i++
 		default:
 			i++
 		}
@@ -173,3 +184,9 @@ func jsonbNumber(b []byte, i int) (int, error) {
 	}
 	return i, nil
 }
+
+// MaxJSONDepth bounds how deeply a payload or a result nests arrays and
+// objects. PostgreSQL refuses a deeper document only when parsing it runs
+// out of stack (max_stack_depth), which a smaller server setting brings
+// closer.
+const MaxJSONDepth = 1000

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,7 +15,9 @@ import (
 
 // The payload check refuses exactly the JSON documents the server's jsonb
 // refuses: NUL characters, lone UTF-16 surrogate escapes, numbers too large
-// for numeric, invalid UTF-8. The server itself is the oracle.
+// for numeric, invalid UTF-8. The server itself is the oracle. (The check
+// also refuses documents nested deeper than MaxJSONDepth, which the server
+// parses while its stack lasts.)
 //
 //	go test ./runtime -run '^$' -fuzz FuzzPayloadCheck -fuzztime 60s
 func FuzzPayloadCheck(f *testing.F) {
@@ -39,6 +42,11 @@ func FuzzPayloadCheck(f *testing.F) {
 			return
 		}
 		check := runtime.JSONBRefusal([]byte(doc))
+		if check != nil && strings.Contains(check.Error(), "nested more than") {
+			// Deeper than MaxJSONDepth: refused before the server's stack
+			// runs out, which happens only deeper still.
+			return
+		}
 		_, server := q.ParseJSONB(context.Background(), doc)
 		if (check == nil) != (server == nil) {
 			t.Fatalf("%.200q: the check says %v, the server says %v", doc, check, server)

@@ -1,0 +1,236 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
+)
+
+// nested is a JSON value nested depth arrays deep.
+func nested(depth int) any {
+	var v any = 1
+	for range depth {
+		v = []any{v}
+	}
+	return v
+}
+
+// JSON nested deeper than MaxJSONDepth is refused before anything is sent,
+// as a result and as a payload: the server would refuse it only once it
+// runs out of stack, and a result it refuses cannot be recorded.
+func TestDeepJSONIsRefusedBeforeAnythingIsSent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	deep := nested(runtime.MaxJSONDepth + 1)
+	err := (&runtime.Job{ID: 7}).SetResult(deep)
+	if err == nil || !strings.Contains(err.Error(), "nested") {
+		t.Fatalf("SetResult of JSON nested %d deep: %v, want an error saying it is nested too deep", runtime.MaxJSONDepth+1, err)
+	}
+	if err := (&runtime.Job{ID: 7}).SetResult(nested(runtime.MaxJSONDepth - 1)); err != nil {
+		t.Fatalf("SetResult of JSON nested %d deep: %v", runtime.MaxJSONDepth-1, err)
+	}
+	payload := mustJSON(t, map[string]any{"deep": deep})
+	_, err = runtime.Enqueue(context.Background(), b.pool, runtime.EnqueueRequest{Kind: "deep", Payload: payload})
+	var pgErr *pgconn.PgError
+	if err == nil || errors.As(err, &pgErr) || !strings.Contains(err.Error(), "nested") {
+		t.Fatalf("Enqueue of a payload nested %d deep: %v, want an error saying it is nested too deep", runtime.MaxJSONDepth+2, err)
+	}
+	if jobs, err := b.q.ListJobs(context.Background(), runtime.DefaultQueue); err != nil || len(jobs) != 0 {
+		t.Fatalf("jobs after the refused enqueue: %d, %v", len(jobs), err)
+	}
+}
+
+// refusedDepth is how deep a result is nested that passes SetResult's
+// check but that a server with a small stack (see smallStack) refuses.
+const refusedDepth = runtime.MaxJSONDepth - 1
+
+// smallStack is b's database URL for sessions whose max_stack_depth is the
+// least PostgreSQL allows: they refuse JSON nested refusedDepth deep. It
+// checks that they do.
+func smallStack(t *testing.T, b *bundle) string {
+	t.Helper()
+	u, err := url.Parse(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("options", "-c max_stack_depth=100kB")
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+	pool, err := pgxpool.New(context.Background(), u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	_, err = testdb.New(pool).ParseJSONB(context.Background(), string(mustJSON(t, nested(refusedDepth))))
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "54001" {
+		t.Fatalf("a session with a small stack parsed JSON nested %d deep: %v, want SQLSTATE 54001", refusedDepth, err)
+	}
+	return u.String()
+}
+
+// outcomeKinds registers "outcome": a job whose payload says deep sets a
+// result the small-stack server refuses; one whose payload says write
+// enqueues a "marker" job through Job.Tx. Markers succeed.
+func outcomeKinds() []runtime.Registration {
+	type payload struct {
+		Deep  bool `json:"deep"`
+		Write bool `json:"write"`
+	}
+	return []runtime.Registration{
+		{Kind: "outcome", Handler: func(ctx context.Context, job *runtime.Job) error {
+			p, err := runtime.DecodePayload[payload](job)
+			if err != nil {
+				return err
+			}
+			if p.Write {
+				if _, err := runtime.Enqueue(ctx, job.Tx(), runtime.EnqueueRequest{Kind: "marker", Payload: []byte(`{}`),
+					EnqueueOptions: runtime.EnqueueOptions{Metadata: map[string]string{"from": fmt.Sprint(job.ID)}}}); err != nil {
+					return err
+				}
+			}
+			if p.Deep {
+				return job.SetResult(nested(refusedDepth))
+			}
+			return job.SetResult("ok")
+		}},
+		{Kind: "marker", Handler: func(context.Context, *runtime.Job) error { return nil }},
+	}
+}
+
+// testRefusedOutcomeIsIsolated runs, on a server that refuses one job's
+// result, that job among good ones, and then more: the good ones succeed
+// with their writes, the refused one fails at once, for good (it has one
+// attempt), saying what the server refused, and the queue goes on.
+func testRefusedOutcomeIsIsolated(t *testing.T, cfg runtime.Config, badWrites bool) {
+	b := setup(t)
+	small := smallStack(t, b)
+	var good []runtime.JobID
+	for range 3 {
+		good = append(good, enqueue(t, b.pool, "outcome", map[string]bool{"write": true}, runtime.WithMaxAttempts(1)))
+	}
+	// Between good jobs, so its batch has some on either side.
+	bad := enqueue(t, b.pool, "outcome", map[string]bool{"deep": true, "write": badWrites}, runtime.WithMaxAttempts(1))
+	good = append(good, enqueue(t, b.pool, "outcome", map[string]bool{"write": true}, runtime.WithMaxAttempts(1)))
+	startWorker(t, small, cfg, outcomeKinds()...)
+
+	j := b.waitStatus(t, bad, 15*time.Second, testdb.PgtaskJobStatusFailed)
+	if e := errorsOf(t, j); len(e) != 1 || j.Attempts != 1 ||
+		!strings.Contains(e[0].Error, "the database refused to record the attempt's outcome") ||
+		!strings.Contains(e[0].Error, "stack depth limit exceeded") {
+		t.Errorf("the refused job: attempts %d, errors %s", j.Attempts, j.Errors)
+	}
+	// Jobs enqueued afterwards run too.
+	for range 5 {
+		good = append(good, enqueue(t, b.pool, "outcome", map[string]bool{"write": true}, runtime.WithMaxAttempts(1)))
+	}
+	jobs := b.waitQueueDone(t, runtime.DefaultQueue, 15*time.Second)
+	markers := map[string]int{}
+	for _, job := range jobs {
+		if job.Kind == "marker" {
+			var m map[string]string
+			if err := json.Unmarshal(job.Metadata, &m); err != nil {
+				t.Fatal(err)
+			}
+			markers[m["from"]]++
+		}
+	}
+	for _, id := range good {
+		j := b.job(t, id)
+		if j.Status != testdb.PgtaskJobStatusSucceeded || string(j.Result) != `"ok"` || markers[fmt.Sprint(id)] != 1 {
+			t.Errorf("good job %d: %s, result %s, %d markers, errors %s", id, j.Status, j.Result, markers[fmt.Sprint(id)], j.Errors)
+		}
+	}
+	if n := markers[fmt.Sprint(bad)]; n != 0 {
+		t.Errorf("the refused job's write committed %d times", n)
+	}
+}
+
+func TestHeldIsolatesAnOutcomeTheDatabaseRefuses(t *testing.T) {
+	t.Parallel()
+	cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{
+		runtime.DefaultQueue: {Concurrency: 1, BatchSize: 10},
+	}}
+	t.Run("the refused job wrote nothing", func(t *testing.T) {
+		t.Parallel()
+		testRefusedOutcomeIsIsolated(t, cfg, false)
+	})
+	t.Run("the refused job wrote", func(t *testing.T) {
+		t.Parallel()
+		testRefusedOutcomeIsIsolated(t, cfg, true)
+	})
+}
+
+func TestLeaseIsolatesAnOutcomeTheDatabaseRefuses(t *testing.T) {
+	t.Parallel()
+	testRefusedOutcomeIsIsolated(t, leaseConfig(4), false)
+}
+
+// A lease-mode attempt that fails after its job was taken over and run
+// again: its outcome is refused, and the log says so rather than that the
+// attempt will be retried.
+func TestLeaseLogsALateOutcomeAsRefusedByTheTakeover(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	release := make(chan struct{})
+	running := make(chan struct{}, 1)
+	returned := make(chan struct{})
+	hung := runtime.Registration{Kind: "hangs", Handler: func(ctx context.Context, job *runtime.Job) error {
+		if job.Attempt > 1 {
+			return nil
+		}
+		running <- struct{}{}
+		<-release
+		defer close(returned)
+		return errors.New("late failure")
+	}}
+	cfg := leaseConfig(4)
+	cfg.Lease = time.Hour // only the test makes it run out
+	logs := &recordedLogs{}
+	stale := cfg
+	stale.Logger = slog.New(logs)
+	startWorker(t, b.url, stale, hung)
+	id := enqueue(t, b.pool, "hangs", map[string]int{}, runtime.WithMaxAttempts(5))
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job did not start")
+	}
+	if n, err := b.q.ExpireLease(ctx, int64(id)); err != nil || n != 1 {
+		t.Fatalf("expire the lease: %d rows, %v", n, err)
+	}
+	startWorker(t, b.url, cfg, hung)
+	b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	close(release)
+	<-returned
+	deadline := time.Now().Add(10 * time.Second)
+	for b.job(t, id).StaleOutcomes == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the late outcome was not refused")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the log follows the refusal's commit
+	if logs.has("pgtask: job attempt failed; it will be retried") {
+		t.Error("the refused late outcome was logged as an attempt that will be retried")
+	}
+	if !logs.has("pgtask: job attempt's outcome refused: the job was taken over") {
+		t.Error("the refused late outcome was not logged as refused")
+	}
+	if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 2 {
+		t.Fatalf("job after the late outcome: %s, attempts %d", j.Status, j.Attempts)
+	}
+}
