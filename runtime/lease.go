@@ -104,6 +104,15 @@ func (l *leaser) loop(ctx, hard context.Context) {
 				// back what it took, or it would wait out its leases.
 				l.releaseClaim(hard, token)
 			}
+			if err != nil && recordRefused(err) {
+				// One outcome the server cannot record would spoil every
+				// turn it went in: record them one by one.
+				if pending, err = l.isolate(ctx, pending); err == nil {
+					delay.reset()
+					l.collect(take)
+					continue
+				}
+			}
 			if err != nil && hard.Err() != nil && inFlight == 0 {
 				l.w.log.Error("pgtask: could not record outcomes before shutting down; their jobs are taken over when their leases run out",
 					"queue", l.q.name, "outcomes", len(pending), "error", err)
@@ -117,9 +126,6 @@ func (l *leaser) loop(ctx, hard context.Context) {
 				continue
 			}
 			delay.reset()
-			for _, o := range pending {
-				o.log(l.w)
-			}
 			pending = pending[:0]
 			more = want > 0 && len(next) == want
 			if more {
@@ -222,13 +228,45 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int, token int64
 	if err := l.w.pool.SendBatch(bctx, b).Close(); err != nil {
 		return nil, err
 	}
-	if refused := len(p.Ids) - int(res.Recorded); refused > 0 {
-		l.w.log.Warn("pgtask: refused the outcomes of attempts that were taken over", "queue", l.q.name, "refused", refused)
+	if int(res.Recorded) < len(p.Ids) {
+		// Fenced off: attempts taken over, or a turn sent again after its
+		// commit's reply was lost. The jobs' rows say which.
+		l.w.logAsRecorded(bctx, unsettled)
+	} else {
+		for _, o := range unsettled {
+			o.log(l.w)
+		}
 	}
 	if len(res.Busy) > 0 {
 		l.w.advanceLater(l.q.name, res.Busy)
 	}
 	return next, nil
+}
+
+// isolate records outs one at a time, after the server refused to record
+// them together: an outcome it refuses is recorded as the failure that
+// makes it, saying what the server refused. It returns the outcomes left
+// to record when another error stops it (the database is away).
+func (l *leaser) isolate(ctx context.Context, outs []outcome) ([]outcome, error) {
+	for i, o := range outs {
+		_, err := l.turn(ctx, []outcome{o}, 0, 0)
+		if err != nil && recordRefused(err) {
+			o = o.refusedBy(serverRefusal(err))
+			outs[i] = o
+			_, err = l.turn(ctx, []outcome{o}, 0, 0)
+			if err != nil && recordRefused(err) {
+				// Not even as a failure: the job is taken over once its
+				// lease runs out.
+				l.w.log.Error("pgtask: the database refused to record a job's attempt, even as a failure",
+					"job_id", o.row.ID, "kind", o.row.Kind, "queue", l.q.name, "attempt", o.row.Attempts, "error", err)
+				continue
+			}
+		}
+		if err != nil {
+			return outs[i:], err
+		}
+	}
+	return outs[:0], nil
 }
 
 // releaseClaim hands back what the claim marked token took, if it

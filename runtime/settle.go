@@ -37,6 +37,25 @@ type outcome struct {
 	// is the token of the claim that took it, which fences the hand-back.
 	unstarted  bool
 	claimToken int64
+	// wrote: a held-mode success whose writes are in the job transaction
+	// (its savepoint released), so they cannot be rolled back alone.
+	wrote bool
+}
+
+// refusedBy turns the outcome into the failure the server's refusal to
+// record it (err) makes it: its result and writes are not kept, and it is
+// retried or not as any failure.
+func (o outcome) refusedBy(err error) outcome {
+	if o.err == nil {
+		o.err = fmt.Errorf("the database refused to record the attempt's outcome: %w", err)
+	} else {
+		o.err = fmt.Errorf("the database refused to record the attempt's outcome (%v): %w", o.err, err)
+	}
+	o.result = nil
+	o.retryNow = false
+	o.settled = false
+	o.wrote = false
+	return o
 }
 
 // stopsGroup reports whether a grouped job's attempt keeps its group from
@@ -132,11 +151,102 @@ func queueSettle(b *pgx.Batch, queue string, outs []outcome, claiming bool, res 
 	p := settlement(queue, outs, claiming)
 	b.Queue(gen.SettleJobs, p.Queue, p.Ids, p.Attempts, p.Results, p.Errors, p.RetryInUs, p.Claiming).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&res.Recorded, &res.Busy); err != nil {
-			return fmt.Errorf("record outcomes: %w", err)
+			return &recordError{err}
 		}
 		return nil
 	})
 	return p
+}
+
+// recordError is the statement that records outcomes failing.
+type recordError struct{ err error }
+
+func (e *recordError) Error() string { return "record outcomes: " + e.err.Error() }
+func (e *recordError) Unwrap() error { return e.err }
+
+// recordRefused reports whether err is the server refusing the statement
+// that records outcomes: one of them may be what it cannot store, and
+// would be refused again with the others.
+func recordRefused(err error) bool {
+	var re *recordError
+	return errors.As(err, &re) && refusal(re.err)
+}
+
+// serverRefusal is what the server said in err, without what wraps it.
+func serverRefusal(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr
+	}
+	return err
+}
+
+// recordedIn reports whether job shows the outcome recorded.
+func (o outcome) recordedIn(job gen.PgtaskJob) bool {
+	if job.Attempts != o.row.Attempts {
+		return false
+	}
+	if o.err == nil {
+		return job.Status == gen.PgtaskJobStatusSucceeded
+	}
+	e := o.attemptError(job)
+	return e != nil && e.Error == storable(o.err.Error(), 4096)
+}
+
+// storedError is an entry of a job's error history.
+type storedError struct {
+	Attempt int32  `json:"attempt"`
+	Error   string `json:"error"`
+}
+
+// attemptError is the newest entry of job's error history for the
+// outcome's attempt, or nil.
+func (o outcome) attemptError(job gen.PgtaskJob) *storedError {
+	var errs []storedError
+	if json.Unmarshal(job.Errors, &errs) != nil {
+		return nil
+	}
+	for i := len(errs) - 1; i >= 0; i-- {
+		if errs[i].Attempt == o.row.Attempts {
+			return &errs[i]
+		}
+	}
+	return nil
+}
+
+// logAsRecorded logs each of outs as the database shows it, after the
+// statement that recorded them refused some (fenced: the attempt was no
+// longer the job's), or when what happened to it is not known (a reply
+// lost with the session): the job's row says what happened.
+func (w *Worker) logAsRecorded(ctx context.Context, outs []outcome) {
+	q := gen.New(w.pool)
+	for _, o := range outs {
+		if o.unstarted {
+			continue
+		}
+		args := []any{"job_id", o.row.ID, "kind", o.row.Kind, "queue", o.row.Queue, "attempt", o.row.Attempts}
+		job, err := q.GetJob(ctx, o.row.ID)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			w.log.Warn("pgtask: job attempt's outcome refused: the job was deleted", args...)
+		case err != nil:
+			w.log.Warn("pgtask: could not read back a job whose attempt's outcome may have been refused",
+				append(args, "outcome_error", o.err, "error", err)...)
+		case o.recordedIn(job):
+			o.log(w)
+		case o.err != nil && job.Attempts == o.row.Attempts && job.Status == gen.PgtaskJobStatusSucceeded:
+			// The attempt's success committed, though the worker did not
+			// hear so (its session was lost with the reply).
+			w.log.Info("pgtask: job succeeded; its commit went through before the worker lost its reply", args...)
+		case job.Attempts > o.row.Attempts || o.attemptError(job) != nil:
+			// Another worker recorded this attempt's end, or began another.
+			w.log.Warn("pgtask: job attempt's outcome refused: the job was taken over",
+				append(args, "job_attempts", job.Attempts, "job_status", job.Status, "outcome_error", o.err)...)
+		default:
+			w.log.Warn("pgtask: job attempt's outcome refused: the job changed under the worker",
+				append(args, "job_attempts", job.Attempts, "job_status", job.Status, "outcome_error", o.err)...)
+		}
+	}
 }
 
 // collectHeld reads the ids a job transaction's lock statement locked.
@@ -175,11 +285,19 @@ func (r *runner) settleLost(hard context.Context, pid uint32, ran []outcome, cau
 	}
 	var delay retryDelay
 	for try := 1; ; try++ {
-		err := r.settleLostOnce(hard, pid, outs, terminate)
+		all, err := r.settleLostOnce(hard, pid, outs, terminate)
 		if err == nil {
-			for _, o := range outs {
-				o.log(r.w)
+			if all {
+				for _, o := range outs {
+					o.log(r.w)
+				}
+				return
 			}
+			// Some were refused: a commit whose reply was lost went
+			// through, or the jobs moved on. Say what the database shows.
+			ctx, cancel := bookCtx(hard)
+			r.w.logAsRecorded(ctx, outs)
+			cancel()
 			return
 		}
 		if hard.Err() != nil || (refusal(err) && try >= 3) {
@@ -194,12 +312,13 @@ func (r *runner) settleLost(hard context.Context, pid uint32, ran []outcome, cau
 	}
 }
 
-func (r *runner) settleLostOnce(hard context.Context, pid uint32, outs []outcome, terminate bool) error {
+// settleLostOnce reports whether every outcome was recorded.
+func (r *runner) settleLostOnce(hard context.Context, pid uint32, outs []outcome, terminate bool) (bool, error) {
 	ctx, cancel := bookCtx(hard)
 	defer cancel()
 	conn, err := r.w.pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Release()
 	q := gen.New(conn)
@@ -207,23 +326,25 @@ func (r *runner) settleLostOnce(hard context.Context, pid uint32, outs []outcome
 		// Rolls back the job transaction and releases its locks; false
 		// means the session is gone already.
 		if _, err := q.TerminateBackend(ctx, int32(pid)); err != nil {
-			return fmt.Errorf("end session %d: %w", pid, err)
+			return false, fmt.Errorf("end session %d: %w", pid, err)
 		}
 	}
+	all := true
 	if len(outs) > 0 {
 		// Waits for the ended session's row locks, then records.
 		res, err := q.SettleJobs(ctx, settlement(r.q.name, outs, false))
 		if err != nil {
-			return fmt.Errorf("record attempts: %w", err)
+			return false, fmt.Errorf("record attempts: %w", err)
 		}
+		all = int(res.Recorded) == len(outs)
 		if len(res.Busy) > 0 {
 			r.w.advanceLater(r.q.name, res.Busy)
 		}
 	}
 	if _, err := q.ReleaseSessionJobs(ctx, gen.ReleaseSessionJobsParams{OwnerPid: int32(pid), WorkerID: r.w.id}); err != nil {
-		return fmt.Errorf("hand back unstarted jobs: %w", err)
+		return false, fmt.Errorf("hand back unstarted jobs: %w", err)
 	}
-	return nil
+	return all, nil
 }
 
 // refusal reports whether err is the server refusing a statement, which
