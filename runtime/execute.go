@@ -33,6 +33,7 @@ func (s *session) execute(hard context.Context, row gen.ClaimJobsRow) (outcome, 
 		return o, &abandonment{outcome: o, done: done}
 	}
 	s.closeAttempt(hard, jtx, &o, job)
+	o.wrote = o.err == nil && jtx.taken
 	if s.conn.Conn().IsClosed() {
 		// Whatever the handler returned, its writes are gone with the
 		// session; settling fails next, and settleLost records the attempt.

@@ -171,6 +171,10 @@ func TestHeldIsolatesAnOutcomeTheDatabaseRefuses(t *testing.T) {
 		t.Parallel()
 		testRefusedOutcomeIsIsolated(t, cfg, true)
 	})
+	t.Run("one job a batch", func(t *testing.T) {
+		t.Parallel()
+		testRefusedOutcomeIsIsolated(t, runtime.Config{}, true)
+	})
 }
 
 func TestLeaseIsolatesAnOutcomeTheDatabaseRefuses(t *testing.T) {

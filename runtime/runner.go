@@ -158,6 +158,17 @@ func (r *runner) work(ctx, hard context.Context) (int, error) {
 		}
 		if c, err = s.settle(ctx, end); err != nil {
 			discard(conn)
+			var rr *refusedRecords
+			if errors.As(err, &rr) {
+				// The transaction could not keep what the server refused
+				// apart from the rest: record what does not need it.
+				r.settleLost(hard, s.pid, rr.outs, rr.cause, false)
+				if n := len(end.outcomes) - len(rr.outs); n > 0 {
+					r.w.log.Warn("pgtask: jobs whose writes were rolled back with an outcome the database refused run again",
+						"queue", r.q.name, "jobs", n)
+				}
+				return total, nil
+			}
 			r.settleLost(hard, s.pid, end.outcomes, err, false)
 			return total, err
 		}
@@ -279,6 +290,11 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 	claiming := ctx.Err() == nil && !r.one
 	var res gen.SettleJobsRow
 	var p gen.SettleJobsParams
+	if len(end.outcomes) > 1 {
+		// Should the server refuse to record an outcome, the others are
+		// recorded after all, from here (see isolate).
+		b.Queue(gen.SavepointJob)
+	}
 	if len(end.outcomes) > 0 {
 		p = queueSettle(b, r.q.name, end.outcomes, claiming, &res)
 	}
@@ -296,6 +312,9 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 	bctx, cancel := bookCtx(ctx)
 	defer cancel()
 	if err := s.conn.SendBatch(bctx, b).Close(); err != nil {
+		if recordRefused(err) {
+			return s.isolate(bctx, end, err)
+		}
 		return c, err
 	}
 	s.open = claiming
@@ -313,6 +332,101 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 	c.busy = res.Busy
 	c.next = r.keepHeld(c.next, held)
 	return c, nil
+}
+
+// refusedRecords is a batch whose job transaction cannot commit because
+// the server refused to record an outcome: outs is what is to be recorded
+// from another connection (the refused outcomes as failures, and the
+// others that did not write); the jobs left out run again.
+type refusedRecords struct {
+	outs  []outcome
+	cause error
+}
+
+func (e *refusedRecords) Error() string {
+	return "the database refused to record an outcome: " + e.cause.Error()
+}
+
+// isolate finds, after the server refused to record a batch's outcomes
+// (cause), the ones it refuses, and makes each the failure that its refusal
+// makes it (in end.outcomes, for the caller to log). With more than one
+// outcome, the settle took a savepoint: the others are recorded alone, and
+// the transaction commits with their writes. It cannot when a refused
+// success's writes are in it, or a job ran after one of its group that now
+// waits for a retry or blocks the group: then it returns a *refusedRecords.
+func (s *session) isolate(ctx context.Context, end batchEnd, cause error) (cycled, error) {
+	r := s.r
+	causes := make([]error, len(end.outcomes))
+	var busy []string
+	if len(end.outcomes) == 1 {
+		causes[0] = cause
+	} else {
+		if err := gen.New(s.tx).RollbackJobSavepoint(ctx); err != nil {
+			return cycled{}, err
+		}
+		for i, o := range end.outcomes {
+			var res gen.SettleJobsRow
+			b := &pgx.Batch{}
+			b.Queue(gen.SavepointJob)
+			queueSettle(b, r.q.name, []outcome{o}, false, &res)
+			b.Queue(gen.ReleaseJobSavepoint)
+			err := s.conn.SendBatch(ctx, b).Close()
+			if err == nil {
+				busy = append(busy, res.Busy...)
+				continue
+			}
+			if !recordRefused(err) {
+				return cycled{}, err
+			}
+			causes[i] = err
+			// One at a time: the aborted transaction takes nothing else,
+			// not even the preparing of a statement.
+			q := gen.New(s.tx)
+			if err := q.RollbackJobSavepoint(ctx); err != nil {
+				return cycled{}, err
+			}
+			if err := q.ReleaseJobSavepoint(ctx); err != nil {
+				return cycled{}, err
+			}
+		}
+	}
+	inPlace := len(end.outcomes) > 1
+	stopped := map[string]bool{}
+	var refused, outs []outcome
+	for i, o := range end.outcomes {
+		switch {
+		case causes[i] != nil:
+			inPlace = inPlace && !o.wrote
+			o = o.refusedBy(serverRefusal(causes[i]))
+			end.outcomes[i] = o
+			if o.stopsGroup() {
+				stopped[o.row.GroupKey] = true
+			}
+			refused = append(refused, o)
+			outs = append(outs, o)
+		case o.row.GroupKey != "" && stopped[o.row.GroupKey]:
+			// Ran after its group's job that now waits: it runs again.
+			inPlace = false
+		case !o.wrote:
+			outs = append(outs, o)
+		}
+	}
+	if inPlace {
+		var res gen.SettleJobsRow
+		b := &pgx.Batch{}
+		queueSettle(b, r.q.name, refused, false, &res)
+		b.Queue(gen.CommitJobTransaction)
+		err := s.conn.SendBatch(ctx, b).Close()
+		if err == nil {
+			s.open = false
+			s.forget(0)
+			return cycled{busy: append(busy, res.Busy...)}, nil
+		}
+		if !recordRefused(err) {
+			return cycled{}, err
+		}
+	}
+	return cycled{}, &refusedRecords{outs: outs, cause: cause}
 }
 
 // run executes a batch in the job transaction, in id order: a group's run
