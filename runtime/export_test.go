@@ -1,6 +1,12 @@
 package runtime
 
-import "context"
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/pgtask/pgtask/gen"
+)
 
 // ApplyFunctionFiles lets tests apply function files of their own making.
 var ApplyFunctionFiles = applyFunctionFiles
@@ -20,3 +26,38 @@ func (w *Worker) ForgetClaim(token int64) { w.claims.drop(token) }
 // SchedulePeriodic runs one round of the leader's periodic scheduling,
 // leader or not: tests race it to show the database keeps one job per tick.
 func (w *Worker) SchedulePeriodic(ctx context.Context) { w.schedulePeriodic(ctx) }
+
+// lostOutcome is a success of the first attempt of job id, as the worker
+// that ran it knew it.
+func (w *Worker) lostOutcome(ctx context.Context, id int64) (*queue, outcome, error) {
+	j, err := gen.New(w.pool).GetJob(ctx, id)
+	if err != nil {
+		return nil, outcome{}, err
+	}
+	row := gen.ClaimJobsRow{ID: j.ID, Queue: j.Queue, Kind: j.Kind, Attempts: 1, MaxAttempts: j.MaxAttempts}
+	return w.queues[j.Queue], outcome{row: row, reg: w.handler(j.Kind), start: time.Now()}, nil
+}
+
+// SettleAfterLostReply records, as a held runner does once its session is
+// gone with the reply to its commit, the success of the first attempt of
+// job id: that commit may have gone through.
+func (w *Worker) SettleAfterLostReply(ctx context.Context, id int64) error {
+	q, o, err := w.lostOutcome(ctx, id)
+	if err != nil {
+		return err
+	}
+	r := &runner{w: w, q: q}
+	r.settleLost(ctx, 0, []outcome{o}, errors.New("unexpected EOF"), false)
+	return nil
+}
+
+// ResendLeaseOutcome sends again, as a lease-mode turn whose reply was lost
+// does, the success of the first attempt of job id.
+func (w *Worker) ResendLeaseOutcome(ctx context.Context, id int64) error {
+	q, o, err := w.lostOutcome(ctx, id)
+	if err != nil {
+		return err
+	}
+	_, err = newLeaser(w, q).turn(ctx, []outcome{o}, 0, 0)
+	return err
+}

@@ -238,3 +238,57 @@ func TestLeaseLogsALateOutcomeAsRefusedByTheTakeover(t *testing.T) {
 		t.Fatalf("job after the late outcome: %s, attempts %d", j.Status, j.Attempts)
 	}
 }
+
+// refusedLogs are the records of logs at Warn or above that say an outcome
+// was refused or that an attempt failed.
+func (l *recordedLogs) refusedOrFailed() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, r := range l.records {
+		if r.Level >= slog.LevelWarn && (strings.Contains(r.Message, "refused") || strings.Contains(r.Message, "failed")) {
+			out = append(out, r.Message)
+		}
+	}
+	return out
+}
+
+// A worker that lost its reply after its commit went through records the
+// outcome again and is refused: what it logs is what the job's row says,
+// a success, not a failure or a takeover.
+func TestAnOutcomeSentAgainAfterItsCommitIsLoggedAsRecorded(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			logs := &recordedLogs{}
+			w := idleWorker(t, b.url, runtime.Config{Logger: slog.New(logs)})
+			if err := w.Register(runtime.Registration{Kind: "ok", Handler: func(context.Context, *runtime.Job) error { return nil }}); err != nil {
+				t.Fatal(err)
+			}
+			id := enqueue(t, b.pool, "ok", map[string]int{}, runtime.WithMaxAttempts(5))
+			if _, err := w.WorkOne(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if mode == runtime.ModeHeld {
+				err := w.SettleAfterLostReply(ctx, int64(id))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !logs.has("pgtask: job succeeded; its commit went through before the worker lost its reply") {
+					t.Error("the success whose reply was lost was not logged as a success")
+				}
+			} else if err := w.ResendLeaseOutcome(ctx, int64(id)); err != nil {
+				t.Fatal(err)
+			}
+			if got := logs.refusedOrFailed(); len(got) > 0 {
+				t.Errorf("a success recorded before its reply was lost was logged as %q", got)
+			}
+			if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 1 || len(errorsOf(t, j)) != 0 {
+				t.Fatalf("job: %s, attempts %d, errors %s", j.Status, j.Attempts, j.Errors)
+			}
+		})
+	}
+}
