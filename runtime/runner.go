@@ -414,7 +414,9 @@ func (s *session) isolate(ctx context.Context, end batchEnd, cause error) (cycle
 	if inPlace {
 		var res gen.SettleJobsRow
 		b := &pgx.Batch{}
-		queueSettle(b, r.q.name, refused, false, &res)
+		if len(refused) > 0 {
+			queueSettle(b, r.q.name, refused, false, &res)
+		}
 		b.Queue(gen.CommitJobTransaction)
 		err := s.conn.SendBatch(ctx, b).Close()
 		if err == nil {
