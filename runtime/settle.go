@@ -169,6 +169,11 @@ func (e *recordError) Unwrap() error { return e.err }
 // would be refused again with the others.
 func recordRefused(err error) bool {
 	var re *recordError
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "25P02" {
+		// The transaction had failed before: the records are not the cause.
+		return false
+	}
 	return errors.As(err, &re) && refusal(re.err)
 }
 
