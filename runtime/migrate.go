@@ -88,6 +88,34 @@ func (r *MigrateReport) Changed() bool {
 	return r != nil && (len(r.Migrations) > 0 || len(r.Functions) > 0 || len(r.Grants) > 0)
 }
 
+// String says what Migrate changed, a line for each migration and
+// function file applied, and one for the grants; "pgtask schema is up to
+// date" when it changed nothing.
+func (r *MigrateReport) String() string {
+	if !r.Changed() {
+		return "pgtask schema is up to date"
+	}
+	var lines []string
+	for _, v := range r.Migrations {
+		lines = append(lines, fmt.Sprintf("applied migration %04d", v))
+	}
+	for _, f := range r.Functions {
+		lines = append(lines, fmt.Sprintf("applied functions/%s (revision %d)", f.Name, f.Revision))
+	}
+	if len(r.Grants) > 0 {
+		lines = append(lines, fmt.Sprintf("granted the recorded roles their privileges again (%d statements)", len(r.Grants)))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// CheckSchema checks that db has pgtask's schema, as new as this code
+// needs: what NewWorker checks before it starts, for tools that read or
+// change jobs. Its error wraps ErrSchemaNotCurrent, names what is missing
+// and says how to migrate.
+func CheckSchema(ctx context.Context, db DB) error {
+	return checkSchema(ctx, gen.New(db), databaseName(db))
+}
+
 // A migration's statements wait at most migrateLockTimeout for each table
 // lock (lock_timeout). One that waits behind a long transaction on pgtask's
 // tables holds up every enqueue and claim queued behind its own request, so
