@@ -42,6 +42,8 @@ $DATABASE_URL. Exit status: 0 done, 1 failed, 2 wrong usage.
 
 // Run runs the command in args and returns the process exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// Help, errors and logs name databases; none shows a password.
+	stderr = redactingWriter{stderr}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -243,9 +245,27 @@ func pauseResume(ctx context.Context, cmd string, args []string, stdout, stderr 
 	return nil
 }
 
+// databaseURL is the value of -database-url. It shows its password, in
+// help text, as xxxxx.
+type databaseURL struct{ url string }
+
+func (d *databaseURL) String() string {
+	if d == nil {
+		return ""
+	}
+	return redactDSN(d.url)
+}
+
+func (d *databaseURL) Set(s string) error {
+	d.url = s
+	return nil
+}
+
 // databaseFlag adds the -database-url flag, which defaults to $DATABASE_URL.
 func databaseFlag(fs *flag.FlagSet) *string {
-	return fs.String("database-url", os.Getenv("DATABASE_URL"), "the database (default $DATABASE_URL)")
+	d := &databaseURL{os.Getenv("DATABASE_URL")}
+	fs.Var(d, "database-url", "the database, as a URL or key=value settings (default $DATABASE_URL, shown without its password)")
+	return &d.url
 }
 
 func connect(ctx context.Context, url string) (*pgx.Conn, error) {
