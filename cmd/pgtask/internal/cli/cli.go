@@ -162,7 +162,9 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stderr, "pgtask migrate: %v\n", err)
 		return errUsage
 	}
-	conn, err := connect(ctx, *url)
+	// Migrating is what a database without pgtask's schema needs; -print
+	// checks the schema itself.
+	conn, err := connect(ctx, *url, false)
 	if err != nil {
 		return err
 	}
@@ -214,7 +216,7 @@ func pauseResume(ctx context.Context, cmd string, args []string, stdout, stderr 
 		fmt.Fprintf(stderr, "pgtask %s: name at least one queue\n", cmd)
 		return errUsage
 	}
-	conn, err := connect(ctx, *url)
+	conn, err := connect(ctx, *url, true)
 	if err != nil {
 		return err
 	}
@@ -268,13 +270,43 @@ func databaseFlag(fs *flag.FlagSet) *string {
 	return &d.url
 }
 
-func connect(ctx context.Context, url string) (*pgx.Conn, error) {
+// errNoDatabase is what a command that needs a database says without one.
+var errNoDatabase = errors.New("no database: DATABASE_URL is not set and -database-url is not given; " +
+	"set DATABASE_URL=postgres://USER@HOST:5432/DATABASE (with :PASSWORD after USER if it needs one), or pass it as -database-url")
+
+// databaseConfig parses url. A connection string that names no database
+// gets the one the server would pick, the user's, so that messages name it.
+func databaseConfig(url string) (*pgx.ConnConfig, error) {
 	if url == "" {
-		return nil, errors.New("no database: set DATABASE_URL or pass -database-url")
+		return nil, errNoDatabase
 	}
-	conn, err := pgx.Connect(ctx, url)
+	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
+	}
+	if cfg.Database == "" {
+		cfg.Database = cfg.User
+	}
+	return cfg, nil
+}
+
+// connect connects to the database url names; with checkSchema, it then
+// checks that pgtask's schema there is as new as this command, as a worker
+// does, so that an unmigrated database is named as one.
+func connect(ctx context.Context, url string, checkSchema bool) (*pgx.Conn, error) {
+	cfg, err := databaseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	if checkSchema {
+		if err := runtime.CheckSchema(ctx, conn); err != nil {
+			conn.Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
 	}
 	return conn, nil
 }

@@ -79,7 +79,7 @@ func TestCommandErrors(t *testing.T) {
 	}{
 		{nil, 2, "usage: pgtask"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"migrate"}, 1, "no database: set DATABASE_URL or pass -database-url"},
+		{[]string{"migrate"}, 1, "no database: DATABASE_URL is not set"},
 		{[]string{"migrate", "-nope"}, 2, "flag provided but not defined: -nope"},
 		{[]string{"migrate", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"migrate", "-database-url", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2"}, 1, "pgtask migrate: connect:"},
@@ -88,7 +88,7 @@ func TestCommandErrors(t *testing.T) {
 		{[]string{"migrate", "-roles", "worker=a,worker=b"}, 2, "the worker is named twice"},
 		{[]string{"migrate", "-roles", "worker"}, 2, `"worker" is not PART=ROLE`},
 		{[]string{"pause"}, 2, "name at least one queue"},
-		{[]string{"resume", "q"}, 1, "no database: set DATABASE_URL or pass -database-url"},
+		{[]string{"resume", "q"}, 1, "no database: DATABASE_URL is not set"},
 	}
 	for _, c := range cases {
 		code, _, errOut := run(t, c.args...)

@@ -109,7 +109,7 @@ func stats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := c.parse(args, 0, stderr); err != nil {
 		return err
 	}
-	conn, err := connect(ctx, *c.url)
+	conn, err := connect(ctx, *c.url, true)
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func jobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "pgtask jobs list: %v\n", err)
 		return errUsage
 	}
-	conn, err := connect(ctx, *c.url)
+	conn, err := connect(ctx, *c.url, true)
 	if err != nil {
 		return err
 	}
@@ -234,7 +234,7 @@ func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stderr, "pgtask jobs show: %q is not a job id\n", c.fs.Arg(0))
 		return errUsage
 	}
-	conn, err := connect(ctx, *c.url)
+	conn, err := connect(ctx, *c.url, true)
 	if err != nil {
 		return err
 	}
@@ -324,7 +324,7 @@ func bulkCommand(ctx context.Context, name string, args []string, stdout, stderr
 		fmt.Fprintf(stderr, "pgtask %s: %v\n", name, err)
 		return errUsage
 	}
-	conn, err := connect(ctx, *c.url)
+	conn, err := connect(ctx, *c.url, true)
 	if err != nil {
 		return err
 	}
@@ -356,7 +356,7 @@ func byID(ctx context.Context, c *command, name string, one func(context.Context
 			ids = append(ids, runtime.JobID(id))
 		}
 	}
-	conn, err := connect(ctx, *c.url)
+	conn, err := connect(ctx, *c.url, true)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/dashboard"
 )
 
@@ -75,16 +76,25 @@ func ui(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "pgtask ui: %v\n", err)
 		return errUsage
 	}
-	if *url == "" {
-		return errors.New("no database: set DATABASE_URL or pass -database-url")
+	cc, err := databaseConfig(*url)
+	if err != nil {
+		return err
 	}
-	pool, err := pgxpool.New(ctx, *url)
+	pc, err := pgxpool.ParseConfig(*url)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	pc.ConnConfig.Database = cc.Database
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
 	if err := pool.Ping(ctx); err != nil {
 		return fmt.Errorf("connect: %w", err)
+	}
+	if err := runtime.CheckSchema(ctx, pool); err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

@@ -103,7 +103,7 @@ func TestUIUsage(t *testing.T) {
 	}{
 		{"ops", []string{"ui"}, 2, "set both PGTASK_UI_USER and PGTASK_UI_PASSWORD, or neither"},
 		{"", []string{"ui", "-base-path", "pgtask"}, 2, "want a clean absolute path"},
-		{"", []string{"ui"}, 1, "no database: set DATABASE_URL or pass -database-url"},
+		{"", []string{"ui"}, 1, "no database: DATABASE_URL is not set"},
 		{"", []string{"ui", "extra"}, 2, `unexpected argument "extra"`},
 	} {
 		t.Setenv("PGTASK_UI_USER", c.env)
