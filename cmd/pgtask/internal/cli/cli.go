@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -197,15 +198,22 @@ func pauseResume(ctx context.Context, cmd string, args []string, stdout, stderr 
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		if cmd == "pause" {
-			fmt.Fprintln(stderr, "usage: pgtask pause [-database-url URL] queue...\n\n"+
+			fmt.Fprintln(stderr, "usage: pgtask pause [-create] [-database-url URL] queue...\n\n"+
 				"Pauses the queues across every worker: no claim takes their jobs until they are resumed.\n"+
-				"Running jobs finish; enqueueing goes on.")
+				"Running jobs finish; enqueueing goes on. A queue that has no jobs is taken for a misspelt\n"+
+				"name and nothing is paused, unless -create says to pause it before its first job.")
 		} else {
-			fmt.Fprintln(stderr, "usage: pgtask resume [-database-url URL] queue...\n\nResumes paused queues and wakes their workers.")
+			fmt.Fprintln(stderr, "usage: pgtask resume [-database-url URL] queue...\n\n"+
+				"Resumes paused queues and wakes their workers. A queue that is not paused and has no jobs\n"+
+				"is taken for a misspelt name, and nothing is resumed.")
 		}
 		fs.PrintDefaults()
 	}
 	url := databaseFlag(fs)
+	create := false
+	if cmd == "pause" {
+		fs.BoolVar(&create, "create", false, "pause queues that have no jobs yet too")
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -216,12 +224,34 @@ func pauseResume(ctx context.Context, cmd string, args []string, stdout, stderr 
 		fmt.Fprintf(stderr, "pgtask %s: name at least one queue\n", cmd)
 		return errUsage
 	}
+	queues := unique(fs.Args())
 	conn, err := connect(ctx, *url, true)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	for _, queue := range fs.Args() {
+	// Every name must be known before any queue changes.
+	paused, err := runtime.PausedQueues(ctx, conn)
+	if err != nil {
+		return err
+	}
+	for _, q := range queues {
+		if create || slices.ContainsFunc(paused, func(p runtime.PausedQueue) bool { return p.Queue == q }) {
+			continue
+		}
+		jobs, err := runtime.ListJobs(ctx, conn, runtime.JobFilter{Queue: q}, 0, 1)
+		if err != nil {
+			return err
+		}
+		if len(jobs) > 0 {
+			continue
+		}
+		if cmd == "pause" {
+			return fmt.Errorf("queue %s has no jobs: check its name, or pass -create to pause it before its first job; no queue was paused", q)
+		}
+		return fmt.Errorf("queue %s is not paused and has no jobs: check its name; no queue was resumed", q)
+	}
+	for _, queue := range queues {
 		if cmd == "pause" {
 			paused, err := runtime.PauseQueue(ctx, conn, queue)
 			if err != nil {
@@ -245,6 +275,17 @@ func pauseResume(ctx context.Context, cmd string, args []string, stdout, stderr 
 		}
 	}
 	return nil
+}
+
+// unique returns the distinct words of words, in their first order.
+func unique(words []string) []string {
+	var out []string
+	for _, w := range words {
+		if !slices.Contains(out, w) {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // databaseURL is the value of -database-url. It shows its password, in

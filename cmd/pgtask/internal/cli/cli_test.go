@@ -43,11 +43,21 @@ func TestMigrateAppliesThenReportsCurrent(t *testing.T) {
 func TestPauseAndResume(t *testing.T) {
 	t.Parallel()
 	url := pgtasktest.NewDatabase(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := runtime.Enqueue(context.Background(), pool, runtime.EnqueueRequest{Kind: "mail", Payload: []byte(`{}`),
+		EnqueueOptions: runtime.EnqueueOptions{Queue: "emails"}}); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"pause", "-database-url", url, "emails", "reports"}, "paused queue emails\npaused queue reports\n"},
+		// reports has no jobs yet.
+		{[]string{"pause", "-database-url", url, "-create", "emails", "reports"}, "paused queue emails\npaused queue reports\n"},
 		{[]string{"pause", "-database-url", url, "emails"}, "queue emails was paused already\n"},
 		{[]string{"resume", "-database-url", url, "emails"}, "resumed queue emails\n"},
 		{[]string{"resume", "-database-url", url, "emails"}, "queue emails was not paused\n"},
@@ -56,16 +66,11 @@ func TestPauseAndResume(t *testing.T) {
 			t.Errorf("pgtask %v: code %d, stdout %q, stderr %q; want %q", c.args[:1], code, out, errOut, c.want)
 		}
 	}
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	paused, err := runtime.PausedQueues(context.Background(), pool)
 	if err != nil || len(paused) != 1 || paused[0].Queue != "reports" {
 		t.Fatalf("paused queues %v, %v; want reports", paused, err)
 	}
-	if code, _, errOut := run(t, "pause", "-database-url", url, strings.Repeat("q", 200)); code != 1 || !strings.Contains(errOut, "more than the 128 allowed") {
+	if code, _, errOut := run(t, "pause", "-database-url", url, "-create", strings.Repeat("q", 200)); code != 1 || !strings.Contains(errOut, "more than the 128 allowed") {
 		t.Errorf("pausing a queue name too long: code %d, stderr %q", code, errOut)
 	}
 }
@@ -275,8 +280,8 @@ func TestJobCommands(t *testing.T) {
 	if code, out, errOut = run(t, append(cmd("cancel"), report)...); code != 0 || out != "cancelled 1 jobs\n" || errOut != "" {
 		t.Fatalf("cancel %s: %d %q %q", report, code, out, errOut)
 	}
-	if code, out, errOut = run(t, append(cmd("cancel"), report)...); code != 0 || out != "cancelled 0 jobs\n" ||
-		!strings.Contains(errOut, "job "+report+" not cancelled") {
+	if code, out, errOut = run(t, append(cmd("cancel"), report)...); code != 1 || out != "cancelled 0 jobs\n" ||
+		!strings.Contains(errOut, "job "+report+" is cancelled: only jobs that have not finished") {
 		t.Fatalf("cancel %s again: %d %q %q", report, code, out, errOut)
 	}
 	if code, out, _ = run(t, append(cmd("retry", "-json"), report)...); code != 0 || strings.Join(strings.Fields(out), "") != `{"retried":1}` {

@@ -20,7 +20,7 @@ import (
 // filterFlags are the flags that select jobs.
 type filterFlags struct {
 	queue, kind, group, statuses, after, before string
-	all                                         bool
+	all, allowNone                              bool
 }
 
 func (f *filterFlags) add(fs *flag.FlagSet, bulk bool) {
@@ -32,6 +32,8 @@ func (f *filterFlags) add(fs *flag.FlagSet, bulk bool) {
 	fs.StringVar(&f.before, "created-before", "", "only jobs enqueued before this time (RFC 3339)")
 	if bulk {
 		fs.BoolVar(&f.all, "all", false, "act on every job the other flags match, even with none set")
+		fs.BoolVar(&f.allowNone, "allow-none", false,
+			"succeed even when no job is changed, or not every job named (by default that exits with status 1)")
 	}
 }
 
@@ -284,21 +286,24 @@ func bulkCommand(ctx context.Context, name string, args []string, stdout, stderr
 		do    func(context.Context, runtime.DB, runtime.JobFilter, runtime.Progress) (int, error)
 		one   func(context.Context, runtime.DB, runtime.JobID) (bool, error) // nil: no job ids
 		done  string
+		only  string // which jobs it changes
 	}{
 		"retry": {"Retries the failed and cancelled jobs the flags match (or the jobs named), with a fresh set of attempts.",
-			runtime.RetryJobs, runtime.RetryJob, "retried"},
+			runtime.RetryJobs, runtime.RetryJob, "retried", "only failed and cancelled jobs are retried"},
 		"cancel": {"Cancels the jobs the flags match (or the jobs named) that have not finished, and failures that\n" +
 			"block their group. A running job's handler has its context cancelled wherever it runs; the job\n" +
 			"ends cancelled unless the handler completes anyway. Add -status scheduled,queued to leave running\n" +
-			"jobs alone.", runtime.CancelJobs, runtime.CancelJob, "cancelled"},
-		"purge": {"Deletes the finished jobs the flags match, but none still at the head of its group.", runtime.DeleteJobs, nil, "deleted"},
+			"jobs alone.", runtime.CancelJobs, runtime.CancelJob, "cancelled",
+			"only jobs that have not finished, and failures that block their group, are cancelled"},
+		"purge": {"Deletes the finished jobs the flags match, but none still at the head of its group.", runtime.DeleteJobs, nil, "deleted", ""},
 	}[name]
 	usage := fmt.Sprintf("usage: pgtask %s [filter flags] [-all] [-json]\n", name)
 	if what.one != nil {
 		usage += fmt.Sprintf("       pgtask %s [-json] JOB_ID...\n", name)
 	}
 	c := newCommand(name, usage+fmt.Sprintf("\n%s\n"+
-		"A progress line goes to standard error. With no filter flag and no job id, -all is needed.", what.usage), stderr)
+		"A progress line goes to standard error. With no filter flag and no job id, -all is needed.\n"+
+		"Changing no job, or not every job named, fails (exit status 1) unless -allow-none.", what.usage), stderr)
 	var f filterFlags
 	f.add(c.fs, true)
 	if err := c.parse(args, -1, stderr); err != nil {
@@ -313,7 +318,7 @@ func bulkCommand(ctx context.Context, name string, args []string, stdout, stderr
 			fmt.Fprintf(stderr, "pgtask %s: give filter flags or job ids, not both\n", name)
 			return errUsage
 		}
-		return byID(ctx, c, name, what.one, what.done, stdout, stderr)
+		return byID(ctx, c, name, what.one, what.done, what.only, f.allowNone, stdout, stderr)
 	}
 	if f.empty() && !f.all {
 		fmt.Fprintf(stderr, "pgtask %s: no filter given: name -queue, -kind, -group, -status or a time, or pass -all\n", name)
@@ -337,14 +342,20 @@ func bulkCommand(ctx context.Context, name string, args []string, stdout, stderr
 	if err != nil {
 		return err
 	}
-	return printCount(c, stdout, what.done, n)
+	if err := printCount(c, stdout, what.done, n); err != nil {
+		return err
+	}
+	if n == 0 && !f.allowNone {
+		return fmt.Errorf("no job was %s: the filter matched none it applies to (pass -allow-none if that is fine)", what.done)
+	}
+	return nil
 }
 
 // byID runs one (CancelJob or RetryJob) on each job id of the command's
-// arguments. A job it did not change (finished, in the wrong status, or
-// not there) is named on standard error.
+// arguments. A job it did not change is named on standard error, with why
+// (it does not exist, or its status); unless allowNone, that is a failure.
 func byID(ctx context.Context, c *command, name string, one func(context.Context, runtime.DB, runtime.JobID) (bool, error),
-	done string, stdout, stderr io.Writer) error {
+	done, only string, allowNone bool, stdout, stderr io.Writer) error {
 	var ids []runtime.JobID
 	for _, a := range c.fs.Args() {
 		id, err := strconv.ParseInt(a, 10, 64)
@@ -369,11 +380,25 @@ func byID(ctx context.Context, c *command, name string, one func(context.Context
 		}
 		if changed {
 			n++
-		} else {
-			fmt.Fprintf(stderr, "pgtask %s: job %d not %s: it is not there, or its status does not allow it\n", name, id, done)
+			continue
+		}
+		j, err := runtime.GetJob(ctx, conn, id)
+		switch {
+		case errors.Is(err, runtime.ErrJobNotFound):
+			fmt.Fprintf(stderr, "pgtask %s: job %d does not exist\n", name, id)
+		case err != nil:
+			return err
+		default:
+			fmt.Fprintf(stderr, "pgtask %s: job %d is %s: %s\n", name, id, j.Status, only)
 		}
 	}
-	return printCount(c, stdout, done, n)
+	if err := printCount(c, stdout, done, n); err != nil {
+		return err
+	}
+	if n < len(ids) && !allowNone {
+		return fmt.Errorf("%d of the %d jobs named not %s", len(ids)-n, len(ids), done)
+	}
+	return nil
 }
 
 // printCount prints how many jobs a bulk command changed, as JSON with
