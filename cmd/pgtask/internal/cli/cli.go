@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -36,9 +37,11 @@ commands:
   ui        serve the web dashboard: queues, jobs, groups, and actions on them
   help      show this text
 
-Run 'pgtask <command> -h' for a command's flags; flags come before
-arguments. Commands that use a database read it from -database-url or
-$DATABASE_URL. Exit status: 0 done, 1 failed, 2 wrong usage.
+Run 'pgtask <command> -h' for a command's flags; flags go before or after
+the arguments (after -- every word is an argument). Commands that use a
+database read it from -database-url or $DATABASE_URL, and take -json to
+print JSON. Exit status: 0 done, 1 failed (acting on nothing included),
+2 wrong usage.
 `
 
 // Run runs the command in args and returns the process exit code.
@@ -95,23 +98,24 @@ func gen(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("pgtask gen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: pgtask gen [-o file] [package dir]\n\nGenerates the typed task functions of the package in dir (default: the current directory).")
+		fmt.Fprintln(stderr, "usage: pgtask gen [-o file] [-json] [package dir]\n\n"+
+			"Generates the typed task functions of the package in dir (default: the current directory).\n"+
+			"It writes the file only when it changes, and says so.")
 		fs.PrintDefaults()
 	}
 	out := fs.String("o", codegen.DefaultOutput, "name of the generated file in the package directory")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	asJSON := jsonFlag(fs)
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() > 1 {
-		fmt.Fprintf(stderr, "pgtask gen: want at most one package directory, got %d\n", fs.NArg())
+	if len(rest) > 1 {
+		fmt.Fprintf(stderr, "pgtask gen: want at most one package directory, got %d\n", len(rest))
 		return errUsage
 	}
 	dir := "."
-	if fs.NArg() == 1 {
-		dir = fs.Arg(0)
+	if len(rest) == 1 {
+		dir = rest[0]
 	}
 	if *out != filepath.Base(*out) || !strings.HasSuffix(*out, ".go") || strings.HasSuffix(*out, "_test.go") {
 		fmt.Fprintf(stderr, "pgtask gen: -o %q: want a file name ending in .go (not _test.go), without a directory\n", *out)
@@ -129,8 +133,15 @@ func gen(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if wrote {
-		fmt.Fprintf(stdout, "pgtask gen: wrote %s\n", filepath.Join(dir, *out))
+	file := filepath.Join(dir, *out)
+	switch {
+	case *asJSON:
+		return printJSON(stdout, struct {
+			File    string `json:"file"`
+			Written bool   `json:"written"`
+		}{file, wrote})
+	case wrote:
+		fmt.Fprintf(stdout, "pgtask gen: wrote %s\n", file)
 	}
 	return nil
 }
@@ -143,19 +154,18 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fs.PrintDefaults()
 	}
 	url := databaseFlag(fs)
+	asJSON := jsonFlag(fs)
 	rf, err := addRoleFlags(fs)
 	if err != nil {
 		fmt.Fprintf(stderr, "pgtask migrate: %v\n", err)
 		return errUsage
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "pgtask migrate: unexpected argument %q\n", fs.Arg(0))
+	if len(rest) > 0 {
+		fmt.Fprintf(stderr, "pgtask migrate: unexpected argument %q\n", rest[0])
 		return errUsage
 	}
 	roles, err := rf.parse()
@@ -171,25 +181,47 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if rf.print {
-		return printRoles(ctx, conn, roles, stdout)
+		return printRoles(ctx, conn, roles, *asJSON, stdout)
 	}
 	report, err := runtime.Migrate(ctx, conn)
 	if err != nil {
 		return err
 	}
-	if !report.Changed() {
-		fmt.Fprintln(stdout, "pgtask schema is up to date")
+	if !*asJSON {
+		if !report.Changed() {
+			fmt.Fprintln(stdout, "pgtask schema is up to date")
+		}
+		for _, v := range report.Migrations {
+			fmt.Fprintf(stdout, "applied migration %04d\n", v)
+		}
+		for _, f := range report.Functions {
+			fmt.Fprintf(stdout, "applied functions/%s (revision %d)\n", f.Name, f.Revision)
+		}
+		if len(report.Grants) > 0 {
+			fmt.Fprintf(stdout, "granted the recorded roles their privileges again (%d statements)\n", len(report.Grants))
+		}
+		return grantRoles(ctx, conn, roles, stdout, nil)
 	}
-	for _, v := range report.Migrations {
-		fmt.Fprintf(stdout, "applied migration %04d\n", v)
+	type function struct {
+		Name     string `json:"name"`
+		Revision int    `json:"revision"`
 	}
+	out := struct {
+		Migrations []int         `json:"migrations"`
+		Functions  []function    `json:"functions"`
+		Grants     int           `json:"grants"`
+		Roles      *grantedRoles `json:"roles,omitempty"`
+	}{Migrations: append([]int{}, report.Migrations...), Functions: []function{}, Grants: len(report.Grants)}
 	for _, f := range report.Functions {
-		fmt.Fprintf(stdout, "applied functions/%s (revision %d)\n", f.Name, f.Revision)
+		out.Functions = append(out.Functions, function{f.Name, f.Revision})
 	}
-	if len(report.Grants) > 0 {
-		fmt.Fprintf(stdout, "granted the recorded roles their privileges again (%d statements)\n", len(report.Grants))
+	if named(roles) {
+		out.Roles = &grantedRoles{}
+		if err := grantRoles(ctx, conn, roles, nil, out.Roles); err != nil {
+			return err
+		}
 	}
-	return grantRoles(ctx, conn, roles, stdout)
+	return printJSON(stdout, out)
 }
 
 // pauseResume pauses or resumes the queues named in args.
@@ -198,33 +230,38 @@ func pauseResume(ctx context.Context, cmd string, args []string, stdout, stderr 
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		if cmd == "pause" {
-			fmt.Fprintln(stderr, "usage: pgtask pause [-create] [-database-url URL] queue...\n\n"+
+			fmt.Fprintln(stderr, "usage: pgtask pause [-create] [-json] [-database-url URL] queue...\n\n"+
 				"Pauses the queues across every worker: no claim takes their jobs until they are resumed.\n"+
 				"Running jobs finish; enqueueing goes on. A queue that has no jobs is taken for a misspelt\n"+
 				"name and nothing is paused, unless -create says to pause it before its first job.")
 		} else {
-			fmt.Fprintln(stderr, "usage: pgtask resume [-database-url URL] queue...\n\n"+
+			fmt.Fprintln(stderr, "usage: pgtask resume [-json] [-database-url URL] queue...\n\n"+
 				"Resumes paused queues and wakes their workers. A queue that is not paused and has no jobs\n"+
 				"is taken for a misspelt name, and nothing is resumed.")
 		}
 		fs.PrintDefaults()
 	}
 	url := databaseFlag(fs)
+	asJSON := jsonFlag(fs)
 	create := false
 	if cmd == "pause" {
 		fs.BoolVar(&create, "create", false, "pause queues that have no jobs yet too")
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	queues, err := parseFlags(fs, args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() == 0 {
+	if len(queues) == 0 {
 		fmt.Fprintf(stderr, "pgtask %s: name at least one queue\n", cmd)
 		return errUsage
 	}
-	queues := unique(fs.Args())
+	for _, q := range queues {
+		if msg := badQueueName(q); msg != "" {
+			fmt.Fprintf(stderr, "pgtask %s: %s\n", cmd, msg)
+			return errUsage
+		}
+	}
+	queues = unique(queues)
 	conn, err := connect(ctx, *url, true)
 	if err != nil {
 		return err
@@ -251,28 +288,39 @@ func pauseResume(ctx context.Context, cmd string, args []string, stdout, stderr 
 		}
 		return fmt.Errorf("queue %s is not paused and has no jobs: check its name; no queue was resumed", q)
 	}
+	type result struct {
+		Queue   string `json:"queue"`
+		Paused  bool   `json:"paused"`
+		Changed bool   `json:"changed"`
+	}
+	var results []result
 	for _, queue := range queues {
+		r := result{Queue: queue, Paused: cmd == "pause"}
 		if cmd == "pause" {
-			paused, err := runtime.PauseQueue(ctx, conn, queue)
-			if err != nil {
-				return err
-			}
-			if paused {
-				fmt.Fprintf(stdout, "paused queue %s\n", queue)
-			} else {
-				fmt.Fprintf(stdout, "queue %s was paused already\n", queue)
-			}
-			continue
+			r.Changed, err = runtime.PauseQueue(ctx, conn, queue)
+		} else {
+			r.Changed, err = runtime.ResumeQueue(ctx, conn, queue)
 		}
-		resumed, err := runtime.ResumeQueue(ctx, conn, queue)
 		if err != nil {
 			return err
 		}
-		if resumed {
+		results = append(results, r)
+		if *asJSON {
+			continue
+		}
+		switch {
+		case r.Paused && r.Changed:
+			fmt.Fprintf(stdout, "paused queue %s\n", queue)
+		case r.Paused:
+			fmt.Fprintf(stdout, "queue %s was paused already\n", queue)
+		case r.Changed:
 			fmt.Fprintf(stdout, "resumed queue %s\n", queue)
-		} else {
+		default:
 			fmt.Fprintf(stdout, "queue %s was not paused\n", queue)
 		}
+	}
+	if *asJSON {
+		return printJSON(stdout, results)
 	}
 	return nil
 }
@@ -286,6 +334,21 @@ func unique(words []string) []string {
 		}
 	}
 	return out
+}
+
+// badQueueName says what is wrong with a queue's name; "" when nothing is.
+func badQueueName(q string) string {
+	switch {
+	case q == "":
+		return "a queue name is empty"
+	case len(q) > runtime.MaxQueueBytes:
+		return fmt.Sprintf("queue name is %d bytes, more than the %d allowed", len(q), runtime.MaxQueueBytes)
+	case !utf8.ValidString(q):
+		return fmt.Sprintf("queue name %q is not valid UTF-8", q)
+	case strings.IndexByte(q, 0) >= 0:
+		return fmt.Sprintf("queue name %q contains a NUL byte", q)
+	}
+	return ""
 }
 
 // databaseURL is the value of -database-url. It shows its password, in
@@ -309,6 +372,11 @@ func databaseFlag(fs *flag.FlagSet) *string {
 	d := &databaseURL{os.Getenv("DATABASE_URL")}
 	fs.Var(d, "database-url", "the database, as a URL or key=value settings (default $DATABASE_URL, shown without its password)")
 	return &d.url
+}
+
+// jsonFlag adds the -json flag.
+func jsonFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("json", false, "print JSON, for scripts")
 }
 
 // errNoDatabase is what a command that needs a database says without one.
@@ -350,4 +418,28 @@ func connect(ctx context.Context, url string, checkSchema bool) (*pgx.Conn, erro
 		}
 	}
 	return conn, nil
+}
+
+// parseFlags parses args with fs, taking flags before, between and after
+// the arguments alike (after "--" every word is an argument), and returns
+// the arguments. A bad flag, which fs has described, is errUsage; -h is
+// flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errUsage
+		}
+		left := fs.Args()
+		if len(left) == 0 {
+			return rest, nil
+		}
+		if used := len(args) - len(left); used > 0 && args[used-1] == "--" {
+			return append(rest, left...), nil
+		}
+		rest, args = append(rest, left[0]), left[1:]
+	}
 }

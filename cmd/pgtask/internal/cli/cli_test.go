@@ -70,7 +70,7 @@ func TestPauseAndResume(t *testing.T) {
 	if err != nil || len(paused) != 1 || paused[0].Queue != "reports" {
 		t.Fatalf("paused queues %v, %v; want reports", paused, err)
 	}
-	if code, _, errOut := run(t, "pause", "-database-url", url, "-create", strings.Repeat("q", 200)); code != 1 || !strings.Contains(errOut, "more than the 128 allowed") {
+	if code, _, errOut := run(t, "pause", "-database-url", url, strings.Repeat("q", 200)); code != 2 || !strings.Contains(errOut, "more than the 128 allowed") {
 		t.Errorf("pausing a queue name too long: code %d, stderr %q", code, errOut)
 	}
 }
@@ -211,6 +211,10 @@ func TestGenWritesThenLeavesAlone(t *testing.T) {
 	if code, out, errOut := run(t, "gen", "-o", "jobs_gen.go", dir); code != 0 || out != "" {
 		t.Fatalf("second gen: code %d, stdout %q, stderr %q; want silence for an unchanged file", code, out, errOut)
 	}
+	if code, out, errOut := run(t, "gen", dir, "-json", "-o", "jobs_gen.go"); code != 0 ||
+		strings.Join(strings.Fields(out), "") != `{"file":"`+filepath.Join(dir, "jobs_gen.go")+`","written":false}` {
+		t.Fatalf("gen -json: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
 	if code, _, errOut := run(t, "gen", "-o", "sub/x.go", dir); code != 2 || !strings.Contains(errOut, "without a directory") {
 		t.Fatalf("-o with a directory: code %d, stderr %q", code, errOut)
 	}
@@ -300,7 +304,7 @@ func TestJobCommands(t *testing.T) {
 		{append(cmd("cancel", "-queue", "emails"), "1"), 2, "not both"},
 		{append(cmd("purge"), "1"), 2, "takes filter flags, not job ids"},
 		{append(cmd("retry"), "x"), 2, `"x" is not a job id`},
-		{cmd("purge", "-status", "lost"), 1, `status "lost" is none of`},
+		{cmd("purge", "-status", "lost"), 2, `-status: "lost" is none of`},
 		{[]string{"jobs", "show", "-database-url", url, "999999"}, 1, "job not found"},
 		{[]string{"jobs", "show", "-database-url", url, "x"}, 2, "is not a job id"},
 		{cmd("jobs"), 2, "usage: pgtask jobs list"},

@@ -41,7 +41,11 @@ func (f *filterFlags) filter() (runtime.JobFilter, error) {
 	jf := runtime.JobFilter{Queue: f.queue, Kind: f.kind, Group: f.group}
 	if f.statuses != "" {
 		for _, s := range strings.Split(f.statuses, ",") {
-			jf.Statuses = append(jf.Statuses, runtime.Status(strings.TrimSpace(s)))
+			st := runtime.Status(strings.TrimSpace(s))
+			if !slices.Contains(statuses, st) {
+				return jf, fmt.Errorf("-status: %q is none of %v", st, statuses)
+			}
+			jf.Statuses = append(jf.Statuses, st)
 		}
 	}
 	for _, t := range []struct {
@@ -64,19 +68,24 @@ func (f *filterFlags) empty() bool {
 	return f.queue == "" && f.kind == "" && f.group == "" && f.statuses == "" && f.after == "" && f.before == ""
 }
 
+// statuses are the statuses a job can be in.
+var statuses = []runtime.Status{runtime.StatusScheduled, runtime.StatusQueued, runtime.StatusStarted,
+	runtime.StatusSucceeded, runtime.StatusFailed, runtime.StatusCancelled}
+
 // command is what the job commands share: flags, a database, -json.
 type command struct {
 	name   string
 	fs     *flag.FlagSet
 	url    *string
 	asJSON *bool
+	args   []string // the arguments, flags left out
 }
 
 func newCommand(name, usage string, stderr io.Writer) *command {
 	fs := flag.NewFlagSet("pgtask "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := &command{name: name, fs: fs, url: databaseFlag(fs)}
-	c.asJSON = fs.Bool("json", false, "print JSON, for scripts")
+	c.asJSON = jsonFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, usage)
 		fs.PrintDefaults()
@@ -86,14 +95,12 @@ func newCommand(name, usage string, stderr io.Writer) *command {
 
 // parse parses args and wants exactly nargs arguments (-1: any number).
 func (c *command) parse(args []string, nargs int, stderr io.Writer) error {
-	if err := c.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	var err error
+	if c.args, err = parseFlags(c.fs, args); err != nil {
+		return err
 	}
-	if nargs >= 0 && c.fs.NArg() != nargs {
-		fmt.Fprintf(stderr, "pgtask %s: want %d argument(s), got %d\n", c.name, nargs, c.fs.NArg())
+	if nargs >= 0 && len(c.args) != nargs {
+		fmt.Fprintf(stderr, "pgtask %s: want %d argument(s), got %d\n", c.name, nargs, len(c.args))
 		return errUsage
 	}
 	return nil
@@ -161,6 +168,10 @@ func jobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	limit := c.fs.Int("limit", 50, "at most this many jobs")
 	if err := c.parse(args[1:], 0, stderr); err != nil {
 		return err
+	}
+	if *limit < 1 {
+		fmt.Fprintf(stderr, "pgtask jobs list: -limit %d: want 1 or more\n", *limit)
+		return errUsage
 	}
 	jf, err := f.filter()
 	if err != nil {
@@ -231,9 +242,9 @@ func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := c.parse(args, 1, stderr); err != nil {
 		return err
 	}
-	id, err := strconv.ParseInt(c.fs.Arg(0), 10, 64)
+	id, err := strconv.ParseInt(c.args[0], 10, 64)
 	if err != nil {
-		fmt.Fprintf(stderr, "pgtask jobs show: %q is not a job id\n", c.fs.Arg(0))
+		fmt.Fprintf(stderr, "pgtask jobs show: %q is not a job id\n", c.args[0])
 		return errUsage
 	}
 	conn, err := connect(ctx, *c.url, true)
@@ -309,7 +320,7 @@ func bulkCommand(ctx context.Context, name string, args []string, stdout, stderr
 	if err := c.parse(args, -1, stderr); err != nil {
 		return err
 	}
-	if c.fs.NArg() > 0 {
+	if len(c.args) > 0 {
 		switch {
 		case what.one == nil:
 			fmt.Fprintf(stderr, "pgtask %s: takes filter flags, not job ids\n", name)
@@ -357,7 +368,7 @@ func bulkCommand(ctx context.Context, name string, args []string, stdout, stderr
 func byID(ctx context.Context, c *command, name string, one func(context.Context, runtime.DB, runtime.JobID) (bool, error),
 	done, only string, allowNone bool, stdout, stderr io.Writer) error {
 	var ids []runtime.JobID
-	for _, a := range c.fs.Args() {
+	for _, a := range c.args {
 		id, err := strconv.ParseInt(a, 10, 64)
 		if err != nil || id <= 0 {
 			fmt.Fprintf(stderr, "pgtask %s: %q is not a job id\n", name, a)

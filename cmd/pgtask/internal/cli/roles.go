@@ -117,11 +117,15 @@ func named(r runtime.Roles) bool {
 }
 
 // printRoles prints the statements that grant roles, each ending with a
-// semicolon, as a script to run in one transaction.
-func printRoles(ctx context.Context, conn *pgx.Conn, roles runtime.Roles, stdout io.Writer) error {
+// semicolon, as a script to run in one transaction; with asJSON, as a JSON
+// array of statements.
+func printRoles(ctx context.Context, conn *pgx.Conn, roles runtime.Roles, asJSON bool, stdout io.Writer) error {
 	statements, err := runtime.RolesSQL(ctx, conn, roles)
 	if err != nil {
 		return err
+	}
+	if asJSON {
+		return printJSON(stdout, statements)
 	}
 	fmt.Fprintln(stdout, "BEGIN;")
 	for _, s := range statements {
@@ -131,14 +135,28 @@ func printRoles(ctx context.Context, conn *pgx.Conn, roles runtime.Roles, stdout
 	return nil
 }
 
-// grantRoles grants the roles named, if any, and says so.
-func grantRoles(ctx context.Context, conn *pgx.Conn, roles runtime.Roles, stdout io.Writer) error {
+// grantedRoles is what migrate -json says of the roles it granted.
+type grantedRoles struct {
+	Producer    string `json:"producer,omitempty"`
+	Worker      string `json:"worker,omitempty"`
+	Admin       string `json:"admin,omitempty"`
+	OwnJobsOnly bool   `json:"own_jobs_only"`
+	Statements  int    `json:"statements"`
+}
+
+// grantRoles grants the roles named, if any, and says so on stdout, or
+// fills in into instead when it is not nil.
+func grantRoles(ctx context.Context, conn *pgx.Conn, roles runtime.Roles, stdout io.Writer, into *grantedRoles) error {
 	if !named(roles) {
 		return nil
 	}
 	statements, err := runtime.GrantRoles(ctx, conn, roles)
 	if err != nil {
 		return err
+	}
+	if into != nil {
+		*into = grantedRoles{roles.Producer, roles.Worker, roles.Admin, roles.OwnJobsOnly, len(statements)}
+		return nil
 	}
 	var parts []string
 	for _, p := range []struct{ kind, name string }{{"producer", roles.Producer}, {"worker", roles.Worker}, {"admin", roles.Admin}} {

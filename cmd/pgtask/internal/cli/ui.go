@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,7 +20,7 @@ import (
 	"github.com/pgtask/pgtask/runtime/dashboard"
 )
 
-const uiUsage = `usage: pgtask ui [-addr host:port] [-read-only] [-base-path /path] [-allow-host names] [-database-url URL]
+const uiUsage = `usage: pgtask ui [-addr host:port] [-read-only] [-base-path /path] [-allow-host names] [-json] [-database-url URL]
 
 Serves the web dashboard: queues (jobs by status, throughput, oldest wait,
 blocked groups, paused), jobs (filtered by queue, kind, group, status and
@@ -38,7 +39,8 @@ answers only requests addressed to the address it serves on (localhost too
 on loopback) and to the hosts of -allow-host: a page whose name was made to
 resolve to this address (DNS rebinding) gets 421.
 
-It stops on interrupt, letting requests in flight finish.
+It stops on interrupt, letting requests in flight finish. With -json it
+says where it serves, and logs, in JSON lines.
 `
 
 func ui(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -53,14 +55,13 @@ func ui(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	basePath := fs.String("base-path", "", "serve below this path, e.g. /pgtask (behind a proxy that keeps the path)")
 	allowHost := fs.String("allow-host", "", "comma-separated `names` it answers to besides its address, e.g. jobs.example.com or localhost:9000 (behind a proxy or tunnel)")
 	url := databaseFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	asJSON := fs.Bool("json", false, "print the address served and the log as JSON lines")
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "pgtask ui: unexpected argument %q\n", fs.Arg(0))
+	if len(rest) > 0 {
+		fmt.Fprintf(stderr, "pgtask ui: unexpected argument %q\n", rest[0])
 		return errUsage
 	}
 	auth, err := uiAuth()
@@ -100,14 +101,25 @@ func ui(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	var logger *slog.Logger
+	if *asJSON {
+		logger = slog.New(slog.NewJSONHandler(stderr, nil))
+	} else {
+		logger = slog.New(slog.NewTextHandler(stderr, nil))
+	}
 	opts.Logger = logger
 	handler := dashboard.New(pool, opts)
-	mode := ""
-	if *readOnly {
-		mode = " (read-only)"
+	served := fmt.Sprintf("http://%s%s/", ln.Addr(), strings.TrimSuffix(*basePath, "/"))
+	switch {
+	case *asJSON:
+		if err := json.NewEncoder(stdout).Encode(map[string]any{"serving": served, "read_only": *readOnly}); err != nil {
+			return err
+		}
+	case *readOnly:
+		fmt.Fprintf(stdout, "pgtask ui: serving %s (read-only)\n", served)
+	default:
+		fmt.Fprintf(stdout, "pgtask ui: serving %s\n", served)
 	}
-	fmt.Fprintf(stdout, "pgtask ui: serving http://%s%s/%s\n", ln.Addr(), strings.TrimSuffix(*basePath, "/"), mode)
 	if auth == nil && !loopback(ln.Addr()) {
 		fmt.Fprintln(stderr, "pgtask ui: warning: listening beyond this machine without a password; set PGTASK_UI_USER and PGTASK_UI_PASSWORD")
 	}
