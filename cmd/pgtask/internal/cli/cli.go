@@ -188,18 +188,7 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if !*asJSON {
-		if !report.Changed() {
-			fmt.Fprintln(stdout, "pgtask schema is up to date")
-		}
-		for _, v := range report.Migrations {
-			fmt.Fprintf(stdout, "applied migration %04d\n", v)
-		}
-		for _, f := range report.Functions {
-			fmt.Fprintf(stdout, "applied functions/%s (revision %d)\n", f.Name, f.Revision)
-		}
-		if len(report.Grants) > 0 {
-			fmt.Fprintf(stdout, "granted the recorded roles their privileges again (%d statements)\n", len(report.Grants))
-		}
+		fmt.Fprintln(stdout, report)
 		return grantRoles(ctx, conn, roles, stdout, nil)
 	}
 	type function struct {

@@ -191,12 +191,29 @@ func jobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return printJSON(stdout, jsonJobs(list))
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "id\tqueue\tkind\tgroup\tstatus\tattempts\tcreated")
+	fmt.Fprintln(tw, "id\tqueue\tkind\tgroup\tstatus\tattempts\tcreated\tlast error")
 	for _, j := range list {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", j.ID, j.Queue, j.Kind, j.Group, j.Status,
-			j.Attempts, j.MaxAttempts, j.CreatedAt.UTC().Format(time.RFC3339))
+		lastError := ""
+		if len(j.Errors) > 0 {
+			lastError = oneLine(j.Errors[len(j.Errors)-1].Error, lastErrorRunes)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Queue, j.Kind, j.Group, j.Status,
+			j.Attempts, j.MaxAttempts, j.CreatedAt.UTC().Format(time.RFC3339), lastError)
 	}
 	return tw.Flush()
+}
+
+// lastErrorRunes is how much of a job's last error jobs list shows.
+const lastErrorRunes = 48
+
+// oneLine returns s on one line, its runs of white space made single
+// spaces, cut to max runes and an ellipsis when longer.
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > max {
+		return strings.TrimRight(string(r[:max]), " ") + "…"
+	}
+	return s
 }
 
 // jobJSON is a job as the commands print it with -json.

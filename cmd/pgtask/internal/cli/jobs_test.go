@@ -1,0 +1,62 @@
+package cli_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/pgtasktest"
+)
+
+// jobs list shows each job's last error, on its one line, cut short.
+func TestJobsListShowsTheLastError(t *testing.T) {
+	t.Parallel()
+	url := pgtasktest.NewDatabase(t)
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := runtime.NewWorker(ctx, pc, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	long := "the mail server said no\nand then " + strings.Repeat("much more ", 20)
+	if err := w.Register(runtime.Registration{Kind: "mail", Handler: func(context.Context, *runtime.Job) error {
+		return runtime.NoRetry(errors.New(long))
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	failed, err := runtime.Enqueue(ctx, w.Pool(), runtime.EnqueueRequest{Kind: "mail", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := w.WorkOne(ctx); err != nil || j == nil || j.Status != runtime.StatusFailed {
+		t.Fatalf("work the failing job: %+v, %v", j, err)
+	}
+	queued, err := runtime.Enqueue(ctx, w.Pool(), runtime.EnqueueRequest{Kind: "mail", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, "jobs", "list", "-database-url", url)
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if code != 0 || len(lines) != 3 || !strings.HasSuffix(strings.TrimSpace(lines[0]), "last error") {
+		t.Fatalf("jobs list: code %d, stderr %q, stdout:\n%s\nwant a header with a last error column and two jobs", code, errOut, out)
+	}
+	_, last, found := strings.Cut(lines[1], "the mail server")
+	last = "the mail server" + last
+	if !found || !strings.HasPrefix(lines[1], fmt.Sprint(failed)+" ") || !strings.Contains(lines[1], " failed ") ||
+		!strings.HasPrefix(last, "the mail server said no and then much more") || !strings.HasSuffix(last, "…") ||
+		len([]rune(last)) > 60 {
+		t.Errorf("the failed job's line %q: want its error on one line, cut short", lines[1])
+	}
+	if !strings.HasPrefix(lines[2], fmt.Sprint(queued)+" ") || !strings.Contains(lines[2], " queued ") || strings.Contains(lines[2], "mail server") {
+		t.Errorf("the queued job's line %q: want it queued, with no error", lines[2])
+	}
+}
