@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgtask/pgtask/cmd/pgtask/internal/codegen"
+	pgtaskdb "github.com/pgtask/pgtask/gen"
 
 	"github.com/pgtask/pgtask/runtime"
 )
@@ -256,13 +257,15 @@ func pauseResume(ctx context.Context, cmd string, args []string, stdout, stderr 
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	// Every name must be known before any queue changes.
-	paused, err := runtime.PausedQueues(ctx, conn)
+	// Every name must be known before any queue changes. The queues with
+	// runnable jobs, groups or a pause are found along indexes; any other
+	// name is looked for among all the jobs.
+	known, err := pgtaskdb.New(conn).DashboardQueueNames(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("list queues: %w", err)
 	}
 	for _, q := range queues {
-		if create || slices.ContainsFunc(paused, func(p runtime.PausedQueue) bool { return p.Queue == q }) {
+		if create || slices.Contains(known, q) {
 			continue
 		}
 		jobs, err := runtime.ListJobs(ctx, conn, runtime.JobFilter{Queue: q}, 0, 1)

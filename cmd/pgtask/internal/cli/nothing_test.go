@@ -62,4 +62,16 @@ func TestActingOnNothingFails(t *testing.T) {
 	if code, out, errOut := run(t, db("resume", "nosuchqueue")...); code != 0 || out != "resumed queue nosuchqueue\n" {
 		t.Fatalf("resume a queue paused with -create: code %d, stdout %q, stderr %q", code, out, errOut)
 	}
+	// A queue whose jobs have all finished is known too.
+	done, err := runtime.Enqueue(ctx, pool, runtime.EnqueueRequest{Kind: "report", Payload: []byte(`{}`),
+		EnqueueOptions: runtime.EnqueueOptions{Queue: "reports"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := runtime.CancelJob(ctx, pool, done); !ok || err != nil {
+		t.Fatalf("cancel job %d: %v, %v", done, ok, err)
+	}
+	if code, out, errOut := run(t, db("pause", "reports")...); code != 0 || out != "paused queue reports\n" {
+		t.Fatalf("pause a queue whose only job is cancelled: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
 }
