@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -22,7 +24,8 @@ func TestJobsListShowsTheLastError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := runtime.NewWorker(ctx, pc, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1}}})
+	w, err := runtime.NewWorker(ctx, pc, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1}},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
