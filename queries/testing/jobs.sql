@@ -102,3 +102,10 @@ SELECT pg_catalog.pg_notify(@channel::text, @payload::text);
 -- Puts a group's bound where a race between two enqueues creating the group
 -- can leave it: above a pending job of the group (see migration 0010).
 UPDATE pgtask.queue_groups SET pending_from = @pending_from WHERE queue = @queue AND group_key = @group_key;
+
+-- name: CountSessionsNamed :one
+-- Sessions of this database whose application_name is @name: the
+-- connections a worker holds, when only it connects under that name.
+SELECT count(*)::bigint AS sessions
+  FROM pg_catalog.pg_stat_activity
+ WHERE datname = current_database() AND application_name = @name::text;

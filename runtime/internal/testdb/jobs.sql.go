@@ -190,6 +190,21 @@ func (q *Queries) CountQueueStatus(ctx context.Context, arg CountQueueStatusPara
 	return jobs, err
 }
 
+const countSessionsNamed = `-- name: CountSessionsNamed :one
+SELECT count(*)::bigint AS sessions
+  FROM pg_catalog.pg_stat_activity
+ WHERE datname = current_database() AND application_name = $1::text
+`
+
+// Sessions of this database whose application_name is @name: the
+// connections a worker holds, when only it connects under that name.
+func (q *Queries) CountSessionsNamed(ctx context.Context, name string) (int64, error) {
+	row := q.db.QueryRow(ctx, countSessionsNamed, name)
+	var sessions int64
+	err := row.Scan(&sessions)
+	return sessions, err
+}
+
 const countStartedAfter = `-- name: CountStartedAfter :one
 SELECT count(*)::bigint AS started FROM pgtask.jobs WHERE queue = $1 AND started_at > $2::timestamptz
 `
