@@ -88,6 +88,7 @@ func (w *Worker) workInCaller(what string) (done func(), err error) {
 		w.started.Store(false)
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
+	w.divideConnections()
 	w.idleTimeout = w.longestIdle()
 	return func() { w.started.Store(false) }, nil
 }

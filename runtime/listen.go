@@ -38,11 +38,11 @@ func (w *Worker) listen(ctx context.Context) {
 // listenOnce connects and listens until the connection fails. It reports
 // whether it got as far as listening.
 func (w *Worker) listenOnce(ctx context.Context) (listened bool, err error) {
-	pc, err := pgx.ConnectConfig(ctx, w.listenConfig)
+	pc, done, err := w.listenConn(ctx)
 	if err != nil {
 		return false, err
 	}
-	defer pc.Close(context.WithoutCancel(ctx)) //nolint:errcheck // discarded either way
+	defer done()
 
 	q := gen.New(pc)
 	if err := q.LockWorker(ctx, w.id); err != nil {
@@ -68,4 +68,23 @@ func (w *Worker) listenOnce(ctx context.Context) (listened bool, err error) {
 			q.signal()
 		}
 	}
+}
+
+// listenConn opens the listener's connection, or on the application's pool
+// (NewWorkerFromPool) takes one of the pool's, which counts against its
+// MaxConns like the worker's others. done closes it either way: a session
+// that listens and holds the worker lock must not go back to the pool.
+func (w *Worker) listenConn(ctx context.Context) (pc *pgx.Conn, done func(), err error) {
+	if w.listenConfig != nil {
+		pc, err := pgx.ConnectConfig(ctx, w.listenConfig)
+		if err != nil {
+			return nil, nil, err
+		}
+		return pc, func() { pc.Close(context.WithoutCancel(ctx)) }, nil //nolint:errcheck // discarded either way
+	}
+	conn, err := w.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn.Conn(), func() { discard(conn) }, nil
 }

@@ -124,10 +124,15 @@ func (s *session) forget(keep int) {
 }
 
 // work acquires a connection and runs batches on it until the queue has
-// none for it. It returns how many jobs it ran. When it errs after claiming,
-// the connection could not be trusted: it is closed, and what its session
-// claimed is settled from another (see settleLost).
+// none for it, or runners of another queue wait for the connection. It
+// returns how many jobs it ran. When it errs after claiming, the connection
+// could not be trusted: it is closed, and what its session claimed is
+// settled from another (see settleLost).
 func (r *runner) work(ctx, hard context.Context) (int, error) {
+	if err := r.w.slots.acquire(ctx, r.q.name); err != nil {
+		return 0, fmt.Errorf("wait for a connection: %w", err)
+	}
+	defer r.w.slots.release()
 	conn, err := r.w.pool.Acquire(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("acquire connection: %w", err)
@@ -278,8 +283,9 @@ type cycled struct {
 
 // settle sends, in one round trip: the hand-back of unstarted jobs, the
 // outcomes, the next claim (marked with a token of its own) and the commit,
-// then the next transaction's begin and its lock on what that claim took. Shutting down, it claims nothing and
-// begins nothing.
+// then the next transaction's begin and its lock on what that claim took.
+// Shutting down, or when runners of another queue wait for its connection,
+// it claims nothing and begins nothing.
 func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 	r := s.r
 	var c cycled
@@ -287,7 +293,7 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 	if len(end.handBack) > 0 {
 		b.Queue(gen.ReleaseJobs, int32(s.pid), end.handBack)
 	}
-	claiming := ctx.Err() == nil && !r.one
+	claiming := ctx.Err() == nil && !r.one && !r.w.slots.contended(r.q.name)
 	var res gen.SettleJobsRow
 	var p gen.SettleJobsParams
 	if len(end.outcomes) > 1 {

@@ -19,8 +19,9 @@ var (
 	// Migrate (or `pgtask migrate`) brings it up to date.
 	ErrSchemaNotCurrent = errors.New("pgtask schema is not current")
 	// ErrNotEnoughConnections is returned by NewWorker when the server
-	// cannot give the worker the connections its queues' concurrency needs
-	// and still leave room for everyone else.
+	// cannot give the worker its connections (Config.MaxConns) and still
+	// leave room for everyone else, or when they are too few for its
+	// queues.
 	ErrNotEnoughConnections = errors.New("not enough database connections for the worker")
 )
 
@@ -56,11 +57,12 @@ func checkDatabase(ctx context.Context, cc *pgx.ConnConfig, need int, check Conn
 	if need <= allowed-margin && (check == CheckMax || need <= free-margin) {
 		return nil
 	}
-	fix := "lower Concurrency, or raise max_connections"
+	fix := "lower Config.MaxConns (or the Concurrency it defaults from), or raise max_connections"
 	if need <= allowed-margin {
-		fix = "lower Concurrency, close some of the other sessions, or set Config.ConnectionCheck to CheckMax if they are about to go (a rolling deploy)"
+		fix = "lower Config.MaxConns (or the Concurrency it defaults from), close some of the other sessions, " +
+			"or set Config.ConnectionCheck to CheckMax if they are about to go (a rolling deploy)"
 	}
-	return fmt.Errorf("%w: its queues need %d connections (the sum of their Concurrency, plus 1 for maintenance and 1 for notifications); "+
+	return fmt.Errorf("%w: it would open up to %d connections (its MaxConns, the pool's yet to open for a worker on the application's pool); "+
 		"the server allows %d (max_connections %d, %d reserved for superusers), %d are open, and %d are left for others: %s",
 		ErrNotEnoughConnections, need, allowed, c.MaxConnections, c.Reserved, open, margin, fix)
 }

@@ -127,7 +127,7 @@ func TestNewWorkerRefusesConcurrencyTheServerCannotServe(t *testing.T) {
 	if !errors.Is(err, runtime.ErrNotEnoughConnections) {
 		t.Errorf("error %v is not ErrNotEnoughConnections", err)
 	}
-	wantErrorText(t, err, "lower Concurrency", "max_connections")
+	wantErrorText(t, err, "lower Config.MaxConns", "max_connections")
 }
 
 // Connections open now count against the default check, but not against
@@ -268,8 +268,8 @@ func TestWorkerOnTheApplicationsPool(t *testing.T) {
 	if err := pool.Ping(ctx); err != nil {
 		t.Fatalf("the application's pool after the worker closed: %v", err)
 	}
-	if p := peak.Load(); p > 3 {
-		t.Fatalf("%d of the pool's connections in use at once, want at most Concurrency + 1", p)
+	if p := peak.Load(); p > 4 {
+		t.Fatalf("%d of the pool's connections in use at once, want at most Concurrency + 2 (the listener's and maintenance's)", p)
 	}
 }
 
@@ -294,11 +294,16 @@ func TestWorkerOnTheApplicationsPoolChecksIt(t *testing.T) {
 		t.Cleanup(pool.Close)
 		return pool
 	}
-	_, err := runtime.NewWorkerFromPool(ctx, newPool(10, ""), runtime.Config{})
+	_, err := runtime.NewWorkerFromPool(ctx, newPool(2, ""), runtime.Config{})
 	if !errors.Is(err, runtime.ErrNotEnoughConnections) {
-		t.Fatalf("Concurrency 10 on a pool of 10: %v, want ErrNotEnoughConnections", err)
+		t.Fatalf("a held-mode queue on a pool of 2: %v, want ErrNotEnoughConnections", err)
 	}
-	wantErrorText(t, err, "need 11", "MaxConns is 10")
+	wantErrorText(t, err, "the pool's MaxConns is 2", "needs at least 3")
+	_, err = runtime.NewWorkerFromPool(ctx, newPool(4, ""), runtime.Config{MaxConns: 8})
+	if err == nil {
+		t.Fatal("a Config.MaxConns other than the pool's was accepted")
+	}
+	wantErrorText(t, err, "Config.MaxConns is 8", "the pool's MaxConns, 4")
 	_, err = runtime.NewWorkerFromPool(ctx, newPool(20, "repeatable read"), runtime.Config{})
 	if err == nil {
 		t.Fatal("a pool defaulting to REPEATABLE READ was accepted")

@@ -134,6 +134,16 @@ type Config struct {
 	// heartbeat extends it every third of it, and a job whose lease ran out
 	// is taken over by another worker. Default 30s.
 	Lease time.Duration
+	// MaxConns is the most database connections the worker opens at once,
+	// its listener's included: one budget for all its queues. One listens
+	// for notifications and one, at least, serves maintenance; lease-mode
+	// queues are left two each where the budget allows; the held-mode
+	// queues' runners share the rest, one connection per running batch,
+	// taking turns while they are fewer than the runners. At least 3 (2
+	// with lease-mode queues only). Default: its largest held-mode queue's
+	// Concurrency, plus 2 for each lease-mode queue, plus 2: 12 for the
+	// default queue. NewWorkerFromPool takes the pool's MaxConns instead.
+	MaxConns int
 	// ConnectionCheck is what NewWorker checks of the server's connection
 	// limits. Default CheckFree.
 	ConnectionCheck ConnectionCheck
@@ -146,8 +156,8 @@ type Config struct {
 }
 
 // ConnectionCheck says how NewWorker makes sure that the server can give
-// the worker its connections (the sum of its queues' connections, plus one
-// for maintenance and one for notifications), and fails with
+// the worker its connections (Config.MaxConns, or the pool's connections
+// yet to open for NewWorkerFromPool), and fails with
 // ErrNotEnoughConnections when it cannot.
 type ConnectionCheck string
 
@@ -208,10 +218,6 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// extraConns are the pooled connections a worker needs beside its running
-// jobs: one for maintenance and bookkeeping. The listener has its own.
-const extraConns = 1
-
 // Worker claims and runs jobs. Create it with NewWorker, register handlers,
 // then call Run.
 type Worker struct {
@@ -222,8 +228,13 @@ type Worker struct {
 	ownPool bool
 	// listenConfig makes the listener's connection, outside the pool. It keeps
 	// pgx's default reaction to a cancelled context (close the connection at
-	// once), which is right for a connection that only waits.
+	// once), which is right for a connection that only waits. Nil: the
+	// listener holds one of the pool's (NewWorkerFromPool).
 	listenConfig *pgx.ConnConfig
+	// maxConns is the worker's connection budget, and slots the share of it
+	// its held-mode runners take turns on (see divideConnections).
+	maxConns int
+	slots    *connSlots
 
 	mu       sync.RWMutex
 	handlers map[string]*Registration
@@ -261,17 +272,6 @@ type Worker struct {
 	periodicSince time.Time
 }
 
-// connections is how many pooled connections serving the queue takes: one
-// per runner in the held-transaction mode (a queue whose mode its kinds
-// decide is counted so), and in lease mode one for recording and claiming
-// and one for the heartbeat.
-func (qc QueueConfig) connections() int {
-	if qc.Mode == ModeLease {
-		return 2
-	}
-	return cmp.Or(max(qc.Concurrency, 0), 10)
-}
-
 // withConcurrency gives Concurrency its default for the queue's mode.
 func (qc QueueConfig) withConcurrency() QueueConfig {
 	if qc.Concurrency <= 0 {
@@ -300,9 +300,9 @@ func (q *queue) signal() {
 }
 
 // NewWorker creates a worker with a connection pool of its own, built from
-// poolConfig (see pgxpool.ParseConfig). The pool is sized to the worker:
-// MaxConns is raised to the total concurrency plus one, and one more
-// connection outside the pool listens for notifications. A cancelled handler
+// poolConfig (see pgxpool.ParseConfig). The worker opens at most
+// Config.MaxConns connections: the pool's MaxConns is set to one fewer, and
+// the last, outside the pool, listens for notifications. A cancelled handler
 // query is cancelled on the server instead of closing the connection, so the
 // job's transaction survives to record the failure.
 //
@@ -310,19 +310,24 @@ func (q *queue) signal() {
 // one clear error when it cannot: the database cannot be reached, its
 // schema is missing or older than this code (ErrSchemaNotCurrent), or the
 // server cannot give the worker its connections and still leave a tenth of
-// max_connections to others (ErrNotEnoughConnections).
+// max_connections to others, or MaxConns is too few for the worker's queues
+// (ErrNotEnoughConnections).
 func NewWorker(ctx context.Context, poolConfig *pgxpool.Config, cfg Config) (*Worker, error) {
 	if poolConfig == nil {
 		return nil, errors.New("new worker: pool config is nil")
 	}
-	w, need, err := newWorker(cfg)
+	w, err := newWorker(cfg)
 	if err != nil {
 		return nil, err
 	}
-	pc := poolConfig.Copy()
-	if int(pc.MaxConns) < need {
-		pc.MaxConns = int32(need)
+	w.maxConns = cmp.Or(w.cfg.MaxConns, defaultMaxConns(w.cfg.Queues))
+	if err := checkMaxConns(w.maxConns, w.cfg.Queues, "Config.MaxConns"); err != nil {
+		return nil, fmt.Errorf("new worker: %w", err)
 	}
+	pc := poolConfig.Copy()
+	// The listener's connection is the budget's last.
+	pc.MaxConns = int32(w.maxConns - 1)
+	pc.MinConns = min(pc.MinConns, pc.MaxConns)
 	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = "pgtask worker"
 	}
@@ -332,7 +337,7 @@ func NewWorker(ctx context.Context, poolConfig *pgxpool.Config, cfg Config) (*Wo
 	pc.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	w.listenConfig = pc.ConnConfig.Copy()
 	// The pool's connections plus the listener's.
-	if err := checkDatabase(ctx, w.listenConfig, need+1, w.cfg.ConnectionCheck); err != nil {
+	if err := checkDatabase(ctx, w.listenConfig, w.maxConns, w.cfg.ConnectionCheck); err != nil {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
 	userAfterConnect := pc.AfterConnect
@@ -361,15 +366,18 @@ func NewWorker(ctx context.Context, poolConfig *pgxpool.Config, cfg Config) (*Wo
 }
 
 // NewWorkerFromPool creates a worker that runs its jobs on connections of
-// the application's pool, which it does not close. Its listener opens one
-// connection of its own, with the pool's settings.
+// the application's pool, which it does not close. The pool's MaxConns is
+// the worker's connection budget (Config.MaxConns, which may be left unset):
+// its listener holds one of the pool's connections while it runs, one at
+// least is left to maintenance and the application's own statements, and
+// its queues share the rest (see Config.MaxConns).
 //
-// The pool must have room for the worker: the sum of its queues'
-// Concurrency plus 1 for maintenance, and 1 more left to the application;
-// and its sessions must default to READ COMMITTED, which pgtask's group and
-// claim functions need. NewWorkerFromPool checks both, and what NewWorker
-// checks, and fails with one clear error (ErrNotEnoughConnections,
-// ErrSchemaNotCurrent, ...) rather than a worker that cannot work.
+// The pool must hold the least the worker can work on (3 connections with
+// a held-mode queue, 2 with lease-mode queues only), and its sessions must
+// default to READ COMMITTED, which pgtask's group and claim functions need.
+// NewWorkerFromPool checks both, and what NewWorker checks, and fails with
+// one clear error (ErrNotEnoughConnections, ErrSchemaNotCurrent, ...)
+// rather than a worker that cannot work.
 //
 // Unlike NewWorker's own pool, a pool built with pgx's defaults closes a
 // connection whose query is cancelled: a handler that times out inside a
@@ -379,24 +387,23 @@ func NewWorkerFromPool(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Wo
 	if pool == nil {
 		return nil, errors.New("new worker: pool is nil")
 	}
-	w, need, err := newWorker(cfg)
+	w, err := newWorker(cfg)
 	if err != nil {
 		return nil, err
 	}
 	pc := pool.Config()
-	if max := int(pc.MaxConns); need+1 > max {
-		return nil, fmt.Errorf("new worker: %w: its queues need %d of the pool's connections (the sum of their Concurrency, plus 1 for maintenance), "+
-			"and 1 more is left to the application, but the pool's MaxConns is %d: raise MaxConns or lower Concurrency",
-			ErrNotEnoughConnections, need, max)
+	w.maxConns = int(pc.MaxConns)
+	if w.cfg.MaxConns != 0 && w.cfg.MaxConns != w.maxConns {
+		return nil, fmt.Errorf("new worker: Config.MaxConns is %d, but a worker on the application's pool has the pool's MaxConns, %d: "+
+			"leave Config.MaxConns unset, or size the pool", w.cfg.MaxConns, w.maxConns)
 	}
-	w.listenConfig = pc.ConnConfig.Copy()
-	if w.listenConfig.RuntimeParams["application_name"] == "" {
-		w.listenConfig.RuntimeParams["application_name"] = "pgtask worker"
+	if err := checkMaxConns(w.maxConns, w.cfg.Queues, "the pool's MaxConns"); err != nil {
+		return nil, fmt.Errorf("new worker: %w", err)
 	}
 	// The server must have room for the connections the pool has yet to
-	// open, and the listener's.
+	// open, the listener's among them.
 	unopened := max(0, int(pc.MaxConns)-int(pool.Stat().TotalConns()))
-	if err := checkDatabase(ctx, w.listenConfig, unopened+1, w.cfg.ConnectionCheck); err != nil {
+	if err := checkDatabase(ctx, pc.ConnConfig, unopened, w.cfg.ConnectionCheck); err != nil {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
 	if err := checkIsolation(ctx, pool); err != nil {
@@ -406,9 +413,8 @@ func NewWorkerFromPool(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Wo
 	return w, nil
 }
 
-// newWorker makes a worker without its pool, and returns how many pooled
-// connections it needs.
-func newWorker(cfg Config) (*Worker, int, error) {
+// newWorker makes a worker without its pool.
+func newWorker(cfg Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
 	w := &Worker{
 		cfg:      cfg,
@@ -422,23 +428,24 @@ func newWorker(cfg Config) (*Worker, int, error) {
 	switch cfg.ConnectionCheck {
 	case CheckFree, CheckMax, CheckNone:
 	default:
-		return nil, 0, fmt.Errorf("new worker: ConnectionCheck %q is none of CheckFree, CheckMax and CheckNone", cfg.ConnectionCheck)
+		return nil, fmt.Errorf("new worker: ConnectionCheck %q is none of CheckFree, CheckMax and CheckNone", cfg.ConnectionCheck)
 	}
-	need := extraConns
+	if cfg.MaxConns < 0 {
+		return nil, fmt.Errorf("new worker: MaxConns is %d; leave it 0 for the default", cfg.MaxConns)
+	}
 	for name, qc := range cfg.Queues {
 		if name == "" {
-			return nil, 0, errors.New("new worker: a queue name is empty")
+			return nil, errors.New("new worker: a queue name is empty")
 		}
 		if err := checkName("queue", name, MaxQueueBytes); err != nil {
-			return nil, 0, fmt.Errorf("new worker: %w", err)
+			return nil, fmt.Errorf("new worker: %w", err)
 		}
 		if err := qc.Mode.check(); err != nil {
-			return nil, 0, fmt.Errorf("new worker: queue %s: %w", name, err)
+			return nil, fmt.Errorf("new worker: queue %s: %w", name, err)
 		}
 		w.queues[name] = &queue{name: name, cfg: qc, wake: make(chan struct{}, 1)}
-		need += qc.connections()
 	}
-	return w, need, nil
+	return w, nil
 }
 
 // Pool is the worker's connection pool. Enqueueing through it is fine, but
@@ -514,6 +521,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.settleModes(); err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
+	w.divideConnections()
 	w.log.Info("pgtask worker starting", "queues", slices.Sorted(maps.Keys(w.queues)), "kinds", w.kinds())
 	for _, kind := range w.kinds() {
 		if reg := w.handler(kind); reg.Queue != "" && w.queues[reg.Queue] == nil {
