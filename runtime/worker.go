@@ -87,7 +87,8 @@ type QueueConfig struct {
 	// for, else ModeHeld.
 	Mode Mode
 	// Concurrency in the held-transaction mode is how many batches of the
-	// queue run at once; each holds one database connection while it runs.
+	// queue run at once; each holds one database connection while it runs,
+	// out of the worker's Config.MaxConns, which its held-mode queues share.
 	// With BatchSize 1 it is how many jobs run at once. Default 10.
 	//
 	// In lease mode it is how many claimed jobs the queue has at once, each
