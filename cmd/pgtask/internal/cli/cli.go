@@ -122,15 +122,8 @@ func gen(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "pgtask gen: -o %q: want a file name ending in .go (not _test.go), without a directory\n", *out)
 		return errUsage
 	}
+	// Positions in errors are relative to the module's root, wherever this runs.
 	wrote, err := codegen.Write(dir, *out)
-	var es codegen.Errors
-	if errors.As(err, &es) && dir != "." {
-		// Positions come relative to the package; make them relative to here.
-		for i := range es {
-			es[i].Pos.Filename = filepath.Join(dir, es[i].Pos.Filename)
-		}
-		return es
-	}
 	if err != nil {
 		return err
 	}

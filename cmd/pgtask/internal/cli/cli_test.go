@@ -175,7 +175,8 @@ func TestGenReportsDeclarationErrors(t *testing.T) {
 	t.Parallel()
 	dir := "../codegen/testdata/errors/group"
 	code, out, errOut := run(t, "gen", dir)
-	want := dir + `/tasks.go:12: field B: TwoGroups already has a group field, A; a task has at most one`
+	// Positions are relative to the module's root, wherever gen runs.
+	want := `cmd/pgtask/internal/codegen/testdata/errors/group/tasks.go:12: field B: TwoGroups already has a group field, A; a task has at most one`
 	if code != 1 || out != "" || !strings.HasPrefix(errOut, want+"\n") || strings.Count(errOut, "\n") != 9 {
 		t.Fatalf("code %d, stdout %q, stderr:\n%s\nwant exit 1 and nine file:line lines starting with %q", code, out, errOut, want)
 	}

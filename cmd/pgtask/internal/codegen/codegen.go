@@ -15,15 +15,18 @@ import (
 const DefaultOutput = "pgtask_gen.go"
 
 // Generate returns the generated file for the package in dir. Problems in
-// task declarations come back as Errors, with positions relative to dir.
+// task declarations come back as Errors, every one found, with positions
+// relative to the root of the package's module (so a report from go
+// generate ./... says which package each is in); a package that does not
+// compile comes back as a *CompileError.
 func Generate(dir, outName string) ([]byte, error) {
 	l, err := load(dir, outName)
 	if err != nil {
-		return nil, relative(dir, err)
+		return nil, err
 	}
 	src, err := render(l)
 	if err != nil {
-		return nil, relative(dir, err)
+		return nil, relative(l.Root, err)
 	}
 	return src, nil
 }
@@ -45,17 +48,10 @@ func Write(dir, outName string) (bool, error) {
 	return true, nil
 }
 
-// relative rewrites error positions relative to dir, as a person in dir
-// (where go generate runs) would write them.
-func relative(dir string, err error) error {
-	abs, aerr := filepath.Abs(dir)
-	if aerr != nil {
-		return err
-	}
+// relative rewrites error positions relative to root.
+func relative(root string, err error) error {
 	fix := func(e Error) Error {
-		if rel, rerr := filepath.Rel(abs, e.Pos.Filename); rerr == nil {
-			e.Pos.Filename = rel
-		}
+		e.Pos.Filename = relativePath(root, e.Pos.Filename)
 		return e
 	}
 	var es Errors

@@ -57,6 +57,61 @@ type Error struct {
 
 func (e Error) Error() string { return fmt.Sprintf("%s:%d: %s", e.Pos.Filename, e.Pos.Line, e.Msg) }
 
+// CompileError reports a package the Go type checker refuses: its tasks
+// cannot be read until it compiles. Positions are relative to the module's
+// root.
+type CompileError struct {
+	Package string
+	Errors  []string // each "file:line:col: message", as the compiler says it
+}
+
+func (e *CompileError) Error() string {
+	return fmt.Sprintf("package %s does not compile:\n%s", e.Package, strings.Join(e.Errors, "\n"))
+}
+
+// compileErrors lists a package's errors, with their files relative to
+// root. The go command's summary of the type errors, which has no
+// position, is left out when the type errors themselves are there.
+func compileErrors(root string, pkgErrs []packages.Error) []string {
+	var positioned, other []string
+	for _, e := range pkgErrs {
+		if e.Pos == "" || e.Pos == "-" {
+			other = append(other, e.Msg)
+			continue
+		}
+		positioned = append(positioned, relativePos(root, e.Pos)+": "+e.Msg)
+	}
+	if len(positioned) > 0 {
+		return positioned
+	}
+	return other
+}
+
+// relativePos rewrites the file of a "file:line:col" position relative to
+// root.
+func relativePos(root, pos string) string {
+	file, rest := pos, ""
+	for range 2 {
+		i := strings.LastIndexByte(file, ':')
+		if i < 0 || strings.Trim(file[i+1:], "0123456789") != "" || i == len(file)-1 {
+			break
+		}
+		file, rest = file[:i], file[i:]+rest
+	}
+	return relativePath(root, file) + rest
+}
+
+// relativePath is path relative to root, or path itself when it has none.
+func relativePath(root, path string) string {
+	if !filepath.IsAbs(path) {
+		return path
+	}
+	if rel, err := filepath.Rel(root, path); err == nil {
+		return rel
+	}
+	return path
+}
+
 // Errors is every problem found in a package, in source order.
 type Errors []Error
 
@@ -73,6 +128,9 @@ type loaded struct {
 	Path  string
 	Name  string
 	Tasks []task
+	// Root is the directory positions are given relative to: the module's
+	// root, or the package's directory outside a module.
+	Root string
 }
 
 // load type-checks the package in dir, without the generated file (which may
@@ -84,7 +142,7 @@ func load(dir, outName string) (*loaded, error) {
 	}
 	cfg := &packages.Config{
 		Mode: packages.NeedName | packages.NeedFiles | packages.NeedSyntax |
-			packages.NeedTypes | packages.NeedTypesInfo,
+			packages.NeedTypes | packages.NeedTypesInfo | packages.NeedModule,
 		Dir:   abs,
 		Tests: false,
 	}
@@ -102,14 +160,14 @@ func load(dir, outName string) (*loaded, error) {
 		return nil, fmt.Errorf("load package in %s: found %d packages", dir, len(pkgs))
 	}
 	pkg := pkgs[0]
-	if len(pkg.Errors) > 0 {
-		var es []string
-		for _, e := range pkg.Errors {
-			es = append(es, e.Error())
-		}
-		return nil, fmt.Errorf("package %s does not compile:\n%s", pkg.PkgPath, strings.Join(es, "\n"))
+	root := abs
+	if pkg.Module != nil && pkg.Module.Dir != "" {
+		root = pkg.Module.Dir
 	}
-	l := &loaded{Path: pkg.PkgPath, Name: pkg.Name}
+	if len(pkg.Errors) > 0 {
+		return nil, &CompileError{Package: pkg.PkgPath, Errors: compileErrors(root, pkg.Errors)}
+	}
+	l := &loaded{Path: pkg.PkgPath, Name: pkg.Name, Root: root}
 	var errs Errors
 	for _, file := range pkg.Syntax {
 		for _, decl := range file.Decls {
@@ -133,7 +191,7 @@ func load(dir, outName string) (*loaded, error) {
 			a, b := errs[i].Pos, errs[j].Pos
 			return a.Filename < b.Filename || a.Filename == b.Filename && a.Line < b.Line
 		})
-		return nil, errs
+		return nil, relative(root, errs)
 	}
 	if len(l.Tasks) == 0 {
 		return nil, fmt.Errorf("package %s declares no tasks: a task is a struct that embeds %s.Task", pkg.PkgPath, runtimePath)
@@ -205,11 +263,16 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec) (task, bool, Errors) {
 		fail(ts.Pos(), "task type %s has type parameters; tasks must be concrete types", ts.Name.Name)
 	}
 
-	settings, err := parseTaskTag(reflect.StructTag(strct.Tag(marker)).Get("task"), ts.Name.Name)
-	if err != nil {
+	settings, tagErrs := parseTaskTag(reflect.StructTag(strct.Tag(marker)).Get("task"), ts.Name.Name)
+	for _, err := range tagErrs {
 		fail(strct.Field(marker).Pos(), "%s: %v", ts.Name.Name, err)
 	}
 	t.settings = settings
+	if t.Result != nil {
+		if _, err := typeCode(t.Result); err != nil {
+			fail(strct.Field(marker).Pos(), "%s: result type %v", ts.Name.Name, err)
+		}
+	}
 
 	for i := range strct.NumFields() {
 		if i == marker {

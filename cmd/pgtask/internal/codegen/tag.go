@@ -35,12 +35,13 @@ var validKind = regexp.MustCompile(`^[a-zA-Z0-9_.:/-]+$`)
 
 // parseTaskTag parses `task:"kind,option=value,..."`. The kind comes first
 // and may be omitted (",queue=x" or "queue=x"); it defaults to typeName in
-// snake_case.
-func parseTaskTag(tag, typeName string) (settings, error) {
+// snake_case. It returns every problem of the tag, in the tag's order.
+func parseTaskTag(tag, typeName string) (settings, []error) {
 	s := settings{Kind: snakeCase(typeName)}
 	if tag == "" {
 		return s, nil
 	}
+	var errs []error
 	parts := strings.Split(tag, ",")
 	if first := strings.TrimSpace(parts[0]); !strings.Contains(first, "=") {
 		if first != "" {
@@ -49,10 +50,9 @@ func parseTaskTag(tag, typeName string) (settings, error) {
 		parts = parts[1:]
 	}
 	if !validKind.MatchString(s.Kind) {
-		return s, fmt.Errorf("kind %q: use letters, digits and _ . : / -", s.Kind)
-	}
-	if len(s.Kind) > runtime.MaxKindBytes {
-		return s, fmt.Errorf("kind %q is %d bytes, more than the %d allowed", s.Kind, len(s.Kind), runtime.MaxKindBytes)
+		errs = append(errs, fmt.Errorf("kind %q: use letters, digits and _ . : / -", s.Kind))
+	} else if len(s.Kind) > runtime.MaxKindBytes {
+		errs = append(errs, fmt.Errorf("kind %q is %d bytes, more than the %d allowed", s.Kind, len(s.Kind), runtime.MaxKindBytes))
 	}
 	seen := map[string]bool{}
 	for _, part := range parts {
@@ -63,17 +63,19 @@ func parseTaskTag(tag, typeName string) (settings, error) {
 		key, value, ok := strings.Cut(part, "=")
 		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
 		if !ok {
-			return s, fmt.Errorf("option %q has no value; write %s=...", part, part)
+			errs = append(errs, fmt.Errorf("option %q has no value; write %s=...", part, part))
+			continue
 		}
 		if seen[key] {
-			return s, fmt.Errorf("option %s is given twice", key)
+			errs = append(errs, fmt.Errorf("option %s is given twice", key))
+			continue
 		}
 		seen[key] = true
 		if err := s.set(key, value); err != nil {
-			return s, fmt.Errorf("option %s=%s: %w", key, value, err)
+			errs = append(errs, fmt.Errorf("option %s=%s: %w", key, value, err))
 		}
 	}
-	return s, nil
+	return s, errs
 }
 
 // options lists the tag's options for the "unknown option" message.

@@ -28,9 +28,9 @@ func TestTagDefaultsAndKindForms(t *testing.T) {
 		"custom":            "custom",
 		"custom, queue = q": "custom",
 	} {
-		s, err := parseTaskTag(tag, "MyTask")
-		if err != nil || s.Kind != want {
-			t.Errorf("parseTaskTag(%q) kind = %q, %v; want %q", tag, s.Kind, err, want)
+		s, errs := parseTaskTag(tag, "MyTask")
+		if len(errs) > 0 || s.Kind != want {
+			t.Errorf("parseTaskTag(%q) kind = %q, %v; want %q", tag, s.Kind, errs, want)
 		}
 	}
 }

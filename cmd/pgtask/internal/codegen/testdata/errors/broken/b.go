@@ -1,0 +1,3 @@
+package broken
+
+var y string = 2
