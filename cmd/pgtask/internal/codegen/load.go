@@ -169,6 +169,7 @@ func load(dir, outName string) (*loaded, error) {
 	}
 	l := &loaded{Path: pkg.PkgPath, Name: pkg.Name, Root: root}
 	var errs Errors
+	rules := newRuleChecker()
 	for _, file := range pkg.Syntax {
 		for _, decl := range file.Decls {
 			gen, ok := decl.(*ast.GenDecl)
@@ -177,7 +178,7 @@ func load(dir, outName string) (*loaded, error) {
 			}
 			for _, spec := range gen.Specs {
 				ts := spec.(*ast.TypeSpec)
-				t, found, es := inspect(pkg, ts)
+				t, found, es := inspect(pkg, ts, rules)
 				errs = append(errs, es...)
 				if found && len(es) == 0 {
 					l.Tasks = append(l.Tasks, t)
@@ -211,7 +212,7 @@ func packageClause(src []byte) string {
 }
 
 // inspect reports whether ts declares a task, and what is wrong with it.
-func inspect(pkg *packages.Package, ts *ast.TypeSpec) (task, bool, Errors) {
+func inspect(pkg *packages.Package, ts *ast.TypeSpec, rules *ruleChecker) (task, bool, Errors) {
 	pos := func(p token.Pos) token.Position { return pkg.Fset.Position(p) }
 	if _, ok := ts.Type.(*ast.StructType); !ok {
 		return task{}, false, nil
@@ -273,6 +274,7 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec) (task, bool, Errors) {
 			fail(strct.Field(marker).Pos(), "%s: result type %v", ts.Name.Name, err)
 		}
 	}
+	errs = append(errs, rules.check(pkg, ts.Name.Name, strct, marker)...)
 
 	for i := range strct.NumFields() {
 		if i == marker {

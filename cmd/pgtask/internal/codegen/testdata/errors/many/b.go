@@ -9,3 +9,8 @@ type BadQueue struct {
 type OtherBadResult struct {
 	runtime.TaskWithResult[func()] `task:"other_bad_result"`
 }
+
+type BadRule struct {
+	runtime.Task `task:"bad_rule"`
+	To           string `json:"to" validate:"required,emial"`
+}
