@@ -76,6 +76,62 @@ func (q *Queries) DeleteJobs(ctx context.Context, ids []int64) (int32, error) {
 	return deleted, err
 }
 
+const FinishedJobs = `-- name: FinishedJobs :many
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs
+ WHERE id = ANY ($1::bigint[]) AND status::text IN ('succeeded', 'failed', 'cancelled')
+`
+
+// Which of the jobs ids have finished: succeeded, failed or cancelled. As
+// text, so that only the primary key serves (see schema/functions/work.sql).
+func (q *Queries) FinishedJobs(ctx context.Context, ids []int64) ([]PgtaskJob, error) {
+	rows, err := q.db.Query(ctx, FinishedJobs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PgtaskJob{}
+	for rows.Next() {
+		var i PgtaskJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.GroupKey,
+			&i.GroupID,
+			&i.IsHead,
+			&i.Status,
+			&i.Priority,
+			&i.Payload,
+			&i.Result,
+			&i.Errors,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.FailBlocksGroup,
+			&i.RunAfter,
+			&i.CreatedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.OwnerPid,
+			&i.WorkerID,
+			&i.ClaimToken,
+			&i.LeaseUntil,
+			&i.StaleOutcomes,
+			&i.UniqueKey,
+			&i.UniqueStatuses,
+			&i.UniqueUntil,
+			&i.Metadata,
+			&i.EnqueuedBy,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const GetJob = `-- name: GetJob :one
 SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs WHERE id = $1
 `
@@ -114,6 +170,60 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 		&i.EnqueuedBy,
 	)
 	return i, err
+}
+
+const GetJobs = `-- name: GetJobs :many
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs WHERE id = ANY ($1::bigint[])
+`
+
+// Jobs by id, in one round trip; an id with no job has no row.
+func (q *Queries) GetJobs(ctx context.Context, ids []int64) ([]PgtaskJob, error) {
+	rows, err := q.db.Query(ctx, GetJobs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PgtaskJob{}
+	for rows.Next() {
+		var i PgtaskJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.GroupKey,
+			&i.GroupID,
+			&i.IsHead,
+			&i.Status,
+			&i.Priority,
+			&i.Payload,
+			&i.Result,
+			&i.Errors,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.FailBlocksGroup,
+			&i.RunAfter,
+			&i.CreatedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.OwnerPid,
+			&i.WorkerID,
+			&i.ClaimToken,
+			&i.LeaseUntil,
+			&i.StaleOutcomes,
+			&i.UniqueKey,
+			&i.UniqueStatuses,
+			&i.UniqueUntil,
+			&i.Metadata,
+			&i.EnqueuedBy,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const ListJobsPage = `-- name: ListJobsPage :many
@@ -198,6 +308,17 @@ func (q *Queries) ListJobsPage(ctx context.Context, arg ListJobsPageParams) ([]P
 		return nil, err
 	}
 	return items, nil
+}
+
+const ListenFinished = `-- name: ListenFinished :exec
+LISTEN pgtask_finished
+`
+
+// Finishes of jobs with results (see pgtask.settle_jobs): each
+// notification's payload is the ids of jobs that ended, joined by commas.
+func (q *Queries) ListenFinished(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, ListenFinished)
+	return err
 }
 
 const QueueCounts = `-- name: QueueCounts :many

@@ -55,3 +55,18 @@ SELECT q.queue::text AS queue,
            AND EXISTS (SELECT 1 FROM pgtask.queue_groups g
                         WHERE g.queue = j.queue AND g.group_key = j.group_key AND g.head_id = j.id))::bigint AS blocked_groups
   FROM unnest(@queues::text[]) AS q(queue);
+
+-- name: GetJobs :many
+-- Jobs by id, in one round trip; an id with no job has no row.
+SELECT * FROM pgtask.jobs WHERE id = ANY (@ids::bigint[]);
+
+-- name: FinishedJobs :many
+-- Which of the jobs ids have finished: succeeded, failed or cancelled. As
+-- text, so that only the primary key serves (see schema/functions/work.sql).
+SELECT * FROM pgtask.jobs
+ WHERE id = ANY (@ids::bigint[]) AND status::text IN ('succeeded', 'failed', 'cancelled');
+
+-- name: ListenFinished :exec
+-- Finishes of jobs with results (see pgtask.settle_jobs): each
+-- notification's payload is the ids of jobs that ended, joined by commas.
+LISTEN pgtask_finished;

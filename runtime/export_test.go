@@ -61,3 +61,10 @@ func (w *Worker) ResendLeaseOutcome(ctx context.Context, id int64) error {
 	_, err = newLeaser(w, q).turn(ctx, []outcome{o}, 0, 0)
 	return err
 }
+
+// SetWaitPollInterval sets how often waiters look without a notification,
+// until restore: a test that sets it long shows notifications wake them.
+func SetWaitPollInterval(d time.Duration) (restore func()) {
+	old := waitPollInterval.Swap(int64(d))
+	return func() { waitPollInterval.Store(old) }
+}

@@ -124,6 +124,11 @@ func (o outcome) log(w *Worker) {
 	}
 }
 
+// announceFailure stands as the result of a failed attempt of a kind with
+// results: pgtask.settle_jobs announces the finishes of jobs whose result
+// is not NULL, and stores no result for a failure.
+var announceFailure = json.RawMessage("null")
+
 // settlement is the arguments of SettleJobs for outcomes.
 func settlement(queue string, outs []outcome, claiming bool) gen.SettleJobsParams {
 	p := gen.SettleJobsParams{Queue: queue, Claiming: claiming}
@@ -136,7 +141,12 @@ func settlement(queue string, outs []outcome, claiming bool) gen.SettleJobsParam
 			p.RetryInUs = append(p.RetryInUs, -1)
 			continue
 		}
-		p.Results = append(p.Results, nil)
+		if o.reg != nil && o.reg.HasResult {
+			// No result, but announce the finish (see pgtask.settle_jobs).
+			p.Results = append(p.Results, announceFailure)
+		} else {
+			p.Results = append(p.Results, nil)
+		}
 		p.Errors = append(p.Errors, o.errorEntry())
 		p.RetryInUs = append(p.RetryInUs, o.retryInUs())
 	}

@@ -51,6 +51,10 @@ type Registration struct {
 	// configured takes its kinds' mode; Run fails when they disagree with
 	// each other or with the queue's configured mode.
 	Mode Mode
+	// HasResult says the kind's jobs return results (generated handlers of
+	// TaskWithResult tasks set it): workers then announce each one's finish,
+	// success or failure, to those waiting for it (WaitJobs).
+	HasResult bool
 }
 
 // Mode is how a worker runs a queue's jobs.

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgtask/pgtask/runtime"
 )
 
@@ -163,7 +165,7 @@ func HandleWithResult[T, R any](w *runtime.Worker, spec *Spec[T], fn func(ctx co
 	if fn == nil {
 		return fmt.Errorf("handle %s: handler is nil", spec.Kind)
 	}
-	return w.Register(spec.registration(func(ctx context.Context, job *runtime.Job) error {
+	reg := spec.registration(func(ctx context.Context, job *runtime.Job) error {
 		t, err := spec.decode(job)
 		if err != nil {
 			return err
@@ -173,7 +175,9 @@ func HandleWithResult[T, R any](w *runtime.Worker, spec *Spec[T], fn func(ctx co
 			return err
 		}
 		return job.SetResult(r)
-	}))
+	})
+	reg.HasResult = true
+	return w.Register(reg)
 }
 
 // Result reads the result of job id, which must be of spec's kind, with its
@@ -195,4 +199,43 @@ func Result[R, T any](ctx context.Context, db runtime.DB, spec *Spec[T], id runt
 		return r, info.Status, fmt.Errorf("decode result of job %d: %w", id, err)
 	}
 	return r, info.Status, nil
+}
+
+// WaitResult waits until job id, which must be of spec's kind, has finished
+// (see runtime.WaitJobs) and returns its result, or a *runtime.JobFailedError
+// when it failed or was cancelled.
+func WaitResult[R, T any](ctx context.Context, pool *pgxpool.Pool, spec *Spec[T], id runtime.JobID) (R, error) {
+	var r R
+	infos, err := runtime.WaitJobs(ctx, pool, []runtime.JobID{id})
+	if err != nil {
+		return r, err
+	}
+	if infos[0].Kind != spec.Kind {
+		return r, fmt.Errorf("job %d is a %s job, not %s", id, infos[0].Kind, spec.Kind)
+	}
+	return runtime.DecodeResult[R](infos[0])
+}
+
+// Results reads the results of the jobs ids, which must be of spec's kind,
+// in one round trip, in the order of ids (see runtime.JobResult).
+func Results[R, T any](ctx context.Context, db runtime.DB, spec *Spec[T], ids []runtime.JobID) ([]runtime.JobResult[R], error) {
+	infos, err := runtime.GetJobs(ctx, db, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]runtime.JobResult[R], len(ids))
+	for i, info := range infos {
+		out[i].ID = ids[i]
+		switch {
+		case info == nil:
+			out[i].Err = fmt.Errorf("get job %d: %w", ids[i], runtime.ErrJobNotFound)
+		case info.Kind != spec.Kind:
+			out[i].Status = info.Status
+			out[i].Err = fmt.Errorf("job %d is a %s job, not %s", ids[i], info.Kind, spec.Kind)
+		default:
+			out[i].Status = info.Status
+			out[i].Value, out[i].Err = runtime.DecodeResult[R](info)
+		}
+	}
+	return out, nil
 }

@@ -1,4 +1,4 @@
--- revision: 25
+-- revision: 26
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -370,6 +370,16 @@ $$;
 -- a few groups' new heads are left for that claim to take first (see
 -- pick_heads) instead of waking workers for them; busy names those an enqueue kept from moving on, for the
 -- caller to try again after its commit.
+--
+-- A job whose p_results element is not NULL is announced when it ends
+-- (succeeded, or failed for good, or cancelled): its id goes out on the
+-- pgtask_finished channel, for those waiting for its result (WaitJobs in
+-- the runtime). Workers pass one for every job of a kind with a result,
+-- JSON null for a failure (no result is stored for one), and NULL for
+-- other kinds: a notification is sent with the commit, and a committing
+-- transaction that notifies holds the database's notify lock until its
+-- commit is done, so transactions that notify commit one at a time. Only
+-- the jobs someone can wait for pay that, one notification per call.
 CREATE OR REPLACE FUNCTION pgtask.settle_jobs(
     p_queue text, p_ids bigint[], p_attempts integer[], p_results jsonb[], p_errors jsonb[], p_retry_in_us bigint[],
     p_claiming boolean, OUT recorded integer, OUT busy text[])
@@ -381,6 +391,7 @@ DECLARE
     head_group text;
     grp record;
     done_ids bigint[];
+    announced bigint[];
 BEGIN
     IF cardinality(p_ids) = 1 AND p_errors[1] IS NULL THEN
         -- One success, as BatchSize 1 gives: plain statements whose plans
@@ -408,6 +419,9 @@ BEGIN
                 recorded := 1;
                 busy := '{}';
                 PERFORM pgtask.move_group_on(p_queue, head_group, grp.id, grp.head_id, grp.pending_from, NOT p_claiming);
+                IF p_results[1] IS NOT NULL THEN
+                    PERFORM pg_notify('pgtask_finished', p_ids[1]::text);
+                END IF;
                 RETURN;
             END IF;
         END IF;
@@ -422,6 +436,9 @@ BEGIN
             PERFORM pgtask.count_stale_outcomes(p_ids);
             RETURN;
         END IF;
+        IF p_results[1] IS NOT NULL THEN
+            PERFORM pg_notify('pgtask_finished', p_ids[1]::text);
+        END IF;
         IF head_group IS NOT NULL AND NOT pgtask.advance_one_group(p_queue, head_group, NOT p_claiming) THEN
             busy := ARRAY[head_group];
         END IF;
@@ -433,15 +450,15 @@ BEGIN
                is_head = (j.is_head AND j.group_key IS NOT NULL), owner_pid = NULL
           FROM unnest(p_ids, p_attempts, p_results, p_errors) AS d(id, attempt, result, error)
          WHERE d.error IS NULL AND j.id = d.id AND j.status::text = 'started' AND j.attempts = d.attempt
-        RETURNING j.id, j.group_key
+        RETURNING j.id, j.group_key, d.result IS NOT NULL AS announce
     )
     SELECT count(*), coalesce(array_agg(group_key) FILTER (WHERE group_key IS NOT NULL), '{}'),
-           coalesce(array_agg(id), '{}')
-      INTO recorded, groups, done_ids
+           coalesce(array_agg(id), '{}'), coalesce(array_agg(id) FILTER (WHERE announce), '{}')
+      INTO recorded, groups, done_ids, announced
       FROM done;
     FOR f IN
-        SELECT d.id, d.attempt, d.error, d.retry, j.group_key
-          FROM unnest(p_ids, p_attempts, p_errors, p_retry_in_us) AS d(id, attempt, error, retry)
+        SELECT d.id, d.attempt, d.error, d.retry, d.result IS NOT NULL AS announce, j.group_key
+          FROM unnest(p_ids, p_attempts, p_errors, p_retry_in_us, p_results) AS d(id, attempt, error, retry, result)
           JOIN pgtask.jobs j ON j.id = d.id
          WHERE d.error IS NOT NULL
          ORDER BY d.id
@@ -453,6 +470,14 @@ BEGIN
         IF outcome IN ('failed', 'cancelled') AND f.group_key IS NOT NULL THEN
             groups := groups || f.group_key;
         END IF;
+        IF outcome IN ('failed', 'cancelled') AND f.announce THEN
+            announced := announced || f.id;
+        END IF;
+    END LOOP;
+    -- A payload holds at most 8000 bytes: 300 ids of up to 19 digits.
+    FOR i IN 0 .. (cardinality(announced) - 1) / 300 LOOP
+        EXIT WHEN cardinality(announced) = 0;
+        PERFORM pg_notify('pgtask_finished', array_to_string(announced[i * 300 + 1 : (i + 1) * 300], ','));
     END LOOP;
     IF recorded < cardinality(p_ids) THEN
         PERFORM pgtask.count_stale_outcomes(ARRAY(SELECT u FROM unnest(p_ids) u WHERE u <> ALL (done_ids)));
