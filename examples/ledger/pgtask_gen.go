@@ -5,6 +5,7 @@ package ledger
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/taskspec"
 )
@@ -82,4 +83,20 @@ func HandleStatement(w *runtime.Worker, fn func(ctx context.Context, job *runtim
 // error wraps runtime.ErrNoResult.
 func GetStatementResult(ctx context.Context, db runtime.DB, id runtime.JobID) (Total, runtime.Status, error) {
 	return taskspec.Result[Total](ctx, db, statementSpec, id)
+}
+
+// WaitStatementResult waits until "statement" job id has finished and returns
+// its result. A job that failed or was cancelled returns a
+// *runtime.JobFailedError (errors.Is(err, runtime.ErrJobFailed)) with its last
+// error. The wait ends with ctx. pool lends a connection to listen for finishes
+// on, one for all the waits of the process (see runtime.WaitJobs).
+func WaitStatementResult(ctx context.Context, pool *pgxpool.Pool, id runtime.JobID) (Total, error) {
+	return taskspec.WaitResult[Total](ctx, pool, statementSpec, id)
+}
+
+// GetStatementResults reads the results of "statement" jobs ids in one round
+// trip, in the order of ids, each with its job's status and, unless the job has
+// succeeded, an error (see runtime.JobResult).
+func GetStatementResults(ctx context.Context, db runtime.DB, ids []runtime.JobID) ([]runtime.JobResult[Total], error) {
+	return taskspec.Results[Total](ctx, db, statementSpec, ids)
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/taskspec"
 )
@@ -51,4 +52,20 @@ func HandleRequest(w *runtime.Worker, fn func(ctx context.Context, job *runtime.
 // error wraps runtime.ErrNoResult.
 func GetRequestResult(ctx context.Context, db runtime.DB, id runtime.JobID) (Response, runtime.Status, error) {
 	return taskspec.Result[Response](ctx, db, requestSpec, id)
+}
+
+// WaitRequestResult waits until "pgtask.http" job id has finished and returns
+// its result. A job that failed or was cancelled returns a
+// *runtime.JobFailedError (errors.Is(err, runtime.ErrJobFailed)) with its last
+// error. The wait ends with ctx. pool lends a connection to listen for finishes
+// on, one for all the waits of the process (see runtime.WaitJobs).
+func WaitRequestResult(ctx context.Context, pool *pgxpool.Pool, id runtime.JobID) (Response, error) {
+	return taskspec.WaitResult[Response](ctx, pool, requestSpec, id)
+}
+
+// GetRequestResults reads the results of "pgtask.http" jobs ids in one round
+// trip, in the order of ids, each with its job's status and, unless the job has
+// succeeded, an error (see runtime.JobResult).
+func GetRequestResults(ctx context.Context, db runtime.DB, ids []runtime.JobID) ([]runtime.JobResult[Response], error) {
+	return taskspec.Results[Response](ctx, db, requestSpec, ids)
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/taskspec"
 )
@@ -53,4 +54,20 @@ func HandleGreet(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Jo
 // runtime.ErrNoResult.
 func GetGreetResult(ctx context.Context, db runtime.DB, id runtime.JobID) (Greeting, runtime.Status, error) {
 	return taskspec.Result[Greeting](ctx, db, greetSpec, id)
+}
+
+// WaitGreetResult waits until "greet" job id has finished and returns its
+// result. A job that failed or was cancelled returns a *runtime.JobFailedError
+// (errors.Is(err, runtime.ErrJobFailed)) with its last error. The wait ends
+// with ctx. pool lends a connection to listen for finishes on, one for all the
+// waits of the process (see runtime.WaitJobs).
+func WaitGreetResult(ctx context.Context, pool *pgxpool.Pool, id runtime.JobID) (Greeting, error) {
+	return taskspec.WaitResult[Greeting](ctx, pool, greetSpec, id)
+}
+
+// GetGreetResults reads the results of "greet" jobs ids in one round trip, in
+// the order of ids, each with its job's status and, unless the job has
+// succeeded, an error (see runtime.JobResult).
+func GetGreetResults(ctx context.Context, db runtime.DB, ids []runtime.JobID) ([]runtime.JobResult[Greeting], error) {
+	return taskspec.Results[Greeting](ctx, db, greetSpec, ids)
 }

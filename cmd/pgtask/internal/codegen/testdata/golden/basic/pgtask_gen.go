@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/taskspec"
 )
@@ -45,6 +46,22 @@ func HandleAdd(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job,
 // runtime.ErrNoResult.
 func GetAddResult(ctx context.Context, db runtime.DB, id runtime.JobID) (int, runtime.Status, error) {
 	return taskspec.Result[int](ctx, db, addSpec, id)
+}
+
+// WaitAddResult waits until "add" job id has finished and returns its result. A
+// job that failed or was cancelled returns a *runtime.JobFailedError
+// (errors.Is(err, runtime.ErrJobFailed)) with its last error. The wait ends
+// with ctx. pool lends a connection to listen for finishes on, one for all the
+// waits of the process (see runtime.WaitJobs).
+func WaitAddResult(ctx context.Context, pool *pgxpool.Pool, id runtime.JobID) (int, error) {
+	return taskspec.WaitResult[int](ctx, pool, addSpec, id)
+}
+
+// GetAddResults reads the results of "add" jobs ids in one round trip, in the
+// order of ids, each with its job's status and, unless the job has succeeded,
+// an error (see runtime.JobResult).
+func GetAddResults(ctx context.Context, db runtime.DB, ids []runtime.JobID) ([]runtime.JobResult[int], error) {
+	return taskspec.Results[int](ctx, db, addSpec, ids)
 }
 
 // ResizeImageKind is the kind of ResizeImage jobs, as stored in the jobs table.

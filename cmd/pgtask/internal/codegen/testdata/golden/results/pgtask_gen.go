@@ -5,6 +5,7 @@ package results
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	receipt "github.com/pgtask/pgtask/cmd/pgtask/internal/codegen/testdata/golden/results/receipt"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/taskspec"
@@ -44,6 +45,22 @@ func HandleCount(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Jo
 // runtime.ErrNoResult.
 func GetCountResult(ctx context.Context, db runtime.DB, id runtime.JobID) (map[string][]int64, runtime.Status, error) {
 	return taskspec.Result[map[string][]int64](ctx, db, countSpec, id)
+}
+
+// WaitCountResult waits until "count" job id has finished and returns its
+// result. A job that failed or was cancelled returns a *runtime.JobFailedError
+// (errors.Is(err, runtime.ErrJobFailed)) with its last error. The wait ends
+// with ctx. pool lends a connection to listen for finishes on, one for all the
+// waits of the process (see runtime.WaitJobs).
+func WaitCountResult(ctx context.Context, pool *pgxpool.Pool, id runtime.JobID) (map[string][]int64, error) {
+	return taskspec.WaitResult[map[string][]int64](ctx, pool, countSpec, id)
+}
+
+// GetCountResults reads the results of "count" jobs ids in one round trip, in
+// the order of ids, each with its job's status and, unless the job has
+// succeeded, an error (see runtime.JobResult).
+func GetCountResults(ctx context.Context, db runtime.DB, ids []runtime.JobID) ([]runtime.JobResult[map[string][]int64], error) {
+	return taskspec.Results[map[string][]int64](ctx, db, countSpec, ids)
 }
 
 // LookupKind is the kind of Lookup jobs, as stored in the jobs table.
@@ -87,6 +104,22 @@ func GetLookupResult(ctx context.Context, db runtime.DB, id runtime.JobID) (Pair
 	return taskspec.Result[Pair[string, receipt.Receipt]](ctx, db, lookupSpec, id)
 }
 
+// WaitLookupResult waits until "lookup" job id has finished and returns its
+// result. A job that failed or was cancelled returns a *runtime.JobFailedError
+// (errors.Is(err, runtime.ErrJobFailed)) with its last error. The wait ends
+// with ctx. pool lends a connection to listen for finishes on, one for all the
+// waits of the process (see runtime.WaitJobs).
+func WaitLookupResult(ctx context.Context, pool *pgxpool.Pool, id runtime.JobID) (Pair[string, receipt.Receipt], error) {
+	return taskspec.WaitResult[Pair[string, receipt.Receipt]](ctx, pool, lookupSpec, id)
+}
+
+// GetLookupResults reads the results of "lookup" jobs ids in one round trip, in
+// the order of ids, each with its job's status and, unless the job has
+// succeeded, an error (see runtime.JobResult).
+func GetLookupResults(ctx context.Context, db runtime.DB, ids []runtime.JobID) ([]runtime.JobResult[Pair[string, receipt.Receipt]], error) {
+	return taskspec.Results[Pair[string, receipt.Receipt]](ctx, db, lookupSpec, ids)
+}
+
 // PayKind is the kind of Pay jobs, as stored in the jobs table.
 const PayKind = "pay"
 
@@ -123,6 +156,22 @@ func GetPayResult(ctx context.Context, db runtime.DB, id runtime.JobID) (*receip
 	return taskspec.Result[*receipt.Receipt](ctx, db, paySpec, id)
 }
 
+// WaitPayResult waits until "pay" job id has finished and returns its result. A
+// job that failed or was cancelled returns a *runtime.JobFailedError
+// (errors.Is(err, runtime.ErrJobFailed)) with its last error. The wait ends
+// with ctx. pool lends a connection to listen for finishes on, one for all the
+// waits of the process (see runtime.WaitJobs).
+func WaitPayResult(ctx context.Context, pool *pgxpool.Pool, id runtime.JobID) (*receipt.Receipt, error) {
+	return taskspec.WaitResult[*receipt.Receipt](ctx, pool, paySpec, id)
+}
+
+// GetPayResults reads the results of "pay" jobs ids in one round trip, in the
+// order of ids, each with its job's status and, unless the job has succeeded,
+// an error (see runtime.JobResult).
+func GetPayResults(ctx context.Context, db runtime.DB, ids []runtime.JobID) ([]runtime.JobResult[*receipt.Receipt], error) {
+	return taskspec.Results[*receipt.Receipt](ctx, db, paySpec, ids)
+}
+
 // TagsKind is the kind of Tags jobs, as stored in the jobs table.
 const TagsKind = "tags"
 
@@ -157,4 +206,20 @@ func HandleTags(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job
 // runtime.ErrNoResult.
 func GetTagsResult(ctx context.Context, db runtime.DB, id runtime.JobID) ([]string, runtime.Status, error) {
 	return taskspec.Result[[]string](ctx, db, tagsSpec, id)
+}
+
+// WaitTagsResult waits until "tags" job id has finished and returns its result.
+// A job that failed or was cancelled returns a *runtime.JobFailedError
+// (errors.Is(err, runtime.ErrJobFailed)) with its last error. The wait ends
+// with ctx. pool lends a connection to listen for finishes on, one for all the
+// waits of the process (see runtime.WaitJobs).
+func WaitTagsResult(ctx context.Context, pool *pgxpool.Pool, id runtime.JobID) ([]string, error) {
+	return taskspec.WaitResult[[]string](ctx, pool, tagsSpec, id)
+}
+
+// GetTagsResults reads the results of "tags" jobs ids in one round trip, in the
+// order of ids, each with its job's status and, unless the job has succeeded,
+// an error (see runtime.JobResult).
+func GetTagsResults(ctx context.Context, db runtime.DB, ids []runtime.JobID) ([]runtime.JobResult[[]string], error) {
+	return taskspec.Results[[]string](ctx, db, tagsSpec, ids)
 }
