@@ -4,11 +4,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
 	"os"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -59,15 +57,10 @@ func run(ctx context.Context, databaseURL string) error {
 	if err != nil {
 		return err
 	}
-	for {
-		greeting, status, err := tasks.GetGreetResult(ctx, pool, id)
-		switch {
-		case err == nil:
-			fmt.Println(greeting.Text)
-			return nil
-		case !errors.Is(err, runtime.ErrNoResult) || status.Finished():
-			return fmt.Errorf("job %d: %w", id, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	greeting, err := tasks.WaitGreetResult(ctx, pool, id)
+	if err != nil {
+		return fmt.Errorf("job %d: %w", id, err)
 	}
+	fmt.Println(greeting.Text)
+	return nil
 }
