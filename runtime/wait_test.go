@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
 	"github.com/pgtask/pgtask/runtime/taskspec"
 )
 
@@ -201,5 +202,27 @@ func TestResultsOfMany(t *testing.T) {
 	}
 	if r := got[4]; r.Err == nil || errors.Is(r.Err, runtime.ErrNoResult) {
 		t.Errorf("job of another kind: %+v", r)
+	}
+}
+
+// A notification names jobs; it does not say they finished. A forged one
+// makes a waiter look, and wait on.
+func TestForgedFinishNotificationIsIgnored(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id, err := taskspec.Enqueue(context.Background(), b.pool, squareSpec, square{N: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			_ = b.q.Notify(ctx, testdb.NotifyParams{Channel: "pgtask_finished", Payload: fmt.Sprintf("%d", id)})
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	if v, err := taskspec.WaitResult[int](ctx, b.pool, squareSpec, id); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitResult of a queued job, with forged notifications = %v, %v; want the context's deadline", v, err)
 	}
 }
