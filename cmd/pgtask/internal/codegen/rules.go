@@ -86,11 +86,12 @@ func (c *ruleChecker) walk(pkg *packages.Package, name string, typ types.Type, e
 		if obj.Pkg() != pkg.Types {
 			return // not the package's to fix
 		}
+		c.seen[typ] = true
 		strct, ok := t.Underlying().(*types.Struct)
 		if !ok {
+			c.walk(pkg, obj.Name(), t.Underlying(), errs) // type Addresses []Address
 			return
 		}
-		c.seen[typ] = true
 		c.checkStruct(pkg, obj.Name(), strct, -1, errs)
 	case *types.Struct:
 		c.seen[typ] = true

@@ -12,6 +12,7 @@ type SendEmail struct {
 	Empty        string         `json:"empty" validate:"required,,max=3"`
 	Keys         map[string]int `json:"keys" validate:"keys,max=3"`
 	Address      Address        `json:"address"`
+	More         Addresses      `json:"more" validate:"dive"`
 	Fine         string         `json:"fine" validate:"omitempty,email,iscolor"`
 	Skipped      string         `json:"skipped" validate:"-"`
 	hidden       string         `validate:"nonsense"`
@@ -21,6 +22,13 @@ type SendEmail struct {
 type Address struct {
 	Zip  string   `json:"zip" validate:"required,numeric,lenn=5"`
 	Next *Address `json:"next,omitempty"`
+}
+
+// Addresses holds the struct whose tags are checked.
+type Addresses []Place
+
+type Place struct {
+	Name string `json:"name" validate:"requried"`
 }
 
 var _ = SendEmail{}.hidden
