@@ -185,16 +185,18 @@ func WaitJobs(ctx context.Context, pool *pgxpool.Pool, ids []JobID) ([]*JobInfo,
 		}
 		return nil
 	}
-	all := true
+	all, need := true, true
 	every := time.Duration(waitPollInterval.Load())
 	poll := time.NewTimer(every)
 	defer poll.Stop()
 	for {
-		if err := look(all); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+		if need {
+			if err := look(all); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, err
 			}
-			return nil, err
 		}
 		if len(pending) == 0 {
 			for i, id := range ids {
@@ -202,9 +204,20 @@ func WaitJobs(ctx context.Context, pool *pgxpool.Pool, ids []JobID) ([]*JobInfo,
 			}
 			return out, nil
 		}
-		all = false
+		all, need = false, true
 		select {
 		case <-w.wake:
+			// The hub read the jobs it was told of; without them (it could
+			// not), look here.
+			if got := w.take(); len(got) > 0 {
+				for _, info := range got {
+					if pending[info.ID] {
+						done[info.ID] = info
+						delete(pending, info.ID)
+					}
+				}
+				need = false
+			}
 		case <-poll.C:
 			all = true // also finds jobs deleted meanwhile
 			poll.Reset(every)
@@ -237,11 +250,43 @@ type finishHub struct {
 	ready chan struct{} // closed once listening, or once that failed
 	done  chan struct{} // closed when the listener has stopped
 
+	kick chan struct{} // buffered: ids are queued for fetch
+
 	mu      sync.Mutex
 	waiters map[JobID]map[*waiter]bool
+	queued  []JobID // announced, with waiters, not yet read
 }
 
-type waiter struct{ wake chan struct{} }
+// waiter is one WaitJobs: the hub hands it the jobs it waits for that
+// finished, and wakes it.
+type waiter struct {
+	wake chan struct{} // buffered: one pending wake-up at most
+
+	mu  sync.Mutex
+	got []*JobInfo
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+func (w *waiter) deliver(info *JobInfo) {
+	w.mu.Lock()
+	w.got = append(w.got, info)
+	w.mu.Unlock()
+	w.signal()
+}
+
+func (w *waiter) take() []*JobInfo {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	got := w.got
+	w.got = nil
+	return got
+}
 
 var hubs struct {
 	mu sync.Mutex
@@ -255,7 +300,7 @@ func joinHub(pool *pgxpool.Pool) *finishHub {
 	if h == nil {
 		ctx, stop := context.WithCancel(context.Background())
 		h = &finishHub{pool: pool, stop: stop, ready: make(chan struct{}), done: make(chan struct{}),
-			waiters: map[JobID]map[*waiter]bool{}}
+			kick: make(chan struct{}, 1), waiters: map[JobID]map[*waiter]bool{}}
 		if hubs.m == nil {
 			hubs.m = map[*pgxpool.Pool]*finishHub{}
 		}
@@ -312,9 +357,9 @@ func (h *finishHub) remove(w *waiter, ids []JobID) {
 }
 
 // listen holds a connection of the pool LISTENing until ctx ends or the
-// connection fails, and wakes the waiters of the ids each notification
-// names. The connection is closed at the end rather than returned to the
-// pool: it may be interrupted mid-wait.
+// connection fails, and queues the ids each notification names for fetch.
+// The connection is closed at the end rather than returned to the pool: it
+// may be interrupted mid-wait.
 func (h *finishHub) listen(ctx context.Context) {
 	defer close(h.done)
 	ready := sync.OnceFunc(func() { close(h.ready) })
@@ -329,29 +374,77 @@ func (h *finishHub) listen(ctx context.Context) {
 	if err := gen.New(pc).ListenFinished(ctx); err != nil {
 		return
 	}
+	fctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go h.fetch(fctx)
 	ready()
 	for {
 		n, err := pc.WaitForNotification(ctx)
 		if err != nil {
 			return
 		}
-		h.wake(n.Payload)
+		h.queue(n.Payload)
 	}
 }
 
-func (h *finishHub) wake(payload string) {
+// queue takes the ids of a notification that someone waits for.
+func (h *finishHub) queue(payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	n := len(h.queued)
 	for _, s := range strings.Split(payload, ",") {
 		id, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
 			continue // not pgtask's
 		}
-		for w := range h.waiters[JobID(id)] {
-			select {
-			case w.wake <- struct{}{}:
-			default: // a wake-up is pending already
+		if len(h.waiters[JobID(id)]) > 0 {
+			h.queued = append(h.queued, JobID(id))
+		}
+	}
+	if len(h.queued) > n {
+		select {
+		case h.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// fetch reads the queued jobs that have finished, all those queued
+// meanwhile in one statement, and hands each to its waiters: a thousand
+// waiters woken together cost a statement or two, not a thousand. A job
+// not finished (a forged notification) wakes nobody. When the read fails,
+// the jobs' waiters are woken to look for themselves.
+func (h *finishHub) fetch(ctx context.Context) {
+	q := gen.New(h.pool)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.kick:
+		}
+		h.mu.Lock()
+		ids := h.queued
+		h.queued = nil
+		h.mu.Unlock()
+		rows, err := q.FinishedJobs(ctx, jobIDs(ids))
+		h.mu.Lock()
+		if err != nil {
+			for _, id := range ids {
+				for w := range h.waiters[id] {
+					w.signal()
+				}
 			}
 		}
+		for _, row := range rows {
+			info, err := jobInfo(row)
+			for w := range h.waiters[JobID(row.ID)] {
+				if err != nil {
+					w.signal()
+				} else {
+					w.deliver(info)
+				}
+			}
+		}
+		h.mu.Unlock()
 	}
 }
