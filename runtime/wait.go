@@ -145,7 +145,7 @@ func WaitJobs(ctx context.Context, pool *pgxpool.Pool, ids []JobID) ([]*JobInfo,
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	listening := h.done // nil once the listener is gone: polling only
+	listening := h.done // nil once the listener is gone: polling here
 
 	q := gen.New(pool)
 	look := func(all bool) error {
@@ -186,9 +186,10 @@ func WaitJobs(ctx context.Context, pool *pgxpool.Pool, ids []JobID) ([]*JobInfo,
 		return nil
 	}
 	all, need := true, true
+	// The hub looks for every waiter at once while it listens; a waiter
+	// polls for itself only once the hub's connection is gone.
 	every := time.Duration(waitPollInterval.Load())
-	poll := time.NewTimer(every)
-	defer poll.Stop()
+	var poll <-chan time.Time
 	for {
 		if need {
 			if err := look(all); err != nil {
@@ -218,11 +219,12 @@ func WaitJobs(ctx context.Context, pool *pgxpool.Pool, ids []JobID) ([]*JobInfo,
 				}
 				need = false
 			}
-		case <-poll.C:
+		case <-poll:
 			all = true // also finds jobs deleted meanwhile
-			poll.Reset(every)
+			poll = time.After(every)
 		case <-listening:
 			listening = nil
+			poll = time.After(0)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -413,19 +415,36 @@ func (h *finishHub) queue(payload string) {
 // meanwhile in one statement, and hands each to its waiters: a thousand
 // waiters woken together cost a statement or two, not a thousand. A job
 // not finished (a forged notification) wakes nobody. When the read fails,
-// the jobs' waiters are woken to look for themselves.
+// the jobs' waiters are woken to look for themselves. Every poll interval
+// it reads all the jobs waited for, in one statement: a job that ends
+// without an announcement (an operator's cancel, a crashed worker's last
+// attempt) is found so, however many wait.
 func (h *finishHub) fetch(ctx context.Context) {
 	q := gen.New(h.pool)
+	tick := time.NewTicker(time.Duration(waitPollInterval.Load()))
+	defer tick.Stop()
 	for {
+		var all bool
 		select {
 		case <-ctx.Done():
 			return
 		case <-h.kick:
+		case <-tick.C:
+			all = true
 		}
 		h.mu.Lock()
 		ids := h.queued
 		h.queued = nil
+		if all {
+			ids = ids[:0]
+			for id := range h.waiters {
+				ids = append(ids, id)
+			}
+		}
 		h.mu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
 		rows, err := q.FinishedJobs(ctx, jobIDs(ids))
 		h.mu.Lock()
 		if err != nil {

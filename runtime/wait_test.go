@@ -226,3 +226,46 @@ func TestForgedFinishNotificationIsIgnored(t *testing.T) {
 		t.Fatalf("WaitResult of a queued job, with forged notifications = %v, %v; want the context's deadline", v, err)
 	}
 }
+
+// A waiter whose listening connection is cut, so that the job's
+// announcement never reaches it, finds the job finished by polling; the
+// next wait listens on a new connection.
+func TestWaitResultOutlivesItsListener(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ids, err := taskspec.EnqueueMany(ctx, b.pool, squareSpec, []square{{N: 7}, {N: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		v   int
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		v, err := taskspec.WaitResult[int](ctx, b.pool, squareSpec, ids[0])
+		got <- answer{v, err}
+	}()
+	for {
+		n, err := b.q.CountListeners(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n, err := b.q.TerminateListeners(ctx); err != nil || n != 1 {
+		t.Fatalf("TerminateListeners = %d, %v; want the waiters' listener ended", n, err)
+	}
+	squareWorker(t, b.url, runtime.QueueConfig{Concurrency: 1})
+	if a := <-got; a.err != nil || a.v != 49 {
+		t.Fatalf("WaitResult after its listener was cut = %v, %v; want 49", a.v, a.err)
+	}
+	if v, err := taskspec.WaitResult[int](ctx, b.pool, squareSpec, ids[1]); err != nil || v != 64 {
+		t.Fatalf("the next WaitResult = %v, %v; want 64", v, err)
+	}
+}
