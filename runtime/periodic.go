@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/robfig/cron/v3"
 
 	"github.com/pgtask/pgtask/gen"
@@ -36,7 +38,9 @@ type PeriodicJob struct {
 	Missed MissedTicks
 	// Enqueue enqueues the tick's job in tx, the transaction that records
 	// the tick, with a generated Enqueue function or runtime.Enqueue. An
-	// error rolls the tick back; it is tried again a second later.
+	// error rolls the tick back; it is tried again a second later. A panic
+	// skips the tick: it is recovered, logged and counted (see
+	// Worker.PeriodicPanics), and what Enqueue wrote is rolled back.
 	Enqueue func(ctx context.Context, tx DB, tick time.Time) error
 }
 
@@ -115,6 +119,10 @@ func (w *Worker) RegisterPeriodic(p PeriodicJob) error {
 	w.periodic = append(w.periodic, &periodic{PeriodicJob: p, schedule: schedule})
 	return nil
 }
+
+// PeriodicPanics is how many ticks of periodic jobs this worker skipped
+// because their Enqueue panicked (each is logged as an error).
+func (w *Worker) PeriodicPanics() int64 { return w.periodicPanics.Load() }
 
 // schedulePeriodic enqueues the jobs of the periodic jobs' due ticks. For a
 // job that never ran, the first time this worker scheduled stands in for
@@ -228,8 +236,37 @@ func (w *Worker) enqueueTick(ctx context.Context, p *periodic, tick, last time.T
 	if err != nil || !taken {
 		return err
 	}
-	if err := p.Enqueue(ctx, tx, tick); err != nil {
+	// Behind a savepoint, so that a panicking Enqueue's writes are undone
+	// while its tick is kept: the tick is skipped.
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := w.enqueueOrRecover(ctx, p, sp, tick); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// enqueueOrRecover runs p's Enqueue in sp, a savepoint of the tick's
+// transaction, and releases it. A panic in Enqueue costs the tick, not the
+// leader (whose maintenance loop would die with it, and then every worker's
+// in turn as it took over): sp is rolled back, the panic logged and counted,
+// and nil returned so that the tick is recorded without a job. The panic's
+// value is not logged, as it may hold anything; its type and stack are.
+func (w *Worker) enqueueOrRecover(ctx context.Context, p *periodic, sp pgx.Tx, tick time.Time) (err error) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		w.periodicPanics.Add(1)
+		w.log.Error("pgtask: a periodic job's Enqueue panicked; its tick is skipped",
+			"periodic", p.Name, "tick", tick, "panic", fmt.Sprintf("%T", v), "stack", string(debug.Stack()))
+		err = sp.Rollback(ctx)
+	}()
+	if err := p.Enqueue(ctx, sp, tick); err != nil {
+		return err
+	}
+	return sp.Commit(ctx)
 }

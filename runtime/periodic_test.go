@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -201,5 +202,56 @@ func TestPeriodicTickBehindTheLatestIsRefused(t *testing.T) {
 	}
 	if take(t0, t0) || take(t0.Add(time.Minute), t0) {
 		t.Fatal("a tick behind the latest was taken again")
+	}
+}
+
+// A periodic job whose Enqueue panics costs its tick, not the worker: the
+// leader recovers, logs and counts the panic, skips the tick, and goes on
+// enqueueing the other periodic jobs. The panic's value is not logged (it
+// may hold anything); its type is.
+func TestPeriodicEnqueuePanicSkipsTheTick(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	logs := &recordedLogs{}
+	cfg := runtime.Config{Logger: slog.New(logs), Queues: map[string]runtime.QueueConfig{"elsewhere": {}}}
+	w, stop := newWorkerWith(t, b.url, cfg, func(w *runtime.Worker) error {
+		if err := w.RegisterPeriodic(runtime.PeriodicJob{Name: "boom", Schedule: "@every 1s",
+			Enqueue: func(ctx context.Context, tx runtime.DB, tick time.Time) error {
+				if _, err := runtime.Enqueue(ctx, tx, runtime.EnqueueRequest{Kind: "boom", Payload: []byte(`{}`)}); err != nil {
+					return err
+				}
+				panic("token=hunter2")
+			}}); err != nil {
+			return err
+		}
+		return w.RegisterPeriodic(runtime.PeriodicJob{Name: "fine", Schedule: "@every 1s", Enqueue: enqueueTick("fine")})
+	})
+	defer stop()
+	waitFor(t, 20*time.Second, "three ticks of the other periodic job", func() bool { return len(ticksOf(t, b, "fine")) >= 3 })
+	if n := w.PeriodicPanics(); n < 2 {
+		t.Errorf("PeriodicPanics() = %d, want at least 2", n)
+	}
+	if got := ticksOf(t, b, "boom"); len(got) != 0 {
+		t.Errorf("the panicking Enqueue's writes were kept: %d jobs", len(got))
+	}
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	var logged bool
+	for _, r := range logs.records {
+		var text strings.Builder
+		text.WriteString(r.Message)
+		r.Attrs(func(a slog.Attr) bool {
+			text.WriteString(" " + a.String())
+			return true
+		})
+		if strings.Contains(text.String(), "hunter2") {
+			t.Errorf("the panic's value was logged: %s", text.String())
+		}
+		if strings.Contains(r.Message, "panicked") && strings.Contains(text.String(), "periodic=boom") {
+			logged = true
+		}
+	}
+	if !logged {
+		t.Error("the panic was not logged")
 	}
 }

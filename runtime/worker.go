@@ -275,6 +275,8 @@ type Worker struct {
 	// periodicSince when this worker first scheduled them.
 	periodic      []*periodic
 	periodicSince time.Time
+	// periodicPanics counts the ticks skipped because Enqueue panicked.
+	periodicPanics atomic.Int64
 }
 
 // withConcurrency gives Concurrency its default for the queue's mode.
