@@ -529,7 +529,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("run: %w", err)
 	}
 	w.divideConnections()
-	w.log.Info("pgtask worker starting", "queues", slices.Sorted(maps.Keys(w.queues)), "kinds", w.kinds())
+	w.log.Info("pgtask worker starting", "queues", w.queueModes(), "kinds", w.kinds())
 	for _, kind := range w.kinds() {
 		if reg := w.handler(kind); reg.Queue != "" && w.queues[reg.Queue] == nil {
 			w.log.Warn("pgtask: this worker handles a kind whose queue it does not serve; such jobs wait for another worker",
@@ -594,6 +594,16 @@ func (w *Worker) settleModes() error {
 		q.cfg = q.cfg.withConcurrency()
 	}
 	return nil
+}
+
+// queueModes names the queues with their modes, for the start log:
+// "default (held)".
+func (w *Worker) queueModes() []string {
+	var named []string
+	for _, name := range slices.Sorted(maps.Keys(w.queues)) {
+		named = append(named, fmt.Sprintf("%s (%s)", name, w.queues[name].cfg.Mode))
+	}
+	return named
 }
 
 // longestIdle is the idle timeout of job transactions: long enough for any

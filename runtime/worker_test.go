@@ -520,3 +520,34 @@ func TestNULInErrorsAndResultsIsRecorded(t *testing.T) {
 		t.Fatalf("the batch's other job took %d attempts", o.Attempts)
 	}
 }
+
+// The start log says each queue's mode, whether configured or taken from
+// its kinds.
+func TestStartLogSaysEachQueuesMode(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	logs := &recordedLogs{}
+	startWorker(t, b.url, runtime.Config{Logger: slog.New(logs), Queues: map[string]runtime.QueueConfig{
+		runtime.DefaultQueue: {}, "long": {Concurrency: 1}, "held": {Mode: runtime.ModeHeld, Concurrency: 1},
+	}}, runtime.Registration{
+		Kind: "slow", Queue: "long", Mode: runtime.ModeLease, Handler: func(context.Context, *runtime.Job) error { return nil },
+	})
+	waitFor(t, 5*time.Second, "the start log", func() bool { return logs.has("pgtask worker starting") })
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	for _, r := range logs.records {
+		if r.Message != "pgtask worker starting" {
+			continue
+		}
+		var queues string
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "queues" {
+				queues = a.Value.String()
+			}
+			return true
+		})
+		if want := "[default (held) held (held) long (lease)]"; queues != want {
+			t.Errorf("queues=%s, want %s", queues, want)
+		}
+	}
+}
