@@ -57,6 +57,11 @@ func (b Backoff) Delay(attempt int) time.Duration {
 	if b.Jitter > 0 {
 		d += d * b.Jitter * (2*rand.Float64() - 1)
 	}
+	if d >= math.MaxInt64 {
+		// Past the largest time.Duration, which would convert to a
+		// negative one: a retry at once.
+		return math.MaxInt64
+	}
 	return time.Duration(math.Max(d, 0))
 }
 

@@ -61,7 +61,7 @@ func (w *Worker) IsLeader() bool {
 // term is how long a leader's term lasts: leaderTerm, or three election
 // periods if longer, so that a leader renews its term well before it ends.
 func (w *Worker) term() time.Duration {
-	return max(leaderTerm, 3*electEveryTicks*w.cfg.MaintenanceInterval)
+	return min(max(leaderTerm, 3*electEveryTicks*w.cfg.MaintenanceInterval), maxIdleInTransaction)
 }
 
 // leadership is the leader's side of the maintenance loop, which runs it on

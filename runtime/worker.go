@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -120,10 +121,13 @@ type Config struct {
 	// Timeout. Default 1 minute.
 	DefaultTimeout time.Duration
 	// PollInterval is how often an idle worker looks for jobs when no
-	// notification came. Default 1s.
+	// notification came. Default 1s. Values near the largest time.Duration
+	// count as about 146 years.
 	PollInterval time.Duration
 	// MaintenanceInterval is how often the worker moves due scheduled jobs to
-	// their queue and requeues jobs of dead workers. Default 250ms.
+	// their queue and requeues jobs of dead workers. Default 250ms; at most
+	// about two days (longer counts as that), as a leader's term, three of
+	// its elections every fourth round, must fit what the database keeps.
 	MaintenanceInterval time.Duration
 	// ShutdownGrace is how long running jobs may go on after Run's context
 	// is cancelled before their contexts are cancelled too. Default 10s.
@@ -137,7 +141,8 @@ type Config struct {
 	Mode Mode
 	// Lease is how long a lease-mode claim answers for its job: the
 	// heartbeat extends it every third of it, and a job whose lease ran out
-	// is taken over by another worker. Default 30s.
+	// is taken over by another worker. Default 30s; at least 1s, or
+	// NewWorker fails.
 	Lease time.Duration
 	// MaxConns is the most database connections the worker opens at once,
 	// its listener's included: one budget for all its queues. One listens
@@ -207,9 +212,11 @@ func (c Config) withDefaults() Config {
 	if c.PollInterval <= 0 {
 		c.PollInterval = time.Second
 	}
+	c.PollInterval = min(c.PollInterval, veryLong)
 	if c.MaintenanceInterval <= 0 {
 		c.MaintenanceInterval = 250 * time.Millisecond
 	}
+	c.MaintenanceInterval = min(c.MaintenanceInterval, maxMaintenanceInterval)
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
@@ -440,6 +447,9 @@ func newWorker(cfg Config) (*Worker, error) {
 	if cfg.MaxConns < 0 {
 		return nil, fmt.Errorf("new worker: MaxConns is %d; leave it 0 for the default", cfg.MaxConns)
 	}
+	if cfg.Lease < minLease {
+		return nil, fmt.Errorf("new worker: Config.Lease %s is shorter than %s: the lease would run out before its heartbeat (every third of it) could extend it", cfg.Lease, minLease)
+	}
 	for name, qc := range cfg.Queues {
 		if name == "" {
 			return nil, errors.New("new worker: a queue name is empty")
@@ -614,8 +624,35 @@ func (w *Worker) longestIdle() time.Duration {
 	for _, kind := range w.kinds() {
 		longest = max(longest, w.handler(kind).Timeout)
 	}
-	return min(longest+w.cfg.AbandonGrace+10*time.Second, maxIdleInTransaction)
+	return min(addDurations(longest, w.cfg.AbandonGrace, 10*time.Second), maxIdleInTransaction)
 }
+
+// addDurations adds durations that are not negative, and gives the largest
+// time.Duration for a sum past it: a timeout or grace near the largest one
+// means "very long", not a negative time.
+func addDurations(ds ...time.Duration) time.Duration {
+	var sum time.Duration
+	for _, d := range ds {
+		if d > math.MaxInt64-sum {
+			return math.MaxInt64
+		}
+		sum += d
+	}
+	return sum
+}
+
+// veryLong is what an interval near the largest time.Duration counts as:
+// as long, for anyone, but with room for the jitter spread over it.
+const veryLong = time.Duration(math.MaxInt64 / 2)
+
+// maxMaintenanceInterval is the longest maintenance interval: a leader's
+// term is three of its election periods (see Worker.term), and the
+// database counts terms in milliseconds of an int32.
+const maxMaintenanceInterval = maxIdleInTransaction / (3 * electEveryTicks)
+
+// minLease is the shortest Config.Lease: a shorter lease runs out before
+// its heartbeat, every third of it, can reach the database and back.
+const minLease = time.Second
 
 // groupsOf names groups of a queue.
 type groupsOf struct {
