@@ -188,7 +188,8 @@ func TestLeaseConcurrencyIsNotBoundByThePool(t *testing.T) {
 
 // A queue whose mode is not configured takes the mode its kinds ask for
 // (generated handlers set it from the task tag's mode option); a kind that
-// asks for another mode than its queue's configured one stops Run at start.
+// asks for another mode than its queue's configured one is refused by
+// Register.
 func TestQueueModeFollowsItsKinds(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -213,15 +214,10 @@ func TestQueueModeFollowsItsKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if err := w.Register(runtime.Registration{Kind: "leased", Queue: runtime.DefaultQueue, Mode: runtime.ModeLease,
-		Handler: func(context.Context, *runtime.Job) error { return nil }}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err = w.Run(ctx)
+	err = w.Register(runtime.Registration{Kind: "leased", Queue: runtime.DefaultQueue, Mode: runtime.ModeLease,
+		Handler: func(context.Context, *runtime.Job) error { return nil }})
 	if err == nil || !strings.Contains(err.Error(), "kind leased needs mode lease, but queue default runs in mode held") {
-		t.Fatalf("Run: %v", err)
+		t.Fatalf("Register: %v", err)
 	}
 }
 

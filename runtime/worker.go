@@ -49,8 +49,8 @@ type Registration struct {
 	Backoff Backoff
 	// Mode is the mode the kind's handler needs (generated handlers set it
 	// from the task's tag), or empty for either. A queue whose mode is not
-	// configured takes its kinds' mode; Run fails when they disagree with
-	// each other or with the queue's configured mode.
+	// configured takes its kinds' mode; Register refuses a kind whose mode
+	// disagrees with the queue's configured mode or its other kinds'.
 	Mode Mode
 	// HasResult says the kind's jobs return results (generated handlers of
 	// TaskWithResult tasks set it): workers then announce each one's finish,
@@ -493,6 +493,9 @@ func (w *Worker) Register(r Registration) error {
 	if w.started.Load() {
 		return fmt.Errorf("register %s: the worker is already running", r.Kind)
 	}
+	if err := r.Mode.check(); err != nil {
+		return fmt.Errorf("register %s: %w", r.Kind, err)
+	}
 	if r.Timeout <= 0 {
 		r.Timeout = w.cfg.DefaultTimeout
 	}
@@ -500,6 +503,13 @@ func (w *Worker) Register(r Registration) error {
 	defer w.mu.Unlock()
 	if _, dup := w.handlers[r.Kind]; dup {
 		return fmt.Errorf("register %s: kind already has a handler", r.Kind)
+	}
+	if w.queues[r.Queue] != nil {
+		// The mode the kind needs is one its queue can run: the queue's
+		// configured mode, or that of the kinds registered for it before.
+		if _, _, err := w.modeOf(r.Queue, &r); err != nil {
+			return fmt.Errorf("register %s: %w", r.Kind, err)
+		}
 	}
 	w.handlers[r.Kind] = &r
 	return nil
@@ -577,25 +587,17 @@ func (w *Worker) Run(ctx context.Context) error {
 // settleModes gives each queue its mode, from its configuration or else
 // from the kinds registered for it, and its concurrency. A kind whose
 // handler needs another mode than its queue's is an error.
+//
+// Register refuses such a kind already, so that the error reaches the
+// program; this check stays for what Register cannot see.
 func (w *Worker) settleModes() error {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
 	for _, name := range slices.Sorted(maps.Keys(w.queues)) {
 		q := w.queues[name]
-		mode, from := q.cfg.Mode, "configured"
-		for _, kind := range w.kinds() {
-			reg := w.handler(kind)
-			if reg.Queue != name || reg.Mode == "" {
-				continue
-			}
-			if err := reg.Mode.check(); err != nil {
-				return fmt.Errorf("kind %s: %w", kind, err)
-			}
-			switch {
-			case mode == "":
-				mode, from = reg.Mode, "kind "+kind
-			case mode != reg.Mode:
-				return fmt.Errorf("kind %s needs mode %s, but queue %s runs in mode %s (%s): "+
-					"serve the kinds of different modes from different queues, or set QueueConfig.Mode", kind, reg.Mode, name, mode, from)
-			}
+		mode, _, err := w.modeOf(name, nil)
+		if err != nil {
+			return err
 		}
 		if mode == "" {
 			mode = ModeHeld
@@ -604,6 +606,40 @@ func (w *Worker) settleModes() error {
 		q.cfg = q.cfg.withConcurrency()
 	}
 	return nil
+}
+
+// modeOf is the mode queue name runs in by its configuration, else by the
+// kinds registered for it, with extra (may be nil) counted among them, and
+// what decided it ("configured", "kind k"); empty if nothing does. A kind
+// whose mode disagrees is an error. The caller holds w.mu.
+func (w *Worker) modeOf(name string, extra *Registration) (mode Mode, from string, err error) {
+	mode, from = w.queues[name].cfg.Mode, "configured"
+	if mode == "" {
+		from = ""
+	}
+	regs := make([]*Registration, 0, len(w.handlers)+1)
+	for _, kind := range slices.Sorted(maps.Keys(w.handlers)) {
+		regs = append(regs, w.handlers[kind])
+	}
+	if extra != nil {
+		regs = append(regs, extra)
+	}
+	for _, reg := range regs {
+		if reg.Queue != name || reg.Mode == "" {
+			continue
+		}
+		if err := reg.Mode.check(); err != nil {
+			return "", "", fmt.Errorf("kind %s: %w", reg.Kind, err)
+		}
+		switch {
+		case mode == "":
+			mode, from = reg.Mode, "kind "+reg.Kind
+		case mode != reg.Mode:
+			return "", "", fmt.Errorf("kind %s needs mode %s, but queue %s runs in mode %s (%s): "+
+				"serve the kinds of different modes from different queues, or set QueueConfig.Mode", reg.Kind, reg.Mode, name, mode, from)
+		}
+	}
+	return mode, from, nil
 }
 
 // queueModes names the queues with their modes, for the start log:
