@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log"
@@ -46,9 +47,18 @@ func run(ctx context.Context, databaseURL string) error {
 	if err != nil {
 		return err
 	}
+	// Run works jobs until workCtx is cancelled. Should it stop on its own,
+	// its error cancels ctx, so the wait below cannot outlast it unseen.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	workCtx, stop := context.WithCancel(ctx)
-	stopped := make(chan error, 1)
-	go func() { stopped <- worker.Run(workCtx) }()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		if err := worker.Run(workCtx); err != nil {
+			cancel(fmt.Errorf("the worker stopped: %w", err))
+		}
+	}()
 	defer func() { stop(); <-stopped }()
 
 	// Enqueue a job (pass a pgx.Tx instead of the pool to enqueue in your
@@ -59,7 +69,7 @@ func run(ctx context.Context, databaseURL string) error {
 	}
 	greeting, err := tasks.WaitGreetResult(ctx, pool, id)
 	if err != nil {
-		return fmt.Errorf("job %d: %w", id, err)
+		return fmt.Errorf("job %d: %w", id, cmp.Or(context.Cause(ctx), err))
 	}
 	fmt.Println(greeting.Text)
 	return nil

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -130,17 +131,24 @@ func run(ctx context.Context) error {
 	total := int32(len(emails) + 4 + 1)
 	say("enqueued %d jobs", total)
 
+	// Waits watch ran too: an error Run returns is never left unread.
 	for done.Load() < total {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case err := <-ran:
+			return fmt.Errorf("the worker stopped: %w", cmp.Or(err, ctx.Err()))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	for {
 		result, status, err := tasks.GetAddResult(ctx, pool, sum)
 		if errors.Is(err, runtime.ErrNoResult) && !status.Finished() {
-			time.Sleep(10 * time.Millisecond)
+			select {
+			case err := <-ran:
+				return fmt.Errorf("the worker stopped: %w", cmp.Or(err, ctx.Err()))
+			case <-time.After(10 * time.Millisecond):
+			}
 			continue
 		}
 		if err != nil {
