@@ -105,7 +105,7 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
   FROM pgtask.claim_jobs_v4($1, $2, $3, $4::smallint, $5::bigint,
-                            $6::bigint)
+                            $6::bigint, $7::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
             run_after, metadata)
 `
@@ -117,6 +117,7 @@ type ClaimJobsParams struct {
 	AfterPriority pgtype.Int2 `db:"after_priority"`
 	AfterID       pgtype.Int8 `db:"after_id"`
 	Token         pgtype.Int8 `db:"token"`
+	Kinds         []string    `db:"kinds"`
 }
 
 type ClaimJobsRow struct {
@@ -136,7 +137,8 @@ type ClaimJobsRow struct {
 
 // Claims up to @max jobs of a queue and counts their attempt (see
 // pgtask.claim_jobs_v4; the cursor is the last head the worker claimed, or
-// NULL). Run on its own, the statement commits before any
+// NULL; kinds are those the worker has handlers for, or NULL for any).
+// Run on its own, the statement commits before any
 // handler runs; run at the end of a job transaction, that transaction's
 // commit does. owner_pid names this session: the job transaction that
 // follows runs on the same connection.
@@ -148,6 +150,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJo
 		arg.AfterPriority,
 		arg.AfterID,
 		arg.Token,
+		arg.Kinds,
 	)
 	if err != nil {
 		return nil, err
@@ -188,7 +191,7 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
   FROM pgtask.claim_leased_jobs_v3($1, $2, $3, $4::bigint,
                                 $5::smallint, $6::bigint, $7::bigint,
-                                $8::integer)
+                                $8::integer, $9::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
             run_after, metadata)
 `
@@ -202,6 +205,7 @@ type ClaimLeasedJobsParams struct {
 	AfterID       pgtype.Int8 `db:"after_id"`
 	Token         int64       `db:"token"`
 	RunMax        int32       `db:"run_max"`
+	Kinds         []string    `db:"kinds"`
 }
 
 type ClaimLeasedJobsRow struct {
@@ -220,8 +224,8 @@ type ClaimLeasedJobsRow struct {
 }
 
 // Claims up to @max jobs with a lease, runnable heads and the runs behind
-// them (see pgtask.claim_leased_jobs_v3); sent with a batch's outcomes and
-// its commit.
+// them (see pgtask.claim_leased_jobs_v3), of the kinds the worker has
+// handlers for (NULL: any); sent with a batch's outcomes and its commit.
 func (q *Queries) ClaimLeasedJobs(ctx context.Context, arg ClaimLeasedJobsParams) ([]ClaimLeasedJobsRow, error) {
 	rows, err := q.db.Query(ctx, ClaimLeasedJobs,
 		arg.Queue,
@@ -232,6 +236,7 @@ func (q *Queries) ClaimLeasedJobs(ctx context.Context, arg ClaimLeasedJobsParams
 		arg.AfterID,
 		arg.Token,
 		arg.RunMax,
+		arg.Kinds,
 	)
 	if err != nil {
 		return nil, err

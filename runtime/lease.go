@@ -219,8 +219,8 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int, token int64
 	}
 	if want > 0 {
 		priority, id := l.q.cursor.get()
-		b.Queue(gen.ClaimLeasedJobs, l.q.name, int32(want), l.w.id, l.w.cfg.Lease.Milliseconds(), priority, id, token, int32(maxLeaseRun)).
-			Query(l.q.collectClaim(&next))
+		b.Queue(gen.ClaimLeasedJobs, l.q.name, int32(want), l.w.id, l.w.cfg.Lease.Milliseconds(), priority, id, token, int32(maxLeaseRun),
+			l.w.claimKinds).Query(l.q.collectClaim(&next))
 	}
 	b.Queue(gen.CommitJobTransaction)
 	bctx, cancel := bookCtx(ctx)

@@ -2,10 +2,13 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
 
 // Every check of a registration that needs no database is made by Register
@@ -47,5 +50,56 @@ func TestRegisterRefusesAModeItsQueueCannotRun(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: Register: %v, want %q", c.name, err, c.want)
 		}
+	}
+}
+
+// A worker claims only the kinds it has handlers for: in a rolling deploy,
+// a worker of the release before a new kind leaves that kind's jobs to the
+// workers that know it, instead of spending their attempts on failures.
+// Alone, it leaves them queued with no attempt spent, and a group headed by
+// such a job waits in order, in both modes.
+func TestWorkerClaimsOnlyKindsItHandles(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ok := func(context.Context, *runtime.Job) error { return nil }
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		queue := string(mode)
+		cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{queue: {Mode: mode, Concurrency: 2, BatchSize: 5}}}
+		_, stopOld := newWorker(t, b.url, cfg, runtime.Registration{Kind: "old", Queue: queue, Handler: ok})
+		var news, olds, behind []runtime.JobID
+		for i := range 10 {
+			news = append(news, enqueue(t, b.pool, "new", map[string]int{"i": i}, runtime.WithQueue(queue)))
+			olds = append(olds, enqueue(t, b.pool, "old", map[string]int{"i": i}, runtime.WithQueue(queue)))
+			// A group whose head is a new job, an old one behind it.
+			group := runtime.WithGroup(fmt.Sprint("g", i))
+			news = append(news, enqueue(t, b.pool, "new", map[string]int{}, runtime.WithQueue(queue), group))
+			behind = append(behind, enqueue(t, b.pool, "old", map[string]int{}, runtime.WithQueue(queue), group))
+		}
+		for _, id := range olds {
+			b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+		}
+		time.Sleep(500 * time.Millisecond) // polls and claims go by
+		for _, id := range news {
+			if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusQueued || j.Attempts != 0 {
+				t.Fatalf("%s: new job %d is %s after %d attempts with only a worker that lacks its handler (errors %s)",
+					mode, id, j.Status, j.Attempts, j.Errors)
+			}
+		}
+		for _, id := range behind {
+			if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusQueued || j.Attempts != 0 {
+				t.Fatalf("%s: job %d behind a new job in its group is %s after %d attempts", mode, id, j.Status, j.Attempts)
+			}
+		}
+		// A worker that knows both kinds runs the new jobs, each in one
+		// attempt, and the groups behind them; the old worker runs on.
+		_, stopNew := newWorker(t, b.url, cfg, runtime.Registration{Kind: "old", Queue: queue, Handler: ok},
+			runtime.Registration{Kind: "new", Queue: queue, Handler: ok})
+		for _, j := range b.waitQueueDone(t, queue, 20*time.Second) {
+			if j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 1 {
+				t.Errorf("%s: job %d (%s) %s after %d attempts (errors %s)", mode, j.ID, j.Kind, j.Status, j.Attempts, j.Errors)
+			}
+		}
+		stopNew()
+		stopOld()
 	}
 }

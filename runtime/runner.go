@@ -235,7 +235,7 @@ func (s *session) start(ctx context.Context) (cycled, error) {
 // when valid, marks the claimed jobs for hold_claimed_jobs.
 func (r *runner) queueClaim(b *pgx.Batch, next *[]gen.ClaimJobsRow, token pgtype.Int8) {
 	priority, id := r.q.cursor.get()
-	b.Queue(gen.ClaimJobs, r.q.name, r.batchSize(), r.w.id, priority, id, token).Query(r.q.collectClaim(next))
+	b.Queue(gen.ClaimJobs, r.q.name, r.batchSize(), r.w.id, priority, id, token, r.w.claimKinds).Query(r.q.collectClaim(next))
 }
 
 // continuesGroups reports whether every job of a claimed batch is the next

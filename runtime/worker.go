@@ -259,6 +259,11 @@ type Worker struct {
 	// when Run starts. A worker that hangs rather than dies still lets its
 	// jobs go then.
 	idleTimeout time.Duration
+	// claimKinds are the kinds the worker has handlers for, set when Run
+	// starts: its claims take no job of another kind, which is left to a
+	// worker that has its handler (a rolling deploy that adds a kind)
+	// rather than failed here.
+	claimKinds []string
 	// later takes groups an enqueue kept from moving on after a commit.
 	later chan groupsOf
 
@@ -585,8 +590,9 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // settleModes gives each queue its mode, from its configuration or else
-// from the kinds registered for it, and its concurrency. A kind whose
-// handler needs another mode than its queue's is an error.
+// from the kinds registered for it, and its concurrency, and fixes the
+// kinds the worker claims. A kind whose handler needs another mode than its
+// queue's is an error.
 //
 // Register refuses such a kind already, so that the error reaches the
 // program; this check stays for what Register cannot see.
@@ -604,6 +610,12 @@ func (w *Worker) settleModes() error {
 		}
 		q.cfg.Mode = mode
 		q.cfg = q.cfg.withConcurrency()
+	}
+	// Registration is over: the kinds to claim are fixed too. None is an
+	// empty list, not NULL (any kind).
+	w.claimKinds = slices.Sorted(maps.Keys(w.handlers))
+	if w.claimKinds == nil {
+		w.claimKinds = []string{}
 	}
 	return nil
 }

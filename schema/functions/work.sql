@@ -1,4 +1,4 @@
--- revision: 26
+-- revision: 27
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -49,7 +49,17 @@
 -- the part before the cursor at its priority (retries, promoted heads, jobs
 -- handed back) only when the rest does not fill the claim. Without a cursor
 -- (NULL) the scan starts at the beginning.
-CREATE OR REPLACE FUNCTION pgtask.pick_heads(p_queue text, p_max integer, p_after_priority smallint, p_after_id bigint)
+--
+-- p_kinds, unless NULL, are the kinds the worker has handlers for: heads of
+-- other kinds are left to workers that have theirs (a rolling deploy that
+-- adds a kind), with no attempt spent. The scans step over such heads, so
+-- they cost a claim only while they are runnable and unhandled by it; with
+-- every kind handled, which is the usual case, the test costs nothing more
+-- than a comparison on rows the claim reads anyway. Filtering on the claim
+-- index itself (kind in its key) would lose its (priority, id) order across
+-- kinds.
+CREATE OR REPLACE FUNCTION pgtask.pick_heads(p_queue text, p_max integer, p_after_priority smallint, p_after_id bigint,
+                                             p_kinds text[])
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -68,6 +78,7 @@ BEGIN
         SELECT coalesce(array_agg(c.id ORDER BY c.priority, c.id), '{}') INTO picked FROM (
             SELECT id, priority FROM pgtask.jobs
              WHERE id = ANY (promoted) AND queue = p_queue AND status::text = 'queued' AND is_head
+               AND (p_kinds IS NULL OR kind = ANY (p_kinds))
              ORDER BY priority, id
              LIMIT p_max
                FOR UPDATE SKIP LOCKED) c;
@@ -79,7 +90,8 @@ BEGIN
     IF cardinality(picked) < p_max AND p_after_priority IS NULL THEN
         SELECT coalesce(array_agg(c.id ORDER BY c.priority, c.id), '{}') INTO more FROM (
             SELECT id, priority FROM pgtask.jobs
-             WHERE queue = p_queue AND status = 'queued' AND is_head AND id <> ALL (picked)
+             WHERE queue = p_queue AND status = 'queued' AND is_head
+               AND (p_kinds IS NULL OR kind = ANY (p_kinds)) AND id <> ALL (picked)
              ORDER BY priority, id
              LIMIT p_max - cardinality(picked)
                FOR UPDATE SKIP LOCKED) c;
@@ -88,7 +100,8 @@ BEGIN
     IF cardinality(picked) < p_max THEN
         SELECT coalesce(array_agg(c.id ORDER BY c.priority, c.id), '{}') INTO more FROM (
             SELECT id, priority FROM pgtask.jobs
-             WHERE queue = p_queue AND status = 'queued' AND is_head AND priority < p_after_priority
+             WHERE queue = p_queue AND status = 'queued' AND is_head
+               AND (p_kinds IS NULL OR kind = ANY (p_kinds)) AND priority < p_after_priority
                AND id <> ALL (picked)
              ORDER BY priority, id
              LIMIT p_max - cardinality(picked)
@@ -99,6 +112,7 @@ BEGIN
         SELECT coalesce(array_agg(c.id ORDER BY c.priority, c.id), '{}') INTO more FROM (
             SELECT id, priority FROM pgtask.jobs
              WHERE queue = p_queue AND status = 'queued' AND is_head
+               AND (p_kinds IS NULL OR kind = ANY (p_kinds))
                AND (priority, id) > (p_after_priority, p_after_id) AND id <> ALL (picked)
              ORDER BY priority, id
              LIMIT p_max - cardinality(picked)
@@ -109,6 +123,7 @@ BEGIN
         SELECT coalesce(array_agg(c.id ORDER BY c.id), '{}') INTO more FROM (
             SELECT id FROM pgtask.jobs
              WHERE queue = p_queue AND status = 'queued' AND is_head
+               AND (p_kinds IS NULL OR kind = ANY (p_kinds))
                AND priority >= p_after_priority AND (priority, id) <= (p_after_priority, p_after_id) AND id <> ALL (picked)
              ORDER BY priority, id
              LIMIT p_max - cardinality(picked)
@@ -127,8 +142,9 @@ $$;
 -- run, ends the run). Locks what it returns (FOR UPDATE). The worker runs a
 -- group's run in order and stops it at the first job that does not let the
 -- group move on, handing the rest back; so a run keeps the group's order and
--- one-at-a-time rule.
-CREATE OR REPLACE FUNCTION pgtask.pick_runs(p_heads bigint[], p_room integer, p_per_head integer)
+-- one-at-a-time rule. A job of a kind not in p_kinds (unless NULL) ends the
+-- run too: the worker has no handler for it.
+CREATE OR REPLACE FUNCTION pgtask.pick_runs(p_heads bigint[], p_room integer, p_per_head integer, p_kinds text[])
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -157,6 +173,7 @@ BEGIN
         SELECT array_agg(r.id ORDER BY r.id) INTO got FROM (
             SELECT id FROM pgtask.jobs
              WHERE id = ANY (expected) AND status = 'queued'
+               AND (p_kinds IS NULL OR kind = ANY (p_kinds))
              ORDER BY id
                FOR UPDATE SKIP LOCKED) r;
         n := 0;
@@ -182,8 +199,11 @@ $$;
 -- handler runs. Rows come in priority, id order. A paused queue (see
 -- pause_queue) gives nothing. started_at is when the claim's statement
 -- began: a claim stamped later than a pause's commit saw the pause.
+-- p_kinds, unless NULL, limits the claim to the kinds the worker has
+-- handlers for (see pick_heads).
 CREATE OR REPLACE FUNCTION pgtask.claim_jobs_v4(p_queue text, p_max integer, p_worker integer,
-                                                p_after_priority smallint, p_after_id bigint, p_token bigint)
+                                                p_after_priority smallint, p_after_id bigint, p_token bigint,
+                                                p_kinds text[])
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
@@ -211,6 +231,9 @@ BEGIN
             PERFORM set_config('pgtask.promoted', '', true);
             IF cardinality(promoted) > 1 THEN
                 PERFORM pg_notify('pgtask', p_queue); -- room for one only
+            ELSIF p_kinds IS NOT NULL
+                  AND EXISTS (SELECT 1 FROM pgtask.jobs WHERE id = promoted[1] AND kind <> ALL (p_kinds)) THEN
+                PERFORM pg_notify('pgtask', p_queue); -- for a worker that handles it
             END IF;
         END IF;
         RETURN QUERY
@@ -221,16 +244,20 @@ BEGIN
              WHERE j.id = coalesce(
                    (SELECT id FROM pgtask.jobs
                      WHERE id = ANY (promoted) AND queue = p_queue AND status::text = 'queued' AND is_head
-                     ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED),
-                   (SELECT id FROM pgtask.jobs
-                     WHERE queue = p_queue AND status = 'queued' AND is_head AND priority < p_after_priority
+                       AND (p_kinds IS NULL OR kind = ANY (p_kinds))
                      ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED),
                    (SELECT id FROM pgtask.jobs
                      WHERE queue = p_queue AND status = 'queued' AND is_head
+                       AND (p_kinds IS NULL OR kind = ANY (p_kinds)) AND priority < p_after_priority
+                     ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED),
+                   (SELECT id FROM pgtask.jobs
+                     WHERE queue = p_queue AND status = 'queued' AND is_head
+                       AND (p_kinds IS NULL OR kind = ANY (p_kinds))
                        AND (priority, id) > (p_after_priority, p_after_id)
                      ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED),
                    (SELECT id FROM pgtask.jobs
                      WHERE queue = p_queue AND status = 'queued' AND is_head
+                       AND (p_kinds IS NULL OR kind = ANY (p_kinds))
                        AND priority >= p_after_priority AND (priority, id) <= (p_after_priority, p_after_id)
                      ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED))
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
@@ -238,12 +265,12 @@ BEGIN
                       j.run_after, j.metadata;
         RETURN;
     END IF;
-    picked := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id);
+    picked := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id, p_kinds);
     IF cardinality(picked) = 0 THEN
         RETURN;
     END IF;
     IF cardinality(picked) < p_max THEN
-        picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked), p_max);
+        picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked), p_max, p_kinds);
     END IF;
     RETURN QUERY
         WITH claimed AS (
@@ -271,7 +298,7 @@ RETURNS TABLE (
 LANGUAGE sql AS $$
     SELECT c.id, c.queue, c.kind, c.group_key, c.priority, c.payload, c.attempts, c.max_attempts,
            c.fail_blocks_group, c.created_at
-      FROM pgtask.claim_jobs_v4(p_queue, p_max, p_worker, p_after_priority, p_after_id, p_token) c;
+      FROM pgtask.claim_jobs_v4(p_queue, p_max, p_worker, p_after_priority, p_after_id, p_token, NULL) c;
 $$;
 
 -- The claim of workers of the previous release: claim_jobs_v3 without a
@@ -294,7 +321,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     ids bigint[];
 BEGIN
-    ids := ARRAY(SELECT c.id FROM pgtask.claim_jobs_v4(p_queue, p_max, p_worker, NULL, NULL, NULL) c);
+    ids := ARRAY(SELECT c.id FROM pgtask.claim_jobs_v4(p_queue, p_max, p_worker, NULL, NULL, NULL, NULL) c);
     RETURN QUERY SELECT j.* FROM pgtask.jobs j WHERE j.id = ANY (ids) ORDER BY j.id;
 END;
 $$;
@@ -608,10 +635,11 @@ $$;
 -- that is not in a run becomes claimable when its head's success is
 -- recorded, so FIFO holds as in the held mode. p_token marks the claim, so
 -- that a worker that lost the reply can hand back what it may have claimed
--- (release_leased_claim).
+-- (release_leased_claim). p_kinds, unless NULL, limits the claim to the
+-- kinds the worker has handlers for (see pick_heads).
 CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs_v3(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
                                                     p_after_priority smallint, p_after_id bigint, p_token bigint,
-                                                    p_run_max integer)
+                                                    p_run_max integer, p_kinds text[])
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
@@ -629,9 +657,9 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pgtask.paused_queues q WHERE q.queue = p_queue) THEN
         RETURN;
     END IF;
-    picked := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id);
+    picked := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id, p_kinds);
     IF p_run_max > 0 AND cardinality(picked) BETWEEN 1 AND p_max - 1 THEN
-        picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked), p_run_max);
+        picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked), p_run_max, p_kinds);
     END IF;
     RETURN QUERY
         WITH claimed AS (
@@ -659,7 +687,7 @@ RETURNS TABLE (
 )
 LANGUAGE sql AS $$
     SELECT * FROM pgtask.claim_leased_jobs_v3(p_queue, p_max, p_worker, p_lease_ms, p_after_priority, p_after_id,
-                                              p_token, 0);
+                                              p_token, 0, NULL);
 $$;
 
 -- The lease-mode claim of workers two releases back: claim_leased_jobs_v2
