@@ -173,3 +173,10 @@ type PgtaskStaleGroup struct {
 	Queue    string `db:"queue"`
 	GroupKey string `db:"group_key"`
 }
+
+type PgtaskWorkerKind struct {
+	WorkerID   int32     `db:"worker_id"`
+	Queue      string    `db:"queue"`
+	Kind       string    `db:"kind"`
+	RecordedAt time.Time `db:"recorded_at"`
+}

@@ -103,3 +103,50 @@ func TestWorkerClaimsOnlyKindsItHandles(t *testing.T) {
 		stopOld()
 	}
 }
+
+// The runnable jobs of kinds no live worker handles are reported, by queue
+// and kind: a worker records its kinds when it starts, and a worker that
+// stopped counts no more.
+func TestUnhandledKindsAreReported(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ok := func(context.Context, *runtime.Job) error { return nil }
+	unhandled := func() string {
+		t.Helper()
+		kinds, err := runtime.UnhandledKinds(ctx, b.pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []string
+		for _, k := range kinds {
+			if k.OldestWait < 0 {
+				t.Errorf("%s/%s: oldest wait %s", k.Queue, k.Kind, k.OldestWait)
+			}
+			s = append(s, fmt.Sprintf("%s/%s:%d", k.Queue, k.Kind, k.Jobs))
+		}
+		return strings.Join(s, " ")
+	}
+	// Nobody works queue "elsewhere", so its jobs stay to be counted.
+	for range 3 {
+		enqueue(t, b.pool, "new", map[string]int{}, runtime.WithQueue("elsewhere"))
+	}
+	enqueue(t, b.pool, "old", map[string]int{}, runtime.WithQueue("elsewhere"))
+	enqueue(t, b.pool, "old", map[string]int{}, runtime.WithQueue("other"))
+	if got, want := unhandled(), "elsewhere/new:3 elsewhere/old:1 other/old:1"; got != want {
+		t.Fatalf("with no worker: %q, want %q", got, want)
+	}
+	// A worker of kind old in queue elsewhere, claiming nothing: paused.
+	if _, err := runtime.PauseQueue(ctx, b.pool, "elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+	w, stop := newWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"elsewhere": {}}},
+		runtime.Registration{Kind: "old", Handler: ok})
+	waitFor(t, 5*time.Second, "the worker to record its kinds", func() bool {
+		return unhandled() == "elsewhere/new:3 other/old:1"
+	})
+	stop()
+	if got, want := unhandled(), "elsewhere/new:3 elsewhere/old:1 other/old:1"; got != want {
+		t.Fatalf("after worker %d stopped: %q, want %q", w.ID(), got, want)
+	}
+}

@@ -561,6 +561,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				"kind", kind, "queue", reg.Queue, "served", slices.Sorted(maps.Keys(w.queues)))
 		}
 	}
+	w.recordKinds(ctx)
 	w.idleTimeout = w.longestIdle()
 	w.later = make(chan groupsOf, 64)
 	w.spare.labelFrom(ctx)

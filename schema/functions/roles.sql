@@ -1,4 +1,4 @@
--- revision: 5
+-- revision: 6
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -60,6 +60,10 @@ LANGUAGE sql IMMUTABLE AS $$
     ('admin', 'table', 'paused_queues', 'SELECT, INSERT, DELETE'),
     ('worker', 'table', 'periodic_ticks', 'SELECT, INSERT, DELETE'),
     ('worker', 'table', 'cancel_requests', 'SELECT, INSERT, UPDATE, DELETE'),
+    -- A worker records the kinds it handles; an operator reads which
+    -- runnable kinds no live worker handles.
+    ('worker', 'table', 'worker_kinds', 'SELECT, INSERT, DELETE'),
+    ('admin', 'table', 'worker_kinds', 'SELECT'),
     ('admin', 'table', 'cancel_requests', 'SELECT, INSERT, UPDATE, DELETE'),
     -- A worker checks at start that the schema is as new as its code.
     ('worker', 'table', 'migrations', 'SELECT'),
@@ -112,6 +116,9 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'move_group_on', 'EXECUTE'),
     ('worker', 'function', 'advance_groups', 'EXECUTE'),
     ('worker', 'function', 'advance_finished_groups', 'EXECUTE'),
+    ('worker', 'function', 'record_worker_kinds', 'EXECUTE'),
+    ('worker', 'function', 'live_workers', 'EXECUTE'),
+    ('admin', 'function', 'live_workers', 'EXECUTE'),
     -- Cancel requests an operator filed: a worker checks its running
     -- attempts against them and applies those whose attempt ended, with
     -- cancel_job. (pending_cancels: the previous release's workers.)

@@ -784,3 +784,28 @@ BEGIN
     RETURN released;
 END;
 $$;
+
+-- The worker processes alive now: those whose worker lock (see LockWorker)
+-- a session holds. Read from pg_locks, so that asking takes no lock.
+CREATE OR REPLACE FUNCTION pgtask.live_workers()
+RETURNS TABLE (worker_id integer)
+LANGUAGE sql STABLE AS $$
+    SELECT DISTINCT l.objid::bigint::integer
+      FROM pg_catalog.pg_locks l
+     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+       AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())
+       AND l.classid = pgtask.worker_lock_class()::oid;
+$$;
+
+-- Records that worker p_worker has handlers for p_kinds in each of the
+-- queues p_queues (see the worker_kinds table), in place of what it
+-- recorded before, and deletes the rows of workers that are gone.
+CREATE OR REPLACE FUNCTION pgtask.record_worker_kinds(p_worker integer, p_queues text[], p_kinds text[])
+RETURNS void
+LANGUAGE sql AS $$
+    DELETE FROM pgtask.worker_kinds w
+     WHERE w.worker_id = p_worker
+        OR w.worker_id NOT IN (SELECT l.worker_id FROM pgtask.live_workers() l);
+    INSERT INTO pgtask.worker_kinds (worker_id, queue, kind)
+    SELECT DISTINCT p_worker, q, k FROM unnest(p_queues) q, unnest(p_kinds) k;
+$$;

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -244,16 +245,23 @@ func TestJobCommands(t *testing.T) {
 	db := []string{"-database-url", url}
 	cmd := func(args ...string) []string { return append(args, db...) }
 
+	// No worker runs: every runnable kind is one no live worker handles.
 	code, out, errOut := run(t, cmd("stats")...)
-	if code != 0 || !strings.Contains(out, "emails") || !strings.Contains(out, "reports") {
+	if code != 0 || !strings.Contains(out, "emails") || !strings.Contains(out, "reports") ||
+		!strings.Contains(out, "runnable jobs of kinds no live worker handles") || !regexp.MustCompile(`emails +mail +3 `).MatchString(out) {
 		t.Fatalf("stats: %d %q %q", code, out, errOut)
 	}
 	code, out, _ = run(t, cmd("stats", "-json")...)
 	var st []struct {
-		Queue  string           `json:"queue"`
-		Counts map[string]int64 `json:"counts"`
+		Queue          string           `json:"queue"`
+		Counts         map[string]int64 `json:"counts"`
+		UnhandledKinds []struct {
+			Kind string `json:"kind"`
+			Jobs int64  `json:"jobs"`
+		} `json:"unhandled_kinds"`
 	}
-	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || len(st) != 2 || st[0].Counts["queued"] != 3 {
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || len(st) != 2 || st[0].Counts["queued"] != 3 ||
+		len(st[0].UnhandledKinds) != 1 || st[0].UnhandledKinds[0].Kind != "mail" || st[0].UnhandledKinds[0].Jobs != 3 {
 		t.Fatalf("stats -json: %d %q (%v)", code, out, err)
 	}
 	code, out, _ = run(t, cmd("jobs", "list", "-queue", "emails", "-json", "-limit", "2")...)

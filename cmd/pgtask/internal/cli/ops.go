@@ -114,7 +114,8 @@ func printJSON(w io.Writer, v any) error {
 
 func stats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommand("stats", "usage: pgtask stats [-json] [-database-url URL]\n\n"+
-		"Per queue: jobs by status, how long the oldest runnable job has waited, groups a failure blocks, and whether it is paused.", stderr)
+		"Per queue: jobs by status, how long the oldest runnable job has waited, groups a failure blocks, and whether it is paused;\n"+
+		"then the runnable jobs of kinds no live worker handles, by queue and kind (workers claim only the kinds they have handlers for).", stderr)
 	if err := c.parse(args, 0, stderr); err != nil {
 		return err
 	}
@@ -127,17 +128,33 @@ func stats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	unhandled, err := runtime.UnhandledKinds(ctx, conn)
+	if err != nil {
+		return err
+	}
 	if *c.asJSON {
+		type kind struct {
+			Kind              string  `json:"kind"`
+			Jobs              int64   `json:"jobs"`
+			OldestWaitSeconds float64 `json:"oldest_wait_seconds"`
+		}
 		type queue struct {
 			Queue             string                   `json:"queue"`
 			Counts            map[runtime.Status]int64 `json:"counts"`
 			OldestWaitSeconds float64                  `json:"oldest_wait_seconds"`
 			BlockedGroups     int64                    `json:"blocked_groups"`
 			Paused            bool                     `json:"paused"`
+			// Runnable jobs of kinds no live worker handles in the queue.
+			UnhandledKinds []kind `json:"unhandled_kinds"`
 		}
 		out := make([]queue, len(st))
 		for i, s := range st {
-			out[i] = queue{s.Queue, s.Counts, s.OldestWait.Seconds(), s.BlockedGroups, s.Paused}
+			out[i] = queue{s.Queue, s.Counts, s.OldestWait.Seconds(), s.BlockedGroups, s.Paused, []kind{}}
+			for _, u := range unhandled {
+				if u.Queue == s.Queue {
+					out[i].UnhandledKinds = append(out[i].UnhandledKinds, kind{u.Kind, u.Jobs, u.OldestWait.Seconds()})
+				}
+			}
 		}
 		return printJSON(stdout, out)
 	}
@@ -148,6 +165,18 @@ func stats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			s.Counts[runtime.StatusScheduled], s.Counts[runtime.StatusQueued], s.Counts[runtime.StatusStarted],
 			s.Counts[runtime.StatusSucceeded], s.Counts[runtime.StatusFailed], s.Counts[runtime.StatusCancelled],
 			s.OldestWait.Round(time.Millisecond), s.BlockedGroups, s.Paused)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(unhandled) == 0 {
+		return nil
+	}
+	fmt.Fprintln(stdout, "\nrunnable jobs of kinds no live worker handles (they wait for a worker with their handler):")
+	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "queue\tkind\tjobs\toldest wait\t")
+	for _, u := range unhandled {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t\n", u.Queue, u.Kind, u.Jobs, u.OldestWait.Round(time.Millisecond))
 	}
 	return tw.Flush()
 }
