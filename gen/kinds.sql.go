@@ -9,6 +9,52 @@ import (
 	"context"
 )
 
+const DashboardUnhandledKinds = `-- name: DashboardUnhandledKinds :many
+WITH live AS MATERIALIZED (
+    SELECT w.queue, w.kind FROM pgtask.worker_kinds w
+     WHERE w.worker_id IN (SELECT l.worker_id FROM pgtask.live_workers() l)
+)
+SELECT q.queue::text AS queue, n.kind::text AS kind, count(*)::bigint AS jobs
+  FROM unnest($1::text[]) AS q(queue)
+  CROSS JOIN LATERAL (
+       SELECT j.kind FROM pgtask.jobs j
+        WHERE j.queue = q.queue AND j.status = 'queued' AND j.is_head
+        ORDER BY j.priority, j.id
+        LIMIT 100) n
+ WHERE NOT EXISTS (SELECT 1 FROM live l WHERE l.queue = q.queue AND l.kind = n.kind)
+ GROUP BY q.queue, n.kind
+ ORDER BY 1, 2
+`
+
+type DashboardUnhandledKindsRow struct {
+	Queue string `db:"queue"`
+	Kind  string `db:"kind"`
+	Jobs  int64  `db:"jobs"`
+}
+
+// Per queue of @queues: the kinds among its next 100 runnable jobs in line
+// (along the claim index, so the cost is bounded) that no live worker has
+// recorded handling in that queue, with how many of those jobs they have.
+func (q *Queries) DashboardUnhandledKinds(ctx context.Context, queues []string) ([]DashboardUnhandledKindsRow, error) {
+	rows, err := q.db.Query(ctx, DashboardUnhandledKinds, queues)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DashboardUnhandledKindsRow{}
+	for rows.Next() {
+		var i DashboardUnhandledKindsRow
+		if err := rows.Scan(&i.Queue, &i.Kind, &i.Jobs); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const RecordWorkerKinds = `-- name: RecordWorkerKinds :exec
 
 SELECT pgtask.record_worker_kinds($1::integer, $2::text[], $3::text[])

@@ -19,3 +19,22 @@ SELECT j.queue::text AS queue, j.kind::text AS kind, count(*)::bigint AS jobs,
                       AND w.worker_id IN (SELECT l.worker_id FROM pgtask.live_workers() l))
  GROUP BY j.queue, j.kind
  ORDER BY j.queue, j.kind;
+
+-- name: DashboardUnhandledKinds :many
+-- Per queue of @queues: the kinds among its next 100 runnable jobs in line
+-- (along the claim index, so the cost is bounded) that no live worker has
+-- recorded handling in that queue, with how many of those jobs they have.
+WITH live AS MATERIALIZED (
+    SELECT w.queue, w.kind FROM pgtask.worker_kinds w
+     WHERE w.worker_id IN (SELECT l.worker_id FROM pgtask.live_workers() l)
+)
+SELECT q.queue::text AS queue, n.kind::text AS kind, count(*)::bigint AS jobs
+  FROM unnest(@queues::text[]) AS q(queue)
+  CROSS JOIN LATERAL (
+       SELECT j.kind FROM pgtask.jobs j
+        WHERE j.queue = q.queue AND j.status = 'queued' AND j.is_head
+        ORDER BY j.priority, j.id
+        LIMIT 100) n
+ WHERE NOT EXISTS (SELECT 1 FROM live l WHERE l.queue = q.queue AND l.kind = n.kind)
+ GROUP BY q.queue, n.kind
+ ORDER BY 1, 2;

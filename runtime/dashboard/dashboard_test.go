@@ -42,6 +42,11 @@ func TestQueuesPage(t *testing.T) {
 	if !slices.Equal(reports, want) {
 		t.Errorf("reports row %q, want %q", reports, want)
 	}
+	// No worker runs: the runnable job of reports is of a kind no live
+	// worker handles, and waits for one.
+	if want := "Runnable jobs of kinds no live worker handles (among the next 100 in line of each queue): reports: build_report (1)."; !strings.Contains(text(body), want) {
+		t.Errorf("queues page lacks %q", want)
+	}
 	for _, link := range []string{`href="/jobs?queue=emails&amp;status=failed"`, `href="/groups?queue=reports"`, `href="/jobs?queue=reports&amp;status=queued"`} {
 		if !strings.Contains(body, link) {
 			t.Errorf("queues page lacks the link %s", link)

@@ -39,6 +39,9 @@ type queuesPage struct {
 	Queues []*queueLine
 	// Notes explain the counts that reached their bound.
 	Notes []string
+	// Unhandled are the kinds among each queue's next 100 runnable jobs
+	// that no live worker handles: they wait for one that does.
+	Unhandled []gen.DashboardUnhandledKindsRow
 }
 
 func (h *handler) queuesPage(w http.ResponseWriter, r *http.Request) {
@@ -47,7 +50,16 @@ func (h *handler) queuesPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.render(w, r, http.StatusOK, "queues", queuesPage{page: h.page(r, "queues", "Queues"), Queues: lines, Notes: notes})
+	names := make([]string, len(lines))
+	for i, l := range lines {
+		names[i] = l.Name
+	}
+	unhandled, err := h.q.DashboardUnhandledKinds(r.Context(), names)
+	if err != nil {
+		h.fail(w, r, fmt.Errorf("find kinds no worker handles: %w", err))
+		return
+	}
+	h.render(w, r, http.StatusOK, "queues", queuesPage{page: h.page(r, "queues", "Queues"), Queues: lines, Notes: notes, Unhandled: unhandled})
 }
 
 // loadQueues reads the queues page: four statements, each bounded (see
