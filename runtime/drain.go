@@ -10,7 +10,9 @@ import (
 )
 
 // Drain works, in the calling goroutine, every job of the worker's queues
-// that can run now, a batch at a time, until none is left, and returns how
+// that can run now and whose kind it has a handler for (jobs of other kinds
+// are left queued, as Run leaves them), a batch at a time, until none is
+// left, and returns how
 // many attempts it ran. It is for tests: enqueue, Drain, then check what the
 // handlers did, with no goroutine to wait for. Outcomes are recorded as Run
 // records them; retries wait out their backoff and are not run, and delayed
