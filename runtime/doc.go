@@ -19,9 +19,9 @@
 //	w, _ := runtime.NewWorker(ctx, cfg, runtime.Config{
 //		Queues: map[string]runtime.QueueConfig{"emails": {Concurrency: 10}},
 //	})
-//	w.Register(runtime.Registration{Kind: "send_email", Handler: func(ctx context.Context, job *runtime.Job) error {
+//	err = w.Register(runtime.Registration{Kind: "send_email", Handler: func(ctx context.Context, job *runtime.Job) error {
 //		// job.Tx() is the job's transaction: writes through it commit with the job's success.
 //		return nil
-//	}})
-//	err = w.Run(ctx) // until ctx is cancelled
+//	}}) // a registration the worker cannot serve is an error here, not in Run
+//	err = w.Run(ctx) // until ctx is cancelled; in a goroutine, have someone wait for its error
 package runtime
