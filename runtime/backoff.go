@@ -39,7 +39,7 @@ func (b Backoff) withDefaults() Backoff {
 		b.Max = b.Min
 	}
 	switch {
-	case b.Jitter == 0:
+	case b.Jitter == 0 || math.IsNaN(b.Jitter):
 		b.Jitter = defaultBackoff.Jitter
 	case b.Jitter < 0:
 		b.Jitter = 0

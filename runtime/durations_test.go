@@ -79,3 +79,20 @@ func TestBackoffOfHugeDurationsWaitsLong(t *testing.T) {
 		}
 	}
 }
+
+// A backoff whose jitter is not a number would give every retry a wait
+// that is not one either (on amd64 a negative one: a retry at once):
+// Register refuses it, naming the field.
+func TestRegisterRefusesNaNJitter(t *testing.T) {
+	t.Parallel()
+	w := idleWorker(t, setup(t).url, runtime.Config{})
+	err := w.Register(runtime.Registration{Kind: "k", Backoff: runtime.Backoff{Jitter: math.NaN()},
+		Handler: func(context.Context, *runtime.Job) error { return nil }})
+	if err == nil || !strings.Contains(err.Error(), "Backoff.Jitter") {
+		t.Fatalf("Register: %v, want an error naming Backoff.Jitter", err)
+	}
+	// Called directly, Delay takes the default jitter for it.
+	if d := (runtime.Backoff{Min: time.Hour, Jitter: math.NaN()}).Delay(1); d < 48*time.Minute || d > 72*time.Minute {
+		t.Fatalf("Delay with a NaN jitter: %s, want 1h ±20%%", d)
+	}
+}

@@ -501,6 +501,9 @@ func (w *Worker) Register(r Registration) error {
 	if err := r.Mode.check(); err != nil {
 		return fmt.Errorf("register %s: %w", r.Kind, err)
 	}
+	if math.IsNaN(r.Backoff.Jitter) {
+		return fmt.Errorf("register %s: Backoff.Jitter is NaN; want a fraction in [0, 1], or negative for none", r.Kind)
+	}
 	if r.Timeout <= 0 {
 		r.Timeout = w.cfg.DefaultTimeout
 	}
