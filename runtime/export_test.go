@@ -68,3 +68,7 @@ func SetWaitPollInterval(d time.Duration) (restore func()) {
 	old := waitPollInterval.Swap(int64(d))
 	return func() { waitPollInterval.Store(old) }
 }
+
+// RecordKindsEvery sets how often the worker records its kinds again; call
+// it before Run.
+func (w *Worker) RecordKindsEvery(d time.Duration) { w.kindsEvery = d }

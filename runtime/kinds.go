@@ -43,12 +43,13 @@ func UnhandledKinds(ctx context.Context, db DB) ([]UnhandledKind, error) {
 	return out, nil
 }
 
-// recordKinds records the kinds the worker claims in each queue it serves,
-// for UnhandledKinds. A failure is only logged: the worker works the same.
-func (w *Worker) recordKinds(ctx context.Context) {
+// recordKinds records, through q, the kinds the worker claims in each
+// queue it serves, for UnhandledKinds. A failure is only logged: the worker
+// works the same.
+func (w *Worker) recordKinds(ctx context.Context, q *gen.Queries) {
 	rctx, cancel := bookCtx(ctx)
 	defer cancel()
-	err := gen.New(w.pool).RecordWorkerKinds(rctx, gen.RecordWorkerKindsParams{
+	err := q.RecordWorkerKinds(rctx, gen.RecordWorkerKindsParams{
 		WorkerID: w.id, Queues: slices.Sorted(maps.Keys(w.queues)), Kinds: w.claimKinds,
 	})
 	if err != nil && ctx.Err() == nil {

@@ -76,11 +76,15 @@ type leadership struct {
 	// so that rescues and promotions never wait long for it).
 	retainAt time.Time
 	backlog  bool
+	// kindsAt is when the worker records its kinds again: Run recorded
+	// them, but a worker that started while all of this one's sessions
+	// were gone (a database restart) deleted them as a dead worker's.
+	kindsAt time.Time
 }
 
 // step stands for election every electEveryTicks maintenance rounds,
 // enqueues the periodic jobs' due ticks then, and deletes what retention
-// says while elected.
+// says while elected. Every worker records its kinds again now and then.
 func (l *leadership) step(ctx context.Context) {
 	w := l.w
 	if l.ticks%electEveryTicks == 0 {
@@ -110,6 +114,12 @@ func (l *leadership) step(ctx context.Context) {
 		}
 	}
 	l.ticks++
+	if now := time.Now(); l.kindsAt.IsZero() {
+		l.kindsAt = now.Add(w.kindsEvery)
+	} else if !now.Before(l.kindsAt) {
+		w.recordKinds(ctx, l.q)
+		l.kindsAt = now.Add(w.kindsEvery)
+	}
 	if w.IsLeader() && (l.backlog || !time.Now().Before(l.retainAt)) {
 		l.backlog = w.retainBatch(ctx, l.q)
 		if !l.backlog {

@@ -151,3 +151,36 @@ func TestUnhandledKindsAreReported(t *testing.T) {
 		return unhandled() == "elsewhere/new:3 elsewhere/old:1 other/old:1"
 	})
 }
+
+// A worker records its kinds again from time to time: rows a worker
+// starting while this one's sessions were all gone (a database restart)
+// deleted as a dead worker's come back.
+func TestWorkerRecordsItsKindsAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := runtime.PauseQueue(ctx, b.pool, "elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, b.pool, "old", map[string]int{}, runtime.WithQueue("elsewhere"))
+	_, stop := newWorkerWith(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"elsewhere": {}}}, func(w *runtime.Worker) error {
+		w.RecordKindsEvery(200 * time.Millisecond)
+		return w.Register(runtime.Registration{Kind: "old", Handler: func(context.Context, *runtime.Job) error { return nil }})
+	})
+	defer stop()
+	handled := func() bool {
+		kinds, err := runtime.UnhandledKinds(ctx, b.pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(kinds) == 0
+	}
+	waitFor(t, 5*time.Second, "the worker to record its kinds", handled)
+	if err := b.q.ForgetWorkerKinds(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if handled() {
+		t.Fatal("the kind counts as handled with no row recording it")
+	}
+	waitFor(t, 5*time.Second, "the worker to record its kinds again", handled)
+}

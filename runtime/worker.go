@@ -264,6 +264,9 @@ type Worker struct {
 	// worker that has its handler (a rolling deploy that adds a kind)
 	// rather than failed here.
 	claimKinds []string
+	// kindsEvery is how often the worker records its kinds again (see
+	// leadership.step).
+	kindsEvery time.Duration
 	// later takes groups an enqueue kept from moving on after a commit.
 	later chan groupsOf
 
@@ -443,6 +446,9 @@ func newWorker(cfg Config) (*Worker, error) {
 		id:       newWorkerID(),
 		claims:   claimTokens{held: map[int64]struct{}{}},
 		spare:    newGoroutines(),
+		// Rows deleted while the worker's sessions were all gone come back
+		// within this.
+		kindsEvery: 5 * time.Minute,
 	}
 	switch cfg.ConnectionCheck {
 	case CheckFree, CheckMax, CheckNone:
@@ -564,7 +570,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				"kind", kind, "queue", reg.Queue, "served", slices.Sorted(maps.Keys(w.queues)))
 		}
 	}
-	w.recordKinds(ctx)
+	w.recordKinds(ctx, gen.New(w.pool))
 	w.idleTimeout = w.longestIdle()
 	w.later = make(chan groupsOf, 64)
 	w.spare.labelFrom(ctx)

@@ -109,3 +109,8 @@ UPDATE pgtask.queue_groups SET pending_from = @pending_from WHERE queue = @queue
 SELECT count(*)::bigint AS sessions
   FROM pg_catalog.pg_stat_activity
  WHERE datname = current_database() AND application_name = @name::text;
+
+-- name: ForgetWorkerKinds :exec
+-- Deletes every worker's recorded kinds, as a worker that started while
+-- the others' sessions were all gone deletes theirs.
+DELETE FROM pgtask.worker_kinds;

@@ -283,6 +283,17 @@ func (q *Queries) ExpireLease(ctx context.Context, id int64) (int64, error) {
 	return result.RowsAffected(), nil
 }
 
+const forgetWorkerKinds = `-- name: ForgetWorkerKinds :exec
+DELETE FROM pgtask.worker_kinds
+`
+
+// Deletes every worker's recorded kinds, as a worker that started while
+// the others' sessions were all gone deletes theirs.
+func (q *Queries) ForgetWorkerKinds(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, forgetWorkerKinds)
+	return err
+}
+
 const getGroup = `-- name: GetGroup :one
 SELECT id, queue, group_key, head_id, created_at, pending_from FROM pgtask.queue_groups WHERE queue = $1 AND group_key = $2
 `
