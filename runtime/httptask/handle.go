@@ -25,8 +25,10 @@ type Config struct {
 	// redirects are limited by MaxRedirects in either case.
 	Client *http.Client
 	// AllowPrivate lets the default client call loopback, private,
-	// link-local, shared (100.64.0.0/10) and multicast addresses, and use
-	// the proxy the environment names. Without it such a call fails
+	// link-local, shared (100.64.0.0/10), multicast and other
+	// special-purpose addresses that are not globally reachable (IPv6
+	// ones that embed such an IPv4 address among them: IPv4-mapped,
+	// NAT64, 6to4, Teredo), and use the proxy the environment names. Without it such a call fails
 	// without retry, so that a URL taken from a user cannot reach the
 	// service's own network. It has no effect on a Client you give:
 	// that client's transport connects wherever it is asked to.

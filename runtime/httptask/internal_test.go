@@ -102,29 +102,92 @@ func TestRetryAfter(t *testing.T) {
 
 func TestPrivateAddresses(t *testing.T) {
 	for addr, want := range map[string]bool{
-		"127.0.0.1":        true,
-		"10.1.2.3":         true,
-		"172.16.0.1":       true,
-		"192.168.1.1":      true,
-		"169.254.169.254":  true, // cloud metadata
-		"100.64.0.1":       true,
-		"0.0.0.0":          true,
-		"0.1.2.3":          true,
-		"224.0.0.1":        true,
-		"::1":              true,
-		"::":               true,
-		"fd00::1":          true,
-		"fe80::1":          true,
-		"::ffff:127.0.0.1": true,
-		"::ffff:10.0.0.1":  true,
-		"8.8.8.8":          false,
-		"93.184.216.34":    false,
-		"100.128.0.1":      false,
-		"2606:4700::1111":  false,
-		"::ffff:1.1.1.1":   false,
+		// IPv6 forms that embed an IPv4 address are judged by it.
+		"64:ff9b::a00:1":                       true,  // NAT64 (RFC 6052) of 10.0.0.1
+		"64:ff9b::7f00:1":                      true,  // NAT64 of 127.0.0.1
+		"64:ff9b::a9fe:a9fe":                   true,  // NAT64 of 169.254.169.254
+		"64:ff9b::6440:1":                      true,  // NAT64 of 100.64.0.1
+		"64:ff9b::808:808":                     false, // NAT64 of 8.8.8.8
+		"64:ff9b:1::a9fe:a9fe":                 true,  // local-use NAT64 (RFC 8215)
+		"64:ff9b:1:a9fe:a9:fe00::":             true,  // local-use NAT64, /48 layout
+		"2002:a00:1::1":                        true,  // 6to4 of 10.0.0.1
+		"2002:7f00:1::":                        true,  // 6to4 of 127.0.0.1
+		"2002:a9fe:a9fe::1":                    true,  // 6to4 of 169.254.169.254
+		"2002:808:808::1":                      false, // 6to4 of 8.8.8.8
+		"::a00:1":                              true,  // IPv4-compatible 10.0.0.1
+		"::7f00:1":                             true,  // IPv4-compatible 127.0.0.1
+		"::808:808":                            true,  // IPv4-compatible: deprecated, never routed
+		"::ffff:a9fe:a9fe":                     true,  // IPv4-mapped 169.254.169.254
+		"::ffff:0:a00:1":                       true,  // IPv4-translated (RFC 2765) 10.0.0.1
+		"2001:0:4136:e378:8000:63bf:f5ff:fffe": true,  // Teredo, client 10.0.0.1
+		"2001:0:a00:1:8000:63bf:f7f7:f7f7":     true,  // Teredo, server 10.0.0.1
+		"2001:0:4136:e378:8000:63bf:f7f7:f7f7": false, // Teredo, server 65.54.227.120, client 8.8.8.8
+		"2001:0:4136:e378:8000:63bf:3fff:fdd2": true,  // Teredo, client 192.0.2.45 (documentation)
+		"fe80::1%eth0":                         true,
+		"fec0::1":                              true, // site-local (deprecated)
+		"ff02::1":                              true,
+		"100::1":                               true, // discard-only
+		"2001:db8::1":                          true, // documentation
+		"3fff::1":                              true, // documentation (RFC 9637)
+		"2001:2::1":                            true, // benchmarking
+		"2001:10::1":                           true, // ORCHID
+		"5f00::1":                              true, // SRv6 SIDs
+		"192.0.0.8":                            true, // IETF protocol assignments
+		"192.0.2.1":                            true, // documentation
+		"198.18.0.1":                           true, // benchmarking
+		"198.51.100.1":                         true,
+		"203.0.113.1":                          true,
+		"240.0.0.1":                            true, // reserved
+		"255.255.255.255":                      true,
+		"2a00:1450:4001::200e":                 false,
+		"1.0.0.1":                              false,
+		"198.20.0.1":                           false,
+		"127.0.0.1":                            true,
+		"10.1.2.3":                             true,
+		"172.16.0.1":                           true,
+		"192.168.1.1":                          true,
+		"169.254.169.254":                      true, // cloud metadata
+		"100.64.0.1":                           true,
+		"0.0.0.0":                              true,
+		"0.1.2.3":                              true,
+		"224.0.0.1":                            true,
+		"::1":                                  true,
+		"::":                                   true,
+		"fd00::1":                              true,
+		"fe80::1":                              true,
+		"::ffff:127.0.0.1":                     true,
+		"::ffff:10.0.0.1":                      true,
+		"8.8.8.8":                              false,
+		"93.184.216.34":                        false,
+		"100.128.0.1":                          false,
+		"2606:4700::1111":                      false,
+		"::ffff:1.1.1.1":                       false,
 	} {
 		if got := private(netip.MustParseAddr(addr)); got != want {
 			t.Errorf("private(%s) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+// The dialer's check sees addresses as the dialer writes them.
+func TestRefusePrivateDialAddresses(t *testing.T) {
+	for address, want := range map[string]bool{
+		"[64:ff9b::a00:1]:443":   true,
+		"[2002:a00:1::1]:80":     true,
+		"[::ffff:10.0.0.1]:80":   true,
+		"[fe80::1%eth0]:80":      true,
+		"169.254.169.254:80":     true,
+		"[2606:4700::1111]:443":  false,
+		"[64:ff9b::808:808]:443": false,
+		"93.184.216.34:443":      false,
+	} {
+		err := refusePrivate(t.Context(), "tcp", address, nil)
+		var pe *privateError
+		if got := errors.As(err, &pe); got != want || !want && err != nil {
+			t.Errorf("refusePrivate(%s) = %v, want refused %v", address, err, want)
+		}
+		if want && err != nil && !strings.Contains(err.Error(), "set httptask.Config.AllowPrivate") {
+			t.Errorf("refusePrivate(%s) = %v, which does not say how to allow it", address, err)
 		}
 	}
 }
