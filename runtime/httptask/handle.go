@@ -139,7 +139,7 @@ func newCaller(cfg Config) (*caller, error) {
 // call makes r's call for job. Its errors are runtime.NoRetry when another
 // attempt cannot succeed.
 func (c *caller) call(ctx context.Context, job *runtime.Job, r Request) (Response, error) {
-	req, err := c.newRequest(ctx, job, r)
+	req, secrets, err := c.newRequest(ctx, job, r)
 	if err != nil {
 		return Response{}, err
 	}
@@ -148,46 +148,59 @@ func (c *caller) call(ctx context.Context, job *runtime.Job, r Request) (Respons
 	defer cancel()
 	resp, err := c.client.Do(req.WithContext(ctx))
 	if err != nil {
-		return Response{}, sendError(ctx, r, err)
+		return Response{}, sendError(ctx, r, err, secrets)
 	}
 	defer resp.Body.Close()
-	out, shown := c.read(resp)
-	return out, answerError(resp, shown)
+	out, shown := c.read(resp, secrets)
+	return out, answerError(resp, shown, secrets)
 }
 
-// newRequest builds r's request, with its headers resolved and signed.
-func (c *caller) newRequest(ctx context.Context, job *runtime.Job, r Request) (*http.Request, error) {
+// newRequest builds r's request, with its headers resolved and signed, and
+// the redactor of the secrets it sends.
+func (c *caller) newRequest(ctx context.Context, job *runtime.Job, r Request) (*http.Request, *redactor, error) {
+	req, values, err := c.buildRequest(ctx, job, r)
+	if err != nil {
+		return nil, nil, err
+	}
+	return req, newRedactor(append(values, urlSecrets(req.URL)...)...), nil
+}
+
+// buildRequest builds r's request and returns the secret values it sends
+// in its headers.
+func (c *caller) buildRequest(ctx context.Context, job *runtime.Job, r Request) (*http.Request, []string, error) {
 	secretNames := slices.Sorted(maps.Keys(r.SecretHeaders))
 	ctx = context.WithValue(ctx, secretHeadersKey{}, secretNames)
 	body := r.body()
 	req, err := http.NewRequestWithContext(ctx, r.Method, r.URL, bytes.NewReader(body))
 	if err != nil {
-		return nil, runtime.NoRetry(fmt.Errorf("build the request: %w", err))
+		return nil, nil, runtime.NoRetry(fmt.Errorf("build the request: %w", err))
 	}
 	req.Header.Set("User-Agent", c.userAgent)
 	req.Header.Set(IdempotencyHeader, "pgtask-"+strconv.FormatInt(int64(job.ID), 10))
 	for _, name := range slices.Sorted(maps.Keys(r.Headers)) {
 		if err := checkHeader(name, r.Headers[name]); err != nil {
-			return nil, runtime.NoRetry(err)
+			return nil, nil, runtime.NoRetry(err)
 		}
 		req.Header.Set(name, r.Headers[name])
 	}
+	values := make([]string, 0, len(secretNames))
 	for _, name := range secretNames {
 		value, err := c.secret(ctx, name, r.SecretHeaders[name])
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := checkHeader(name, value); err != nil {
-			return nil, runtime.NoRetry(fmt.Errorf("secret %q: %w", r.SecretHeaders[name], err))
+			return nil, nil, runtime.NoRetry(fmt.Errorf("secret %q: %w", r.SecretHeaders[name], err))
 		}
 		req.Header.Set(name, value)
+		values = append(values, value)
 	}
 	if c.key != nil {
 		ts := time.Now().Unix()
 		req.Header.Set(TimestampHeader, strconv.FormatInt(ts, 10))
 		req.Header.Set(SignatureHeader, sign(c.key, req.Header.Get(IdempotencyHeader), ts, body))
 	}
-	return req, nil
+	return req, values, nil
 }
 
 // secret resolves the secret name for header.

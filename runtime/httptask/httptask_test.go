@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,12 @@ import (
 // database.
 func start(t *testing.T, cfg httptask.Config, mode runtime.Mode) *pgxpool.Pool {
 	t.Helper()
+	return startLogged(t, cfg, mode, slog.New(slog.DiscardHandler))
+}
+
+// startLogged is start with the worker logging to log.
+func startLogged(t *testing.T, cfg httptask.Config, mode runtime.Mode, log *slog.Logger) *pgxpool.Pool {
+	t.Helper()
 	url := pgtasktest.NewDatabase(t)
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, url)
@@ -45,7 +52,7 @@ func start(t *testing.T, cfg httptask.Config, mode runtime.Mode) *pgxpool.Pool {
 	w, err := runtime.NewWorker(ctx, pc, runtime.Config{
 		Queues:              map[string]runtime.QueueConfig{"http": {Mode: mode}},
 		MaintenanceInterval: 50 * time.Millisecond,
-		Logger:              slog.New(slog.DiscardHandler),
+		Logger:              log,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -313,6 +320,107 @@ func TestSecretHeaderIsResolvedAtRunTimeAndNotStored(t *testing.T) {
 	}
 	if info.Attempts != 2 || !strings.Contains(info.Errors[0].Error, `header X-Api-Key: resolve the secret "vault-down-once": vault: connection refused`) {
 		t.Fatalf("after a resolver error: %d attempts, errors %+v; want a retry that succeeded", info.Attempts, info.Errors)
+	}
+}
+
+// lockedBuffer is a log's output, written by the worker's goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// echo writes what a careless receiver shows of a request: its headers as
+// lines, as JSON and as a form, and its bearer token on its own.
+func echo(w io.Writer, r *http.Request) {
+	for name, values := range r.Header {
+		fmt.Fprintf(w, "%s: %s\n", name, strings.Join(values, ", "))
+	}
+	j, _ := json.Marshal(r.Header)
+	fmt.Fprintf(w, "%s\n", j)
+	form := url.Values{}
+	for name, values := range r.Header {
+		form[name] = values
+	}
+	fmt.Fprintf(w, "%s\n", form.Encode())
+	if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		fmt.Fprintf(w, "invalid token %s\n", token)
+	}
+}
+
+// A receiver that echoes the request's secrets back, in an error's body,
+// a success's body or a kept header, has them stored and logged redacted.
+func TestEchoedSecretsAreRedacted(t *testing.T) {
+	t.Parallel()
+	secrets := map[string]string{
+		"orders-token": "Bearer s3cr3t-t0ken-one",
+		"api-key":      `k<ey>&"sec0nd"\two`,
+	}
+	// Each secret's core, which no escaping changes.
+	cores := []string{"s3cr3t-t0ken-one", "sec0nd", "pa55w0rd-three", "c2hvcDpwYTU1dzByZC10aHJlZQ"}
+	var calls atomic.Int32
+	server := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("ETag", r.Header.Get("X-Api-Key"))
+		w.Header().Set("Content-Type", "text/plain")
+		if calls.Add(1)%2 == 1 {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+		echo(w, r)
+	})
+	logs := &lockedBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	pool := startLogged(t, local(httptask.Config{Secrets: httptask.StaticSecrets(secrets)}), runtime.ModeLease, log)
+
+	headers := enqueue(t, pool, httptask.Request{
+		Method:        "POST",
+		URL:           server.URL + "/hook",
+		SecretHeaders: map[string]string{"Authorization": "orders-token", "X-Api-Key": "api-key"},
+	}, runtime.WithGroup("one-at-a-time"))
+	u, err := url.Parse(server.URL + "/basic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("shop", "pa55w0rd-three")
+	basic := enqueue(t, pool, httptask.Request{Method: "GET", URL: u.String()}, runtime.WithGroup("one-at-a-time"))
+
+	for _, id := range []runtime.JobID{headers, basic} {
+		resp := result(t, pool, id)
+		info := waitFinished(t, pool, id)
+		if info.Attempts != 2 || len(info.Errors) != 1 || !strings.Contains(info.Errors[0].Error, "answered 500 Internal Server Error: ") {
+			t.Fatalf("job %d: %d attempts, errors %+v; want a 500, then a success", id, info.Attempts, info.Errors)
+		}
+		if !strings.Contains(resp.Body, "[REDACTED]") || !strings.Contains(info.Errors[0].Error, "[REDACTED]") {
+			t.Errorf("job %d: result body %q, error %q; want the echoed secret shown as [REDACTED]", id, resp.Body, info.Errors[0].Error)
+		}
+		stored := fmt.Sprintf("%s %+v", info.Result, info.Errors)
+		for _, core := range cores {
+			if strings.Contains(stored, core) {
+				t.Errorf("job %d stores the secret %q: %s", id, core, stored)
+			}
+		}
+	}
+	// The receiver saw the secrets: they were sent.
+	if calls.Load() != 4 {
+		t.Fatalf("%d calls, want 4", calls.Load())
+	}
+	if !strings.Contains(logs.String(), "job attempt failed") {
+		t.Fatalf("the failed attempts were not logged: %s", logs.String())
+	}
+	for _, core := range cores {
+		if strings.Contains(logs.String(), core) {
+			t.Errorf("the log shows the secret %q: %s", core, logs.String())
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -321,4 +322,52 @@ func TestShowBody(t *testing.T) {
 			t.Errorf("showBody(%q, %v) = %q, want %q", c.body, c.truncated, got, c.want)
 		}
 	}
+}
+
+func TestRedactor(t *testing.T) {
+	r := newRedactor("Bearer tok-123456", "", `a"b<c`, "tok-12")
+	for _, c := range []struct {
+		in   string
+		cut  bool
+		want string
+	}{
+		{"Authorization: Bearer tok-123456", false, "Authorization: [REDACTED]"},
+		{"token tok-123456 refused", false, "token [REDACTED] refused"},
+		{"the prefix tok-12 too", false, "the prefix [REDACTED] too"},
+		{`{"k":"a\"b\u003cc","l":"a\"b<c"}`, false, `{"k":"[REDACTED]","l":"[REDACTED]"}`},
+		{"k=a%22b%3Cc", false, "k=[REDACTED]"},
+		{"plain text", false, "plain text"},
+		// A body cut inside a secret loses the secret's start.
+		{"header: Bearer tok-1234", true, "header: "},
+		{"ends with tok-1", true, "ends with "},
+		{"ends with t", true, "ends with "},
+		{"ends with tok-1", false, "ends with tok-1"},
+	} {
+		if got := string(r.bytes([]byte(c.in), c.cut)); got != c.want {
+			t.Errorf("bytes(%q, %v) = %q, want %q", c.in, c.cut, got, c.want)
+		}
+	}
+	if got := r.string("GET /x?t=tok-123456"); got != "GET /x?t=[REDACTED]" {
+		t.Errorf("string = %q", got)
+	}
+	err := r.error(errors.New(`Get "https://x/?t=tok-123456": EOF`))
+	if err == nil || strings.Contains(err.Error(), "tok-12") {
+		t.Errorf("error = %v, want the secret hidden", err)
+	}
+	var none *redactor = newRedactor("", "")
+	if none != nil || none.string("x") != "x" || string(none.bytes([]byte("y"), true)) != "y" || none.error(io.EOF) != io.EOF {
+		t.Error("a redactor of no secrets changes what it is given")
+	}
+	if got := urlSecrets(mustParseURL(t, "https://shop:p%40ss@example.com/")); len(got) != 2 || got[0] != "p@ss" || got[1] != "Basic c2hvcDpwQHNz" {
+		t.Errorf("urlSecrets = %q", got)
+	}
+}
+
+func mustParseURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

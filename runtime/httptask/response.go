@@ -19,20 +19,22 @@ import (
 const snippetBytes = 512
 
 // read reads what the handler keeps of resp: its status, final URL,
-// selected headers and up to maxBody bytes of its body. It also returns
-// the start of the body as error messages show it.
-func (c *caller) read(resp *http.Response) (Response, string) {
-	out := Response{Status: resp.StatusCode, URL: resp.Request.URL.Redacted()}
+// selected headers and up to maxBody bytes of its body, with the secrets
+// the call sent hidden. It also returns the start of the body as error
+// messages show it.
+func (c *caller) read(resp *http.Response, secrets *redactor) (Response, string) {
+	out := Response{Status: resp.StatusCode, URL: secrets.string(resp.Request.URL.Redacted())}
 	for _, name := range c.responseHeaders {
 		if values := resp.Header.Values(name); len(values) > 0 {
 			if out.Headers == nil {
 				out.Headers = map[string]string{}
 			}
-			out.Headers[http.CanonicalHeaderKey(name)] = strings.ReplaceAll(strings.Join(values, ", "), "\x00", "")
+			out.Headers[http.CanonicalHeaderKey(name)] = secrets.string(strings.ReplaceAll(strings.Join(values, ", "), "\x00", ""))
 		}
 	}
 	// Errors show the start of the body even when none is kept.
 	body, truncated := readCapped(resp.Body, max(c.maxBody, snippetBytes))
+	body = secrets.bytes(body, truncated)
 	if c.maxBody >= 0 {
 		kept, cut := body, truncated
 		if len(kept) > c.maxBody {
@@ -80,13 +82,14 @@ func retryable(status int) bool {
 }
 
 // answerError is the error of an answer that is not a success, shown its
-// body's start: retryable (after its Retry-After, if it has one) or final.
-// nil for a success.
-func answerError(resp *http.Response, shown string) error {
+// body's start (secrets hidden already): retryable (after its Retry-After,
+// if it has one) or final. nil for a success.
+func answerError(resp *http.Response, shown string, secrets *redactor) error {
 	if resp.StatusCode < 400 && resp.StatusCode >= 200 {
 		return nil
 	}
-	err := fmt.Errorf("%s %s answered %s%s", resp.Request.Method, resp.Request.URL.Redacted(), resp.Status, shown)
+	// The status line and a redirect's URL are the receiver's to write.
+	err := errors.New(secrets.string(fmt.Sprintf("%s %s answered %s", resp.Request.Method, resp.Request.URL.Redacted(), resp.Status)) + shown)
 	if !retryable(resp.StatusCode) {
 		return runtime.NoRetry(err)
 	}
@@ -136,13 +139,15 @@ func retryAfter(value string, now time.Time) (time.Duration, bool) {
 }
 
 // sendError is the error of a call that got no answer (err is the
-// client's, which names the method and the URL without its password):
-// retryable, unless the default client refused the address or a redirect
-// chain was too long.
-func sendError(ctx context.Context, r Request, err error) error {
+// client's, which names the method and the URL without its password),
+// with the secrets the call sent hidden: retryable, unless the default
+// client refused the address or a redirect chain was too long.
+func sendError(ctx context.Context, r Request, err error, secrets *redactor) error {
 	var pe *privateError
+	final := errors.As(err, &pe) || errors.Is(err, errTooManyRedirects)
+	err = secrets.error(err) // a redirect's URL is the receiver's to write
 	switch {
-	case errors.As(err, &pe), errors.Is(err, errTooManyRedirects):
+	case final:
 		return runtime.NoRetry(err)
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return fmt.Errorf("no answer within the call's timeout of %s: %w", r.timeout(), err)

@@ -12,6 +12,10 @@ import (
 // may read a vault, the environment or a file that changes. An error that
 // wraps ErrUnknownSecret fails the job at once; any other error fails the
 // attempt, which is retried.
+//
+// A receiver may echo what it was sent: every value a resolver returns is
+// hidden, shown as "[REDACTED]", in the job's result and errors, wherever
+// the answer holds it.
 type SecretResolver func(ctx context.Context, name string) (string, error)
 
 // ErrUnknownSecret is what a SecretResolver's error wraps for a name it
