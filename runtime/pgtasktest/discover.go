@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtask/pgtask/runtime"
 )
 
 // Source says how a server was found.
@@ -221,12 +222,8 @@ func probe(ctx context.Context, u string, timeout time.Duration) error {
 	return nil
 }
 
-// redact hides a password in a URL so it can go into logs and errors. A
-// keyword/value connection string is not shown at all, since it may hold one.
+// redact hides the passwords of a connection string so it can go into
+// logs and errors.
 func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.Scheme == "" {
-		return "(connection string)"
-	}
-	return u.Redacted()
+	return runtime.RedactDSN(s)
 }

@@ -79,6 +79,28 @@ func TestDiscoverEnvUnreachable(t *testing.T) {
 	}
 }
 
+// A password in any place a connection string can hold one stays out of
+// the error, and what is not a password stays in it to help.
+func TestDiscoverEnvUnreachableHidesEveryPassword(t *testing.T) {
+	for _, dsn := range []string{
+		"postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&password=hunter2",
+		"postgresql://postgres:hunter2@127.0.0.1:1/postgres?sslpassword=hunter2&sslmode=disable",
+		"postgres://postgres:hun%40ter2@127.0.0.1:1/postgres?PassWord=hunter2&sslmode=disable",
+		"host=127.0.0.1 port=1 user=postgres password='hunter2 with spaces' sslmode=disable",
+		"host=127.0.0.1 port=1 user=postgres password=hunter2 sslmode=disable",
+	} {
+		t.Setenv("PGTASK_TEST_DATABASE_URL", dsn)
+		s, err := Discover(t.Context(), DiscoverOptions{Logf: t.Logf})
+		if err == nil {
+			s.Close()
+			t.Fatalf("Discover with an unreachable URL returned %s %s", s.Source, s.URL)
+		}
+		if msg := err.Error(); strings.Contains(msg, "hunter2") || strings.Contains(msg, "hun%40ter2") || !strings.Contains(msg, "127.0.0.1") {
+			t.Errorf("Discover(%s): %v; want the host and no password", dsn, err)
+		}
+	}
+}
+
 func TestDiscoverFallback(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
