@@ -182,15 +182,9 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// redact hides the passwords of the server's connection string.
 func redact(url string) string {
-	if i := strings.Index(url, "@"); i > 0 {
-		if j := strings.Index(url, "://"); j > 0 && j < i {
-			if k := strings.Index(url[j+3:i], ":"); k >= 0 {
-				return url[:j+3+k] + ":***" + url[i:]
-			}
-		}
-	}
-	return url
+	return pgtask.RedactDSN(url)
 }
 
 // say shows progress: one line rewritten in place on a terminal, a line

@@ -69,3 +69,17 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		t.Errorf("table has %d lines, want a header and 41 rows:\n%s", strings.Count(table, "\n"), table)
 	}
 }
+
+// The server's URL heads the output: no password of it shows.
+func TestRedactHidesEveryPassword(t *testing.T) {
+	for _, dsn := range []string{
+		"postgres://bench:pa@ss-w0rd@db.example.com/bench",
+		"postgres://db.example.com/bench?password=pa-ss-w0rd",
+		"host=db.example.com password=pa-ss-w0rd dbname=bench",
+	} {
+		got := redact(dsn)
+		if strings.Contains(got, "w0rd") || !strings.Contains(got, "db.example.com") {
+			t.Errorf("redact(%q) = %q; want the host and no password", dsn, got)
+		}
+	}
+}
