@@ -19,3 +19,22 @@ SELECT pg_advisory_unlock_shared(@key::bigint);
 
 -- name: DatabaseExists :one
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_database WHERE datname = @name) AS exists;
+
+-- name: HoldTemplate :exec
+-- Held, shared, by every test process that uses the template name, on a
+-- connection kept open for as long as the process runs: a template nobody
+-- holds is stale.
+SELECT pg_advisory_lock_shared(@class::int, hashtext(@name::text));
+
+-- name: TryLockTemplate :one
+-- Taken while a stale template is dropped; false while a process holds it.
+SELECT pg_try_advisory_lock(@class::int, hashtext(@name::text)) AS free;
+
+-- name: UnlockTemplate :exec
+SELECT pg_advisory_unlock(@class::int, hashtext(@name::text));
+
+-- name: PgtaskTemplates :many
+-- The templates test processes made (they mark theirs IS_TEMPLATE).
+SELECT datname::text AS name FROM pg_catalog.pg_database
+WHERE datistemplate AND datname LIKE 'pgtask\_template\_%'
+ORDER BY datname;

@@ -14,6 +14,11 @@
 //		...
 //	}
 //
+// Databases are copied from a template database, pgtask_template_<hash of
+// the schema>, migrated once and kept across test processes: every process
+// that uses it holds it while it runs, and one that builds a template drops
+// the templates of other schemas that no process holds.
+//
 // Tests that restart or crash the database start a cluster of their own with
 // StartCluster, so tests running in parallel are not disturbed.
 package pgtasktest

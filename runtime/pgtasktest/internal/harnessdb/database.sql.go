@@ -62,3 +62,78 @@ func (q *Queries) DatabaseExists(ctx context.Context, name string) (bool, error)
 	err := row.Scan(&exists)
 	return exists, err
 }
+
+const holdTemplate = `-- name: HoldTemplate :exec
+SELECT pg_advisory_lock_shared($1::int, hashtext($2::text))
+`
+
+type HoldTemplateParams struct {
+	Class int32
+	Name  string
+}
+
+// Held, shared, by every test process that uses the template name, on a
+// connection kept open for as long as the process runs: a template nobody
+// holds is stale.
+func (q *Queries) HoldTemplate(ctx context.Context, arg HoldTemplateParams) error {
+	_, err := q.db.Exec(ctx, holdTemplate, arg.Class, arg.Name)
+	return err
+}
+
+const pgtaskTemplates = `-- name: PgtaskTemplates :many
+SELECT datname::text AS name FROM pg_catalog.pg_database
+WHERE datistemplate AND datname LIKE 'pgtask\_template\_%'
+ORDER BY datname
+`
+
+// The templates test processes made (they mark theirs IS_TEMPLATE).
+func (q *Queries) PgtaskTemplates(ctx context.Context) ([]string, error) {
+	rows, err := q.db.Query(ctx, pgtaskTemplates)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		items = append(items, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const tryLockTemplate = `-- name: TryLockTemplate :one
+SELECT pg_try_advisory_lock($1::int, hashtext($2::text)) AS free
+`
+
+type TryLockTemplateParams struct {
+	Class int32
+	Name  string
+}
+
+// Taken while a stale template is dropped; false while a process holds it.
+func (q *Queries) TryLockTemplate(ctx context.Context, arg TryLockTemplateParams) (bool, error) {
+	row := q.db.QueryRow(ctx, tryLockTemplate, arg.Class, arg.Name)
+	var free bool
+	err := row.Scan(&free)
+	return free, err
+}
+
+const unlockTemplate = `-- name: UnlockTemplate :exec
+SELECT pg_advisory_unlock($1::int, hashtext($2::text))
+`
+
+type UnlockTemplateParams struct {
+	Class int32
+	Name  string
+}
+
+func (q *Queries) UnlockTemplate(ctx context.Context, arg UnlockTemplateParams) error {
+	_, err := q.db.Exec(ctx, unlockTemplate, arg.Class, arg.Name)
+	return err
+}
