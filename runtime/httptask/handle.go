@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"time"
@@ -173,6 +174,10 @@ func (c *caller) buildRequest(ctx context.Context, job *runtime.Job, r Request) 
 	body := r.body()
 	req, err := http.NewRequestWithContext(ctx, r.Method, r.URL, bytes.NewReader(body))
 	if err != nil {
+		// A URL's parse error quotes it whole, password included.
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			err = fmt.Errorf("the URL does not parse: %w", ue.Err)
+		}
 		return nil, nil, runtime.NoRetry(fmt.Errorf("build the request: %w", err))
 	}
 	req.Header.Set("User-Agent", c.userAgent)

@@ -371,3 +371,16 @@ func mustParseURL(t *testing.T, s string) *url.URL {
 	}
 	return u
 }
+
+// A URL that does not parse (enqueued without validation) fails the job
+// with an error that does not show its password.
+func TestUnparsableURLErrorShowsNoPassword(t *testing.T) {
+	c, err := newCaller(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = c.newRequest(t.Context(), &runtime.Job{ID: 1}, Request{Method: "GET", URL: "http://shop:s3cret@ho st/x"})
+	if err == nil || !runtime.IsNoRetry(err) || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "invalid character") {
+		t.Fatalf("newRequest = %v; want a final error saying why, without the password", err)
+	}
+}
