@@ -27,11 +27,12 @@ func connectServer(t *testing.T) (*Server, *pgx.Conn) {
 	return server, conn
 }
 
-// otherTemplate names a template of a schema that is not this one's.
+// otherTemplate names a template of a schema that is not this one's, as
+// a test's own.
 func otherTemplate(t *testing.T) string {
-	var b [6]byte
+	var b [4]byte
 	rand.Read(b[:])
-	return "pgtask_template_" + hex.EncodeToString(b[:])
+	return "pgtask_template_test_" + hex.EncodeToString(b[:])
 }
 
 // makeTemplate makes a template database name as a test process of
