@@ -344,7 +344,7 @@ func (d *databaseURL) String() string {
 	if d == nil {
 		return ""
 	}
-	return redactDSN(d.url)
+	return runtime.RedactDSN(d.url)
 }
 
 func (d *databaseURL) Set(s string) error {

@@ -6,7 +6,8 @@ import (
 	"strings"
 )
 
-// redacted stands for a password the command does not print.
+// redacted stands for a password the command does not print, as
+// runtime.RedactDSN writes it.
 const redacted = "xxxxx"
 
 var (
@@ -26,18 +27,6 @@ var (
 // password='a secret'). s may be a connection string or any text that
 // quotes one, such as an error message.
 func redact(s string) string {
-	return redactPasswords(s, true)
-}
-
-// redactDSN returns the connection string dsn, a URL or key=value
-// settings, with its password replaced by xxxxx.
-func redactDSN(dsn string) string {
-	return redactPasswords(dsn, false)
-}
-
-// redactPasswords is redact; inText says s may quote a connection string,
-// so a password that runs into a closing quote ends before it.
-func redactPasswords(s string, inText bool) string {
 	s = urlPassword.ReplaceAllString(s, "${1}:"+redacted+"@")
 	s = queryPassword.ReplaceAllString(s, "${1}"+redacted)
 	return settingPassword.ReplaceAllStringFunc(s, func(m string) string {
@@ -45,7 +34,7 @@ func redactPasswords(s string, inText bool) string {
 		value, end := sub[3], ""
 		// A value that runs into the quote closing the text it sits in
 		// (`host=h password=secret`) keeps the quote.
-		if inText && !strings.HasPrefix(value, "'") {
+		if !strings.HasPrefix(value, "'") {
 			if i := strings.IndexAny(value, "`\""); i >= 0 {
 				end = value[i:]
 			}

@@ -1,6 +1,10 @@
 package cli
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/pgtask/pgtask/runtime"
+)
 
 func TestRedact(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
@@ -22,7 +26,7 @@ func TestRedact(t *testing.T) {
 			t.Errorf("redact(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
-	if got, want := redactDSN("host=h password=s3\"cr`3t dbname=x"), "host=h password=xxxxx dbname=x"; got != want {
-		t.Errorf("redactDSN = %q, want %q", got, want)
+	if got, want := runtime.RedactDSN("host=h password=s3\"cr`3t dbname=x"), "host=h password=xxxxx dbname=x"; got != want {
+		t.Errorf("RedactDSN = %q, want %q", got, want)
 	}
 }
