@@ -114,3 +114,11 @@ SELECT count(*)::bigint AS sessions
 -- Deletes every worker's recorded kinds, as a worker that started while
 -- the others' sessions were all gone deletes theirs.
 DELETE FROM pgtask.worker_kinds;
+
+-- name: FillErrorHistory :exec
+-- Gives a job an error history of @entries failed attempts, as code that kept
+-- it unbounded could leave.
+UPDATE pgtask.jobs
+   SET errors = (SELECT jsonb_agg(jsonb_build_object('attempt', i, 'error', 'an old failure', 'at', now()) ORDER BY i)
+                   FROM generate_series(1, @entries::integer) AS i)
+ WHERE id = @id;

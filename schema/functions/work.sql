@@ -526,13 +526,15 @@ $$;
 
 -- A job's error history with p_entry (a one-element array) appended,
 -- keeping the newest 25 entries: a job that retries for ever must not grow
--- a history that costs more to read and write with every attempt.
+-- a history that costs more to read and write with every attempt. The
+-- newest entries are sliced out by position, in one pass over the history
+-- however long it is (one stored before it was bounded may hold thousands):
+-- reading it element by element and measuring it for each one read the
+-- whole of it again per element (20,000 entries took 25 seconds).
 CREATE OR REPLACE FUNCTION pgtask.append_error(p_errors jsonb, p_entry jsonb) RETURNS jsonb
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN jsonb_array_length(p_errors) < 25 THEN p_errors || p_entry
-                ELSE (SELECT jsonb_agg(t.e ORDER BY t.o)
-                        FROM jsonb_array_elements(p_errors) WITH ORDINALITY AS t(e, o)
-                       WHERE t.o > jsonb_array_length(p_errors) - 24) || p_entry
+                ELSE jsonb_path_query_array(p_errors, '$[last - 23 to last]') || p_entry
            END
 $$;
 

@@ -283,6 +283,25 @@ func (q *Queries) ExpireLease(ctx context.Context, id int64) (int64, error) {
 	return result.RowsAffected(), nil
 }
 
+const fillErrorHistory = `-- name: FillErrorHistory :exec
+UPDATE pgtask.jobs
+   SET errors = (SELECT jsonb_agg(jsonb_build_object('attempt', i, 'error', 'an old failure', 'at', now()) ORDER BY i)
+                   FROM generate_series(1, $1::integer) AS i)
+ WHERE id = $2
+`
+
+type FillErrorHistoryParams struct {
+	Entries int32
+	ID      int64
+}
+
+// Gives a job an error history of @entries failed attempts, as code that kept
+// it unbounded could leave.
+func (q *Queries) FillErrorHistory(ctx context.Context, arg FillErrorHistoryParams) error {
+	_, err := q.db.Exec(ctx, fillErrorHistory, arg.Entries, arg.ID)
+	return err
+}
+
 const forgetWorkerKinds = `-- name: ForgetWorkerKinds :exec
 DELETE FROM pgtask.worker_kinds
 `
