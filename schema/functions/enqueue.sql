@@ -1,4 +1,4 @@
--- revision: 6
+-- revision: 7
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -79,8 +79,13 @@ $$;
 -- concurrent enqueue of it waits and then finds this one's job; at most
 -- 1000 such keys per batch.
 --
--- p_metadata is each job's metadata (a JSON object, or NULL for none), or
--- NULL for a batch without any.
+-- p_metadata is each job's metadata (a JSON object of strings, or NULL for
+-- none), or NULL for a batch without any.
+--
+-- A job over the size limits (a payload over 8 MiB, metadata over 16 KiB)
+-- fails the batch with SQLSTATE 54000 (program_limit_exceeded), metadata
+-- that is not an object of strings with 22023 (invalid_parameter_value);
+-- the message names the job by its place in the batch.
 --
 -- It runs as its owner (SECURITY DEFINER), so that a producer role enqueues
 -- without any privilege on the tables (see functions/roles.sql): the rows
@@ -118,6 +123,11 @@ DECLARE
     created boolean := false;
     bad integer;
     used integer;
+    -- A job over a size limit: its place in the batch, and what is wrong.
+    bad_at bigint;
+    bad_size integer;
+    bad_what text;
+    bad_code text;
     -- Unique jobs: each job's full key (NULL for none), the job already
     -- holding it, the first job of the batch with it, and which to insert.
     keys text[];
@@ -160,6 +170,38 @@ BEGIN
     END IF;
     IF used < ng THEN
         RAISE EXCEPTION 'pgtask.enqueue_jobs: % listed group(s) have no job', ng - used;
+    END IF;
+    -- The limits of the Go side (runtime.MaxPayloadBytes, MaxMetadataBytes),
+    -- for callers that come here past its checks. A payload is measured as
+    -- it is stored, in jsonb's text. Metadata is an object of strings whose
+    -- keys and values come to at most 16 KiB.
+    SELECT u.i, octet_length(u.p::text) INTO bad_at, bad_size
+      FROM unnest(p_payloads) WITH ORDINALITY AS u(p, i)
+     WHERE octet_length(u.p::text) > 8388608
+     ORDER BY u.i
+     LIMIT 1;
+    IF bad_at IS NOT NULL THEN
+        RAISE EXCEPTION 'pgtask.enqueue_jobs: job %: payload is % bytes, more than the 8388608 allowed', bad_at, bad_size
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    IF p_metadata IS NOT NULL THEN
+        SELECT u.i,
+               CASE WHEN jsonb_typeof(u.m) <> 'object' THEN 'is not a JSON object'
+                    WHEN s.not_string IS NOT NULL THEN 'value of ' || to_json(s.not_string)::text || ' is not a string'
+                    ELSE 'is ' || s.size || ' bytes, more than the 16384 allowed' END,
+               CASE WHEN jsonb_typeof(u.m) <> 'object' OR s.not_string IS NOT NULL THEN '22023' ELSE '54000' END
+          INTO bad_at, bad_what, bad_code
+          FROM unnest(p_metadata) WITH ORDINALITY AS u(m, i)
+          CROSS JOIN LATERAL (
+              SELECT min(e.key) FILTER (WHERE jsonb_typeof(e.value) <> 'string') AS not_string,
+                     sum(octet_length(e.key) + octet_length(e.value #>> '{}')) AS size
+                FROM jsonb_each(CASE WHEN jsonb_typeof(u.m) = 'object' THEN u.m END) AS e) s
+         WHERE u.m IS NOT NULL AND (jsonb_typeof(u.m) <> 'object' OR s.not_string IS NOT NULL OR s.size > 16384)
+         ORDER BY u.i
+         LIMIT 1;
+        IF bad_at IS NOT NULL THEN
+            RAISE EXCEPTION 'pgtask.enqueue_jobs: job %: metadata %', bad_at, bad_what USING ERRCODE = bad_code;
+        END IF;
     END IF;
     IF p_unique_keys IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(p_unique_keys) k WHERE k <> '') THEN
         IF cardinality(p_unique_keys) <> n OR coalesce(cardinality(p_unique_windows_us), 0) <> ns

@@ -1,0 +1,77 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgtask/pgtask/gen"
+	"github.com/pgtask/pgtask/runtime"
+)
+
+// The size limits hold in the database too: a producer that calls the
+// enqueue function itself, past the Go checks, is refused an oversize
+// payload or metadata with a stable SQLSTATE and a message that says which
+// job and which limit, and nothing of its batch is stored. What the Go side
+// accepts, the database accepts.
+func TestEnqueueFunctionRefusesOversizeJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	r := grantTestRoles(t, b, false)
+	g := gen.New(poolAs(t, b, r.Producer))
+	job := func(payloads []json.RawMessage, metadata []json.RawMessage) gen.InsertJobsV3Params {
+		n := len(payloads)
+		return gen.InsertJobsV3Params{
+			Payloads: payloads, Settings: make([]int32, n), Groups: make([]int32, n),
+			Kinds: []string{"big"}, Queues: []string{"limits"}, Priorities: []int16{0}, MaxAttempts: []int32{1},
+			FailBlocksGroup: []bool{false}, RunAt: []string{""}, DelayUs: []int64{0},
+			GroupQueues: []string{}, GroupKeys: []string{}, Metadata: metadata,
+		}
+	}
+	ones := func(p gen.InsertJobsV3Params) gen.InsertJobsV3Params {
+		for i := range p.Settings {
+			p.Settings[i] = 1
+		}
+		return p
+	}
+	small := json.RawMessage(`{"n":1}`)
+	// {"a": "xx…"} as jsonb prints it: exactly MaxPayloadBytes, then one more.
+	atLimit := json.RawMessage(`{"a": "` + strings.Repeat("x", runtime.MaxPayloadBytes-9) + `"}`)
+	overLimit := json.RawMessage(`{"a": "` + strings.Repeat("x", runtime.MaxPayloadBytes-8) + `"}`)
+	meta := func(value string) json.RawMessage { return mustJSON(t, map[string]string{"k": value}) }
+
+	for _, c := range []struct {
+		name     string
+		p        gen.InsertJobsV3Params
+		code     string
+		contains string
+	}{
+		{"an oversize payload", ones(job([]json.RawMessage{small, overLimit}, nil)),
+			"54000", "job 2: payload is 8388609 bytes, more than the 8388608 allowed"},
+		{"oversize metadata", ones(job([]json.RawMessage{small, small}, []json.RawMessage{nil, meta(strings.Repeat("m", runtime.MaxMetadataBytes))})),
+			"54000", "job 2: metadata is 16385 bytes, more than the 16384 allowed"},
+		{"metadata with a value that is not a string", ones(job([]json.RawMessage{small}, []json.RawMessage{json.RawMessage(`{"k":{"deep":1}}`)})),
+			"22023", `job 1: metadata value of "k" is not a string`},
+	} {
+		_, err := g.InsertJobsV3(ctx, c.p)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != c.code || !strings.Contains(pgErr.Message, c.contains) {
+			t.Errorf("%s: %v; want SQLSTATE %s saying %q", c.name, err, c.code, c.contains)
+		}
+	}
+	if n, err := runtime.CountJobs(ctx, b.pool, runtime.JobFilter{}); err != nil || n != 0 {
+		t.Fatalf("refused batches stored %d jobs (%v), want none", n, err)
+	}
+
+	// At the limits, accepted.
+	res, err := g.InsertJobsV3(ctx, ones(job([]json.RawMessage{atLimit, small},
+		[]json.RawMessage{nil, meta(strings.Repeat("m", runtime.MaxMetadataBytes-1))})))
+	if err != nil || len(res.Ids) != 2 {
+		t.Fatalf("a payload and metadata at the limits: %+v, %v; want both stored", res, err)
+	}
+}
