@@ -393,23 +393,39 @@ func (q *Queries) QueueWaits(ctx context.Context, queues []string) ([]QueueWaits
 }
 
 const RetryJob = `-- name: RetryJob :one
-SELECT pgtask.retry_job($1) AS retried
+SELECT r.retried::boolean AS retried, coalesce(r.held_by, 0)::bigint AS held_by FROM pgtask.retry_job($1) r
 `
 
-func (q *Queries) RetryJob(ctx context.Context, id int64) (bool, error) {
+type RetryJobRow struct {
+	Retried bool  `db:"retried"`
+	HeldBy  int64 `db:"held_by"`
+}
+
+// held_by: the job holding the unique key that kept this one from a retry,
+// or 0.
+func (q *Queries) RetryJob(ctx context.Context, id int64) (RetryJobRow, error) {
 	row := q.db.QueryRow(ctx, RetryJob, id)
-	var retried bool
-	err := row.Scan(&retried)
-	return retried, err
+	var i RetryJobRow
+	err := row.Scan(&i.Retried, &i.HeldBy)
+	return i, err
 }
 
 const RetryJobs = `-- name: RetryJobs :one
-SELECT pgtask.retry_jobs($1::bigint[]) AS changed
+SELECT r.retried::integer AS changed, r.not_retried::bigint[] AS not_retried, r.held_by::bigint[] AS held_by
+  FROM pgtask.retry_jobs($1::bigint[]) r
 `
 
-func (q *Queries) RetryJobs(ctx context.Context, ids []int64) (int32, error) {
+type RetryJobsRow struct {
+	Changed    int32   `db:"changed"`
+	NotRetried []int64 `db:"not_retried"`
+	HeldBy     []int64 `db:"held_by"`
+}
+
+// not_retried: the jobs a unique key held by another (held_by, index by
+// index) kept from a retry.
+func (q *Queries) RetryJobs(ctx context.Context, ids []int64) (RetryJobsRow, error) {
 	row := q.db.QueryRow(ctx, RetryJobs, ids)
-	var changed int32
-	err := row.Scan(&changed)
-	return changed, err
+	var i RetryJobsRow
+	err := row.Scan(&i.Changed, &i.NotRetried, &i.HeldBy)
+	return i, err
 }

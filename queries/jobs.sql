@@ -5,7 +5,9 @@ SELECT * FROM pgtask.jobs WHERE id = @id;
 SELECT pgtask.cancel_job(@id) AS cancelled;
 
 -- name: RetryJob :one
-SELECT pgtask.retry_job(@id) AS retried;
+-- held_by: the job holding the unique key that kept this one from a retry,
+-- or 0.
+SELECT r.retried::boolean AS retried, coalesce(r.held_by, 0)::bigint AS held_by FROM pgtask.retry_job(@id) r;
 
 -- name: ListJobsPage :many
 -- A page of the jobs a filter matches, in id order after @after_id. Each
@@ -34,7 +36,10 @@ SELECT count(*)::bigint AS jobs FROM pgtask.jobs
 SELECT pgtask.cancel_jobs(@ids::bigint[]) AS changed;
 
 -- name: RetryJobs :one
-SELECT pgtask.retry_jobs(@ids::bigint[]) AS changed;
+-- not_retried: the jobs a unique key held by another (held_by, index by
+-- index) kept from a retry.
+SELECT r.retried::integer AS changed, r.not_retried::bigint[] AS not_retried, r.held_by::bigint[] AS held_by
+  FROM pgtask.retry_jobs(@ids::bigint[]) r;
 
 -- name: DeleteJobs :one
 SELECT pgtask.delete_jobs(@ids::bigint[]) AS deleted;

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -121,13 +122,55 @@ func CancelJob(ctx context.Context, db DB, id JobID) (bool, error) {
 }
 
 // RetryJob puts a failed or cancelled job back in line with a fresh set of
-// attempts, keeping its error history. It reports whether it did.
+// attempts, keeping its error history. It reports whether it did. A unique
+// job whose key another job holds now (one enqueued with the key after this
+// one finished and freed it) is left as it is, with a *RetryConflict error.
 func RetryJob(ctx context.Context, db DB, id JobID) (bool, error) {
-	ok, err := gen.New(db).RetryJob(ctx, int64(id))
+	r, err := gen.New(db).RetryJob(ctx, int64(id))
 	if err != nil {
 		return false, fmt.Errorf("retry job %d: %w", id, err)
 	}
-	return ok, nil
+	if r.HeldBy != 0 {
+		return false, &RetryConflict{Job: id, HeldBy: JobID(r.HeldBy)}
+	}
+	return r.Retried, nil
+}
+
+// RetryConflict is a job a retry left alone because another job holds its
+// unique key now: one enqueued with the key after the job finished and
+// freed it. Retrying it would make two jobs hold one key; the holder, or
+// its key, has to go first.
+type RetryConflict struct {
+	Job    JobID // the job not retried
+	HeldBy JobID // the job that holds its unique key
+}
+
+func (c *RetryConflict) Error() string {
+	return fmt.Sprintf("retry job %d: job %d holds its unique key now", c.Job, c.HeldBy)
+}
+
+// RetryConflictsError is the error RetryJobs returns, beside how many jobs it
+// retried, when unique keys that other jobs hold now kept some of the jobs
+// from being retried (see RetryConflict). Every other job was retried.
+type RetryConflictsError struct {
+	Retried   int
+	Conflicts []RetryConflict
+}
+
+func (e *RetryConflictsError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "retry jobs: retried %d; %d not retried, their unique keys held by other jobs now:", e.Retried, len(e.Conflicts))
+	const shown = 10
+	for i, c := range e.Conflicts[:min(len(e.Conflicts), shown)] {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, " job %d (held by job %d)", c.Job, c.HeldBy)
+	}
+	if len(e.Conflicts) > shown {
+		fmt.Fprintf(&b, " and %d more", len(e.Conflicts)-shown)
+	}
+	return b.String()
 }
 
 // PauseQueue pauses a queue across every worker: from when it returns, no
@@ -267,9 +310,26 @@ func CancelJobs(ctx context.Context, db DB, f JobFilter, progress Progress) (int
 }
 
 // RetryJobs retries the failed and cancelled jobs f matches, as RetryJob
-// does, in batches like CancelJobs. It returns how many it retried.
+// does, in batches like CancelJobs. It returns how many it retried. Jobs
+// whose unique key another job holds now are left as they are, and the
+// others retried; then the error is a *RetryConflictsError that lists them.
 func RetryJobs(ctx context.Context, db DB, f JobFilter, progress Progress) (int, error) {
-	return bulk(ctx, db, f, progress, "retry", gen.New(db).RetryJobs)
+	q := gen.New(db)
+	var conflicts []RetryConflict
+	n, err := bulk(ctx, db, f, progress, "retry", func(ctx context.Context, ids []int64) (int32, error) {
+		r, err := q.RetryJobs(ctx, ids)
+		if err != nil {
+			return 0, err
+		}
+		for i, id := range r.NotRetried {
+			conflicts = append(conflicts, RetryConflict{Job: JobID(id), HeldBy: JobID(r.HeldBy[i])})
+		}
+		return r.Changed, nil
+	})
+	if len(conflicts) > 0 {
+		err = errors.Join(err, &RetryConflictsError{Retried: n, Conflicts: conflicts})
+	}
+	return n, err
 }
 
 // DeleteJobs deletes the finished jobs f matches, but not one still at the

@@ -386,8 +386,8 @@ func TestRetryJoinsTheGroupsNewRow(t *testing.T) {
 	}
 	head := enqueue(t, b.pool, "k", seqPayload{Group: "g", Seq: 0}, runtime.WithGroup("g"))
 	last := enqueue(t, b.pool, "k", seqPayload{Group: "g", Seq: 2}, runtime.WithGroup("g"))
-	if ok, err := b.gen.RetryJob(ctx, int64(old)); err != nil || !ok {
-		t.Fatalf("retry: %v, %v", ok, err)
+	if r, err := b.gen.RetryJob(ctx, int64(old)); err != nil || !r.Retried {
+		t.Fatalf("retry: %+v, %v", r, err)
 	}
 	if j := b.job(t, old); j.IsHead || j.Status != testdb.PgtaskJobStatusQueued {
 		t.Fatalf("retried job: head %v, %s; want queued behind the head", j.IsHead, j.Status)

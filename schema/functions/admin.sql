@@ -1,4 +1,4 @@
--- revision: 6
+-- revision: 7
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -103,19 +103,48 @@ BEGIN
 END;
 $$;
 
+-- retry_job and retry_jobs say which jobs a unique key kept from being
+-- retried (their OUT parameters): a return type CREATE OR REPLACE cannot
+-- change from the boolean and integer they returned.
+DROP FUNCTION IF EXISTS pgtask.retry_job(bigint);
+DROP FUNCTION IF EXISTS pgtask.retry_jobs(bigint[]);
+
 -- Puts a failed or cancelled job back in line with a fresh set of attempts;
 -- its error history stays. In a group it takes its place by id: a job that
 -- blocked its group becomes runnable again, any other waits for the head.
-CREATE OR REPLACE FUNCTION pgtask.retry_job(p_id bigint) RETURNS boolean
+-- retried says whether it did.
+--
+-- A unique job is held by its key again once it is queued. When another
+-- job holds the key now (one enqueued after this one finished and freed
+-- it), the job is left as it is, and held_by names that job. The key is
+-- locked first as an enqueue locks it (advisory, until commit), so that an
+-- enqueue of it meanwhile waits, then finds this job; it is locked before
+-- the job's group and row, in the order an enqueue takes its locks.
+CREATE OR REPLACE FUNCTION pgtask.retry_job(p_id bigint, OUT retried boolean, OUT held_by bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
     j pgtask.jobs;
+    key text;
     head bigint;
     gid bigint;
 BEGIN
+    retried := false;
+    -- A job's key never changes: read before anything is locked.
+    SELECT unique_key INTO key FROM pgtask.jobs WHERE id = p_id;
+    IF key IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(pgtask.unique_lock_class(), hashtext(key));
+    END IF;
     j := pgtask.lock_job_for_change(p_id, '{failed,cancelled}');
     IF j.id IS NULL THEN
-        RETURN false;
+        RETURN;
+    END IF;
+    IF j.unique_key IS NOT NULL THEN
+        SELECT h.id INTO held_by FROM pgtask.jobs h
+         WHERE h.unique_key = j.unique_key AND h.status = ANY (h.unique_statuses) AND h.id <> j.id
+         LIMIT 1;
+        IF held_by IS NOT NULL THEN
+            RETURN;
+        END IF;
     END IF;
     -- A request left from before does not cancel the fresh attempts.
     DELETE FROM pgtask.cancel_requests WHERE job_id = p_id;
@@ -141,13 +170,12 @@ BEGIN
         -- The group's head may be one that finished; let it move on.
         PERFORM pgtask.advance_group(j.queue, j.group_key);
     END IF;
-    RETURN true;
+    retried := true;
 END;
 $$;
 
--- Cancels (see cancel_job) or retries (see retry_job) each of p_ids, in id
--- order, and returns how many it
--- changed. A job whose state does not allow it is left alone.
+-- Cancels (see cancel_job) each of p_ids, in id order, and returns how many
+-- it changed. A job whose state does not allow it is left alone.
 CREATE OR REPLACE FUNCTION pgtask.cancel_jobs(p_ids bigint[]) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -163,18 +191,33 @@ BEGIN
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION pgtask.retry_jobs(p_ids bigint[]) RETURNS integer
+-- Retries (see retry_job) each of p_ids, in id order: retried is how many
+-- it retried; not_retried are those another job's hold on their unique key
+-- kept from it, and held_by, index by index, the jobs holding the keys. A
+-- job whose state does not allow it is left alone. The batch's keys are
+-- locked first, in the order an enqueue locks its keys.
+CREATE OR REPLACE FUNCTION pgtask.retry_jobs(p_ids bigint[], OUT retried integer, OUT not_retried bigint[], OUT held_by bigint[])
 LANGUAGE plpgsql AS $$
 DECLARE
     i bigint;
-    changed integer := 0;
+    r record;
 BEGIN
+    retried := 0;
+    not_retried := '{}';
+    held_by := '{}';
+    PERFORM pg_advisory_xact_lock(pgtask.unique_lock_class(), hashtext(d.k))
+       FROM (SELECT DISTINCT j.unique_key::text COLLATE "default" AS k FROM pgtask.jobs j
+              WHERE j.id = ANY (p_ids) AND j.unique_key IS NOT NULL AND j.status IN ('failed', 'cancelled')
+              ORDER BY 1) d;
     FOR i IN SELECT u FROM unnest(p_ids) u ORDER BY u LOOP
-        IF pgtask.retry_job(i) THEN
-            changed := changed + 1;
+        SELECT * INTO r FROM pgtask.retry_job(i);
+        IF r.retried THEN
+            retried := retried + 1;
+        ELSIF r.held_by IS NOT NULL THEN
+            not_retried := not_retried || i;
+            held_by := held_by || r.held_by;
         END IF;
     END LOOP;
-    RETURN changed;
 END;
 $$;
 

@@ -158,6 +158,8 @@ LANGUAGE sql IMMUTABLE AS $$
     ('admin', 'function', 'cancel_jobs', 'EXECUTE'),
     ('admin', 'function', 'retry_job', 'EXECUTE'),
     ('admin', 'function', 'retry_jobs', 'EXECUTE'),
+    -- A retry locks its job's unique key as an enqueue does.
+    ('admin', 'function', 'unique_lock_class', 'EXECUTE'),
     ('admin', 'function', 'delete_jobs', 'EXECUTE'),
     ('admin', 'function', 'pause_queue', 'EXECUTE'),
     ('admin', 'function', 'resume_queue', 'EXECUTE'),
