@@ -37,13 +37,17 @@ func (s Status) Finished() bool {
 	return s == StatusSucceeded || s == StatusFailed || s == StatusCancelled
 }
 
-// AttemptError is one failed attempt in a job's history.
+// AttemptError is one failed attempt in a job's history, or, with
+// OperatorRetry, an operator's retry (RetryJob): Attempt is then how many
+// attempts the job had made, At when it was retried, and the attempts after
+// it count from 1 again.
 type AttemptError struct {
-	Attempt int       `json:"attempt"`
-	Error   string    `json:"error"`
-	At      time.Time `json:"at"`
-	Panic   bool      `json:"panic,omitempty"`
-	Stack   string    `json:"stack,omitempty"`
+	Attempt       int       `json:"attempt"`
+	Error         string    `json:"error"`
+	At            time.Time `json:"at"`
+	Panic         bool      `json:"panic,omitempty"`
+	Stack         string    `json:"stack,omitempty"`
+	OperatorRetry bool      `json:"operator_retry,omitempty"`
 }
 
 // JobInfo is a job as stored.
@@ -122,7 +126,8 @@ func CancelJob(ctx context.Context, db DB, id JobID) (bool, error) {
 }
 
 // RetryJob puts a failed or cancelled job back in line with a fresh set of
-// attempts, keeping its error history. It reports whether it did. A unique
+// attempts, keeping its error history, where the retry is marked (see
+// AttemptError.OperatorRetry). It reports whether it did. A unique
 // job whose key another job holds now (one enqueued with the key after this
 // one finished and freed it) is left as it is, with a *RetryConflict error.
 func RetryJob(ctx context.Context, db DB, id JobID) (bool, error) {

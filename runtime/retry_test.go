@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -173,5 +174,47 @@ func TestRetryJobRacesAnEnqueueOfItsKey(t *testing.T) {
 		default:
 			t.Fatalf("round %d: RetryJob: %v, %v", i, retried, retryErr)
 		}
+	}
+}
+
+// An operator's retry is marked in the job's error history, between the
+// failures before it and those after, which count their attempts from 1
+// again.
+func TestRetryIsMarkedInTheErrorHistory(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := failedUniqueJobs(t, b, "marked")[0]
+	before := time.Now()
+	if ok, err := runtime.RetryJob(ctx, b.pool, id); err != nil || !ok {
+		t.Fatalf("RetryJob: %v, %v", ok, err)
+	}
+	after := time.Now()
+	w := idleWorker(t, b.url, runtime.Config{})
+	if err := w.Register(runtime.Registration{Kind: "bad", Handler: func(context.Context, *runtime.Job) error {
+		return runtime.NoRetry(errors.New("broken again"))
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var raw []map[string]any
+	if err := json.Unmarshal(b.job(t, id).Errors, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if len(raw) != 3 || raw[1]["operator_retry"] != true {
+		t.Fatalf("error history %v; want the two failures with the retry marked between them", raw)
+	}
+	info, err := runtime.GetJob(ctx, b.pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, mark, last := info.Errors[0], info.Errors[1], info.Errors[2]
+	if first.Attempt != 1 || first.Error != "broken" || first.OperatorRetry ||
+		!mark.OperatorRetry || mark.Attempt != 1 || mark.Error != "retried by an operator after 1 attempt(s); attempts count from 1 again" ||
+		mark.At.Before(before.Add(-time.Second)) || mark.At.After(after.Add(time.Second)) ||
+		last.Attempt != 1 || last.Error != "broken again" || last.OperatorRetry {
+		t.Fatalf("error history %+v", info.Errors)
 	}
 }

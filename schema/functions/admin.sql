@@ -1,4 +1,4 @@
--- revision: 7
+-- revision: 8
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -110,7 +110,9 @@ DROP FUNCTION IF EXISTS pgtask.retry_job(bigint);
 DROP FUNCTION IF EXISTS pgtask.retry_jobs(bigint[]);
 
 -- Puts a failed or cancelled job back in line with a fresh set of attempts;
--- its error history stays. In a group it takes its place by id: a job that
+-- its error history stays, with the retry marked in it: an entry with
+-- "operator_retry": true, the attempts made before it and when, since the
+-- attempts after it count from 1 again. In a group it takes its place by id: a job that
 -- blocked its group becomes runnable again, any other waits for the head.
 -- retried says whether it did.
 --
@@ -162,7 +164,11 @@ BEGIN
     END IF;
     UPDATE pgtask.jobs
        SET status = 'queued', is_head = (head = j.id), group_id = gid, attempts = 0,
-           run_after = now(), started_at = NULL, finished_at = NULL, owner_pid = NULL
+           run_after = now(), started_at = NULL, finished_at = NULL, owner_pid = NULL,
+           errors = pgtask.append_error(errors, jsonb_build_array(jsonb_build_object(
+               'attempt', j.attempts,
+               'error', format('retried by an operator after %s attempt(s); attempts count from 1 again', j.attempts),
+               'at', clock_timestamp(), 'operator_retry', true)))
      WHERE id = p_id;
     IF head = j.id THEN
         PERFORM pg_notify('pgtask', j.queue);

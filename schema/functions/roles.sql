@@ -1,4 +1,4 @@
--- revision: 6
+-- revision: 7
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -158,8 +158,10 @@ LANGUAGE sql IMMUTABLE AS $$
     ('admin', 'function', 'cancel_jobs', 'EXECUTE'),
     ('admin', 'function', 'retry_job', 'EXECUTE'),
     ('admin', 'function', 'retry_jobs', 'EXECUTE'),
-    -- A retry locks its job's unique key as an enqueue does.
+    -- A retry locks its job's unique key as an enqueue does, and marks
+    -- itself in the job's error history.
     ('admin', 'function', 'unique_lock_class', 'EXECUTE'),
+    ('admin', 'function', 'append_error', 'EXECUTE'),
     ('admin', 'function', 'delete_jobs', 'EXECUTE'),
     ('admin', 'function', 'pause_queue', 'EXECUTE'),
     ('admin', 'function', 'resume_queue', 'EXECUTE'),
