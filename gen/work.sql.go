@@ -526,14 +526,20 @@ func (q *Queries) OwnOrphans(ctx context.Context, arg OwnOrphansParams) ([]OwnOr
 }
 
 const PromoteScheduled = `-- name: PromoteScheduled :one
-SELECT pgtask.promote_scheduled($1) AS moved
+SELECT p.moved::integer AS moved, p.skipped::bigint[] AS skipped FROM pgtask.promote_scheduled($1) p
 `
 
-func (q *Queries) PromoteScheduled(ctx context.Context, max int32) (int32, error) {
+type PromoteScheduledRow struct {
+	Moved   int32   `db:"moved"`
+	Skipped []int64 `db:"skipped"`
+}
+
+// skipped: due jobs whose rows break a check (see pgtask.promote_scheduled).
+func (q *Queries) PromoteScheduled(ctx context.Context, max int32) (PromoteScheduledRow, error) {
 	row := q.db.QueryRow(ctx, PromoteScheduled, max)
-	var moved int32
-	err := row.Scan(&moved)
-	return moved, err
+	var i PromoteScheduledRow
+	err := row.Scan(&i.Moved, &i.Skipped)
+	return i, err
 }
 
 const ReleaseJobSavepoint = `-- name: ReleaseJobSavepoint :exec

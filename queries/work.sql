@@ -58,7 +58,8 @@ SELECT (SELECT count(*) FROM released)::bigint AS released, (SELECT count(*) FRO
 SELECT r.id::bigint AS id FROM pgtask.rescue_orphans(@max, @worker_id::integer) AS r(id);
 
 -- name: PromoteScheduled :one
-SELECT pgtask.promote_scheduled(@max) AS moved;
+-- skipped: due jobs whose rows break a check (see pgtask.promote_scheduled).
+SELECT p.moved::integer AS moved, p.skipped::bigint[] AS skipped FROM pgtask.promote_scheduled(@max) p;
 
 -- name: TerminateBackend :one
 SELECT pg_terminate_backend(@pid) AS terminated;

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,14 +50,8 @@ func (w *Worker) maintain(ctx context.Context) {
 func (w *Worker) maintainOnce(ctx context.Context, q *gen.Queries) error {
 	ctx, cancel := context.WithTimeout(ctx, bookkeeping)
 	defer cancel()
-	for {
-		moved, err := q.PromoteScheduled(ctx, maintainBatch)
-		if err != nil {
-			return err
-		}
-		if moved < maintainBatch {
-			break
-		}
+	if err := w.promoteDue(ctx, q); err != nil {
+		return err
 	}
 	rescued, err := q.RescueOrphans(ctx, gen.RescueOrphansParams{Max: maintainBatch, WorkerID: w.id})
 	if err != nil {
@@ -79,6 +74,35 @@ func (w *Worker) maintainOnce(ctx context.Context, q *gen.Queries) error {
 		return err
 	}
 	return w.rescueOwnOrphans(ctx)
+}
+
+// promoteDue moves the due scheduled jobs to their queues, a batch at a
+// time. A job whose row breaks a check the table was given after the row
+// was stored (NOT VALID) cannot be written, so it stays; the others move
+// on, and the worker says which jobs those are, once until they change: an
+// operator has to delete them.
+func (w *Worker) promoteDue(ctx context.Context, q *gen.Queries) error {
+	var unmovable []int64
+	for {
+		r, err := q.PromoteScheduled(ctx, maintainBatch)
+		if err != nil {
+			return err
+		}
+		for _, id := range r.Skipped {
+			if !slices.Contains(unmovable, id) {
+				unmovable = append(unmovable, id)
+			}
+		}
+		if r.Moved == 0 || int(r.Moved)+len(r.Skipped) < maintainBatch {
+			break
+		}
+	}
+	slices.Sort(unmovable)
+	if len(unmovable) > 0 && !slices.Equal(unmovable, w.unmovable) {
+		w.log.Error("pgtask: due jobs cannot be queued: their rows break a check constraint added after they were stored (NOT VALID), so no change to them can be written; delete them", "jobs", unmovable)
+	}
+	w.unmovable = unmovable
+	return nil
 }
 
 // claimTokens is a set of claim tokens, safe for concurrent use.

@@ -292,6 +292,9 @@ type Worker struct {
 	periodicSince time.Time
 	// periodicPanics counts the ticks skipped because Enqueue panicked.
 	periodicPanics atomic.Int64
+	// unmovable are the due jobs maintenance last found it cannot promote
+	// (see promoteDue), said once until they change.
+	unmovable []int64
 }
 
 // withConcurrency gives Concurrency its default for the queue's mode.

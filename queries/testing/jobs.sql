@@ -122,3 +122,11 @@ UPDATE pgtask.jobs
    SET errors = (SELECT jsonb_agg(jsonb_build_object('attempt', i, 'error', 'an old failure', 'at', now()) ORDER BY i)
                    FROM generate_series(1, @entries::integer) AS i)
  WHERE id = @id;
+
+-- name: DropQueueBound :exec
+-- With RestoreQueueBoundNotValid: lets a test store what code from before
+-- the bound on queue names (migration 0003) could have stored.
+ALTER TABLE pgtask.jobs DROP CONSTRAINT jobs_queue_bounded;
+
+-- name: RestoreQueueBoundNotValid :exec
+ALTER TABLE pgtask.jobs ADD CONSTRAINT jobs_queue_bounded CHECK (octet_length(queue) <= 128) NOT VALID;

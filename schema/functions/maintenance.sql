@@ -1,34 +1,63 @@
--- revision: 3
+-- revision: 4
 -- Maintenance that every worker runs: queueing due jobs and rescuing the
 -- jobs of dead workers.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
 -- schema/functions.go): raise it with every change.
 
+-- promote_scheduled says which jobs it could not move (an OUT parameter):
+-- a return type CREATE OR REPLACE cannot change from the integer it
+-- returned.
+DROP FUNCTION IF EXISTS pgtask.promote_scheduled(integer);
+
 -- Moves due scheduled jobs to queued and wakes workers of the queues that got
--- runnable work. Returns how many jobs it moved.
-CREATE OR REPLACE FUNCTION pgtask.promote_scheduled(p_limit integer) RETURNS integer
+-- runnable work: moved is how many it moved. A row that breaks a check the
+-- table was given NOT VALID after the row was stored (a queue name over the
+-- bound of migration 0003, say) cannot be written at all, so no update can
+-- move or fail it; it is left as it is, in skipped, for an operator to
+-- delete, and the jobs due with it move on. The batch is moved in one
+-- statement; only when that fails on such a row, one job at a time.
+CREATE OR REPLACE FUNCTION pgtask.promote_scheduled(p_limit integer, OUT moved integer, OUT skipped bigint[])
 LANGUAGE plpgsql AS $$
 DECLARE
-    moved integer;
+    due bigint[];
     woken text[];
+    i bigint;
+    q text;
+    head boolean;
 BEGIN
-    WITH due AS (
-        SELECT id FROM pgtask.jobs
-         WHERE status = 'scheduled' AND run_after <= clock_timestamp()
-         ORDER BY run_after
-         LIMIT p_limit
-           FOR UPDATE SKIP LOCKED
-    ), promoted AS (
-        UPDATE pgtask.jobs j SET status = 'queued'
-          FROM due WHERE j.id = due.id
-        RETURNING j.queue, j.is_head
-    )
-    SELECT count(*), array_agg(DISTINCT queue) FILTER (WHERE is_head)
-      INTO moved, woken
-      FROM promoted;
-    PERFORM pg_notify('pgtask', q) FROM unnest(woken) q;
-    RETURN moved;
+    skipped := '{}';
+    SELECT coalesce(array_agg(d.id ORDER BY d.run_after), '{}') INTO due
+      FROM (SELECT id, run_after FROM pgtask.jobs
+             WHERE status = 'scheduled' AND run_after <= clock_timestamp()
+             ORDER BY run_after
+             LIMIT p_limit
+               FOR UPDATE SKIP LOCKED) d;
+    BEGIN
+        WITH promoted AS (
+            UPDATE pgtask.jobs j SET status = 'queued'
+             WHERE j.id = ANY (due)
+            RETURNING j.queue, j.is_head
+        )
+        SELECT count(*), coalesce(array_agg(DISTINCT queue) FILTER (WHERE is_head), '{}')
+          INTO moved, woken
+          FROM promoted;
+    EXCEPTION WHEN integrity_constraint_violation THEN
+        moved := 0;
+        woken := '{}';
+        FOREACH i IN ARRAY due LOOP
+            BEGIN
+                UPDATE pgtask.jobs SET status = 'queued' WHERE id = i RETURNING queue, is_head INTO q, head;
+                moved := moved + 1;
+                IF head AND q <> ALL (woken) THEN
+                    woken := woken || q;
+                END IF;
+            EXCEPTION WHEN integrity_constraint_violation THEN
+                skipped := skipped || i;
+            END;
+        END LOOP;
+    END;
+    PERFORM pg_notify('pgtask', w) FROM unnest(woken) w;
 END;
 $$;
 

@@ -269,6 +269,17 @@ func (q *Queries) DeleteJob(ctx context.Context, id int64) (int64, error) {
 	return result.RowsAffected(), nil
 }
 
+const dropQueueBound = `-- name: DropQueueBound :exec
+ALTER TABLE pgtask.jobs DROP CONSTRAINT jobs_queue_bounded
+`
+
+// With RestoreQueueBoundNotValid: lets a test store what code from before
+// the bound on queue names (migration 0003) could have stored.
+func (q *Queries) DropQueueBound(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, dropQueueBound)
+	return err
+}
+
 const expireLease = `-- name: ExpireLease :execrows
 UPDATE pgtask.jobs SET lease_until = now() - interval '1 second'
  WHERE id = $1 AND status = 'started' AND lease_until IS NOT NULL
@@ -460,6 +471,15 @@ func (q *Queries) ParseJSONB(ctx context.Context, doc string) (json.RawMessage, 
 	var doc_2 json.RawMessage
 	err := row.Scan(&doc_2)
 	return doc_2, err
+}
+
+const restoreQueueBoundNotValid = `-- name: RestoreQueueBoundNotValid :exec
+ALTER TABLE pgtask.jobs ADD CONSTRAINT jobs_queue_bounded CHECK (octet_length(queue) <= 128) NOT VALID
+`
+
+func (q *Queries) RestoreQueueBoundNotValid(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, restoreQueueBoundNotValid)
+	return err
 }
 
 const setGroupPendingFrom = `-- name: SetGroupPendingFrom :exec
