@@ -1,4 +1,4 @@
--- revision: 8
+-- revision: 9
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -259,12 +259,15 @@ $$;
 -- unstarted) cancels the job; one whose job finished, or runs a later
 -- attempt after an operator's retry, is dropped. Requests another session
 -- holds are skipped, and a running job is never waited for (cancel_job).
--- Returns how many jobs it cancelled.
+-- A job whose row cannot be written, since it breaks a check the table was
+-- given NOT VALID after the row was stored, is left as it is, its request
+-- dropped. Returns how many jobs it cancelled.
 CREATE OR REPLACE FUNCTION pgtask.apply_cancel_requests(p_limit integer) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     r record;
     cancelled integer := 0;
+    bad text;
 BEGIN
     FOR r IN
         SELECT c.job_id, c.attempt, j.status, j.attempts
@@ -276,9 +279,16 @@ BEGIN
            FOR UPDATE OF c SKIP LOCKED
     LOOP
         IF r.status IN ('scheduled', 'queued') AND r.attempts IN (r.attempt - 1, r.attempt) THEN
-            IF pgtask.cancel_job(r.job_id) THEN
-                cancelled := cancelled + 1;
-            END IF;
+            BEGIN
+                IF pgtask.cancel_job(r.job_id) THEN
+                    cancelled := cancelled + 1;
+                END IF;
+            EXCEPTION WHEN integrity_constraint_violation THEN
+                -- Its row cannot be written (see unwritable_row); the
+                -- request goes, and the others are carried out.
+                GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
+                PERFORM pgtask.unwritable_row(r.job_id, 'cancelled', bad);
+            END;
         END IF;
         -- cancel_job filed a new request if the job was claimed meanwhile.
         DELETE FROM pgtask.cancel_requests

@@ -1,9 +1,22 @@
--- revision: 4
+-- revision: 5
 -- Maintenance that every worker runs: queueing due jobs and rescuing the
 -- jobs of dead workers.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
 -- schema/functions.go): raise it with every change.
+
+-- Says, as a warning in the server's log, that maintenance left job p_id
+-- as it is, instead of p_what (rescued, taken over, cancelled): its row
+-- breaks the check p_constraint, which the table was given NOT VALID after
+-- the row was stored, so no change to the row can be written. The row has
+-- to be deleted by hand; the other jobs go on.
+CREATE OR REPLACE FUNCTION pgtask.unwritable_row(p_id bigint, p_what text, p_constraint text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE WARNING 'pgtask: job % not %: its row breaks check constraint %, added NOT VALID after the row was stored, so no change to it can be written; delete it',
+        p_id, p_what, coalesce(nullif(p_constraint, ''), '(unknown)');
+END;
+$$;
 
 -- promote_scheduled says which jobs it could not move (an OUT parameter):
 -- a return type CREATE OR REPLACE cannot change from the integer it
@@ -131,13 +144,16 @@ $$;
 
 -- Records the attempt of each of the started jobs p_ids as lost with its
 -- worker, then moves on the groups whose head ran out of attempts. Returns
--- the jobs it rescued.
+-- the jobs it rescued. A job whose row cannot be written, since it breaks a
+-- check the table was given NOT VALID after the row was stored, is left as
+-- it is (see unwritable_row), and the others are rescued.
 CREATE OR REPLACE FUNCTION pgtask.rescue_jobs(p_ids bigint[]) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     o record;
     queues text[] := '{}';
     keys text[] := '{}';
+    bad text;
 BEGIN
     FOR o IN
         SELECT j.id, j.attempts, j.owner_pid, j.queue, j.group_key
@@ -146,12 +162,18 @@ BEGIN
          ORDER BY j.id
            FOR UPDATE OF j
     LOOP
-        PERFORM pgtask.fail_job(o.id, o.attempts, jsonb_build_object(
-            'attempt', o.attempts,
-            'error', CASE WHEN o.owner_pid IS NULL
-                          THEN 'worker lost: its process ended during the attempt'
-                          ELSE format('worker lost: its database session (pid %s) ended during the attempt', o.owner_pid) END),
-            0);
+        BEGIN
+            PERFORM pgtask.fail_job(o.id, o.attempts, jsonb_build_object(
+                'attempt', o.attempts,
+                'error', CASE WHEN o.owner_pid IS NULL
+                              THEN 'worker lost: its process ended during the attempt'
+                              ELSE format('worker lost: its database session (pid %s) ended during the attempt', o.owner_pid) END),
+                0);
+        EXCEPTION WHEN integrity_constraint_violation THEN
+            GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
+            PERFORM pgtask.unwritable_row(o.id, 'rescued', bad);
+            CONTINUE;
+        END;
         queues := queues || o.queue;
         keys := keys || o.group_key;
         RETURN NEXT o.id;

@@ -1,4 +1,4 @@
--- revision: 7
+-- revision: 8
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -112,6 +112,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'rescue_orphans', 'EXECUTE'),
     ('worker', 'function', 'own_orphans', 'EXECUTE'),
     ('worker', 'function', 'rescue_jobs', 'EXECUTE'),
+    ('worker', 'function', 'unwritable_row', 'EXECUTE'),
     ('worker', 'function', 'advance_one_group', 'EXECUTE'),
     ('worker', 'function', 'move_group_on', 'EXECUTE'),
     ('worker', 'function', 'advance_groups', 'EXECUTE'),

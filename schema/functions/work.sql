@@ -740,11 +740,15 @@ $$;
 -- attempt is recorded as failed and retried at once (its group keeps its
 -- place), and a last attempt fails for good and moves its group on. The
 -- caller's own jobs (p_worker) are never its to take: it knows they run.
--- Returns the ids it took over.
+-- Returns the ids it took over. A job whose row cannot be written, since it
+-- breaks a check the table was given NOT VALID after the row was stored, is
+-- left as it is (see unwritable_row), and the others are taken over.
 CREATE OR REPLACE FUNCTION pgtask.expire_leases(p_limit integer, p_worker integer) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     o record;
+    outcome pgtask.job_status;
+    bad text;
 BEGIN
     FOR o IN
         SELECT j.id, j.attempts, j.queue, j.group_key, j.worker_id, j.lease_until
@@ -755,10 +759,17 @@ BEGIN
          LIMIT p_limit
            FOR UPDATE OF j SKIP LOCKED
     LOOP
-        IF pgtask.fail_job(o.id, o.attempts, jsonb_build_object(
-               'attempt', o.attempts,
-               'error', format('lease expired at %s: worker %s stopped answering for the job; taken over', o.lease_until, o.worker_id)),
-               0) IN ('failed', 'cancelled') AND o.group_key IS NOT NULL THEN
+        BEGIN
+            outcome := pgtask.fail_job(o.id, o.attempts, jsonb_build_object(
+                'attempt', o.attempts,
+                'error', format('lease expired at %s: worker %s stopped answering for the job; taken over', o.lease_until, o.worker_id)),
+                0);
+        EXCEPTION WHEN integrity_constraint_violation THEN
+            GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
+            PERFORM pgtask.unwritable_row(o.id, 'taken over', bad);
+            CONTINUE;
+        END;
+        IF outcome IN ('failed', 'cancelled') AND o.group_key IS NOT NULL THEN
             PERFORM pgtask.advance_group(o.queue, o.group_key);
         END IF;
         RETURN NEXT o.id;
