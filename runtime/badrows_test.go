@@ -206,3 +206,55 @@ func TestCancelRequestsPassOverARowThatBreaksAConstraint(t *testing.T) {
 		t.Fatalf("ApplyCancelRequests again: %d, %v; want nothing left to do", n, err)
 	}
 }
+
+// Groups whose finished head did not move on are moved on past a group
+// whose next job's row breaks a check added NOT VALID after it was stored:
+// that group stays as it is.
+func TestFinishedGroupsMoveOnPastARowThatBreaksAConstraint(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	stuckHead := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithQueue("fine"), runtime.WithGroup("g"))
+	if err := b.q.DropUniqueKeyBound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.gen.InsertJobsV3(ctx, gen.InsertJobsV3Params{
+		Payloads: []json.RawMessage{json.RawMessage(`{}`)}, Settings: []int32{1}, Groups: []int32{1},
+		Kinds: []string{"k"}, Queues: []string{"fine"}, Priorities: []int16{0}, MaxAttempts: []int32{3},
+		FailBlocksGroup: []bool{false}, RunAt: []string{""}, DelayUs: []int64{0},
+		GroupQueues: []string{"fine"}, GroupKeys: []string{"g"},
+		UniqueKeys: []string{strings.Repeat("u", 1400)}, UniqueWindowsUs: []int64{0}, UniqueStatuses: []string{"scheduled,queued,started"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := r.Ids[0]
+	if err := b.q.RestoreUniqueKeyBoundNotValid(ctx); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, b.pool, "k", map[string]int{}, runtime.WithQueue("fine"), runtime.WithGroup("h"))
+	next := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithQueue("fine"), runtime.WithGroup("h"))
+
+	// Both heads succeed, and their groups are left for maintenance to move on.
+	rows, err := b.gen.ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{Queue: "fine", Max: 2, WorkerID: 9, LeaseMs: 600_000, Token: 1})
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("claim: %v, %v; want both heads", rows, err)
+	}
+	if n, err := b.gen.CompleteJobs(ctx, gen.CompleteJobsParams{Ids: []int64{rows[0].ID, rows[1].ID}, Attempts: []int32{1, 1},
+		Results: []json.RawMessage{nil, nil}}); err != nil || n != 2 {
+		t.Fatalf("complete: %d, %v", n, err)
+	}
+
+	if n, err := b.gen.AdvanceFinishedGroups(ctx, 10); err != nil || n != 1 {
+		t.Fatalf("AdvanceFinishedGroups: %d, %v; want group h moved on and group g left", n, err)
+	}
+	if j := b.job(t, next); !j.IsHead || j.Status != testdb.PgtaskJobStatusQueued {
+		t.Errorf("group h's next job: head %v, %s; want the runnable head", j.IsHead, j.Status)
+	}
+	if j := b.job(t, runtime.JobID(bad)); j.IsHead {
+		t.Errorf("the row that breaks the bound was made its group's head")
+	}
+	if j := b.job(t, stuckHead); !j.IsHead {
+		t.Errorf("group g's finished head was unmarked though the group could not move on")
+	}
+}

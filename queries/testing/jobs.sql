@@ -130,3 +130,11 @@ ALTER TABLE pgtask.jobs DROP CONSTRAINT jobs_queue_bounded;
 
 -- name: RestoreQueueBoundNotValid :exec
 ALTER TABLE pgtask.jobs ADD CONSTRAINT jobs_queue_bounded CHECK (octet_length(queue) <= 128) NOT VALID;
+
+-- name: DropUniqueKeyBound :exec
+-- With RestoreUniqueKeyBoundNotValid: as DropQueueBound, for the bound on
+-- unique keys (migration 0007).
+ALTER TABLE pgtask.jobs DROP CONSTRAINT jobs_unique_key_bounded;
+
+-- name: RestoreUniqueKeyBoundNotValid :exec
+ALTER TABLE pgtask.jobs ADD CONSTRAINT jobs_unique_key_bounded CHECK (octet_length(unique_key) <= 1300) NOT VALID;

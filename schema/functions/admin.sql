@@ -1,4 +1,4 @@
--- revision: 9
+-- revision: 10
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -287,7 +287,7 @@ BEGIN
                 -- Its row cannot be written (see unwritable_row); the
                 -- request goes, and the others are carried out.
                 GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
-                PERFORM pgtask.unwritable_row(r.job_id, 'cancelled', bad);
+                PERFORM pgtask.unwritable_row(format('job %s not cancelled', r.job_id), bad);
             END;
         END IF;
         -- cancel_job filed a new request if the job was claimed meanwhile.

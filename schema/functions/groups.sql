@@ -1,4 +1,4 @@
--- revision: 9
+-- revision: 10
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -249,12 +249,16 @@ $$;
 -- Advances groups whose head finished but that did not move on: their worker
 -- died before it could, or an enqueue was in flight every time it tried;
 -- and groups whose head was deleted while they were busy (stale_groups).
--- Returns how many groups moved on.
+-- Returns how many groups moved on. A group that cannot move on because a
+-- row it has to change breaks a check the table was given NOT VALID after
+-- the row was stored is left as it is (see unwritable_row), and the others
+-- move on; each group is advanced in a subtransaction of its own.
 CREATE OR REPLACE FUNCTION pgtask.advance_finished_groups(p_limit integer) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     g record;
     moved integer := 0;
+    bad text;
 BEGIN
     FOR g IN
         SELECT DISTINCT queue, group_key FROM pgtask.jobs
@@ -262,9 +266,14 @@ BEGIN
            AND pgtask.job_releases_group(status, fail_blocks_group)
          LIMIT p_limit
     LOOP
-        IF pgtask.advance_group(g.queue, g.group_key) THEN
-            moved := moved + 1;
-        END IF;
+        BEGIN
+            IF pgtask.advance_group(g.queue, g.group_key) THEN
+                moved := moved + 1;
+            END IF;
+        EXCEPTION WHEN integrity_constraint_violation THEN
+            GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
+            PERFORM pgtask.unwritable_row(format('group %s of queue %s not moved on', g.group_key, g.queue), bad);
+        END;
     END LOOP;
     -- Groups whose head a DELETE removed while they were busy.
     FOR g IN
@@ -272,10 +281,15 @@ BEGIN
          LIMIT p_limit
            FOR UPDATE SKIP LOCKED
     LOOP
-        IF pgtask.advance_group(g.queue, g.group_key) THEN
-            DELETE FROM pgtask.stale_groups WHERE queue = g.queue AND group_key = g.group_key;
-            moved := moved + 1;
-        END IF;
+        BEGIN
+            IF pgtask.advance_group(g.queue, g.group_key) THEN
+                DELETE FROM pgtask.stale_groups WHERE queue = g.queue AND group_key = g.group_key;
+                moved := moved + 1;
+            END IF;
+        EXCEPTION WHEN integrity_constraint_violation THEN
+            GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
+            PERFORM pgtask.unwritable_row(format('group %s of queue %s not moved on', g.group_key, g.queue), bad);
+        END;
     END LOOP;
     RETURN moved;
 END;

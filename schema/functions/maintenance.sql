@@ -1,20 +1,20 @@
--- revision: 5
+-- revision: 6
 -- Maintenance that every worker runs: queueing due jobs and rescuing the
 -- jobs of dead workers.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
 -- schema/functions.go): raise it with every change.
 
--- Says, as a warning in the server's log, that maintenance left job p_id
--- as it is, instead of p_what (rescued, taken over, cancelled): its row
--- breaks the check p_constraint, which the table was given NOT VALID after
--- the row was stored, so no change to the row can be written. The row has
--- to be deleted by hand; the other jobs go on.
-CREATE OR REPLACE FUNCTION pgtask.unwritable_row(p_id bigint, p_what text, p_constraint text) RETURNS void
+-- Says, as a warning in the server's log, what maintenance left as it was
+-- (p_left: "job 7 not rescued", say) because a row it had to change breaks
+-- the check p_constraint, which the table was given NOT VALID after the row
+-- was stored: no change to such a row can be written. The row has to be
+-- deleted by hand; the rest goes on.
+CREATE OR REPLACE FUNCTION pgtask.unwritable_row(p_left text, p_constraint text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    RAISE WARNING 'pgtask: job % not %: its row breaks check constraint %, added NOT VALID after the row was stored, so no change to it can be written; delete it',
-        p_id, p_what, coalesce(nullif(p_constraint, ''), '(unknown)');
+    RAISE WARNING 'pgtask: % : a row breaks check constraint %, added NOT VALID after the row was stored, so no change to it can be written; delete the row',
+        p_left, coalesce(nullif(p_constraint, ''), '(unknown)');
 END;
 $$;
 
@@ -171,7 +171,7 @@ BEGIN
                 0);
         EXCEPTION WHEN integrity_constraint_violation THEN
             GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
-            PERFORM pgtask.unwritable_row(o.id, 'rescued', bad);
+            PERFORM pgtask.unwritable_row(format('job %s not rescued', o.id), bad);
             CONTINUE;
         END;
         queues := queues || o.queue;

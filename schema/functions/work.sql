@@ -1,4 +1,4 @@
--- revision: 27
+-- revision: 28
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -766,7 +766,7 @@ BEGIN
                 0);
         EXCEPTION WHEN integrity_constraint_violation THEN
             GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
-            PERFORM pgtask.unwritable_row(o.id, 'taken over', bad);
+            PERFORM pgtask.unwritable_row(format('job %s not taken over', o.id), bad);
             CONTINUE;
         END;
         IF outcome IN ('failed', 'cancelled') AND o.group_key IS NOT NULL THEN

@@ -280,6 +280,17 @@ func (q *Queries) DropQueueBound(ctx context.Context) error {
 	return err
 }
 
+const dropUniqueKeyBound = `-- name: DropUniqueKeyBound :exec
+ALTER TABLE pgtask.jobs DROP CONSTRAINT jobs_unique_key_bounded
+`
+
+// With RestoreUniqueKeyBoundNotValid: as DropQueueBound, for the bound on
+// unique keys (migration 0007).
+func (q *Queries) DropUniqueKeyBound(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, dropUniqueKeyBound)
+	return err
+}
+
 const expireLease = `-- name: ExpireLease :execrows
 UPDATE pgtask.jobs SET lease_until = now() - interval '1 second'
  WHERE id = $1 AND status = 'started' AND lease_until IS NOT NULL
@@ -479,6 +490,15 @@ ALTER TABLE pgtask.jobs ADD CONSTRAINT jobs_queue_bounded CHECK (octet_length(qu
 
 func (q *Queries) RestoreQueueBoundNotValid(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, restoreQueueBoundNotValid)
+	return err
+}
+
+const restoreUniqueKeyBoundNotValid = `-- name: RestoreUniqueKeyBoundNotValid :exec
+ALTER TABLE pgtask.jobs ADD CONSTRAINT jobs_unique_key_bounded CHECK (octet_length(unique_key) <= 1300) NOT VALID
+`
+
+func (q *Queries) RestoreUniqueKeyBoundNotValid(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, restoreUniqueKeyBoundNotValid)
 	return err
 }
 
