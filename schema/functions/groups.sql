@@ -1,4 +1,4 @@
--- revision: 10
+-- revision: 11
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -246,36 +246,66 @@ BEGIN
 END;
 $$;
 
--- Advances groups whose head finished but that did not move on: their worker
--- died before it could, or an enqueue was in flight every time it tried;
--- and groups whose head was deleted while they were busy (stale_groups).
--- Returns how many groups moved on. A group that cannot move on because a
--- row it has to change breaks a check the table was given NOT VALID after
--- the row was stored is left as it is (see unwritable_row), and the others
--- move on; each group is advanced in a subtransaction of its own.
-CREATE OR REPLACE FUNCTION pgtask.advance_finished_groups(p_limit integer) RETURNS integer
+-- Advances each group (p_queues and p_group_keys, index by index) as
+-- advance_group does, and returns how many moved on. A group that cannot
+-- move on because a row it has to change breaks a check the table was
+-- given NOT VALID after the row was stored is left as it is (see
+-- unwritable_row), and the others move on: the groups are advanced all at
+-- once, and only when that fails on such a row, each in a subtransaction of
+-- its own (many subtransactions in one transaction slow every session's
+-- snapshots down).
+CREATE OR REPLACE FUNCTION pgtask.advance_each_group(p_queues text[], p_group_keys text[]) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     g record;
     moved integer := 0;
     bad text;
 BEGIN
-    FOR g IN
-        SELECT DISTINCT queue, group_key FROM pgtask.jobs
-         WHERE is_head AND group_key IS NOT NULL
-           AND pgtask.job_releases_group(status, fail_blocks_group)
-         LIMIT p_limit
-    LOOP
+    BEGIN
+        FOR g IN SELECT u.q, u.k FROM unnest(p_queues, p_group_keys) AS u(q, k) LOOP
+            IF pgtask.advance_group(g.q, g.k) THEN
+                moved := moved + 1;
+            END IF;
+        END LOOP;
+        RETURN moved;
+    EXCEPTION WHEN integrity_constraint_violation THEN
+        moved := 0;
+    END;
+    FOR g IN SELECT u.q, u.k FROM unnest(p_queues, p_group_keys) AS u(q, k) LOOP
         BEGIN
-            IF pgtask.advance_group(g.queue, g.group_key) THEN
+            IF pgtask.advance_group(g.q, g.k) THEN
                 moved := moved + 1;
             END IF;
         EXCEPTION WHEN integrity_constraint_violation THEN
             GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
-            PERFORM pgtask.unwritable_row(format('group %s of queue %s not moved on', g.group_key, g.queue), bad);
+            PERFORM pgtask.unwritable_row(format('group %s of queue %s not moved on', g.k, g.q), bad);
         END;
     END LOOP;
-    -- Groups whose head a DELETE removed while they were busy.
+    RETURN moved;
+END;
+$$;
+
+-- Advances groups whose head finished but that did not move on: their worker
+-- died before it could, or an enqueue was in flight every time it tried;
+-- and groups whose head was deleted while they were busy (stale_groups).
+-- Returns how many groups moved on. A group that cannot move on because a
+-- row it has to change cannot be written is left as it is (see
+-- advance_each_group), and the others move on.
+CREATE OR REPLACE FUNCTION pgtask.advance_finished_groups(p_limit integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    g record;
+    moved integer;
+    bad text;
+BEGIN
+    SELECT pgtask.advance_each_group(coalesce(array_agg(f.queue), '{}'), coalesce(array_agg(f.group_key), '{}'))
+      INTO moved
+      FROM (SELECT DISTINCT queue, group_key FROM pgtask.jobs
+             WHERE is_head AND group_key IS NOT NULL
+               AND pgtask.job_releases_group(status, fail_blocks_group)
+             LIMIT p_limit) f;
+    -- Groups whose head a DELETE removed while they were busy: few, each in
+    -- a subtransaction.
     FOR g IN
         SELECT queue, group_key FROM pgtask.stale_groups
          LIMIT p_limit

@@ -1,4 +1,4 @@
--- revision: 6
+-- revision: 7
 -- Maintenance that every worker runs: queueing due jobs and rescuing the
 -- jobs of dead workers.
 --
@@ -146,40 +146,65 @@ $$;
 -- worker, then moves on the groups whose head ran out of attempts. Returns
 -- the jobs it rescued. A job whose row cannot be written, since it breaks a
 -- check the table was given NOT VALID after the row was stored, is left as
--- it is (see unwritable_row), and the others are rescued.
+-- it is (see unwritable_row), and the others are rescued: the jobs are
+-- rescued all at once, and only when that fails on such a row, each in a
+-- subtransaction of its own (many subtransactions in one transaction slow
+-- every session's snapshots down).
 CREATE OR REPLACE FUNCTION pgtask.rescue_jobs(p_ids bigint[]) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     o record;
-    queues text[] := '{}';
-    keys text[] := '{}';
+    entry jsonb;
+    careful boolean := false;
+    done bigint[];
+    queues text[];
+    keys text[];
     bad text;
 BEGIN
-    FOR o IN
-        SELECT j.id, j.attempts, j.owner_pid, j.queue, j.group_key
-          FROM pgtask.jobs j
-         WHERE j.id = ANY (p_ids) AND j.status::text = 'started'
-         ORDER BY j.id
-           FOR UPDATE OF j
     LOOP
+        done := '{}';
+        queues := '{}';
+        keys := '{}';
         BEGIN
-            PERFORM pgtask.fail_job(o.id, o.attempts, jsonb_build_object(
-                'attempt', o.attempts,
-                'error', CASE WHEN o.owner_pid IS NULL
-                              THEN 'worker lost: its process ended during the attempt'
-                              ELSE format('worker lost: its database session (pid %s) ended during the attempt', o.owner_pid) END),
-                0);
+            FOR o IN
+                SELECT j.id, j.attempts, j.owner_pid, j.queue, j.group_key
+                  FROM pgtask.jobs j
+                 WHERE j.id = ANY (p_ids) AND j.status::text = 'started'
+                 ORDER BY j.id
+                   FOR UPDATE OF j
+            LOOP
+                entry := jsonb_build_object(
+                    'attempt', o.attempts,
+                    'error', CASE WHEN o.owner_pid IS NULL
+                                  THEN 'worker lost: its process ended during the attempt'
+                                  ELSE format('worker lost: its database session (pid %s) ended during the attempt', o.owner_pid) END);
+                IF careful THEN
+                    BEGIN
+                        PERFORM pgtask.fail_job(o.id, o.attempts, entry, 0);
+                    EXCEPTION WHEN integrity_constraint_violation THEN
+                        GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
+                        PERFORM pgtask.unwritable_row(format('job %s not rescued', o.id), bad);
+                        CONTINUE;
+                    END;
+                ELSE
+                    PERFORM pgtask.fail_job(o.id, o.attempts, entry, 0);
+                END IF;
+                done := done || o.id;
+                queues := queues || o.queue;
+                keys := keys || o.group_key;
+            END LOOP;
+            EXIT;
         EXCEPTION WHEN integrity_constraint_violation THEN
-            GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
-            PERFORM pgtask.unwritable_row(format('job %s not rescued', o.id), bad);
-            CONTINUE;
+            IF careful THEN
+                RAISE;
+            END IF;
+            careful := true;
         END;
-        queues := queues || o.queue;
-        keys := keys || o.group_key;
-        RETURN NEXT o.id;
     END LOOP;
     -- A job that ran out of attempts just now finished its group's head.
-    PERFORM pgtask.advance_group(t.q, t.k)
-       FROM (SELECT DISTINCT q, k FROM unnest(queues, keys) AS u(q, k) WHERE k IS NOT NULL ORDER BY 1, 2) t;
+    PERFORM pgtask.advance_each_group(
+        ARRAY(SELECT t.q FROM (SELECT DISTINCT q, k FROM unnest(queues, keys) AS u(q, k) WHERE k IS NOT NULL ORDER BY 1, 2) t),
+        ARRAY(SELECT t.k FROM (SELECT DISTINCT q, k FROM unnest(queues, keys) AS u(q, k) WHERE k IS NOT NULL ORDER BY 1, 2) t));
+    RETURN QUERY SELECT unnest(done);
 END;
 $$;

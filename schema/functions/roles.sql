@@ -1,4 +1,4 @@
--- revision: 8
+-- revision: 9
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -120,6 +120,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'record_worker_kinds', 'EXECUTE'),
     ('worker', 'function', 'live_workers', 'EXECUTE'),
     ('admin', 'function', 'live_workers', 'EXECUTE'),
+    ('worker', 'function', 'advance_each_group', 'EXECUTE'),
     -- Cancel requests an operator filed: a worker checks its running
     -- attempts against them and applies those whose attempt ended, with
     -- cancel_job. (pending_cancels: the previous release's workers.)

@@ -1,4 +1,4 @@
--- revision: 28
+-- revision: 29
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -742,38 +742,65 @@ $$;
 -- caller's own jobs (p_worker) are never its to take: it knows they run.
 -- Returns the ids it took over. A job whose row cannot be written, since it
 -- breaks a check the table was given NOT VALID after the row was stored, is
--- left as it is (see unwritable_row), and the others are taken over.
+-- left as it is (see unwritable_row), and the others are taken over: all at
+-- once, and only when that fails on such a row, each in a subtransaction of
+-- its own (see rescue_jobs).
 CREATE OR REPLACE FUNCTION pgtask.expire_leases(p_limit integer, p_worker integer) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     o record;
+    entry jsonb;
     outcome pgtask.job_status;
+    careful boolean := false;
+    done bigint[];
+    queues text[];
+    keys text[];
     bad text;
 BEGIN
-    FOR o IN
-        SELECT j.id, j.attempts, j.queue, j.group_key, j.worker_id, j.lease_until
-          FROM pgtask.jobs j
-         WHERE j.status = 'started' AND j.lease_until < clock_timestamp() AND j.owner_pid IS NULL
-           AND j.worker_id IS DISTINCT FROM p_worker
-         ORDER BY j.id
-         LIMIT p_limit
-           FOR UPDATE OF j SKIP LOCKED
     LOOP
+        done := '{}';
+        queues := '{}';
+        keys := '{}';
         BEGIN
-            outcome := pgtask.fail_job(o.id, o.attempts, jsonb_build_object(
-                'attempt', o.attempts,
-                'error', format('lease expired at %s: worker %s stopped answering for the job; taken over', o.lease_until, o.worker_id)),
-                0);
+            FOR o IN
+                SELECT j.id, j.attempts, j.queue, j.group_key, j.worker_id, j.lease_until
+                  FROM pgtask.jobs j
+                 WHERE j.status = 'started' AND j.lease_until < clock_timestamp() AND j.owner_pid IS NULL
+                   AND j.worker_id IS DISTINCT FROM p_worker
+                 ORDER BY j.id
+                 LIMIT p_limit
+                   FOR UPDATE OF j SKIP LOCKED
+            LOOP
+                entry := jsonb_build_object(
+                    'attempt', o.attempts,
+                    'error', format('lease expired at %s: worker %s stopped answering for the job; taken over', o.lease_until, o.worker_id));
+                IF careful THEN
+                    BEGIN
+                        outcome := pgtask.fail_job(o.id, o.attempts, entry, 0);
+                    EXCEPTION WHEN integrity_constraint_violation THEN
+                        GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
+                        PERFORM pgtask.unwritable_row(format('job %s not taken over', o.id), bad);
+                        CONTINUE;
+                    END;
+                ELSE
+                    outcome := pgtask.fail_job(o.id, o.attempts, entry, 0);
+                END IF;
+                done := done || o.id;
+                IF outcome IN ('failed', 'cancelled') AND o.group_key IS NOT NULL THEN
+                    queues := queues || o.queue;
+                    keys := keys || o.group_key;
+                END IF;
+            END LOOP;
+            EXIT;
         EXCEPTION WHEN integrity_constraint_violation THEN
-            GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
-            PERFORM pgtask.unwritable_row(format('job %s not taken over', o.id), bad);
-            CONTINUE;
+            IF careful THEN
+                RAISE;
+            END IF;
+            careful := true;
         END;
-        IF outcome IN ('failed', 'cancelled') AND o.group_key IS NOT NULL THEN
-            PERFORM pgtask.advance_group(o.queue, o.group_key);
-        END IF;
-        RETURN NEXT o.id;
     END LOOP;
+    PERFORM pgtask.advance_each_group(queues, keys);
+    RETURN QUERY SELECT unnest(done);
 END;
 $$;
 
