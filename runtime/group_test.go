@@ -309,8 +309,9 @@ func testSkipOrBlock(t *testing.T, batch int) {
 	}
 	b.waitStatus(t, b2, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	info, err := runtime.GetJob(ctx, b.pool, xb)
-	if err != nil || info.Status != runtime.StatusCancelled || len(info.Errors) != 2 || info.Errors[1].At.IsZero() {
-		t.Fatalf("xb: %+v, %v; want cancelled with two failed attempts on record", info, err)
+	if err != nil || info.Status != runtime.StatusCancelled || len(info.Errors) != 3 || !info.Errors[1].OperatorRetry ||
+		info.Errors[2].OperatorRetry || info.Errors[2].At.IsZero() {
+		t.Fatalf("xb: %+v, %v; want cancelled with two failed attempts on record, the retry between them", info, err)
 	}
 	if got, want := started(), "[xb xb b2]"; got != want {
 		t.Fatalf("start order %s, want %s", got, want)
