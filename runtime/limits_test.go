@@ -53,6 +53,10 @@ func TestEnqueueFunctionRefusesOversizeJobs(t *testing.T) {
 	}{
 		{"an oversize payload", ones(job([]json.RawMessage{small, overLimit}, nil)),
 			"54000", "job 2: payload is 8388609 bytes, more than the 8388608 allowed"},
+		// 64 numbers of 131,072 digits: 600 bytes sent, 8 MiB and more printed.
+		{"a payload whose numbers print past the limit", ones(job([]json.RawMessage{
+			json.RawMessage("[" + strings.TrimSuffix(strings.Repeat("1e131071,", 64), ",") + "]")}, nil)),
+			"54000", "job 1: payload is 8388736 bytes, more than the 8388608 allowed"},
 		{"oversize metadata", ones(job([]json.RawMessage{small, small}, []json.RawMessage{nil, meta(strings.Repeat("m", runtime.MaxMetadataBytes))})),
 			"54000", "job 2: metadata is 16385 bytes, more than the 16384 allowed"},
 		{"metadata with a value that is not a string", ones(job([]json.RawMessage{small}, []json.RawMessage{json.RawMessage(`{"k":{"deep":1}}`)})),
