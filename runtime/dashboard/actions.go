@@ -18,7 +18,7 @@ const backField = "back"
 // redirectBack answers an action with a 303 to the page it came from, with
 // the flash that says what it did: a page of this dashboard only, else the
 // queues page.
-func (h *handler) redirectBack(w http.ResponseWriter, r *http.Request, done string, n int64) {
+func (h *handler) redirectBack(w http.ResponseWriter, r *http.Request, done string, n int64, more ...int64) {
 	page, q, ok := backPage(r.PostForm.Get(backField))
 	if !ok {
 		page, q = "/", url.Values{}
@@ -26,6 +26,9 @@ func (h *handler) redirectBack(w http.ResponseWriter, r *http.Request, done stri
 	q = withoutFlash(q)
 	q.Set("done", done)
 	q.Set("n", strconv.FormatInt(n, 10))
+	if len(more) > 0 {
+		q.Set("m", strconv.FormatInt(more[0], 10))
+	}
 	to := url.URL{Path: h.base + page, RawQuery: q.Encode()}
 	http.Redirect(w, r, to.String(), http.StatusSeeOther)
 }
@@ -64,43 +67,52 @@ func dashboardPage(p string) bool {
 }
 
 // jobAction runs a change to the job in the path, which returns the flash
-// that says what it did.
-func (h *handler) jobAction(w http.ResponseWriter, r *http.Request, what string, do func(context.Context, runtime.JobID) (string, error)) {
+// that says what it did, and the other job that flash names, if any.
+func (h *handler) jobAction(w http.ResponseWriter, r *http.Request, what string, do func(context.Context, runtime.JobID) (string, int64, error)) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil {
 		http.Error(w, "400 Bad Request: "+strconv.Quote(r.PathValue("id"))+" is not a job id", http.StatusBadRequest)
 		return
 	}
-	done, err := do(r.Context(), runtime.JobID(id))
+	done, other, err := do(r.Context(), runtime.JobID(id))
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	h.log.InfoContext(r.Context(), "pgtask dashboard: "+what+" job", "job", id, "outcome", done, "user", authUser(r))
+	if other != 0 {
+		h.redirectBack(w, r, done, id, other)
+		return
+	}
 	h.redirectBack(w, r, done, id)
 }
 
 func (h *handler) retryJob(w http.ResponseWriter, r *http.Request) {
-	h.jobAction(w, r, "retry", func(ctx context.Context, id runtime.JobID) (string, error) {
+	h.jobAction(w, r, "retry", func(ctx context.Context, id runtime.JobID) (string, int64, error) {
 		ok, err := runtime.RetryJob(ctx, h.db, id)
-		return map[bool]string{true: "retried", false: "not-retried"}[ok], err
+		// A unique key another job holds now is the job's state, not a
+		// failure of the dashboard's: the page names the job that holds it.
+		if conflict := (*runtime.RetryConflict)(nil); errors.As(err, &conflict) {
+			return "not-retried-unique", int64(conflict.HeldBy), nil
+		}
+		return map[bool]string{true: "retried", false: "not-retried"}[ok], 0, err
 	})
 }
 
 // cancelJob cancels a job; for a running one, that asks its worker to
 // cancel the attempt, which the flash says.
 func (h *handler) cancelJob(w http.ResponseWriter, r *http.Request) {
-	h.jobAction(w, r, "cancel", func(ctx context.Context, id runtime.JobID) (string, error) {
+	h.jobAction(w, r, "cancel", func(ctx context.Context, id runtime.JobID) (string, int64, error) {
 		job, err := runtime.GetJob(ctx, h.db, id)
 		running := err == nil && job.Status == runtime.StatusStarted
 		ok, err := runtime.CancelJob(ctx, h.db, id)
 		switch {
 		case err != nil || !ok:
-			return "not-cancelled", err
+			return "not-cancelled", 0, err
 		case running:
-			return "cancel-asked", nil
+			return "cancel-asked", 0, nil
 		}
-		return "cancelled", nil
+		return "cancelled", 0, nil
 	})
 }
 
@@ -117,6 +129,14 @@ func (h *handler) bulkAction(w http.ResponseWriter, r *http.Request, what string
 		return
 	}
 	n, err := do(r.Context(), h.db, f.jobFilter(), nil)
+	// Jobs whose unique keys other jobs hold now are left as they are; the
+	// rest were retried, and the page says how many of each.
+	var conflicts *runtime.RetryConflictsError
+	if errors.As(err, &conflicts) {
+		h.log.InfoContext(r.Context(), "pgtask dashboard: "+what+" jobs", "filter", f.values().Encode(), "changed", n, "unique_key_held", len(conflicts.Conflicts), "user", authUser(r))
+		h.redirectBack(w, r, what+"-many-held", int64(n), int64(len(conflicts.Conflicts)))
+		return
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return

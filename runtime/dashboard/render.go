@@ -182,21 +182,24 @@ func trim(n int, s string) string {
 	return s
 }
 
-// flash messages: an action redirects back with done=<code> and n=<number>,
-// and the page shows the sentence. Only the code and a number travel in
-// the URL, so a link cannot make the page say anything else.
+// flash messages: an action redirects back with done=<code>, n=<number>
+// and, for a sentence with two numbers, m=<number>, and the page shows the
+// sentence. Only the code and numbers travel in the URL, so a link cannot
+// make the page say anything else.
 var flashes = map[string]string{
-	"retried":        "Job #%d is back in line with a fresh set of attempts.",
-	"not-retried":    "Job #%d was not retried: only failed and cancelled jobs can be.",
-	"cancelled":      "Job #%d is cancelled.",
-	"not-cancelled":  "Job #%d was not cancelled: it has finished (a failure that does not block its group included).",
-	"cancel-asked":   "Job #%d was running: its worker is asked to cancel the attempt, and the job ends cancelled unless the handler completes.",
-	"retried-many":   "Retried %d jobs.",
-	"cancelled-many": "Cancelled %d jobs.",
-	"paused":         "The queue is paused: no worker claims its jobs until it is resumed.",
-	"was-paused":     "The queue was paused already.",
-	"resumed":        "The queue is running again.",
-	"was-running":    "The queue was not paused.",
+	"retried":            "Job #%d is back in line with a fresh set of attempts.",
+	"not-retried":        "Job #%d was not retried: only failed and cancelled jobs can be.",
+	"not-retried-unique": "Job #%d was not retried: job #%d holds its unique key now.",
+	"cancelled":          "Job #%d is cancelled.",
+	"not-cancelled":      "Job #%d was not cancelled: it has finished (a failure that does not block its group included).",
+	"cancel-asked":       "Job #%d was running: its worker is asked to cancel the attempt, and the job ends cancelled unless the handler completes.",
+	"retried-many":       "Retried %d jobs.",
+	"retried-many-held":  "Retried %d jobs. %d others were not retried: other jobs hold their unique keys now (pgtask retry names them).",
+	"cancelled-many":     "Cancelled %d jobs.",
+	"paused":             "The queue is paused: no worker claims its jobs until it is resumed.",
+	"was-paused":         "The queue was paused already.",
+	"resumed":            "The queue is running again.",
+	"was-running":        "The queue was not paused.",
 }
 
 func flashText(q url.Values) string {
@@ -211,11 +214,19 @@ func flashText(q url.Values) string {
 	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf(format, n)
+	if strings.Count(format, "%d") == 1 {
+		return fmt.Sprintf(format, n)
+	}
+	m, err := strconv.ParseInt(q.Get("m"), 10, 64)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf(format, n, m)
 }
 
 func withoutFlash(q url.Values) url.Values {
 	q.Del("done")
 	q.Del("n")
+	q.Del("m")
 	return q
 }
