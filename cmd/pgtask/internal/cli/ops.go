@@ -396,6 +396,21 @@ func bulkCommand(ctx context.Context, name string, args []string, stdout, stderr
 	}
 	n, err := what.do(ctx, conn, jf, progress)
 	fmt.Fprintln(stderr)
+	// Jobs whose unique keys other jobs hold now were left as they are, and
+	// every other job was retried: name each, as byID does.
+	var conflicts *runtime.RetryConflictsError
+	if errors.As(err, &conflicts) {
+		for _, k := range conflicts.Conflicts {
+			fmt.Fprintf(stderr, "pgtask %s: job %d not retried: job %d holds its unique key now\n", name, k.Job, k.HeldBy)
+		}
+		if err := printCount(c, stdout, what.done, n); err != nil {
+			return err
+		}
+		if f.allowNone {
+			return nil
+		}
+		return fmt.Errorf("%d of the jobs matched not %s: other jobs hold their unique keys now", len(conflicts.Conflicts), what.done)
+	}
 	if err != nil {
 		return err
 	}
@@ -432,6 +447,11 @@ func byID(ctx context.Context, c *command, name string, one func(context.Context
 	n := 0
 	for _, id := range ids {
 		changed, err := one(ctx, conn, id)
+		var conflict *runtime.RetryConflict
+		if errors.As(err, &conflict) {
+			fmt.Fprintf(stderr, "pgtask %s: job %d not retried: job %d holds its unique key now\n", name, id, conflict.HeldBy)
+			continue
+		}
 		if err != nil {
 			return err
 		}
