@@ -11,14 +11,17 @@ import (
 const redacted = "xxxxx"
 
 var (
-	// urlPassword matches a URL's user and password, up to the @ that
-	// ends them: postgres://user:password@host.
-	urlPassword = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://[^:@/\s]*):[^@\s/]*@`)
-	// queryPassword matches a password in a URL's query: ?password=...&.
-	queryPassword = regexp.MustCompile(`(?i)([?&]password=)[^&#\s"'` + "`" + `]*`)
+	// urlPassword matches a URL's user and password, up to the last @
+	// before the host (a password may hold an unescaped @):
+	// postgres://user:password@host.
+	urlPassword = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://[^:@/\s]*):[^\s/]*@`)
+	// queryPassword matches a password in a URL's query: ?password=...&,
+	// and sslpassword likewise.
+	queryPassword = regexp.MustCompile(`(?i)([?&](?:ssl)?password=)[^&#\s"'` + "`" + `]*`)
 	// settingPassword matches a password among key=value settings:
-	// password=value or password='quoted value', with spaces around = or not.
-	settingPassword = regexp.MustCompile(`(?i)(^|[\s"'` + "`" + `])(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+	// password=value or password='quoted value', with spaces around = or
+	// not; sslpassword likewise.
+	settingPassword = regexp.MustCompile(`(?i)(^|[\s"'` + "`" + `])((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
 )
 
 // redact returns s with every database password it holds replaced by
