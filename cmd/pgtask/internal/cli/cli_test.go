@@ -153,9 +153,9 @@ func TestMigrateGrantsRoles(t *testing.T) {
 	}
 }
 
-// The README's Roles section shows what migrate -print prints for a newly
+// The roles page (docs/roles.md) shows what migrate -print prints for a newly
 // migrated database; it must stay what it prints, as functions come.
-func TestReadmeShowsWhatMigratePrints(t *testing.T) {
+func TestRolesPageShowsWhatMigratePrints(t *testing.T) {
 	t.Parallel()
 	url := pgtasktest.NewDatabase(t)
 	code, out, errOut := run(t, "migrate", "-database-url", url, "-print", "-own-jobs-only",
@@ -163,12 +163,12 @@ func TestReadmeShowsWhatMigratePrints(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("migrate -print: code %d, stderr %q", code, errOut)
 	}
-	readme, err := os.ReadFile("../../../../README.md")
+	page, err := os.ReadFile("../../../../docs/roles.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), "```sql\n"+out+"```\n") {
-		t.Errorf("README.md's Roles section does not show what migrate -print prints now; replace its script with:\n%s", out)
+	if !strings.Contains(string(page), "```sql\n"+out+"```\n") {
+		t.Errorf("docs/roles.md does not show what migrate -print prints now; replace its script with:\n%s", out)
 	}
 }
 
