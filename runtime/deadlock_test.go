@@ -71,8 +71,8 @@ func testOpenEnqueueTransaction(t *testing.T, batch int) {
 // attempt: no deadlock aborts a job transaction. Each transaction runs one
 // job, so it enqueues in one statement: a batch whose handlers enqueue into
 // several groups without rows, in an order another batch reverses, can
-// deadlock like inserts of the same unique keys (see the README's
-// guarantees).
+// deadlock like inserts of the same unique keys (see the guarantees in
+// docs/how-it-works.md).
 func TestHandlersEnqueueingAcrossGroupsDoNotDeadlock(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

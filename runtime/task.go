@@ -3,7 +3,7 @@ package runtime
 import "errors"
 
 // Task marks a struct as a task: embed it, with the task's settings in the
-// tag of the embedded field, and run `pgtask gen` (see the README):
+// tag of the embedded field, and run `pgtask gen` (see docs/tasks.md):
 //
 //	type SendEmail struct {
 //		runtime.Task `task:"send_email,queue=emails,max_attempts=5,timeout=30s"`

@@ -27,13 +27,13 @@ import (
 	"github.com/pgtask/pgtask/runtime/pgtasktest"
 )
 
-// screenshots is where the test saves a picture of each page; the README
-// shows one.
+// screenshots is where the test saves a picture of each page;
+// docs/dashboard.md shows one.
 const screenshots = "../../docs/screenshots"
 
 // writeScreenshots asks for the screenshots in docs/screenshots, which are
 // tracked: without it they go to a temporary folder.
-var writeScreenshots = flag.Bool("screenshots", false, "save the screenshots of the pages into docs/screenshots (tracked files the README shows)")
+var writeScreenshots = flag.Bool("screenshots", false, "save the screenshots of the pages into docs/screenshots (tracked files docs/dashboard.md shows)")
 
 // screenshotDir is the folder the test's screenshots go to: docs/screenshots
 // with -screenshots, a temporary one otherwise.

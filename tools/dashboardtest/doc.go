@@ -3,7 +3,7 @@
 // (chromedp), with page scripts disabled. Its test walks the pages, checks
 // what a person sees, retries a failed job and pauses a queue through the
 // forms, and takes a screenshot of each page: into a temporary folder, or
-// into docs/screenshots (which the README shows) when run with
+// into docs/screenshots (which docs/dashboard.md shows) when run with
 // -screenshots:
 //
 //	go test ./tools/dashboardtest -run TestDashboardInChromium -screenshots

@@ -4,7 +4,7 @@
 //	                             processes, a producer, faults, then checks
 //	pgtask-chaos worker [flags]  one worker process; run starts these itself
 //
-// See the "Chaos suite" section of the README.
+// See docs/chaos.md.
 package main
 
 import (
