@@ -127,7 +127,7 @@ func TestMisuseFailsToCompile(t *testing.T) {
 
 // The committed generated code of the examples is what the generator makes now.
 func TestExamplesAreCurrent(t *testing.T) {
-	for _, dir := range []string{"../../../../examples/quickstart/tasks", "../../../../examples/ledger"} {
+	for _, dir := range []string{"../../../../examples/quickstart/tasks", "../../../../examples/ledger", "../../../../examples/tour/tasks"} {
 		got, err := Generate(dir, DefaultOutput)
 		if err != nil {
 			t.Fatal(err)

@@ -1,0 +1,24 @@
+// Package tasks declares the tasks of the code the docs pages show:
+// docs/tasks.md declares those in tasks.go, the other pages those here. The
+// docs' code uses them, so that it compiles (docs/docs_test.go checks each
+// page's code block against the file it comes from).
+package tasks
+
+import (
+	"time"
+
+	"github.com/pgtask/pgtask/runtime"
+)
+
+type Invite struct {
+	runtime.Task `task:"invite,unique_window=24h"`
+	Team         string `json:"team" task:"group,unique"`
+	Email        string `json:"email" task:"unique" validate:"required,email"`
+	Note         string `json:"note"` // not part of the key
+}
+
+// Report is the nightly report that docs/unique-and-periodic.md schedules.
+type Report struct {
+	runtime.Task `task:"report"`
+	Day          time.Time `json:"day"`
+}
