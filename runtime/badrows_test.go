@@ -14,13 +14,13 @@ import (
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
 
-// longQueue is over the bound migration 0003 put on queue names.
+// longQueue is over the bound on queue names (jobs_queue_bounded).
 var longQueue = strings.Repeat("q", runtime.MaxQueueBytes+1)
 
 // insertOverBound stores, as code from before the bound could have, a job
-// of longQueue delayed by delayUs, and puts the bound back NOT VALID, as
-// the migration left it: the row breaks it, and no change to the row can
-// be written.
+// of longQueue delayed by delayUs, and puts the bound back NOT VALID, as a
+// migration adding it to a table that held such rows would: the row breaks
+// it, and no change to the row can be written.
 func insertOverBound(t *testing.T, b *bundle, delayUs int64) int64 {
 	t.Helper()
 	var id int64

@@ -11,6 +11,10 @@ import (
 // ApplyFunctionFiles lets tests apply function files of their own making.
 var ApplyFunctionFiles = applyFunctionFiles
 
+// MigrateWith lets tests migrate with migrations of their own making after
+// pgtask's, as a later release appends them.
+var MigrateWith = migrate
+
 // JSONBRefusal lets the fuzz test compare the payload check with the
 // server's jsonb input.
 var JSONBRefusal = jsonbRefusal

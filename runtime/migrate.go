@@ -155,6 +155,11 @@ func Migrate(ctx context.Context, db Beginner) (*MigrateReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	return migrate(ctx, db, migrations, functions)
+}
+
+// migrate is Migrate with the migrations and function files given.
+func migrate(ctx context.Context, db Beginner, migrations []Migration, functions []schema.FunctionFile) (*MigrateReport, error) {
 	began := time.Now()
 	var delay retryDelay
 	for tries := 1; ; tries++ {

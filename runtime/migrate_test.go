@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 	"github.com/pgtask/pgtask/runtime/pgtasktest"
@@ -126,42 +126,47 @@ func TestFunctionFilesOnlyMoveForward(t *testing.T) {
 	}
 }
 
-// A database of the first release, with jobs in it, is brought up to date:
-// the migrations after 0001 and every function file are applied, and its
-// jobs are worked by the current code.
-func TestMigrateFromFirstRelease(t *testing.T) {
+// A database with jobs in it is brought up to date by a later release: the
+// migration it appends after the baseline and the function files whose
+// revisions rose are applied, once, and its jobs are worked by the current
+// code.
+func TestMigrateAppliesALaterMigrationToADatabaseWithJobs(t *testing.T) {
 	t.Parallel()
-	pool, migrations := firstReleasePool(t)
+	b := setup(t)
 	ctx := context.Background()
-	first := enqueue(t, pool, "work", map[string]int{"n": 1}, runtime.WithGroup("g"))
-	second := enqueue(t, pool, "work", map[string]int{"n": 2}, runtime.WithGroup("g"))
+	first := enqueue(t, b.pool, "work", map[string]int{"n": 1}, runtime.WithGroup("g"))
+	second := enqueue(t, b.pool, "work", map[string]int{"n": 2}, runtime.WithGroup("g"))
 
-	report, err := runtime.Migrate(ctx, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []int
-	for _, m := range migrations[2:] {
-		want = append(want, m.Version)
-	}
+	migrations, later := laterMigrations(t)
 	files, err := schema.FunctionFiles()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(report.Migrations, want) || len(report.Functions) != len(files) {
-		t.Fatalf("migrated %+v, want migrations %v and all %d function files", report, want, len(files))
+	var raised []runtime.FunctionFileRevision
+	for i := range files {
+		files[i].Revision++
+		raised = append(raised, runtime.FunctionFileRevision{Name: files[i].Name, Revision: files[i].Revision})
+	}
+	report, err := runtime.MigrateWith(ctx, b.pool, migrations, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(report.Migrations, []int{later.Version}) || !slices.Equal(report.Functions, raised) {
+		t.Fatalf("migrated %+v, want migration %d and every function file at its raised revision", report, later.Version)
+	}
+	again, err := runtime.MigrateWith(ctx, b.pool, migrations, files)
+	if err != nil || again.Changed() {
+		t.Fatalf("second migration applied %v, %v; want nothing", again, err)
 	}
 
 	var ran []runtime.JobID
 	var mu sync.Mutex
-	url := pool.Config().ConnString()
-	startWorker(t, url, runtime.Config{}, runtime.Registration{Kind: "work", Handler: func(ctx context.Context, job *runtime.Job) error {
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{Kind: "work", Handler: func(ctx context.Context, job *runtime.Job) error {
 		mu.Lock()
 		defer mu.Unlock()
 		ran = append(ran, job.ID)
 		return nil
 	}})
-	b := newBundle(url, pool)
 	b.waitStatus(t, second, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	mu.Lock()
 	defer mu.Unlock()
@@ -198,27 +203,21 @@ func TestPreviousReleaseClaimSeesItsClaim(t *testing.T) {
 	}
 }
 
-// firstReleasePool returns a pool on a database migrated as the first
-// release left it (the bootstrap and 0001 only), and all the migrations.
-func firstReleasePool(t *testing.T) (*pgxpool.Pool, []runtime.Migration) {
+// laterMigrations returns pgtask's migrations followed by one that a later
+// release might append (schema/testdata/later_migration.sql), and that one.
+// Like most, it takes an exclusive lock on pgtask.jobs.
+func laterMigrations(t *testing.T) ([]runtime.Migration, runtime.Migration) {
 	t.Helper()
-	pool := emptyPool(t)
-	ctx := context.Background()
 	migrations, err := runtime.Migrations()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range migrations[:2] {
-		if _, err := pool.Exec(ctx, m.SQL); err != nil {
-			t.Fatalf("apply %04d: %v", m.Version, err)
-		}
-		if m.Version > 0 {
-			if err := gen.New(pool).RecordMigration(ctx, gen.RecordMigrationParams{Version: int32(m.Version), Name: m.Name}); err != nil {
-				t.Fatal(err)
-			}
-		}
+	body, err := os.ReadFile("../schema/testdata/later_migration.sql")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return pool, migrations
+	later := runtime.Migration{Version: migrations[len(migrations)-1].Version + 1, Name: "later", SQL: string(body)}
+	return append(migrations, later), later
 }
 
 // A migration that needs a lock a long transaction holds waits for it only
@@ -226,13 +225,18 @@ func firstReleasePool(t *testing.T) (*pgxpool.Pool, []runtime.Migration) {
 // between. It applies once the transaction ends.
 func TestMigrationBehindALongTransactionLetsEnqueuesThrough(t *testing.T) {
 	t.Parallel()
-	pool, _ := firstReleasePool(t)
+	pool := setup(t).pool
+	migrations, _ := laterMigrations(t)
+	functions, err := schema.FunctionFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	blocker := holdJobsTable(t, pool)
 
 	migrated := make(chan error, 1)
 	go func() {
-		_, err := runtime.Migrate(ctx, pool)
+		_, err := runtime.MigrateWith(ctx, pool, migrations, functions)
 		migrated <- err
 	}()
 	// Each of these waits behind the migration's lock request while it
@@ -268,11 +272,16 @@ func TestMigrationBehindALongTransactionLetsEnqueuesThrough(t *testing.T) {
 // the session holding them.
 func TestMigrationThatCannotLockNamesTheHolder(t *testing.T) {
 	t.Parallel()
-	pool, _ := firstReleasePool(t)
+	pool := setup(t).pool
+	migrations, _ := laterMigrations(t)
+	functions, err := schema.FunctionFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
 	blocker := holdJobsTable(t, pool)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
-	_, err := runtime.Migrate(ctx, pool)
+	_, err = runtime.MigrateWith(ctx, pool, migrations, functions)
 	if !errors.Is(err, runtime.ErrMigrationLocked) {
 		t.Fatalf("Migrate: %v, want ErrMigrationLocked", err)
 	}

@@ -40,8 +40,8 @@ type Roles struct {
 	// OwnJobsOnly limits what a producer reads to the jobs enqueued by its
 	// session's login role (session_user, recorded with each job), by
 	// row-level security on pgtask.jobs; others' jobs are not found. Jobs
-	// enqueued before migration 0009, and by workers (periodic jobs,
-	// handlers), are none of a producer's. A role that is also the worker
+	// enqueued by workers (periodic jobs, handlers) are none of a
+	// producer's. A role that is also the worker
 	// or the admin reads every job.
 	OwnJobsOnly bool
 	// Create creates those of the roles that do not exist, as LOGIN roles

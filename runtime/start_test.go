@@ -77,13 +77,20 @@ func TestNewWorkerFailsOnAnOlderSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
-	// Migrations of an older release only.
-	pool, _ := firstReleasePool(t)
-	err := startError(t, pool.Config().ConnString(), runtime.Config{})
+	// The bootstrap only, without the baseline migration.
+	pool := emptyPool(t)
+	migrations, err := runtime.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, migrations[0].SQL); err != nil {
+		t.Fatal(err)
+	}
+	err = startError(t, pool.Config().ConnString(), runtime.Config{})
 	if !errors.Is(err, runtime.ErrSchemaNotCurrent) {
 		t.Errorf("error %v is not ErrSchemaNotCurrent", err)
 	}
-	wantErrorText(t, err, "lacks migration 0002")
+	wantErrorText(t, err, "lacks migration 0001_baseline")
 
 	// Every migration, but a function file at an older revision.
 	b := setup(t)

@@ -100,7 +100,7 @@ SELECT pg_catalog.pg_notify(@channel::text, @payload::text);
 
 -- name: SetGroupPendingFrom :exec
 -- Puts a group's bound where a race between two enqueues creating the group
--- can leave it: above a pending job of the group (see migration 0010).
+-- can leave it: above a pending job of the group (see pending_from).
 UPDATE pgtask.queue_groups SET pending_from = @pending_from WHERE queue = @queue AND group_key = @group_key;
 
 -- name: CountSessionsNamed :one
@@ -125,7 +125,7 @@ UPDATE pgtask.jobs
 
 -- name: DropQueueBound :exec
 -- With RestoreQueueBoundNotValid: lets a test store what code from before
--- the bound on queue names (migration 0003) could have stored.
+-- the bound on queue names could have stored.
 ALTER TABLE pgtask.jobs DROP CONSTRAINT jobs_queue_bounded;
 
 -- name: RestoreQueueBoundNotValid :exec
@@ -133,7 +133,7 @@ ALTER TABLE pgtask.jobs ADD CONSTRAINT jobs_queue_bounded CHECK (octet_length(qu
 
 -- name: DropUniqueKeyBound :exec
 -- With RestoreUniqueKeyBoundNotValid: as DropQueueBound, for the bound on
--- unique keys (migration 0007).
+-- unique keys.
 ALTER TABLE pgtask.jobs DROP CONSTRAINT jobs_unique_key_bounded;
 
 -- name: RestoreUniqueKeyBoundNotValid :exec

@@ -274,7 +274,7 @@ ALTER TABLE pgtask.jobs DROP CONSTRAINT jobs_queue_bounded
 `
 
 // With RestoreQueueBoundNotValid: lets a test store what code from before
-// the bound on queue names (migration 0003) could have stored.
+// the bound on queue names could have stored.
 func (q *Queries) DropQueueBound(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, dropQueueBound)
 	return err
@@ -285,7 +285,7 @@ ALTER TABLE pgtask.jobs DROP CONSTRAINT jobs_unique_key_bounded
 `
 
 // With RestoreUniqueKeyBoundNotValid: as DropQueueBound, for the bound on
-// unique keys (migration 0007).
+// unique keys.
 func (q *Queries) DropUniqueKeyBound(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, dropUniqueKeyBound)
 	return err
@@ -513,7 +513,7 @@ type SetGroupPendingFromParams struct {
 }
 
 // Puts a group's bound where a race between two enqueues creating the group
-// can leave it: above a pending job of the group (see migration 0010).
+// can leave it: above a pending job of the group (see pending_from).
 func (q *Queries) SetGroupPendingFrom(ctx context.Context, arg SetGroupPendingFromParams) error {
 	_, err := q.db.Exec(ctx, setGroupPendingFrom, arg.PendingFrom, arg.Queue, arg.GroupKey)
 	return err
