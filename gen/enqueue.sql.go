@@ -11,57 +11,8 @@ import (
 )
 
 const InsertJobs = `-- name: InsertJobs :one
-SELECT pgtask.enqueue_jobs(
-    $1::jsonb[], $2::integer[], $3::integer[],
-    $4::text[], $5::text[], $6::smallint[], $7::integer[],
-    $8::boolean[], $9::text[], $10::bigint[],
-    $11::text[], $12::text[]
-)::bigint[] AS ids
-`
-
-type InsertJobsParams struct {
-	Payloads        []json.RawMessage `db:"payloads"`
-	Settings        []int32           `db:"settings"`
-	Groups          []int32           `db:"groups"`
-	Kinds           []string          `db:"kinds"`
-	Queues          []string          `db:"queues"`
-	Priorities      []int16           `db:"priorities"`
-	MaxAttempts     []int32           `db:"max_attempts"`
-	FailBlocksGroup []bool            `db:"fail_blocks_group"`
-	RunAt           []string          `db:"run_at"`
-	DelayUs         []int64           `db:"delay_us"`
-	GroupQueues     []string          `db:"group_queues"`
-	GroupKeys       []string          `db:"group_keys"`
-}
-
-// Inserts a batch of jobs in one round trip; see pgtask.enqueue_jobs. Each
-// job names its settings by their 1-based position in kinds..delay_us and
-// its group by its position in group_queues/group_keys (0: ungrouped); an
-// empty run_at means "now plus the delay". It runs on the schema of the
-// previous release too, so producers may be deployed before the migration.
-func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) ([]int64, error) {
-	row := q.db.QueryRow(ctx, InsertJobs,
-		arg.Payloads,
-		arg.Settings,
-		arg.Groups,
-		arg.Kinds,
-		arg.Queues,
-		arg.Priorities,
-		arg.MaxAttempts,
-		arg.FailBlocksGroup,
-		arg.RunAt,
-		arg.DelayUs,
-		arg.GroupQueues,
-		arg.GroupKeys,
-	)
-	var ids []int64
-	err := row.Scan(&ids)
-	return ids, err
-}
-
-const InsertJobsV3 = `-- name: InsertJobsV3 :one
 SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
-  FROM pgtask.enqueue_jobs_v3(
+  FROM pgtask.enqueue_jobs(
     $1::jsonb[], $2::integer[], $3::integer[],
     $4::text[], $5::text[], $6::smallint[], $7::integer[],
     $8::boolean[], $9::text[], $10::bigint[],
@@ -71,7 +22,7 @@ SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
   ) e
 `
 
-type InsertJobsV3Params struct {
+type InsertJobsParams struct {
 	Payloads        []json.RawMessage `db:"payloads"`
 	Settings        []int32           `db:"settings"`
 	Groups          []int32           `db:"groups"`
@@ -90,17 +41,20 @@ type InsertJobsV3Params struct {
 	Metadata        []json.RawMessage `db:"metadata"`
 }
 
-type InsertJobsV3Row struct {
+type InsertJobsRow struct {
 	Ids     []int64 `db:"ids"`
 	Existed []bool  `db:"existed"`
 }
 
-// InsertJobs for a batch with unique jobs or metadata (see
-// pgtask.enqueue_jobs_v3): unique_keys has one per job (empty for none),
-// unique_windows_us and unique_statuses one per set of settings; metadata
-// one per job (NULL for none), or NULL for none in the batch.
-func (q *Queries) InsertJobsV3(ctx context.Context, arg InsertJobsV3Params) (InsertJobsV3Row, error) {
-	row := q.db.QueryRow(ctx, InsertJobsV3,
+// Inserts a batch of jobs in one round trip; see pgtask.enqueue_jobs. Each
+// job names its settings by their 1-based position in kinds..delay_us and
+// its group by its position in group_queues/group_keys (0: ungrouped); an
+// empty run_at means "now plus the delay". unique_keys has one per job
+// (empty for none, or NULL for none in the batch), unique_windows_us and
+// unique_statuses one per set of settings; metadata one per job (NULL for
+// none), or NULL for none in the batch.
+func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) (InsertJobsRow, error) {
+	row := q.db.QueryRow(ctx, InsertJobs,
 		arg.Payloads,
 		arg.Settings,
 		arg.Groups,
@@ -118,7 +72,7 @@ func (q *Queries) InsertJobsV3(ctx context.Context, arg InsertJobsV3Params) (Ins
 		arg.UniqueStatuses,
 		arg.Metadata,
 	)
-	var i InsertJobsV3Row
+	var i InsertJobsRow
 	err := row.Scan(&i.Ids, &i.Existed)
 	return i, err
 }

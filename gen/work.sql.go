@@ -104,8 +104,8 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
-  FROM pgtask.claim_jobs_v4($1, $2, $3, $4::smallint, $5::bigint,
-                            $6::bigint, $7::text[])
+  FROM pgtask.claim_jobs($1, $2, $3, $4::smallint, $5::bigint,
+                         $6::bigint, $7::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
             run_after, metadata)
 `
@@ -136,7 +136,7 @@ type ClaimJobsRow struct {
 }
 
 // Claims up to @max jobs of a queue and counts their attempt (see
-// pgtask.claim_jobs_v4; the cursor is the last head the worker claimed, or
+// pgtask.claim_jobs; the cursor is the last head the worker claimed, or
 // NULL; kinds are those the worker has handlers for, or NULL for any).
 // Run on its own, the statement commits before any
 // handler runs; run at the end of a job transaction, that transaction's
@@ -189,9 +189,9 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
-  FROM pgtask.claim_leased_jobs_v3($1, $2, $3, $4::bigint,
-                                $5::smallint, $6::bigint, $7::bigint,
-                                $8::integer, $9::text[])
+  FROM pgtask.claim_leased_jobs($1, $2, $3, $4::bigint,
+                                 $5::smallint, $6::bigint, $7::bigint,
+                                 $8::integer, $9::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
             run_after, metadata)
 `
@@ -224,7 +224,7 @@ type ClaimLeasedJobsRow struct {
 }
 
 // Claims up to @max jobs with a lease, runnable heads and the runs behind
-// them (see pgtask.claim_leased_jobs_v3), of the kinds the worker has
+// them (see pgtask.claim_leased_jobs), of the kinds the worker has
 // handlers for (NULL: any); sent with a batch's outcomes and its commit.
 func (q *Queries) ClaimLeasedJobs(ctx context.Context, arg ClaimLeasedJobsParams) ([]ClaimLeasedJobsRow, error) {
 	rows, err := q.db.Query(ctx, ClaimLeasedJobs,
@@ -326,7 +326,7 @@ func (q *Queries) ExpireLeases(ctx context.Context, arg ExpireLeasesParams) ([]i
 
 const ExtendLeases = `-- name: ExtendLeases :many
 SELECT e.id::bigint AS id
-  FROM pgtask.extend_leases_v2($1::bigint[], $2::integer[], $3::bigint[], $4::bigint) AS e(id)
+  FROM pgtask.extend_leases($1::bigint[], $2::integer[], $3::bigint[], $4::bigint) AS e(id)
 `
 
 type ExtendLeasesParams struct {
@@ -337,7 +337,7 @@ type ExtendLeasesParams struct {
 }
 
 // Extends the leases of claimed attempts, each fenced by its attempt and
-// its claim's token (see pgtask.extend_leases_v2).
+// its claim's token (see pgtask.extend_leases).
 func (q *Queries) ExtendLeases(ctx context.Context, arg ExtendLeasesParams) ([]int64, error) {
 	rows, err := q.db.Query(ctx, ExtendLeases,
 		arg.Ids,

@@ -2,22 +2,12 @@
 -- Inserts a batch of jobs in one round trip; see pgtask.enqueue_jobs. Each
 -- job names its settings by their 1-based position in kinds..delay_us and
 -- its group by its position in group_queues/group_keys (0: ungrouped); an
--- empty run_at means "now plus the delay". It runs on the schema of the
--- previous release too, so producers may be deployed before the migration.
-SELECT pgtask.enqueue_jobs(
-    @payloads::jsonb[], @settings::integer[], @groups::integer[],
-    @kinds::text[], @queues::text[], @priorities::smallint[], @max_attempts::integer[],
-    @fail_blocks_group::boolean[], @run_at::text[], @delay_us::bigint[],
-    @group_queues::text[], @group_keys::text[]
-)::bigint[] AS ids;
-
--- name: InsertJobsV3 :one
--- InsertJobs for a batch with unique jobs or metadata (see
--- pgtask.enqueue_jobs_v3): unique_keys has one per job (empty for none),
--- unique_windows_us and unique_statuses one per set of settings; metadata
--- one per job (NULL for none), or NULL for none in the batch.
+-- empty run_at means "now plus the delay". unique_keys has one per job
+-- (empty for none, or NULL for none in the batch), unique_windows_us and
+-- unique_statuses one per set of settings; metadata one per job (NULL for
+-- none), or NULL for none in the batch.
 SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
-  FROM pgtask.enqueue_jobs_v3(
+  FROM pgtask.enqueue_jobs(
     @payloads::jsonb[], @settings::integer[], @groups::integer[],
     @kinds::text[], @queues::text[], @priorities::smallint[], @max_attempts::integer[],
     @fail_blocks_group::boolean[], @run_at::text[], @delay_us::bigint[],

@@ -1,6 +1,6 @@
 -- name: ClaimJobs :many
 -- Claims up to @max jobs of a queue and counts their attempt (see
--- pgtask.claim_jobs_v4; the cursor is the last head the worker claimed, or
+-- pgtask.claim_jobs; the cursor is the last head the worker claimed, or
 -- NULL; kinds are those the worker has handlers for, or NULL for any).
 -- Run on its own, the statement commits before any
 -- handler runs; run at the end of a job transaction, that transaction's
@@ -11,8 +11,8 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
-  FROM pgtask.claim_jobs_v4(@queue, @max, @worker_id, sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint,
-                            sqlc.narg(token)::bigint, sqlc.narg(kinds)::text[])
+  FROM pgtask.claim_jobs(@queue, @max, @worker_id, sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint,
+                         sqlc.narg(token)::bigint, sqlc.narg(kinds)::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
             run_after, metadata);
 
@@ -123,24 +123,24 @@ COMMIT;
 
 -- name: ClaimLeasedJobs :many
 -- Claims up to @max jobs with a lease, runnable heads and the runs behind
--- them (see pgtask.claim_leased_jobs_v3), of the kinds the worker has
+-- them (see pgtask.claim_leased_jobs), of the kinds the worker has
 -- handlers for (NULL: any); sent with a batch's outcomes and its commit.
 SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
-  FROM pgtask.claim_leased_jobs_v3(@queue, @max, @worker_id, @lease_ms::bigint,
-                                sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint, @token::bigint,
-                                @run_max::integer, sqlc.narg(kinds)::text[])
+  FROM pgtask.claim_leased_jobs(@queue, @max, @worker_id, @lease_ms::bigint,
+                                 sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint, @token::bigint,
+                                 @run_max::integer, sqlc.narg(kinds)::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
             run_after, metadata);
 
 -- name: ExtendLeases :many
 -- Extends the leases of claimed attempts, each fenced by its attempt and
--- its claim's token (see pgtask.extend_leases_v2).
+-- its claim's token (see pgtask.extend_leases).
 SELECT e.id::bigint AS id
-  FROM pgtask.extend_leases_v2(@ids::bigint[], @attempts::integer[], @tokens::bigint[], @lease_ms::bigint) AS e(id);
+  FROM pgtask.extend_leases(@ids::bigint[], @attempts::integer[], @tokens::bigint[], @lease_ms::bigint) AS e(id);
 
 -- name: ExpireLeases :many
 SELECT e.id::bigint AS id FROM pgtask.expire_leases(@max, @worker_id::integer) AS e(id);

@@ -80,26 +80,22 @@ func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
 	}
 	// The same statement with good rows works: the checks are not too strict.
 	// The unique batch's own arrays.
-	unique := func(keys []string, windows []int64, statuses []string) gen.InsertJobsV3Params {
+	unique := func(keys []string, windows []int64, statuses []string) gen.InsertJobsParams {
 		p := good()
-		return gen.InsertJobsV3Params{
-			Payloads: p.Payloads, Settings: p.Settings, Groups: p.Groups, Kinds: p.Kinds, Queues: p.Queues,
-			Priorities: p.Priorities, MaxAttempts: p.MaxAttempts, FailBlocksGroup: p.FailBlocksGroup,
-			RunAt: p.RunAt, DelayUs: p.DelayUs, GroupQueues: p.GroupQueues, GroupKeys: p.GroupKeys,
-			UniqueKeys: keys, UniqueWindowsUs: windows, UniqueStatuses: statuses,
-		}
+		p.UniqueKeys, p.UniqueWindowsUs, p.UniqueStatuses = keys, windows, statuses
+		return p
 	}
 	held := "scheduled,queued,started"
 	for _, c := range []struct {
 		name string
-		p    gen.InsertJobsV3Params
+		p    gen.InsertJobsParams
 		want string
 	}{
 		{"long unique key", unique([]string{strings.Repeat("u", 1300), ""}, []int64{0, 0}, []string{held, held}), "jobs_unique_key_bounded"},
 		{"unique arrays of different lengths", unique([]string{"u"}, []int64{0, 0}, []string{held, held}), "unique arrays differ in length"},
 		{"unique status that is not one", unique([]string{"u", ""}, []int64{0, 0}, []string{"queued,lost", held}), "invalid input value for enum"},
 	} {
-		_, err := b.gen.InsertJobsV3(ctx, c.p)
+		_, err := b.gen.InsertJobs(ctx, c.p)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v, want it to mention %q", c.name, err, c.want)
 		}
@@ -107,8 +103,8 @@ func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
 	if n := b.countJobs(t); n != 0 {
 		t.Fatalf("%d jobs inserted by refused unique statements", n)
 	}
-	if ids, err := b.gen.InsertJobs(ctx, good()); err != nil || len(ids) != 2 {
-		t.Fatalf("good rows: %v, %v", ids, err)
+	if row, err := b.gen.InsertJobs(ctx, good()); err != nil || len(row.Ids) != 2 {
+		t.Fatalf("good rows: %v, %v", row.Ids, err)
 	}
 }
 

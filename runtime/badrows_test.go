@@ -44,7 +44,7 @@ func withoutQueueBound(t *testing.T, b *bundle, f func()) {
 
 func insertLongQueueJob(t *testing.T, b *bundle, delayUs int64) int64 {
 	t.Helper()
-	r, err := b.gen.InsertJobsV3(context.Background(), gen.InsertJobsV3Params{
+	r, err := b.gen.InsertJobs(context.Background(), gen.InsertJobsParams{
 		Payloads: []json.RawMessage{json.RawMessage(`{}`)}, Settings: []int32{1}, Groups: []int32{0},
 		Kinds: []string{"k"}, Queues: []string{longQueue}, Priorities: []int16{0}, MaxAttempts: []int32{3},
 		FailBlocksGroup: []bool{false}, RunAt: []string{""}, DelayUs: []int64{delayUs},
@@ -218,7 +218,7 @@ func TestFinishedGroupsMoveOnPastARowThatBreaksAConstraint(t *testing.T) {
 	if err := b.q.DropUniqueKeyBound(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err := b.gen.InsertJobsV3(ctx, gen.InsertJobsV3Params{
+	r, err := b.gen.InsertJobs(ctx, gen.InsertJobsParams{
 		Payloads: []json.RawMessage{json.RawMessage(`{}`)}, Settings: []int32{1}, Groups: []int32{1},
 		Kinds: []string{"k"}, Queues: []string{"fine"}, Priorities: []int16{0}, MaxAttempts: []int32{3},
 		FailBlocksGroup: []bool{false}, RunAt: []string{""}, DelayUs: []int64{0},

@@ -221,23 +221,8 @@ func EnqueueResults(ctx context.Context, db DB, reqs []EnqueueRequest) ([]Enqueu
 		}
 		b.add(&r)
 	}
-	var ids []int64
-	var existed []bool
-	var err error
-	if b.p.UniqueKeys == nil && b.p.Metadata == nil {
-		p := b.p
-		ids, err = gen.New(db).InsertJobs(ctx, gen.InsertJobsParams{
-			Payloads: p.Payloads, Settings: p.Settings, Groups: p.Groups,
-			Kinds: p.Kinds, Queues: p.Queues, Priorities: p.Priorities, MaxAttempts: p.MaxAttempts,
-			FailBlocksGroup: p.FailBlocksGroup, RunAt: p.RunAt, DelayUs: p.DelayUs,
-			GroupQueues: p.GroupQueues, GroupKeys: p.GroupKeys,
-		})
-		existed = make([]bool, len(ids))
-	} else {
-		var row gen.InsertJobsV3Row
-		row, err = gen.New(db).InsertJobsV3(ctx, b.p)
-		ids, existed = row.Ids, row.Existed
-	}
+	row, err := gen.New(db).InsertJobs(ctx, b.p)
+	ids, existed := row.Ids, row.Existed
 	if err != nil {
 		return nil, fmt.Errorf("enqueue %d job(s): %w", len(reqs), err)
 	}
@@ -255,7 +240,7 @@ func EnqueueResults(ctx context.Context, db DB, reqs []EnqueueRequest) ([]Enqueu
 // group by position (1-based; group 0 is none), so a batch sends each
 // distinct set of settings and each group once.
 type batch struct {
-	p        gen.InsertJobsV3Params
+	p        gen.InsertJobsParams
 	settings map[jobSettings]int32
 	groups   map[groupRef]int32
 	last     jobSettings
@@ -279,7 +264,7 @@ type jobSettings struct {
 type groupRef struct{ queue, key string }
 
 func newBatch(n int) *batch {
-	return &batch{p: gen.InsertJobsV3Params{
+	return &batch{p: gen.InsertJobsParams{
 		Payloads: make([]json.RawMessage, 0, n), Settings: make([]int32, 0, n), Groups: make([]int32, 0, n),
 		Kinds: []string{}, Queues: []string{}, Priorities: []int16{}, MaxAttempts: []int32{},
 		FailBlocksGroup: []bool{}, RunAt: []string{}, DelayUs: []int64{},

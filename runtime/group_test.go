@@ -422,7 +422,7 @@ func TestBatchListingAGroupTwiceKeepsItsFirstJobAsHead(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	ids, err := b.gen.InsertJobs(ctx, gen.InsertJobsParams{
+	row, err := b.gen.InsertJobs(ctx, gen.InsertJobsParams{
 		Payloads: []json.RawMessage{json.RawMessage(`{}`), json.RawMessage(`{}`), json.RawMessage(`{}`)},
 		Settings: []int32{1, 1, 1}, Groups: []int32{2, 1, 2},
 		Kinds: []string{"k"}, Queues: []string{"q"}, Priorities: []int16{0},
@@ -432,6 +432,7 @@ func TestBatchListingAGroupTwiceKeepsItsFirstJobAsHead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ids := row.Ids
 	g, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: "q", GroupKey: "g"})
 	if err != nil {
 		t.Fatal(err)

@@ -24,16 +24,16 @@ func TestEnqueueFunctionRefusesOversizeJobs(t *testing.T) {
 	ctx := context.Background()
 	r := grantTestRoles(t, b, false)
 	g := gen.New(poolAs(t, b, r.Producer))
-	job := func(payloads []json.RawMessage, metadata []json.RawMessage) gen.InsertJobsV3Params {
+	job := func(payloads []json.RawMessage, metadata []json.RawMessage) gen.InsertJobsParams {
 		n := len(payloads)
-		return gen.InsertJobsV3Params{
+		return gen.InsertJobsParams{
 			Payloads: payloads, Settings: make([]int32, n), Groups: make([]int32, n),
 			Kinds: []string{"big"}, Queues: []string{"limits"}, Priorities: []int16{0}, MaxAttempts: []int32{1},
 			FailBlocksGroup: []bool{false}, RunAt: []string{""}, DelayUs: []int64{0},
 			GroupQueues: []string{}, GroupKeys: []string{}, Metadata: metadata,
 		}
 	}
-	ones := func(p gen.InsertJobsV3Params) gen.InsertJobsV3Params {
+	ones := func(p gen.InsertJobsParams) gen.InsertJobsParams {
 		for i := range p.Settings {
 			p.Settings[i] = 1
 		}
@@ -47,7 +47,7 @@ func TestEnqueueFunctionRefusesOversizeJobs(t *testing.T) {
 
 	for _, c := range []struct {
 		name     string
-		p        gen.InsertJobsV3Params
+		p        gen.InsertJobsParams
 		code     string
 		contains string
 	}{
@@ -62,7 +62,7 @@ func TestEnqueueFunctionRefusesOversizeJobs(t *testing.T) {
 		{"metadata with a value that is not a string", ones(job([]json.RawMessage{small}, []json.RawMessage{json.RawMessage(`{"k":{"deep":1}}`)})),
 			"22023", `job 1: metadata value of "k" is not a string`},
 	} {
-		_, err := g.InsertJobsV3(ctx, c.p)
+		_, err := g.InsertJobs(ctx, c.p)
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != c.code || !strings.Contains(pgErr.Message, c.contains) {
 			t.Errorf("%s: %v; want SQLSTATE %s saying %q", c.name, err, c.code, c.contains)
@@ -73,7 +73,7 @@ func TestEnqueueFunctionRefusesOversizeJobs(t *testing.T) {
 	}
 
 	// At the limits, accepted.
-	res, err := g.InsertJobsV3(ctx, ones(job([]json.RawMessage{atLimit, small},
+	res, err := g.InsertJobs(ctx, ones(job([]json.RawMessage{atLimit, small},
 		[]json.RawMessage{nil, meta(strings.Repeat("m", runtime.MaxMetadataBytes-1))})))
 	if err != nil || len(res.Ids) != 2 {
 		t.Fatalf("a payload and metadata at the limits: %+v, %v; want both stored", res, err)

@@ -175,34 +175,6 @@ func TestMigrateAppliesALaterMigrationToADatabaseWithJobs(t *testing.T) {
 	}
 }
 
-// Workers of the previous release claim through claim_jobs, kept beside
-// claim_jobs_v2 for a rolling deploy: it returns the claimed rows as the
-// claim left them (started, attempt counted), which those workers record
-// their outcome by.
-func TestPreviousReleaseClaimSeesItsClaim(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	for range 3 {
-		enqueue(t, b.pool, "k", map[string]int{})
-	}
-	for _, max := range []int32{1, 2} {
-		rows, err := b.q.ClaimJobsAsPreviousRelease(ctx, testdb.ClaimJobsAsPreviousReleaseParams{Queue: runtime.DefaultQueue, Max: max, WorkerID: 7})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(rows) != int(max) {
-			t.Fatalf("claimed %d rows, want %d", len(rows), max)
-		}
-		for _, r := range rows {
-			if r.Status != testdb.PgtaskJobStatusStarted || r.Attempts != 1 || !r.OwnerPid.Valid || r.WorkerID.Int32 != 7 {
-				t.Fatalf("claimed row %d: status %s, attempts %d, owner %v, worker %v; want it as the claim left it",
-					r.ID, r.Status, r.Attempts, r.OwnerPid, r.WorkerID)
-			}
-		}
-	}
-}
-
 // laterMigrations returns pgtask's migrations followed by one that a later
 // release might append (schema/testdata/later_migration.sql), and that one.
 // Like most, it takes an exclusive lock on pgtask.jobs.

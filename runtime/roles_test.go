@@ -286,18 +286,18 @@ func TestProducerEnqueuesAndReadsOnlyItsOwnJobs(t *testing.T) {
 
 	// Through the enqueue function, a row that breaks the table's checks or
 	// a group's invariants is refused as from anyone.
-	bad := gen.InsertJobsV3Params{
+	bad := gen.InsertJobsParams{
 		Payloads: []json.RawMessage{json.RawMessage(`{}`)}, Settings: []int32{1}, Groups: []int32{1},
 		Kinds: []string{"mail"}, Queues: []string{"roles"}, Priorities: []int16{0}, MaxAttempts: []int32{1},
 		FailBlocksGroup: []bool{false}, RunAt: []string{""}, DelayUs: []int64{0},
 		GroupQueues: []string{"elsewhere"}, GroupKeys: []string{"g"},
 	}
-	if _, err := g.InsertJobsV3(ctx, bad); err == nil || !strings.Contains(err.Error(), "no listed group of their queue") {
+	if _, err := g.InsertJobs(ctx, bad); err == nil || !strings.Contains(err.Error(), "no listed group of their queue") {
 		t.Errorf("enqueueing a job into a group of another queue: %v", err)
 	}
 	bad.GroupQueues, bad.Kinds = []string{"roles"}, []string{""}
 	var pgErr *pgconn.PgError
-	if _, err := g.InsertJobsV3(ctx, bad); !errors.As(err, &pgErr) || pgErr.ConstraintName != "jobs_kind_not_empty" {
+	if _, err := g.InsertJobs(ctx, bad); !errors.As(err, &pgErr) || pgErr.ConstraintName != "jobs_kind_not_empty" {
 		t.Errorf("enqueueing a job of an empty kind: %v, want jobs_kind_not_empty violated", err)
 	}
 }
@@ -722,7 +722,7 @@ func TestMigrateGrantsNewFunctionsToTheirRoles(t *testing.T) {
 	refused("at first", err, "function extend_leases")
 
 	// The next revision of work.sql, as a release might ship it: its
-	// function extend_leases_v2 created anew.
+	// function extend_leases created anew.
 	files, err := schema.FunctionFiles()
 	if err != nil {
 		t.Fatal(err)
@@ -730,7 +730,7 @@ func TestMigrateGrantsNewFunctionsToTheirRoles(t *testing.T) {
 	i := slices.IndexFunc(files, func(f schema.FunctionFile) bool { return f.Name == "work.sql" })
 	next := files[i]
 	next.Revision++
-	next.SQL = "DROP FUNCTION pgtask.extend_leases_v2(bigint[], integer[], bigint[], bigint);\n" + next.SQL
+	next.SQL = "DROP FUNCTION pgtask.extend_leases(bigint[], integer[], bigint[], bigint);\n" + next.SQL
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -754,9 +754,9 @@ func TestMigrateGrantsNewFunctionsToTheirRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !report.Changed() || !slices.ContainsFunc(report.Grants, func(s string) bool {
-		return strings.Contains(s, "pgtask.extend_leases_v2(bigint[],integer[],bigint[],bigint)") && strings.HasSuffix(s, "TO "+r.Worker)
+		return strings.Contains(s, "pgtask.extend_leases(bigint[],integer[],bigint[],bigint)") && strings.HasSuffix(s, "TO "+r.Worker)
 	}) {
-		t.Fatalf("Migrate granted %q; want extend_leases_v2 granted to %s", report.Grants, r.Worker)
+		t.Fatalf("Migrate granted %q; want extend_leases granted to %s", report.Grants, r.Worker)
 	}
 	wantNoDrift(t, b)
 	_, err = producer.ExtendLeases(ctx, extend)

@@ -49,10 +49,6 @@ DELETE FROM pgtask.jobs WHERE status IN ('succeeded', 'failed', 'cancelled');
 -- name: TruncateJobs :exec
 TRUNCATE pgtask.jobs;
 
--- name: ClaimJobsAsPreviousRelease :many
--- The claim of workers of the previous release, which read whole rows.
-SELECT * FROM pgtask.claim_jobs(@queue, @max, @worker_id);
-
 -- name: ExpireLease :execrows
 -- Makes a leased job's lease run out now, as a hung worker's would.
 UPDATE pgtask.jobs SET lease_until = now() - interval '1 second'

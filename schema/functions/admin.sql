@@ -1,4 +1,4 @@
--- revision: 10
+-- revision: 1
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -103,12 +103,6 @@ BEGIN
 END;
 $$;
 
--- retry_job and retry_jobs say which jobs a unique key kept from being
--- retried (their OUT parameters): a return type CREATE OR REPLACE cannot
--- change from the boolean and integer they returned.
-DROP FUNCTION IF EXISTS pgtask.retry_job(bigint);
-DROP FUNCTION IF EXISTS pgtask.retry_jobs(bigint[]);
-
 -- Puts a failed or cancelled job back in line with a fresh set of attempts;
 -- its error history stays, with the retry marked in it: an entry with
 -- "operator_retry": true, the attempts made before it and when, since the
@@ -154,7 +148,7 @@ BEGIN
     IF j.group_key IS NOT NULL THEN
         -- The group's row may be a newer one than the job's: the job joins
         -- it, and the group's next job is looked for from the job's id on
-        -- (see migration 0010), unless no bound was known.
+        -- (see pending_from), unless no bound was known.
         INSERT INTO pgtask.queue_groups AS g (queue, group_key, head_id)
         VALUES (j.queue, j.group_key, j.id)
         ON CONFLICT (queue, group_key) DO UPDATE

@@ -1,4 +1,4 @@
--- revision: 8
+-- revision: 1
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -95,7 +95,7 @@ $$;
 -- schema, and it runs no dynamic SQL. Each job's enqueued_by is the
 -- session's login (the column's default, session_user), which the caller
 -- cannot choose.
-CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs_v3(
+CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs(
     p_payloads jsonb[], p_settings integer[], p_groups integer[],
     p_kinds text[], p_queues text[], p_priorities smallint[], p_max_attempts integer[],
     p_fail_blocks_group boolean[], p_run_at text[], p_delay_us bigint[],
@@ -210,7 +210,7 @@ BEGIN
     IF p_unique_keys IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(p_unique_keys) k WHERE k <> '') THEN
         IF cardinality(p_unique_keys) <> n OR coalesce(cardinality(p_unique_windows_us), 0) <> ns
            OR coalesce(cardinality(p_unique_statuses), 0) <> ns THEN
-            RAISE EXCEPTION 'pgtask.enqueue_jobs_v3: the unique arrays differ in length';
+            RAISE EXCEPTION 'pgtask.enqueue_jobs: the unique arrays differ in length';
         END IF;
         -- The full key: the kind, length-prefixed, the window if any (its
         -- length and number), then the caller's key; no two differ in one
@@ -231,7 +231,7 @@ BEGIN
           FROM unnest(keys) WITH ORDINALITY AS u(k, i)
           LEFT JOIN pgtask.jobs h ON h.unique_key = u.k AND h.status = ANY (h.unique_statuses);
         IF (SELECT count(DISTINCT u.k) FROM unnest(keys, holders) AS u(k, h) WHERE u.k IS NOT NULL AND u.h IS NULL) > 1000 THEN
-            RAISE EXCEPTION 'pgtask.enqueue_jobs_v3: more than 1000 new unique keys in one batch; split it'
+            RAISE EXCEPTION 'pgtask.enqueue_jobs: more than 1000 new unique keys in one batch; split it'
                 USING ERRCODE = 'program_limit_exceeded';
         END IF;
         PERFORM pg_advisory_xact_lock(pgtask.unique_lock_class(), hashtext(d.k))
@@ -254,7 +254,7 @@ BEGIN
             IF kept IS NULL THEN
                 inserted := '{}';
             ELSE
-                SELECT e.job_ids INTO inserted FROM pgtask.enqueue_jobs_v3(
+                SELECT e.job_ids INTO inserted FROM pgtask.enqueue_jobs(
                     ARRAY(SELECT u.p FROM unnest(p_payloads, keep) WITH ORDINALITY AS u(p, kp, i) WHERE u.kp ORDER BY u.i),
                     ARRAY(SELECT u.o FROM unnest(p_settings, keep) WITH ORDINALITY AS u(o, kp, i) WHERE u.kp ORDER BY u.i),
                     ARRAY(SELECT coalesce(array_position(used_groups, u.g), 0)
@@ -290,7 +290,7 @@ BEGIN
     -- The ids are taken once the existing groups are locked: no advance of
     -- those groups can run until this transaction ends, so none has seen a
     -- job of theirs with a higher id than these (see pending_from in
-    -- migration 0010), and their ids follow the order the locks were taken.
+    -- 0001_baseline.sql), and their ids follow the order the locks were taken.
     -- A group missing now that another transaction creates meanwhile is
     -- joined below with ids taken before its row was locked; see there.
     SELECT array_agg(nextval('pgtask.jobs_id_seq'::regclass)) INTO ids FROM generate_series(1, n);
@@ -364,33 +364,4 @@ BEGIN
               WHERE (u.g = 0 OR created) AND starts[u.o] <= now()) w;
     RETURN QUERY SELECT ids, array_fill(false, ARRAY[n]);
 END;
-$$;
-
--- The enqueue of the previous release: enqueue_jobs_v3 without metadata.
--- This and enqueue_jobs run as their caller: all they do is call
--- enqueue_jobs_v3, by its schema-qualified name, which runs as its owner.
-CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs_v2(
-    p_payloads jsonb[], p_settings integer[], p_groups integer[],
-    p_kinds text[], p_queues text[], p_priorities smallint[], p_max_attempts integer[],
-    p_fail_blocks_group boolean[], p_run_at text[], p_delay_us bigint[],
-    p_group_queues text[], p_group_keys text[],
-    p_unique_keys text[], p_unique_windows_us bigint[], p_unique_statuses text[]
-) RETURNS TABLE (job_ids bigint[], job_existed boolean[])
-LANGUAGE sql AS $$
-    SELECT e.job_ids, e.job_existed FROM pgtask.enqueue_jobs_v3(p_payloads, p_settings, p_groups, p_kinds, p_queues,
-        p_priorities, p_max_attempts, p_fail_blocks_group, p_run_at, p_delay_us, p_group_queues, p_group_keys,
-        p_unique_keys, p_unique_windows_us, p_unique_statuses, NULL) e;
-$$;
-
--- The enqueue of two releases back: enqueue_jobs_v3 without unique jobs or
--- metadata.
-CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs(
-    p_payloads jsonb[], p_settings integer[], p_groups integer[],
-    p_kinds text[], p_queues text[], p_priorities smallint[], p_max_attempts integer[],
-    p_fail_blocks_group boolean[], p_run_at text[], p_delay_us bigint[],
-    p_group_queues text[], p_group_keys text[]
-) RETURNS bigint[]
-LANGUAGE sql AS $$
-    SELECT e.job_ids FROM pgtask.enqueue_jobs_v3(p_payloads, p_settings, p_groups, p_kinds, p_queues, p_priorities,
-        p_max_attempts, p_fail_blocks_group, p_run_at, p_delay_us, p_group_queues, p_group_keys, NULL, NULL, NULL, NULL) e;
 $$;

@@ -1,4 +1,4 @@
--- revision: 11
+-- revision: 1
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -91,7 +91,7 @@ BEGIN
     UPDATE pgtask.jobs SET is_head = false WHERE id = ANY (old_heads) AND is_head;
 
     -- The next unfinished job, from the group's pending_from on (see
-    -- migration 0010), or before it when there is none from there (see
+    -- 0001_baseline.sql), or before it when there is none from there (see
     -- advance_one_group); a started one (left by a lost session, to be
     -- requeued) takes its place at the head like any other. array_agg keeps
     -- NULLs, so froms lines up with the other arrays.
@@ -332,7 +332,7 @@ $$;
 -- now (an enqueue or an advance in flight) is recorded in stale_groups for
 -- maintenance (advance_finished_groups) to move on. It never waits for a
 -- group's lock while holding the deleted rows' locks, which an advancing
--- worker may be waiting for. The triggers are created by migration 0004.
+-- worker may be waiting for. The triggers are created by 0001_baseline.sql.
 CREATE OR REPLACE FUNCTION pgtask.advance_after_delete() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE

@@ -1,4 +1,4 @@
--- revision: 7
+-- revision: 1
 -- Maintenance that every worker runs: queueing due jobs and rescuing the
 -- jobs of dead workers.
 --
@@ -18,15 +18,10 @@ BEGIN
 END;
 $$;
 
--- promote_scheduled says which jobs it could not move (an OUT parameter):
--- a return type CREATE OR REPLACE cannot change from the integer it
--- returned.
-DROP FUNCTION IF EXISTS pgtask.promote_scheduled(integer);
-
 -- Moves due scheduled jobs to queued and wakes workers of the queues that got
 -- runnable work: moved is how many it moved. A row that breaks a check the
--- table was given NOT VALID after the row was stored (a queue name over the
--- bound of migration 0003, say) cannot be written at all, so no update can
+-- table was given NOT VALID after the row was stored (by a migration after
+-- the baseline) cannot be written at all, so no update can
 -- move or fail it; it is left as it is, in skipped, for an operator to
 -- delete, and the jobs due with it move on. The batch is moved in one
 -- statement; only when that fails on such a row, one job at a time.

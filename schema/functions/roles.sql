@@ -1,4 +1,4 @@
--- revision: 9
+-- revision: 1
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -75,13 +75,9 @@ LANGUAGE sql IMMUTABLE AS $$
     ('none', 'sequence', 'queue_groups_id_seq', ''),
     ('none', 'type', 'job_status', ''),
 
-    -- Enqueueing (enqueue.sql): SECURITY DEFINER, or calling the one that is.
+    -- Enqueueing (enqueue.sql): SECURITY DEFINER.
     ('producer', 'function', 'enqueue_jobs', 'EXECUTE'),
-    ('producer', 'function', 'enqueue_jobs_v2', 'EXECUTE'),
-    ('producer', 'function', 'enqueue_jobs_v3', 'EXECUTE'),
     ('worker', 'function', 'enqueue_jobs', 'EXECUTE'),
-    ('worker', 'function', 'enqueue_jobs_v2', 'EXECUTE'),
-    ('worker', 'function', 'enqueue_jobs_v3', 'EXECUTE'),
     ('none', 'function', 'share_lock_groups', ''),
     ('none', 'function', 'is_list', ''),
 
@@ -90,12 +86,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'pick_heads', 'EXECUTE'),
     ('worker', 'function', 'pick_runs', 'EXECUTE'),
     ('worker', 'function', 'claim_jobs', 'EXECUTE'),
-    ('worker', 'function', 'claim_jobs_v2', 'EXECUTE'),
-    ('worker', 'function', 'claim_jobs_v3', 'EXECUTE'),
-    ('worker', 'function', 'claim_jobs_v4', 'EXECUTE'),
     ('worker', 'function', 'claim_leased_jobs', 'EXECUTE'),
-    ('worker', 'function', 'claim_leased_jobs_v2', 'EXECUTE'),
-    ('worker', 'function', 'claim_leased_jobs_v3', 'EXECUTE'),
     ('worker', 'function', 'hold_jobs', 'EXECUTE'),
     ('worker', 'function', 'hold_claimed_jobs', 'EXECUTE'),
     ('worker', 'function', 'complete_jobs', 'EXECUTE'),
@@ -105,7 +96,6 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'fail_job', 'EXECUTE'),
     ('worker', 'function', 'release_session_jobs', 'EXECUTE'),
     ('worker', 'function', 'extend_leases', 'EXECUTE'),
-    ('worker', 'function', 'extend_leases_v2', 'EXECUTE'),
     ('worker', 'function', 'expire_leases', 'EXECUTE'),
     ('worker', 'function', 'release_leased_claim', 'EXECUTE'),
     ('worker', 'function', 'promote_scheduled', 'EXECUTE'),
@@ -123,11 +113,10 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'advance_each_group', 'EXECUTE'),
     -- Cancel requests an operator filed: a worker checks its running
     -- attempts against them and applies those whose attempt ended, with
-    -- cancel_job. (pending_cancels: the previous release's workers.)
+    -- cancel_job.
     ('worker', 'function', 'cancel_requested', 'EXECUTE'),
     ('worker', 'function', 'apply_cancel_requests', 'EXECUTE'),
     ('worker', 'function', 'cancel_job', 'EXECUTE'),
-    ('worker', 'function', 'pending_cancels', 'EXECUTE'),
     ('worker', 'function', 'elect', 'EXECUTE'),
     ('worker', 'function', 'resign', 'EXECUTE'),
     ('worker', 'function', 'delete_finished_jobs', 'EXECUTE'),

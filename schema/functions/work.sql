@@ -1,4 +1,4 @@
--- revision: 29
+-- revision: 1
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -201,7 +201,7 @@ $$;
 -- began: a claim stamped later than a pause's commit saw the pause.
 -- p_kinds, unless NULL, limits the claim to the kinds the worker has
 -- handlers for (see pick_heads).
-CREATE OR REPLACE FUNCTION pgtask.claim_jobs_v4(p_queue text, p_max integer, p_worker integer,
+CREATE OR REPLACE FUNCTION pgtask.claim_jobs(p_queue text, p_max integer, p_worker integer,
                                                 p_after_priority smallint, p_after_id bigint, p_token bigint,
                                                 p_kinds text[])
 RETURNS TABLE (
@@ -287,45 +287,6 @@ BEGIN
 END;
 $$;
 
--- The claim of workers of the previous release: claim_jobs_v4 without the
--- jobs' run_after and metadata.
-CREATE OR REPLACE FUNCTION pgtask.claim_jobs_v3(p_queue text, p_max integer, p_worker integer,
-                                                p_after_priority smallint, p_after_id bigint, p_token bigint)
-RETURNS TABLE (
-    id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
-    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz
-)
-LANGUAGE sql AS $$
-    SELECT c.id, c.queue, c.kind, c.group_key, c.priority, c.payload, c.attempts, c.max_attempts,
-           c.fail_blocks_group, c.created_at
-      FROM pgtask.claim_jobs_v4(p_queue, p_max, p_worker, p_after_priority, p_after_id, p_token, NULL) c;
-$$;
-
--- The claim of workers of the previous release: claim_jobs_v3 without a
--- cursor, in id order.
-CREATE OR REPLACE FUNCTION pgtask.claim_jobs_v2(p_queue text, p_max integer, p_worker integer)
-RETURNS TABLE (
-    id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
-    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz
-)
-LANGUAGE sql AS $$
-    SELECT * FROM pgtask.claim_jobs_v3(p_queue, p_max, p_worker, NULL, NULL, NULL) c ORDER BY c.id;
-$$;
-
--- The claim of workers two releases back, kept while they may still run
--- (a rolling deploy): the same claim, returning whole rows. The rows are
--- read by a statement after the claim's, so they show the claim: started,
--- with the attempt counted, which those workers record their outcome by.
-CREATE OR REPLACE FUNCTION pgtask.claim_jobs(p_queue text, p_max integer, p_worker integer) RETURNS SETOF pgtask.jobs
-LANGUAGE plpgsql AS $$
-DECLARE
-    ids bigint[];
-BEGIN
-    ids := ARRAY(SELECT c.id FROM pgtask.claim_jobs_v4(p_queue, p_max, p_worker, NULL, NULL, NULL, NULL) c);
-    RETURN QUERY SELECT j.* FROM pgtask.jobs j WHERE j.id = ANY (ids) ORDER BY j.id;
-END;
-$$;
-
 -- Locks a batch's claimed jobs for the job transaction (its first statement)
 -- and bounds how long that transaction may sit idle, so a worker that hangs
 -- rather than dies still releases its jobs. Returns the ids it locked: the
@@ -379,7 +340,7 @@ END;
 $$;
 
 -- Counts, on each job, an outcome refused because its attempt was no longer
--- the job's current one (see stale_outcomes in migration 0006).
+-- the job's current one (see stale_outcomes in 0001_baseline.sql).
 CREATE OR REPLACE FUNCTION pgtask.count_stale_outcomes(p_ids bigint[]) RETURNS void
 LANGUAGE sql AS $$
     UPDATE pgtask.jobs SET stale_outcomes = stale_outcomes + 1 WHERE id = ANY (p_ids);
@@ -639,7 +600,7 @@ $$;
 -- that a worker that lost the reply can hand back what it may have claimed
 -- (release_leased_claim). p_kinds, unless NULL, limits the claim to the
 -- kinds the worker has handlers for (see pick_heads).
-CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs_v3(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
+CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
                                                     p_after_priority smallint, p_after_id bigint, p_token bigint,
                                                     p_run_max integer, p_kinds text[])
 RETURNS TABLE (
@@ -678,34 +639,6 @@ BEGIN
 END;
 $$;
 
--- The lease-mode claim of workers of the previous release, which run every
--- job they claim at once: heads only.
-CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs_v2(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
-                                                    p_after_priority smallint, p_after_id bigint, p_token bigint)
-RETURNS TABLE (
-    id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
-    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
-    run_after timestamptz, metadata jsonb
-)
-LANGUAGE sql AS $$
-    SELECT * FROM pgtask.claim_leased_jobs_v3(p_queue, p_max, p_worker, p_lease_ms, p_after_priority, p_after_id,
-                                              p_token, 0, NULL);
-$$;
-
--- The lease-mode claim of workers two releases back: claim_leased_jobs_v2
--- without the jobs' run_after and metadata.
-CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
-                                                    p_after_priority smallint, p_after_id bigint, p_token bigint)
-RETURNS TABLE (
-    id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
-    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz
-)
-LANGUAGE sql AS $$
-    SELECT c.id, c.queue, c.kind, c.group_key, c.priority, c.payload, c.attempts, c.max_attempts,
-           c.fail_blocks_group, c.created_at
-      FROM pgtask.claim_leased_jobs_v2(p_queue, p_max, p_worker, p_lease_ms, p_after_priority, p_after_id, p_token) c;
-$$;
-
 -- Extends to p_lease_ms from now the leases of claimed attempts, each named
 -- by its job (p_ids), its attempt (p_attempts) and the token of the claim
 -- that took it (p_tokens), and returns the ids it extended; an attempt left
@@ -714,7 +647,7 @@ $$;
 -- makes possible (it returns the attempt): the heartbeat of a worker that
 -- handed a job back must not extend the lease of the worker that claimed
 -- the job next, which would put off its takeover.
-CREATE OR REPLACE FUNCTION pgtask.extend_leases_v2(p_ids bigint[], p_attempts integer[], p_tokens bigint[], p_lease_ms bigint)
+CREATE OR REPLACE FUNCTION pgtask.extend_leases(p_ids bigint[], p_attempts integer[], p_tokens bigint[], p_lease_ms bigint)
 RETURNS SETOF bigint
 LANGUAGE sql AS $$
     UPDATE pgtask.jobs j
@@ -722,17 +655,6 @@ LANGUAGE sql AS $$
       FROM unnest(p_ids, p_attempts, p_tokens) AS d(id, attempt, token)
      WHERE j.id = d.id AND j.status::text = 'started' AND j.attempts = d.attempt AND j.claim_token = d.token
        AND j.lease_until IS NOT NULL
-    RETURNING j.id;
-$$;
-
--- The heartbeat of workers of the previous release: extend_leases_v2
--- fenced by the attempt alone.
-CREATE OR REPLACE FUNCTION pgtask.extend_leases(p_ids bigint[], p_attempts integer[], p_lease_ms bigint) RETURNS SETOF bigint
-LANGUAGE sql AS $$
-    UPDATE pgtask.jobs j
-       SET lease_until = greatest(j.lease_until, clock_timestamp() + p_lease_ms * interval '1 millisecond')
-      FROM unnest(p_ids, p_attempts) AS d(id, attempt)
-     WHERE j.id = d.id AND j.status::text = 'started' AND j.attempts = d.attempt AND j.lease_until IS NOT NULL
     RETURNING j.id;
 $$;
 

@@ -51,66 +51,6 @@ func (q *Queries) BackendExists(ctx context.Context, pid int32) (bool, error) {
 	return present, err
 }
 
-const claimJobsAsPreviousRelease = `-- name: ClaimJobsAsPreviousRelease :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.claim_jobs($1, $2, $3)
-`
-
-type ClaimJobsAsPreviousReleaseParams struct {
-	Queue    string
-	Max      int32
-	WorkerID int32
-}
-
-// The claim of workers of the previous release, which read whole rows.
-func (q *Queries) ClaimJobsAsPreviousRelease(ctx context.Context, arg ClaimJobsAsPreviousReleaseParams) ([]PgtaskJob, error) {
-	rows, err := q.db.Query(ctx, claimJobsAsPreviousRelease, arg.Queue, arg.Max, arg.WorkerID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []PgtaskJob{}
-	for rows.Next() {
-		var i PgtaskJob
-		if err := rows.Scan(
-			&i.ID,
-			&i.Queue,
-			&i.Kind,
-			&i.GroupKey,
-			&i.GroupID,
-			&i.IsHead,
-			&i.Status,
-			&i.Priority,
-			&i.Payload,
-			&i.Result,
-			&i.Errors,
-			&i.Attempts,
-			&i.MaxAttempts,
-			&i.FailBlocksGroup,
-			&i.RunAfter,
-			&i.CreatedAt,
-			&i.StartedAt,
-			&i.FinishedAt,
-			&i.OwnerPid,
-			&i.WorkerID,
-			&i.ClaimToken,
-			&i.LeaseUntil,
-			&i.StaleOutcomes,
-			&i.UniqueKey,
-			&i.UniqueStatuses,
-			&i.UniqueUntil,
-			&i.Metadata,
-			&i.EnqueuedBy,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const countBlockedBy = `-- name: CountBlockedBy :one
 SELECT count(*)::bigint AS blocked
   FROM pg_catalog.pg_stat_activity
