@@ -134,3 +134,9 @@ ALTER TABLE pgtask.jobs DROP CONSTRAINT jobs_unique_key_bounded;
 
 -- name: RestoreUniqueKeyBoundNotValid :exec
 ALTER TABLE pgtask.jobs ADD CONSTRAINT jobs_unique_key_bounded CHECK (octet_length(unique_key) <= 1300) NOT VALID;
+
+-- name: ForgetFunctionFile :exec
+-- Makes the database look as if it never ran a function file, as one
+-- migrated by an older release that lacked it, or ran it at a lower
+-- revision, would look to the code.
+DELETE FROM pgtask.function_files WHERE name = @name;

@@ -264,6 +264,18 @@ func (q *Queries) FillErrorHistory(ctx context.Context, arg FillErrorHistoryPara
 	return err
 }
 
+const forgetFunctionFile = `-- name: ForgetFunctionFile :exec
+DELETE FROM pgtask.function_files WHERE name = $1
+`
+
+// Makes the database look as if it never ran a function file, as one
+// migrated by an older release that lacked it, or ran it at a lower
+// revision, would look to the code.
+func (q *Queries) ForgetFunctionFile(ctx context.Context, name string) error {
+	_, err := q.db.Exec(ctx, forgetFunctionFile, name)
+	return err
+}
+
 const forgetWorkerKinds = `-- name: ForgetWorkerKinds :exec
 DELETE FROM pgtask.worker_kinds
 `
