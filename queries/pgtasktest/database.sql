@@ -38,3 +38,15 @@ SELECT pg_advisory_unlock(@class::int, hashtext(@name::text));
 SELECT datname::text AS name FROM pg_catalog.pg_database
 WHERE datistemplate AND datname LIKE 'pgtask\_template\_%'
 ORDER BY datname;
+
+-- name: MayCreateDatabases :one
+-- Whether the session's role may create databases, which the servers
+-- Discover returns must allow.
+SELECT (rolsuper OR rolcreatedb)::boolean AS may
+  FROM pg_catalog.pg_roles
+ WHERE rolname = current_user;
+
+-- name: DataDirectory :one
+-- The server's data directory, which tells a server a Cluster started from
+-- another that took its port.
+SELECT current_setting('data_directory')::text AS data_directory;

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtask/pgtask/runtime/pgtasktest/internal/harnessdb"
 )
 
 // Cluster is a throwaway PostgreSQL cluster run from the local server
@@ -337,8 +339,8 @@ func (c *Cluster) ping(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	var dataDir string
-	if err := conn.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dataDir); err != nil {
+	dataDir, err := harnessdb.New(conn).DataDirectory(ctx)
+	if err != nil {
 		return err
 	}
 	if !sameFile(dataDir, c.dataDir) {

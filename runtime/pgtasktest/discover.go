@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/pgtasktest/internal/harnessdb"
 )
 
 // Source says how a server was found.
@@ -210,9 +211,7 @@ func probe(ctx context.Context, u string, timeout time.Duration) error {
 		defer cancel()
 		conn.Close(ctx)
 	}()
-	var ok bool
-	err = conn.QueryRow(ctx,
-		"SELECT rolsuper OR rolcreatedb FROM pg_roles WHERE rolname = current_user").Scan(&ok)
+	ok, err := harnessdb.New(conn).MayCreateDatabases(ctx)
 	if err != nil {
 		return fmt.Errorf("check role: %w", err)
 	}

@@ -52,6 +52,19 @@ func (q *Queries) AdvisoryUnlockShared(ctx context.Context, key int64) error {
 	return err
 }
 
+const dataDirectory = `-- name: DataDirectory :one
+SELECT current_setting('data_directory')::text AS data_directory
+`
+
+// The server's data directory, which tells a server a Cluster started from
+// another that took its port.
+func (q *Queries) DataDirectory(ctx context.Context) (string, error) {
+	row := q.db.QueryRow(ctx, dataDirectory)
+	var data_directory string
+	err := row.Scan(&data_directory)
+	return data_directory, err
+}
+
 const databaseExists = `-- name: DatabaseExists :one
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_database WHERE datname = $1) AS exists
 `
@@ -78,6 +91,21 @@ type HoldTemplateParams struct {
 func (q *Queries) HoldTemplate(ctx context.Context, arg HoldTemplateParams) error {
 	_, err := q.db.Exec(ctx, holdTemplate, arg.Class, arg.Name)
 	return err
+}
+
+const mayCreateDatabases = `-- name: MayCreateDatabases :one
+SELECT (rolsuper OR rolcreatedb)::boolean AS may
+  FROM pg_catalog.pg_roles
+ WHERE rolname = current_user
+`
+
+// Whether the session's role may create databases, which the servers
+// Discover returns must allow.
+func (q *Queries) MayCreateDatabases(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, mayCreateDatabases)
+	var may bool
+	err := row.Scan(&may)
+	return may, err
 }
 
 const pgtaskTemplates = `-- name: PgtaskTemplates :many
