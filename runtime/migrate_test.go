@@ -79,6 +79,20 @@ func TestMigrateConcurrentlyAndAgain(t *testing.T) {
 	}
 }
 
+// A newly migrated database checks every row against every constraint: the
+// baseline adds none NOT VALID, which would let a row break it.
+func TestMigratedConstraintsAreAllValid(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	unvalidated, err := b.q.UnvalidatedConstraints(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(unvalidated) > 0 {
+		t.Fatalf("constraints not validated after migrating: %v", unvalidated)
+	}
+}
+
 // A function file is applied only when its revision is higher than the one
 // the database runs: an older worker starting during a rolling deploy leaves
 // the newer bodies in place.

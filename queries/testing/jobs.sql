@@ -140,3 +140,12 @@ ALTER TABLE pgtask.jobs ADD CONSTRAINT jobs_unique_key_bounded CHECK (octet_leng
 -- migrated by an older release that lacked it, or ran it at a lower
 -- revision, would look to the code.
 DELETE FROM pgtask.function_files WHERE name = @name;
+
+-- name: UnvalidatedConstraints :many
+-- The constraints of pgtask's tables that were added NOT VALID and never
+-- validated: rows stored before them may break them.
+SELECT c.conrelid::regclass::text AS table_name, c.conname::text AS name
+  FROM pg_catalog.pg_constraint c
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.connamespace
+ WHERE n.nspname = 'pgtask' AND NOT c.convalidated
+ ORDER BY 1, 2;

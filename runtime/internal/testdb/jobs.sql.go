@@ -507,3 +507,38 @@ func (q *Queries) TruncateJobs(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, truncateJobs)
 	return err
 }
+
+const unvalidatedConstraints = `-- name: UnvalidatedConstraints :many
+SELECT c.conrelid::regclass::text AS table_name, c.conname::text AS name
+  FROM pg_catalog.pg_constraint c
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.connamespace
+ WHERE n.nspname = 'pgtask' AND NOT c.convalidated
+ ORDER BY 1, 2
+`
+
+type UnvalidatedConstraintsRow struct {
+	TableName string
+	Name      string
+}
+
+// The constraints of pgtask's tables that were added NOT VALID and never
+// validated: rows stored before them may break them.
+func (q *Queries) UnvalidatedConstraints(ctx context.Context) ([]UnvalidatedConstraintsRow, error) {
+	rows, err := q.db.Query(ctx, unvalidatedConstraints)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []UnvalidatedConstraintsRow{}
+	for rows.Next() {
+		var i UnvalidatedConstraintsRow
+		if err := rows.Scan(&i.TableName, &i.Name); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
