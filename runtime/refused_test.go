@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,14 +84,18 @@ func smallStack(t *testing.T, b *bundle) string {
 
 // outcomeKinds registers "outcome": a job whose payload says deep sets a
 // result the small-stack server refuses; one whose payload says write
-// enqueues a "marker" job through Job.Tx. Markers succeed.
-func outcomeKinds() []runtime.Registration {
+// enqueues a "marker" job through Job.Tx. Markers succeed. started, unless
+// nil, is told of each attempt as it starts. Retries wait little.
+func outcomeKinds(started func(*runtime.Job)) []runtime.Registration {
 	type payload struct {
 		Deep  bool `json:"deep"`
 		Write bool `json:"write"`
 	}
 	return []runtime.Registration{
-		{Kind: "outcome", Handler: func(ctx context.Context, job *runtime.Job) error {
+		{Kind: "outcome", Backoff: fastRetry, Handler: func(ctx context.Context, job *runtime.Job) error {
+			if started != nil {
+				started(job)
+			}
 			p, err := runtime.DecodePayload[payload](job)
 			if err != nil {
 				return err
@@ -112,19 +117,20 @@ func outcomeKinds() []runtime.Registration {
 
 // testRefusedOutcomeIsIsolated runs, on a server that refuses one job's
 // result, that job among good ones, and then more: the good ones succeed
-// with their writes, the refused one fails at once, for good (it has one
-// attempt), saying what the server refused, and the queue goes on.
-func testRefusedOutcomeIsIsolated(t *testing.T, cfg runtime.Config, badWrites bool) {
+// (with their writes, when goodWrites), the refused one fails at once, for
+// good (it has one attempt), saying what the server refused, and the queue
+// goes on.
+func testRefusedOutcomeIsIsolated(t *testing.T, cfg runtime.Config, goodWrites, badWrites bool) {
 	b := setup(t)
 	small := smallStack(t, b)
 	var good []runtime.JobID
 	for range 3 {
-		good = append(good, enqueue(t, b.pool, "outcome", map[string]bool{"write": true}, runtime.WithMaxAttempts(1)))
+		good = append(good, enqueue(t, b.pool, "outcome", map[string]bool{"write": goodWrites}, runtime.WithMaxAttempts(1)))
 	}
 	// Between good jobs, so its batch has some on either side.
 	bad := enqueue(t, b.pool, "outcome", map[string]bool{"deep": true, "write": badWrites}, runtime.WithMaxAttempts(1))
-	good = append(good, enqueue(t, b.pool, "outcome", map[string]bool{"write": true}, runtime.WithMaxAttempts(1)))
-	startWorker(t, small, cfg, outcomeKinds()...)
+	good = append(good, enqueue(t, b.pool, "outcome", map[string]bool{"write": goodWrites}, runtime.WithMaxAttempts(1)))
+	startWorker(t, small, cfg, outcomeKinds(nil)...)
 
 	j := b.waitStatus(t, bad, 15*time.Second, testdb.PgtaskJobStatusFailed)
 	if e := errorsOf(t, j); len(e) != 1 || j.Attempts != 1 ||
@@ -134,7 +140,7 @@ func testRefusedOutcomeIsIsolated(t *testing.T, cfg runtime.Config, badWrites bo
 	}
 	// Jobs enqueued afterwards run too.
 	for range 5 {
-		good = append(good, enqueue(t, b.pool, "outcome", map[string]bool{"write": true}, runtime.WithMaxAttempts(1)))
+		good = append(good, enqueue(t, b.pool, "outcome", map[string]bool{"write": goodWrites}, runtime.WithMaxAttempts(1)))
 	}
 	jobs := b.waitQueueDone(t, runtime.DefaultQueue, 15*time.Second)
 	markers := map[string]int{}
@@ -147,10 +153,16 @@ func testRefusedOutcomeIsIsolated(t *testing.T, cfg runtime.Config, badWrites bo
 			markers[m["from"]]++
 		}
 	}
+	wantMarkers := 0
+	if goodWrites {
+		wantMarkers = 1
+	}
 	for _, id := range good {
 		j := b.job(t, id)
-		if j.Status != testdb.PgtaskJobStatusSucceeded || string(j.Result) != `"ok"` || markers[fmt.Sprint(id)] != 1 {
-			t.Errorf("good job %d: %s, result %s, %d markers, errors %s", id, j.Status, j.Result, markers[fmt.Sprint(id)], j.Errors)
+		if j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 1 || string(j.Result) != `"ok"` ||
+			markers[fmt.Sprint(id)] != wantMarkers {
+			t.Errorf("good job %d: %s, attempts %d, result %s, %d markers, errors %s",
+				id, j.Status, j.Attempts, j.Result, markers[fmt.Sprint(id)], j.Errors)
 		}
 	}
 	if n := markers[fmt.Sprint(bad)]; n != 0 {
@@ -165,21 +177,139 @@ func TestHeldIsolatesAnOutcomeTheDatabaseRefuses(t *testing.T) {
 	}}
 	t.Run("the refused job wrote nothing", func(t *testing.T) {
 		t.Parallel()
-		testRefusedOutcomeIsIsolated(t, cfg, false)
+		testRefusedOutcomeIsIsolated(t, cfg, true, false)
 	})
 	t.Run("the refused job wrote", func(t *testing.T) {
 		t.Parallel()
-		testRefusedOutcomeIsIsolated(t, cfg, true)
+		testRefusedOutcomeIsIsolated(t, cfg, true, true)
+	})
+	t.Run("only the refused job wrote", func(t *testing.T) {
+		t.Parallel()
+		testRefusedOutcomeIsIsolated(t, cfg, false, true)
 	})
 	t.Run("one job a batch", func(t *testing.T) {
 		t.Parallel()
-		testRefusedOutcomeIsIsolated(t, runtime.Config{}, true)
+		testRefusedOutcomeIsIsolated(t, runtime.Config{}, true, true)
 	})
+}
+
+// markersOf counts the marker jobs among jobs by the job that wrote them.
+func markersOf(t *testing.T, jobs []testdb.PgtaskJob) map[runtime.JobID]int {
+	t.Helper()
+	markers := map[runtime.JobID]int{}
+	for _, job := range jobs {
+		if job.Kind != "marker" {
+			continue
+		}
+		var m map[string]string
+		if err := json.Unmarshal(job.Metadata, &m); err != nil {
+			t.Fatal(err)
+		}
+		var from int64
+		if _, err := fmt.Sscan(m["from"], &from); err != nil {
+			t.Fatalf("marker %d from %q: %v", job.ID, m["from"], err)
+		}
+		markers[runtime.JobID(from)]++
+	}
+	return markers
+}
+
+// A held batch's refused job that wrote takes the writes of the jobs that
+// wrote with it down with its transaction, each time it is refused: those
+// run again, their rolled-back attempts not counted, while the refused job
+// spends its own attempts, so that it ends failed for good within them and
+// the others succeed.
+func TestHeldRefusedJobSpendsItsOwnAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	small := smallStack(t, b)
+	var mu sync.Mutex
+	runs := map[runtime.JobID]int{}
+	var good []runtime.JobID
+	for range 4 {
+		good = append(good, enqueue(t, b.pool, "outcome", map[string]bool{"write": true}, runtime.WithMaxAttempts(1)))
+	}
+	bad := enqueue(t, b.pool, "outcome", map[string]bool{"deep": true, "write": true}, runtime.WithMaxAttempts(3))
+	for range 4 {
+		good = append(good, enqueue(t, b.pool, "outcome", map[string]bool{"write": true}, runtime.WithMaxAttempts(1)))
+	}
+	cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 10}}}
+	startWorker(t, small, cfg, outcomeKinds(func(job *runtime.Job) {
+		mu.Lock()
+		runs[job.ID]++
+		mu.Unlock()
+	})...)
+	j := b.waitStatus(t, bad, 15*time.Second, testdb.PgtaskJobStatusFailed)
+	if e := errorsOf(t, j); j.Attempts != 3 || len(e) != 3 {
+		t.Errorf("the refused job: attempts %d, errors %s; want 3 of each", j.Attempts, j.Errors)
+	}
+	markers := markersOf(t, b.waitQueueDone(t, runtime.DefaultQueue, 15*time.Second))
+	for _, id := range good {
+		j := b.job(t, id)
+		if j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 1 || markers[id] != 1 {
+			t.Errorf("good job %d: %s, attempts %d, %d markers, errors %s", id, j.Status, j.Attempts, markers[id], j.Errors)
+		}
+	}
+	if markers[bad] != 0 {
+		t.Errorf("the refused job's write committed %d times", markers[bad])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if runs[bad] != 3 {
+		t.Errorf("the refused job ran %d times, want 3", runs[bad])
+	}
+	if runs[good[0]] < 2 {
+		t.Errorf("the first good job ran %d times: it was not in the refused job's batch", runs[good[0]])
+	}
+}
+
+// In a held batch whose refused job wrote, a group's job that wrote runs
+// again: the job behind it in its group, which wrote nothing, is not
+// recorded before it, but runs again after it.
+func TestHeldRefusedBatchKeepsGroupOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	small := smallStack(t, b)
+	var mu sync.Mutex
+	var starts []runtime.JobID
+	head := enqueue(t, b.pool, "outcome", map[string]bool{"write": true}, runtime.WithGroup("g"), runtime.WithMaxAttempts(1))
+	next := enqueue(t, b.pool, "outcome", map[string]bool{}, runtime.WithGroup("g"), runtime.WithMaxAttempts(1))
+	bad := enqueue(t, b.pool, "outcome", map[string]bool{"deep": true, "write": true}, runtime.WithMaxAttempts(1))
+	cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 10}}}
+	startWorker(t, small, cfg, outcomeKinds(func(job *runtime.Job) {
+		mu.Lock()
+		starts = append(starts, job.ID)
+		mu.Unlock()
+	})...)
+	b.waitStatus(t, bad, 15*time.Second, testdb.PgtaskJobStatusFailed)
+	markers := markersOf(t, b.waitQueueDone(t, runtime.DefaultQueue, 15*time.Second))
+	for _, id := range []runtime.JobID{head, next} {
+		if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 1 {
+			t.Errorf("job %d: %s, attempts %d, errors %s", id, j.Status, j.Attempts, j.Errors)
+		}
+	}
+	if markers[head] != 1 {
+		t.Errorf("the group's head wrote %d markers, want 1", markers[head])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	lastHead, lastNext := -1, -1
+	for i, id := range starts {
+		switch id {
+		case head:
+			lastHead = i
+		case next:
+			lastNext = i
+		}
+	}
+	if lastHead < 0 || lastNext < lastHead {
+		t.Errorf("starts %v: the group's second job's recorded attempt started before its head's (%d, %d)", starts, head, next)
+	}
 }
 
 func TestLeaseIsolatesAnOutcomeTheDatabaseRefuses(t *testing.T) {
 	t.Parallel()
-	testRefusedOutcomeIsIsolated(t, leaseConfig(4), false)
+	testRefusedOutcomeIsIsolated(t, leaseConfig(4), true, false)
 }
 
 // A lease-mode attempt that fails after its job was taken over and run

@@ -166,8 +166,9 @@ func (r *runner) work(ctx, hard context.Context) (int, error) {
 			var rr *refusedRecords
 			if errors.As(err, &rr) {
 				// The transaction could not keep what the server refused
-				// apart from the rest: record what does not need it.
-				r.settleLost(hard, s.pid, rr.outs, rr.cause, false)
+				// apart from the rest: record what does not need it, as it
+				// is (a success that wrote nothing is still one).
+				r.recordLost(hard, s.pid, rr.outs, false)
 				if n := len(end.outcomes) - len(rr.outs); n > 0 {
 					r.w.log.Warn("pgtask: jobs whose writes were rolled back with an outcome the database refused run again",
 						"queue", r.q.name, "jobs", n)
@@ -341,9 +342,16 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 }
 
 // refusedRecords is a batch whose job transaction cannot commit because
-// the server refused to record an outcome: outs is what is to be recorded
-// from another connection (the refused outcomes as failures, and the
-// others that did not write); the jobs left out run again.
+// the server refused to record an outcome: outs is what is to be recorded,
+// as it is, from another connection: the refused outcomes as failures, and
+// the others that need nothing of the transaction (they did not write, and
+// no job of their group before them runs again). The jobs left out run
+// again: their writes are rolled back with the transaction, and the
+// session's hand-back (release_session_jobs) returns their attempts, which
+// ran but are not counted, since they did nothing wrong; counting them
+// could fail an innocent job for good. That cannot go on for ever: each
+// time, the refused jobs spend attempts of their own, so they fail for good
+// within their max_attempts and stop taking others' work down with them.
 type refusedRecords struct {
 	outs  []outcome
 	cause error
@@ -397,23 +405,35 @@ func (s *session) isolate(ctx context.Context, end batchEnd, cause error) (cycle
 		}
 	}
 	inPlace := len(end.outcomes) > 1
-	stopped := map[string]bool{}
+	// stopped: groups whose refused job now waits for a retry or blocks
+	// them. again: groups with a job that runs again if the transaction is
+	// lost (its writes go with it).
+	stopped, again := map[string]bool{}, map[string]bool{}
 	var refused, outs []outcome
 	for i, o := range end.outcomes {
+		group := o.row.GroupKey
 		switch {
 		case causes[i] != nil:
+			// Recorded whatever ran before it: the refused job spends its
+			// own attempt.
 			inPlace = inPlace && !o.wrote
 			o = o.refusedBy(serverRefusal(causes[i]))
 			end.outcomes[i] = o
 			if o.stopsGroup() {
-				stopped[o.row.GroupKey] = true
+				stopped[group] = true
 			}
 			refused = append(refused, o)
 			outs = append(outs, o)
-		case o.row.GroupKey != "" && stopped[o.row.GroupKey]:
+		case group != "" && stopped[group]:
 			// Ran after its group's job that now waits: it runs again.
 			inPlace = false
-		case !o.wrote:
+		case group != "" && again[group]:
+			// Ran after its group's job that runs again: so does it.
+		case o.wrote:
+			if group != "" {
+				again[group] = true
+			}
+		default:
 			outs = append(outs, o)
 		}
 	}

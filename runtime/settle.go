@@ -298,6 +298,13 @@ func (r *runner) settleLost(hard context.Context, pid uint32, ran []outcome, cau
 		}
 		outs[i] = o
 	}
+	r.recordLost(hard, pid, outs, terminate)
+}
+
+// recordLost records outs as they are, from another connection, for a job
+// transaction that is gone or cannot commit, and hands back the jobs its
+// session claimed that are not among them (see settleLost).
+func (r *runner) recordLost(hard context.Context, pid uint32, outs []outcome, terminate bool) {
 	var delay retryDelay
 	for try := 1; ; try++ {
 		all, err := r.settleLostOnce(hard, pid, outs, terminate)
