@@ -357,12 +357,15 @@ func TestLeaseLogsALateOutcomeAsRefusedByTheTakeover(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond) // the log follows the refusal's commit
+	// The log follows the refusal's commit.
+	for !logs.has("pgtask: job attempt's outcome refused: the job was taken over") {
+		if time.Now().After(deadline) {
+			t.Fatal("the refused late outcome was not logged as refused")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if logs.has("pgtask: job attempt failed; it will be retried") {
 		t.Error("the refused late outcome was logged as an attempt that will be retried")
-	}
-	if !logs.has("pgtask: job attempt's outcome refused: the job was taken over") {
-		t.Error("the refused late outcome was not logged as refused")
 	}
 	if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 2 {
 		t.Fatalf("job after the late outcome: %s, attempts %d", j.Status, j.Attempts)
