@@ -62,14 +62,8 @@ const refusedDepth = runtime.MaxJSONDepth - 1
 // checks that they do.
 func smallStack(t *testing.T, b *bundle) string {
 	t.Helper()
-	u, err := url.Parse(b.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("options", "-c max_stack_depth=100kB")
-	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
-	pool, err := pgxpool.New(context.Background(), u.String())
+	small := withSetting(t, b, "max_stack_depth=100kB")
+	pool, err := pgxpool.New(context.Background(), small)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +73,62 @@ func smallStack(t *testing.T, b *bundle) string {
 	if !errors.As(err, &pgErr) || pgErr.Code != "54001" {
 		t.Fatalf("a session with a small stack parsed JSON nested %d deep: %v, want SQLSTATE 54001", refusedDepth, err)
 	}
+	return small
+}
+
+// withSetting is b's database URL for sessions with setting (name=value).
+func withSetting(t *testing.T, b *bundle, setting string) string {
+	t.Helper()
+	u, err := url.Parse(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("options", "-c "+setting)
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 	return u.String()
+}
+
+// A lease-mode outcome whose record waits on a lock past the worker's
+// lock_timeout is not refused: the worker records it again once the lock
+// is gone, and the job succeeds in its one attempt.
+func TestLeaseRecordsAgainAnOutcomeALockTimeoutStopped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	release := make(chan struct{})
+	running := make(chan struct{}, 1)
+	waits := runtime.Registration{Kind: "waits", Handler: func(ctx context.Context, job *runtime.Job) error {
+		running <- struct{}{}
+		<-release
+		return job.SetResult("ok")
+	}}
+	startWorker(t, withSetting(t, b, "lock_timeout=50ms"), leaseConfig(1), waits)
+	id := enqueue(t, b.pool, "waits", map[string]int{}, runtime.WithMaxAttempts(1))
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job did not start")
+	}
+	// Another session holds the job's row while the outcome comes in (the
+	// update is rolled back).
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // rolled back below
+	if n, err := testdb.New(tx).ExpireLease(ctx, int64(id)); err != nil || n != 1 {
+		t.Fatalf("lock the job's row: %d rows, %v", n, err)
+	}
+	close(release)
+	time.Sleep(time.Second) // the worker's records wait out their lock_timeout meanwhile
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded, testdb.PgtaskJobStatusFailed)
+	if j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 1 || string(j.Result) != `"ok"` || len(errorsOf(t, j)) != 0 {
+		t.Fatalf("job: %s, attempts %d, result %s, errors %s", j.Status, j.Attempts, j.Result, j.Errors)
+	}
 }
 
 // outcomeKinds registers "outcome": a job whose payload says deep sets a

@@ -370,22 +370,34 @@ func (r *runner) settleLostOnce(hard context.Context, pid uint32, outs []outcome
 }
 
 // refusal reports whether err is the server refusing a statement, which
-// may happen again, rather than the session or the server going away.
+// may happen again, rather than the session or the server going away, or
+// an error that passes: what was sent may well go through if sent again,
+// so it is sent again rather than made a failure.
 func refusal(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return false
 	}
-	switch {
-	case pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC":
-		return false
-	case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "57"), strings.HasPrefix(pgErr.Code, "53"):
-		// connection exceptions, operator intervention (shutdown, cancel,
-		// terminate), insufficient resources
+	if pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC" || passing(pgErr.Code) {
 		return false
 	}
 	var ce *pgconn.ConnectError
 	return !errors.As(err, &ce)
+}
+
+// passing reports whether SQLSTATE code says nothing against the statement
+// that got it, only about the moment it ran.
+func passing(code string) bool {
+	switch {
+	case strings.HasPrefix(code, "08"), // connection exception
+		strings.HasPrefix(code, "57"), // operator intervention: shutdown, cancel, terminate, statement timeout
+		strings.HasPrefix(code, "53"), // insufficient resources
+		strings.HasPrefix(code, "40"), // transaction rollback: deadlock, serialization failure
+		code == "55P03",               // lock not available: a lock timeout, NOWAIT
+		code == "25006":               // read-only transaction: the server became a standby (a failover)
+		return true
+	}
+	return false
 }
 
 // storable makes s storable in jsonb and at most n bytes: jsonb cannot hold
