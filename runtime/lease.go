@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,7 +84,7 @@ func (l *leaser) loop(ctx, hard context.Context) {
 	)
 	take := func(o outcome) {
 		inFlight--
-		pending = append(pending, o)
+		pending = append(pending, l.unlessStopped(o))
 	}
 	for {
 		claiming := ctx.Err() == nil
@@ -245,20 +246,29 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int, token int64
 
 // isolate records outs one at a time, after the server refused to record
 // them together: an outcome it refuses is recorded as the failure that
-// makes it, saying what the server refused. It returns the outcomes left
-// to record when another error stops it (the database is away).
+// makes it, saying what the server refused. When that failure keeps its
+// group from moving on, the jobs of its run behind it are handed back
+// instead of recorded, whether they ran or not (see leaseRun). It returns
+// the outcomes left to record when another error stops it (the database is
+// away).
 func (l *leaser) isolate(ctx context.Context, outs []outcome) ([]outcome, error) {
 	for i, o := range outs {
+		o = l.unlessStopped(o)
+		outs[i] = o
 		_, err := l.turn(ctx, []outcome{o}, 0, 0)
 		if err != nil && recordRefused(err) {
 			o = o.refusedBy(serverRefusal(err))
 			outs[i] = o
+			if o.stopsGroup() {
+				l.stopRun(o, outs[i+1:])
+			}
 			_, err = l.turn(ctx, []outcome{o}, 0, 0)
 			if err != nil && recordRefused(err) {
 				// Not even as a failure: the job is taken over once its
-				// lease runs out.
+				// lease runs out. Its group waits for it meanwhile.
 				l.w.log.Error("pgtask: the database refused to record a job's attempt, even as a failure",
 					"job_id", o.row.ID, "kind", o.row.Kind, "queue", l.q.name, "attempt", o.row.Attempts, "error", err)
+				l.stopRun(o, outs[i+1:])
 				continue
 			}
 		}
@@ -267,6 +277,48 @@ func (l *leaser) isolate(ctx context.Context, outs []outcome) ([]outcome, error)
 		}
 	}
 	return outs[:0], nil
+}
+
+// leaseRun is one run of a claim (a group's jobs, run one after the other)
+// as its jobs' outcomes see it. Whether a job lets its group move on is
+// decided when it ends, before its outcome is recorded; should the server
+// refuse to record it, and its failure then keep the group waiting, the
+// jobs behind it in the run may have run already: stopped then keeps them
+// from being recorded before it (see leaser.isolate).
+type leaseRun struct {
+	stopped atomic.Bool
+}
+
+// stopRun stops the run of o, whose refused outcome keeps its group from
+// moving on: the jobs of the run behind it do not start, and those that
+// ran are handed back instead of recorded (in outs, the outcomes after o
+// waiting to be recorded, and as they come in), so that they run again
+// after it. Their attempts are returned, and their writes through Job.Tx,
+// which commit with their outcome, are never committed; but a job whose
+// success was recorded in its own transaction already stays recorded.
+func (l *leaser) stopRun(o outcome, outs []outcome) {
+	if o.run == nil || o.run.stopped.Swap(true) {
+		return
+	}
+	for i := range outs {
+		outs[i] = l.unlessStopped(outs[i])
+	}
+}
+
+// unlessStopped is o, or, for a job of a stopped run (see stopRun) whose
+// outcome is not recorded yet, its hand-back.
+func (l *leaser) unlessStopped(o outcome) outcome {
+	if o.run == nil || !o.run.stopped.Load() || o.unstarted {
+		return o
+	}
+	if o.settled {
+		l.w.log.Warn("pgtask: a job's success was recorded with its writes before the job ahead of it in its group was refused",
+			"job_id", o.row.ID, "kind", o.row.Kind, "queue", l.q.name, "attempt", o.row.Attempts)
+		return o
+	}
+	l.w.log.Warn("pgtask: a job ran behind one of its group whose outcome the database refused; it runs again after it",
+		"job_id", o.row.ID, "kind", o.row.Kind, "queue", l.q.name, "attempt", o.row.Attempts)
+	return outcome{row: o.row, unstarted: true, claimToken: o.claimToken, run: o.run}
 }
 
 // releaseClaim hands back what the claim marked token took, if it
@@ -327,10 +379,11 @@ func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, token 
 		l.running[row.ID] = jobs[i]
 	}
 	l.mu.Unlock()
+	lr := &leaseRun{}
 	l.w.spare.do(func() {
 		for i, row := range run {
 			jctx, cancel := context.WithCancel(hard)
-			if !l.begin(ctx, jobs[i], cancel) {
+			if lr.stopped.Load() || !l.begin(ctx, jobs[i], cancel) {
 				cancel()
 				l.handBack(run[i:], token)
 				return
@@ -338,6 +391,7 @@ func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, token 
 			o := l.execute(jctx, row, token)
 			cancel()
 			l.forget(row.ID)
+			o.run, o.claimToken = lr, token
 			o.retryNow = o.retryNow || hard.Err() != nil
 			l.done <- o
 			if o.stopsGroup() {

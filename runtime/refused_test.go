@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -137,8 +138,9 @@ func TestLeaseRecordsAgainAnOutcomeALockTimeoutStopped(t *testing.T) {
 // nil, is told of each attempt as it starts. Retries wait little.
 func outcomeKinds(started func(*runtime.Job)) []runtime.Registration {
 	type payload struct {
-		Deep  bool `json:"deep"`
-		Write bool `json:"write"`
+		Deep      bool `json:"deep"`
+		DeepFirst bool `json:"deep_first"` // deep in the first attempt only
+		Write     bool `json:"write"`
 	}
 	return []runtime.Registration{
 		{Kind: "outcome", Backoff: fastRetry, Handler: func(ctx context.Context, job *runtime.Job) error {
@@ -155,7 +157,7 @@ func outcomeKinds(started func(*runtime.Job)) []runtime.Registration {
 					return err
 				}
 			}
-			if p.Deep {
+			if p.Deep || (p.DeepFirst && job.Attempt == 1) {
 				return job.SetResult(nested(refusedDepth))
 			}
 			return job.SetResult("ok")
@@ -359,6 +361,61 @@ func TestHeldRefusedBatchKeepsGroupOrder(t *testing.T) {
 func TestLeaseIsolatesAnOutcomeTheDatabaseRefuses(t *testing.T) {
 	t.Parallel()
 	testRefusedOutcomeIsIsolated(t, leaseConfig(4), true, false)
+}
+
+// A lease-mode run whose head's success the server refuses, after the jobs
+// behind it in its group ran: the head waits for its retry, and those jobs
+// are not recorded before it; they are handed back, their attempts not
+// counted, and run again after the head's retry succeeded. Nothing is lost.
+func TestLeaseRefusedHeadKeepsGroupOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	small := smallStack(t, b)
+	type start struct {
+		id      runtime.JobID
+		attempt int
+	}
+	var mu sync.Mutex
+	var starts []start
+	// One claim takes the four, as a run.
+	head := enqueue(t, b.pool, "outcome", map[string]bool{"deep_first": true}, runtime.WithGroup("g"), runtime.WithMaxAttempts(3))
+	var behind []runtime.JobID
+	for range 3 {
+		behind = append(behind, enqueue(t, b.pool, "outcome", map[string]bool{}, runtime.WithGroup("g"), runtime.WithMaxAttempts(3)))
+	}
+	startWorker(t, small, leaseConfig(4), outcomeKinds(func(job *runtime.Job) {
+		mu.Lock()
+		starts = append(starts, start{job.ID, job.Attempt})
+		mu.Unlock()
+	})...)
+	b.waitQueueDone(t, runtime.DefaultQueue, 15*time.Second)
+	if j := b.job(t, head); j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 2 || len(errorsOf(t, j)) != 1 {
+		t.Errorf("the head: %s, attempts %d, errors %s; want succeeded in its second attempt", j.Status, j.Attempts, j.Errors)
+	}
+	for _, id := range behind {
+		if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 1 || len(errorsOf(t, j)) != 0 {
+			t.Errorf("job %d behind the head: %s, attempts %d, errors %s", id, j.Status, j.Attempts, j.Errors)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The last start of each job is the attempt recorded: in group order.
+	last := map[runtime.JobID]int{}
+	for i, s := range starts {
+		last[s.id] = i
+	}
+	order := append([]runtime.JobID{head}, behind...)
+	for i := 1; i < len(order); i++ {
+		if last[order[i]] < last[order[i-1]] {
+			t.Errorf("starts %v: job %d's recorded attempt started before job %d's", starts, order[i], order[i-1])
+		}
+	}
+	if i := slices.Index(starts, start{head, 2}); i < 0 || !slices.ContainsFunc(starts[:i], func(s start) bool { return s.id != head }) {
+		// Only a descheduled run gets here: the jobs behind the head start
+		// as soon as its outcome is out, while the refusal takes the loop
+		// two round trips to find.
+		t.Logf("starts %v: no job behind the head ran before its retry; this time the refusal did not meet a run", starts)
+	}
 }
 
 // A lease-mode attempt that fails after its job was taken over and run

@@ -37,6 +37,8 @@ type outcome struct {
 	// is the token of the claim that took it, which fences the hand-back.
 	unstarted  bool
 	claimToken int64
+	// run: the lease-mode run the attempt ran in, if any.
+	run *leaseRun
 	// wrote: a held-mode success whose writes are in the job transaction
 	// (its savepoint released), so they cannot be rolled back alone.
 	wrote bool
