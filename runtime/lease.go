@@ -229,6 +229,9 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int, token int64
 	if err := l.w.pool.SendBatch(bctx, b).Close(); err != nil {
 		return nil, err
 	}
+	for _, o := range unsettled {
+		o.recorded.close()
+	}
 	if int(res.Recorded) < len(p.Ids) {
 		// Fenced off: attempts taken over, or a turn sent again after its
 		// commit's reply was lost. The jobs' rows say which.
@@ -287,6 +290,44 @@ func (l *leaser) isolate(ctx context.Context, outs []outcome) ([]outcome, error)
 // from being recorded before it (see leaser.isolate).
 type leaseRun struct {
 	stopped atomic.Bool
+	stop    chan struct{} // closed when stopped
+}
+
+// signal is closed once, by whichever of its callers comes first.
+type signal struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func newSignal() *signal { return &signal{ch: make(chan struct{})} }
+
+func (s *signal) close() {
+	if s != nil {
+		s.once.Do(func() { close(s.ch) })
+	}
+}
+
+// waitAhead waits until the outcome of the run's job ahead of a job that
+// wrote through Job.Tx is recorded (ahead) or the run is stopped, and
+// reports whether the job's success may be recorded with its writes: only
+// once the job ahead of it in its group is, lest it commit first and the
+// job ahead then be refused (see stopRun). The job's transaction holds a
+// connection meanwhile, which the turn recording the job ahead may need:
+// it gives up waiting after patience (a pool that runs out of connections
+// then keeps turning, at the cost of the order should the job ahead be
+// refused), or when ctx ends.
+func (r *leaseRun) waitAhead(ctx context.Context, ahead *signal, patience time.Duration) bool {
+	if ahead != nil {
+		t := time.NewTimer(patience)
+		defer t.Stop()
+		select {
+		case <-ahead.ch:
+		case <-r.stop:
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	return !r.stopped.Load()
 }
 
 // stopRun stops the run of o, whose refused outcome keeps its group from
@@ -300,6 +341,7 @@ func (l *leaser) stopRun(o outcome, outs []outcome) {
 	if o.run == nil || o.run.stopped.Swap(true) {
 		return
 	}
+	close(o.run.stop)
 	for i := range outs {
 		outs[i] = l.unlessStopped(outs[i])
 	}
@@ -379,8 +421,11 @@ func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, token 
 		l.running[row.ID] = jobs[i]
 	}
 	l.mu.Unlock()
-	lr := &leaseRun{}
+	lr := &leaseRun{stop: make(chan struct{})}
 	l.w.spare.do(func() {
+		// ahead: the signal of the outcome of the job before, while the
+		// turn is to record it.
+		var ahead *signal
 		for i, row := range run {
 			jctx, cancel := context.WithCancel(hard)
 			if lr.stopped.Load() || !l.begin(ctx, jobs[i], cancel) {
@@ -388,10 +433,15 @@ func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, token 
 				l.handBack(run[i:], token)
 				return
 			}
-			o := l.execute(jctx, row, token)
+			o := l.execute(jctx, row, token, lr, ahead)
 			cancel()
 			l.forget(row.ID)
 			o.run, o.claimToken = lr, token
+			ahead = nil
+			if !o.settled && !o.unstarted {
+				o.recorded = newSignal()
+				ahead = o.recorded
+			}
 			o.retryNow = o.retryNow || hard.Err() != nil
 			l.done <- o
 			if o.stopsGroup() {
@@ -430,11 +480,14 @@ func (l *leaser) forget(id int64) {
 	l.mu.Unlock()
 }
 
-// execute runs one leased job, which the claim marked token took. When the
-// handler used the job's transaction, a success is recorded in it, fenced by
-// attempt, and commits with the handler's writes (or, refused, is rolled
-// back with them).
-func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow, token int64) outcome {
+// execute runs one leased job, which the claim marked token took, in the
+// run lr, after the job whose outcome's signal is ahead (nil when there is
+// none, or it is recorded already). When the handler used the job's
+// transaction, a success is recorded in it, fenced by attempt, and commits
+// with the handler's writes (or, refused, is rolled back with them), once
+// the job ahead is recorded; should its run be stopped meanwhile, the job
+// is handed back, its writes rolled back.
+func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow, token int64, lr *leaseRun, ahead *signal) outcome {
 	w := l.w
 	job := newJob(row)
 	job.lease = &jobLease{w: w, id: row.ID, attempt: row.Attempts, token: token}
@@ -469,6 +522,14 @@ func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow, token int64)
 			w.log.Warn("pgtask: rolling back a failed job's transaction failed", "job_id", row.ID, "error", err)
 		}
 		return o
+	}
+	if !lr.waitAhead(ctx, ahead, w.cfg.Lease/3) {
+		if err := ltx.end(bctx, false); err != nil {
+			w.log.Warn("pgtask: rolling back the transaction of a job handed back failed", "job_id", row.ID, "error", err)
+		}
+		w.log.Warn("pgtask: a job ran behind one of its group whose outcome the database refused; it runs again after it",
+			"job_id", row.ID, "kind", row.Kind, "queue", l.q.name, "attempt", row.Attempts)
+		return outcome{row: row, unstarted: true, claimToken: token}
 	}
 	recorded, err := ltx.settle(bctx, settlement(l.q.name, []outcome{o}, false))
 	switch {

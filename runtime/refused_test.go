@@ -366,9 +366,21 @@ func TestLeaseIsolatesAnOutcomeTheDatabaseRefuses(t *testing.T) {
 // A lease-mode run whose head's success the server refuses, after the jobs
 // behind it in its group ran: the head waits for its retry, and those jobs
 // are not recorded before it; they are handed back, their attempts not
-// counted, and run again after the head's retry succeeded. Nothing is lost.
+// counted and their writes through Job.Tx not kept, and run again after
+// the head's retry succeeded. Nothing is lost.
 func TestLeaseRefusedHeadKeepsGroupOrder(t *testing.T) {
 	t.Parallel()
+	t.Run("the jobs behind it write nothing", func(t *testing.T) {
+		t.Parallel()
+		testLeaseRefusedHeadKeepsGroupOrder(t, false)
+	})
+	t.Run("the jobs behind it write", func(t *testing.T) {
+		t.Parallel()
+		testLeaseRefusedHeadKeepsGroupOrder(t, true)
+	})
+}
+
+func testLeaseRefusedHeadKeepsGroupOrder(t *testing.T, write bool) {
 	b := setup(t)
 	small := smallStack(t, b)
 	type start struct {
@@ -381,20 +393,25 @@ func TestLeaseRefusedHeadKeepsGroupOrder(t *testing.T) {
 	head := enqueue(t, b.pool, "outcome", map[string]bool{"deep_first": true}, runtime.WithGroup("g"), runtime.WithMaxAttempts(3))
 	var behind []runtime.JobID
 	for range 3 {
-		behind = append(behind, enqueue(t, b.pool, "outcome", map[string]bool{}, runtime.WithGroup("g"), runtime.WithMaxAttempts(3)))
+		behind = append(behind, enqueue(t, b.pool, "outcome", map[string]bool{"write": write}, runtime.WithGroup("g"), runtime.WithMaxAttempts(3)))
 	}
 	startWorker(t, small, leaseConfig(4), outcomeKinds(func(job *runtime.Job) {
 		mu.Lock()
 		starts = append(starts, start{job.ID, job.Attempt})
 		mu.Unlock()
 	})...)
-	b.waitQueueDone(t, runtime.DefaultQueue, 15*time.Second)
+	markers := markersOf(t, b.waitQueueDone(t, runtime.DefaultQueue, 15*time.Second))
 	if j := b.job(t, head); j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 2 || len(errorsOf(t, j)) != 1 {
 		t.Errorf("the head: %s, attempts %d, errors %s; want succeeded in its second attempt", j.Status, j.Attempts, j.Errors)
 	}
+	wantMarkers := 0
+	if write {
+		wantMarkers = 1
+	}
 	for _, id := range behind {
-		if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 1 || len(errorsOf(t, j)) != 0 {
-			t.Errorf("job %d behind the head: %s, attempts %d, errors %s", id, j.Status, j.Attempts, j.Errors)
+		if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 1 || len(errorsOf(t, j)) != 0 ||
+			markers[id] != wantMarkers {
+			t.Errorf("job %d behind the head: %s, attempts %d, %d markers, errors %s", id, j.Status, j.Attempts, markers[id], j.Errors)
 		}
 	}
 	mu.Lock()

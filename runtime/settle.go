@@ -37,8 +37,10 @@ type outcome struct {
 	// is the token of the claim that took it, which fences the hand-back.
 	unstarted  bool
 	claimToken int64
-	// run: the lease-mode run the attempt ran in, if any.
-	run *leaseRun
+	// run: the lease-mode run the attempt ran in, if any; recorded, when
+	// the outcome is the run's to record, is told once it is.
+	run      *leaseRun
+	recorded *signal
 	// wrote: a held-mode success whose writes are in the job transaction
 	// (its savepoint released), so they cannot be rolled back alone.
 	wrote bool
