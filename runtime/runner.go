@@ -414,8 +414,8 @@ func (s *session) isolate(ctx context.Context, end batchEnd, cause error) (cycle
 		group := o.row.GroupKey
 		switch {
 		case causes[i] != nil:
-			// Recorded whatever ran before it: the refused job spends its
-			// own attempt.
+			// Recorded in any case: the refused job spends an attempt of
+			// its own (see refusedRecords).
 			inPlace = inPlace && !o.wrote
 			o = o.refusedBy(serverRefusal(causes[i]))
 			end.outcomes[i] = o
