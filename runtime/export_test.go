@@ -76,3 +76,6 @@ func SetWaitPollInterval(d time.Duration) (restore func()) {
 // RecordKindsEvery sets how often the worker records its kinds again; call
 // it before Run.
 func (w *Worker) RecordKindsEvery(d time.Duration) { w.kindsEvery = d }
+
+// PromoteStep runs one step of the worker's promotion service.
+func (w *Worker) PromoteStep(ctx context.Context) error { return w.maint.promote.step(ctx) }

@@ -292,9 +292,8 @@ type Worker struct {
 	periodicSince time.Time
 	// periodicPanics counts the ticks skipped because Enqueue panicked.
 	periodicPanics atomic.Int64
-	// unmovable are the due jobs maintenance last found it cannot promote
-	// (see promoteDue), said once until they change.
-	unmovable []int64
+	// maint are the maintenance services, which Run starts (see maintain).
+	maint *maintenance
 }
 
 // withConcurrency gives Concurrency its default for the queue's mode.
@@ -387,6 +386,7 @@ func NewWorker(ctx context.Context, poolConfig *pgxpool.Config, cfg Config) (*Wo
 	}
 	w.pool = pool
 	w.ownPool = true
+	w.maint = newMaintenance(w)
 	return w, nil
 }
 
@@ -435,6 +435,7 @@ func NewWorkerFromPool(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Wo
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
 	w.pool = pool
+	w.maint = newMaintenance(w)
 	return w, nil
 }
 

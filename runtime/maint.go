@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -12,6 +11,28 @@ import (
 
 // maintainBatch bounds the rows one maintenance statement touches.
 const maintainBatch = 1000
+
+// A maintService is one duty of the maintenance loop that every worker
+// does each round (promotion, rescue, cancel requests). Its step does one
+// round of it; an error ends the round, and the loop tries again the next.
+type maintService interface {
+	step(ctx context.Context) error
+}
+
+// maintenance holds the worker's maintenance services. The loop (maintain)
+// runs them, one after another, on the connection budget's maintenance
+// share.
+type maintenance struct {
+	promote *promoter
+}
+
+// newMaintenance makes the maintenance services of w, whose pool is set.
+func newMaintenance(w *Worker) *maintenance {
+	q := gen.New(w.pool)
+	return &maintenance{
+		promote: &promoter{q: q, log: w.log.With("maint", "promote"), batch: maintainBatch},
+	}
+}
 
 // maintain periodically moves due scheduled jobs (delayed jobs and retries
 // waiting out their backoff) to their queue, requeues jobs whose worker's
@@ -50,7 +71,7 @@ func (w *Worker) maintain(ctx context.Context) {
 func (w *Worker) maintainOnce(ctx context.Context, q *gen.Queries) error {
 	ctx, cancel := context.WithTimeout(ctx, bookkeeping)
 	defer cancel()
-	if err := w.promoteDue(ctx, q); err != nil {
+	if err := w.maint.promote.step(ctx); err != nil {
 		return err
 	}
 	rescued, err := q.RescueOrphans(ctx, gen.RescueOrphansParams{Max: maintainBatch, WorkerID: w.id})
@@ -74,35 +95,6 @@ func (w *Worker) maintainOnce(ctx context.Context, q *gen.Queries) error {
 		return err
 	}
 	return w.rescueOwnOrphans(ctx)
-}
-
-// promoteDue moves the due scheduled jobs to their queues, a batch at a
-// time. A job whose row breaks a check the table was given after the row
-// was stored (NOT VALID) cannot be written, so it stays; the others move
-// on, and the worker says which jobs those are, once until they change: an
-// operator has to delete them.
-func (w *Worker) promoteDue(ctx context.Context, q *gen.Queries) error {
-	var unmovable []int64
-	for {
-		r, err := q.PromoteScheduled(ctx, maintainBatch)
-		if err != nil {
-			return err
-		}
-		for _, id := range r.Skipped {
-			if !slices.Contains(unmovable, id) {
-				unmovable = append(unmovable, id)
-			}
-		}
-		if r.Moved == 0 || int(r.Moved)+len(r.Skipped) < maintainBatch {
-			break
-		}
-	}
-	slices.Sort(unmovable)
-	if len(unmovable) > 0 && !slices.Equal(unmovable, w.unmovable) {
-		w.log.Error("pgtask: due jobs cannot be queued: their rows break a check constraint added after they were stored (NOT VALID), so no change to them can be written; delete them", "jobs", unmovable)
-	}
-	w.unmovable = unmovable
-	return nil
 }
 
 // claimTokens is a set of claim tokens, safe for concurrent use.
