@@ -79,3 +79,6 @@ func (w *Worker) RecordKindsEvery(d time.Duration) { w.kindsEvery = d }
 
 // PromoteStep runs one step of the worker's promotion service.
 func (w *Worker) PromoteStep(ctx context.Context) error { return w.maint.promote.step(ctx) }
+
+// RescueStep runs one step of the worker's rescue service.
+func (w *Worker) RescueStep(ctx context.Context) error { return w.maint.rescue.step(ctx) }

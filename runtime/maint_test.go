@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -83,5 +87,90 @@ func TestPromoteServiceStep(t *testing.T) {
 	want = append(want, fmt.Sprint([]int64{bad, bad2}))
 	if got := logs.logged(unmovableMsg, "jobs"); !slices.Equal(got, want) {
 		t.Fatalf("after another job became unmovable the logs say %q, want %q", got, want)
+	}
+}
+
+// The rescue service, driven one step, requeues the leased job of a dead
+// worker, takes over the one whose lease ran out while its worker lives,
+// and rescues this worker's own held job whose session is gone unless a
+// runner still holds its claim.
+func TestRescueServiceStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	logs := &recordedLogs{}
+	w := idleWorker(t, b.url, runtime.Config{Logger: slog.New(logs)})
+	leased := func(worker int32, leaseMs int64) runtime.JobID {
+		t.Helper()
+		enqueue(t, b.pool, "k", map[string]int{}, runtime.WithQueue("lq"))
+		rows, err := b.gen.ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{Queue: "lq", Max: 1, WorkerID: worker, LeaseMs: leaseMs, Token: 1})
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("lease claim: %v, %v", rows, err)
+		}
+		return runtime.JobID(rows[0].ID)
+	}
+	// Worker 7 is dead; worker 8 lives (its lock is held here).
+	dead := leased(7, 600_000)
+	hung := leased(8, 1)
+	alive, err := pgx.Connect(ctx, b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alive.Close(ctx) //nolint:errcheck // it only holds worker 8's lock
+	if err := gen.New(alive).LockWorker(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	// This worker's own claims, made on sessions that then ended.
+	const strayToken, heldToken = 11, 12
+	var own []runtime.JobID
+	for _, token := range []int64{strayToken, heldToken} {
+		enqueue(t, b.pool, "k", map[string]int{})
+		conn, err := pgx.Connect(ctx, b.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := gen.New(conn).ClaimJobs(ctx, gen.ClaimJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: w.ID(),
+			Token: pgtype.Int8{Int64: token, Valid: true}})
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("claim: %v, %v", rows, err)
+		}
+		pid := int32(conn.PgConn().PID())
+		if err := conn.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, b, pid)
+		own = append(own, runtime.JobID(rows[0].ID))
+	}
+	w.HoldClaim(heldToken)
+	time.Sleep(20 * time.Millisecond)
+
+	if err := w.RescueStep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, id := range map[string]runtime.JobID{"dead worker's": dead, "expired lease's": hung, "stray own": own[0]} {
+		if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusQueued {
+			t.Errorf("the %s job is %s, want queued", name, j.Status)
+		}
+	}
+	if j := b.job(t, own[1]); j.Status != testdb.PgtaskJobStatusStarted {
+		t.Errorf("the job of a claim a runner holds is %s, want left started", j.Status)
+	}
+	for msg, id := range map[string]runtime.JobID{
+		"pgtask: requeued jobs whose worker died mid-attempt":                              dead,
+		"pgtask: took over jobs whose lease ran out while their worker lived":              hung,
+		"pgtask: requeued jobs of this worker whose session ended and that no runner held": own[0],
+	} {
+		if got, want := logs.logged(msg, "jobs"), []string{fmt.Sprint([]int64{int64(id)})}; !slices.Equal(got, want) {
+			t.Errorf("%q logged with jobs %q, want %q", msg, got, want)
+		}
+	}
+
+	// Once its runner lets the claim go, the next step rescues that job.
+	w.ForgetClaim(heldToken)
+	if err := w.RescueStep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if j := b.job(t, own[1]); j.Status != testdb.PgtaskJobStatusQueued {
+		t.Errorf("the job of a claim its runner let go is %s, want queued", j.Status)
 	}
 }

@@ -276,7 +276,7 @@ type Worker struct {
 	id int32
 	// claims are the tokens of the held-mode claims whose jobs a runner may
 	// still run: maintenance rescues the worker's own jobs with a dead
-	// session only when their claim is not among them (rescueOwnOrphans).
+	// session only when their claim is not among them (rescuer.rescueOwn).
 	claims claimTokens
 	// running are the attempts whose handlers run now, for cancel requests.
 	running runningJobs
