@@ -3,13 +3,10 @@ package runtime
 import (
 	"context"
 	"errors"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/pgtask/pgtask/gen"
 )
 
 // ErrJobCancelled is the cause (context.Cause) of a handler's context when
@@ -146,51 +143,5 @@ func (w *Worker) cancelNotified(ctx context.Context, payload string) {
 	if !w.running.hear(ref) {
 		return
 	}
-	go w.confirmCancel(ctx, ref)
-}
-
-// confirmCancel cancels attempt ref, running here, if the database shows an
-// operator's request for it. Failing to ask, it leaves the attempt to
-// maintenance, which asks again.
-func (w *Worker) confirmCancel(ctx context.Context, ref attemptRef) {
-	ctx, cancel := context.WithTimeout(ctx, bookkeeping)
-	defer cancel()
-	if err := w.cancelRequested(ctx, gen.New(w.pool), []attemptRef{ref}); err != nil {
-		w.log.Warn("pgtask: could not check a cancel notification; maintenance will", "job_id", ref.id, "error", err)
-	}
-}
-
-// cancelRequested cancels those of the attempts refs, running here, that an
-// operator asked to cancel; it returns the error of asking the database.
-// An attempt that ended meanwhile is left alone.
-func (w *Worker) cancelRequested(ctx context.Context, q *gen.Queries, refs []attemptRef) error {
-	p := gen.CancelRequestedParams{Ids: make([]int64, len(refs)), Attempts: make([]int32, len(refs))}
-	for i, ref := range refs {
-		p.Ids[i], p.Attempts[i] = int64(ref.id), int32(ref.attempt)
-	}
-	requested, err := q.CancelRequested(ctx, p)
-	if err != nil {
-		return err
-	}
-	for _, ref := range refs {
-		if slices.Contains(requested, int64(ref.id)) && w.running.cancel(ref) {
-			w.log.Info("pgtask: cancelling a running job at an operator's request", "job_id", ref.id, "attempt", ref.attempt)
-		}
-	}
-	return nil
-}
-
-// cancelPending settles cancel requests whose attempt is over (see
-// pgtask.apply_cancel_requests) and cancels the running attempts of this
-// worker that have a request: the fallback for notifications lost while
-// the listener was down.
-func (w *Worker) cancelPending(ctx context.Context, q *gen.Queries) error {
-	if _, err := q.ApplyCancelRequests(ctx, maintainBatch); err != nil {
-		return err
-	}
-	refs := w.running.attempts()
-	if len(refs) == 0 {
-		return nil
-	}
-	return w.cancelRequested(ctx, q, refs)
+	go w.maint.cancel.confirm(ctx, ref)
 }

@@ -130,7 +130,7 @@ func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error,
 	remove, heard := w.running.add(job, cancelCause)
 	defer remove()
 	if heard {
-		w.confirmCancel(hard, attemptRef{job.ID, job.Attempt})
+		w.maint.cancel.confirm(hard, attemptRef{job.ID, job.Attempt})
 	}
 	if errors.Is(context.Cause(cancellable), ErrJobCancelled) {
 		// Cancelled while it waited in its batch: the handler never runs.

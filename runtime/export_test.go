@@ -82,3 +82,15 @@ func (w *Worker) PromoteStep(ctx context.Context) error { return w.maint.promote
 
 // RescueStep runs one step of the worker's rescue service.
 func (w *Worker) RescueStep(ctx context.Context) error { return w.maint.rescue.step(ctx) }
+
+// CancelStep runs one step of the worker's cancel-request service.
+func (w *Worker) CancelStep(ctx context.Context) error { return w.maint.cancel.step(ctx) }
+
+// RunAsAttempt registers attempt of job id as running in the worker, as a
+// handler's is while it runs, and returns its context and the function that
+// unregisters it.
+func (w *Worker) RunAsAttempt(id JobID, attempt int) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	remove, _ := w.running.add(&Job{ID: id, Attempt: attempt}, cancel)
+	return ctx, func() { remove(); cancel(nil) }
+}

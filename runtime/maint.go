@@ -23,6 +23,7 @@ type maintService interface {
 type maintenance struct {
 	promote *promoter
 	rescue  *rescuer
+	cancel  *canceller
 }
 
 // newMaintenance makes the maintenance services of w, whose pool is set.
@@ -32,6 +33,7 @@ func newMaintenance(w *Worker) *maintenance {
 		promote: &promoter{q: q, log: w.log.With("maint", "promote"), batch: maintainBatch},
 		rescue: &rescuer{pool: w.pool, q: q, log: w.log.With("maint", "rescue"), batch: maintainBatch,
 			workerID: w.id, claims: &w.claims},
+		cancel: &canceller{q: q, log: w.log.With("maint", "cancel"), batch: maintainBatch, running: &w.running},
 	}
 }
 
@@ -78,5 +80,5 @@ func (w *Worker) maintainOnce(ctx context.Context, q *gen.Queries) error {
 	if err := w.maint.rescue.step(ctx); err != nil {
 		return err
 	}
-	return w.cancelPending(ctx, q)
+	return w.maint.cancel.step(ctx)
 }

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -172,5 +173,70 @@ func TestRescueServiceStep(t *testing.T) {
 	}
 	if j := b.job(t, own[1]); j.Status != testdb.PgtaskJobStatusQueued {
 		t.Errorf("the job of a claim its runner let go is %s, want queued", j.Status)
+	}
+}
+
+// The cancel-request service, driven one step, cancels the running attempt
+// an operator asked to cancel and no other, and carries out the request for
+// a job whose attempt ended before the request reached it (it was handed
+// back unstarted).
+func TestCancelServiceStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	w := idleWorker(t, b.url, runtime.Config{})
+	leased := func(token int64) runtime.JobID {
+		t.Helper()
+		enqueue(t, b.pool, "k", map[string]int{})
+		rows, err := b.gen.ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: 8, LeaseMs: 600_000, Token: token})
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("lease claim: %v, %v", rows, err)
+		}
+		return runtime.JobID(rows[0].ID)
+	}
+	alive, err := pgx.Connect(ctx, b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alive.Close(ctx) //nolint:errcheck // it only holds worker 8's lock
+	if err := gen.New(alive).LockWorker(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	// Jobs asked and not asked to cancel run here; a third is asked to
+	// cancel, then handed back unstarted.
+	asked, other, handedBack := leased(1), leased(1), leased(2)
+	askedCtx, done := w.RunAsAttempt(asked, 1)
+	defer done()
+	otherCtx, done2 := w.RunAsAttempt(other, 1)
+	defer done2()
+	for _, id := range []runtime.JobID{asked, handedBack} {
+		if ok, err := runtime.CancelJob(ctx, b.pool, id); err != nil || !ok {
+			t.Fatalf("CancelJob(%d): %v, %v", id, ok, err)
+		}
+	}
+	if n, err := b.gen.ReleaseLeasedClaim(ctx, 2); err != nil || n != 1 {
+		t.Fatalf("hand back job %d: %d, %v", handedBack, n, err)
+	}
+	if s := b.job(t, handedBack).Status; s != testdb.PgtaskJobStatusQueued {
+		t.Fatalf("the job handed back is %s before the step, want queued, its request waiting", s)
+	}
+	if askedCtx.Err() != nil {
+		t.Fatal("the attempt was cancelled before the step")
+	}
+
+	if err := w.CancelStep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cause := context.Cause(askedCtx); !errors.Is(cause, runtime.ErrJobCancelled) {
+		t.Errorf("the attempt asked to cancel has cause %v, want ErrJobCancelled", cause)
+	}
+	if otherCtx.Err() != nil {
+		t.Errorf("an attempt nobody asked to cancel was cancelled: %v", context.Cause(otherCtx))
+	}
+	if s := b.job(t, handedBack).Status; s != testdb.PgtaskJobStatusCancelled {
+		t.Errorf("the job handed back after its cancel request is %s, want cancelled", s)
+	}
+	if s := b.job(t, asked).Status; s != testdb.PgtaskJobStatusStarted {
+		t.Errorf("the running job asked to cancel is %s, want started until its handler returns", s)
 	}
 }
