@@ -94,3 +94,8 @@ func (w *Worker) RunAsAttempt(id JobID, attempt int) (context.Context, func()) {
 	remove, _ := w.running.add(&Job{ID: id, Attempt: attempt}, cancel)
 	return ctx, func() { remove(); cancel(nil) }
 }
+
+// LeaderStep runs one step of the worker's leader service, and
+// LeaderResign resigns as the worker does when it stops.
+func (w *Worker) LeaderStep(ctx context.Context)   { w.maint.leader.step(ctx) }
+func (w *Worker) LeaderResign(ctx context.Context) { w.maint.leader.resign(ctx) }

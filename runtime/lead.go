@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"math"
 	"time"
 
 	"github.com/pgtask/pgtask/gen"
@@ -38,31 +37,8 @@ func (r Retention) withDefaults() Retention {
 	return r
 }
 
-// The leader among the workers of a database performs its cluster-wide
-// duties (retention, periodic jobs). Every worker stands for election every
-// electEveryTicks maintenance rounds; a leader's term lasts leaderTerm
-// unless renewed, and ends at once when its process dies (see
-// pgtask.elect) or it stops (it resigns).
-const (
-	leaderDuty      = "leader"
-	leaderTerm      = 10 * time.Second
-	retentionBatch  = 5000
-	electEveryTicks = 4 // maintenance intervals
-)
-
-// IsLeader reports whether this worker is the one performing the
-// database's cluster-wide duties now: it was elected, and its term, as
-// counted from before it asked, has not run out.
-func (w *Worker) IsLeader() bool {
-	until := w.leaderUntil.Load()
-	return until != nil && time.Now().Before(*until)
-}
-
-// term is how long a leader's term lasts: leaderTerm, or three election
-// periods if longer, so that a leader renews its term well before it ends.
-func (w *Worker) term() time.Duration {
-	return min(max(leaderTerm, 3*electEveryTicks*w.cfg.MaintenanceInterval), maxIdleInTransaction)
-}
+// retentionBatch bounds the jobs of a status one retention step deletes.
+const retentionBatch = 5000
 
 // leadership is the leader's side of the maintenance loop, which runs it on
 // the same connection between its own rounds: a worker uses one connection
@@ -82,36 +58,13 @@ type leadership struct {
 	kindsAt time.Time
 }
 
-// step stands for election every electEveryTicks maintenance rounds,
-// enqueues the periodic jobs' due ticks then, and deletes what retention
-// says while elected. Every worker records its kinds again now and then.
+// step enqueues the periodic jobs' due ticks every electEveryTicks
+// rounds while this worker leads, and deletes what retention says while it
+// leads. Every worker records its kinds again now and then.
 func (l *leadership) step(ctx context.Context) {
 	w := l.w
-	if l.ticks%electEveryTicks == 0 {
-		// The term is counted from before the request, and less a margin,
-		// so that this worker stops counting itself leader before the
-		// database lets another take over.
-		asked := time.Now()
-		elected, err := w.elect(ctx, l.q)
-		if err != nil && ctx.Err() == nil {
-			w.log.Warn("pgtask: leader election failed; will retry", "error", err)
-		}
-		if elected {
-			until := asked.Add(w.term() * 9 / 10)
-			w.leaderUntil.Store(&until)
-		} else {
-			w.leaderUntil.Store(nil)
-		}
-		if was := w.leader.Swap(elected); was != elected {
-			if elected {
-				w.log.Info("pgtask: this worker is now the leader: it runs retention and periodic jobs", "worker", w.id)
-			} else {
-				w.log.Info("pgtask: this worker is no longer the leader", "worker", w.id)
-			}
-		}
-		if elected {
-			w.schedulePeriodic(ctx)
-		}
+	if l.ticks%electEveryTicks == 0 && w.maint.leader.isLeader() {
+		w.schedulePeriodic(ctx)
 	}
 	l.ticks++
 	if now := time.Now(); l.kindsAt.IsZero() {
@@ -126,26 +79,6 @@ func (l *leadership) step(ctx context.Context) {
 			l.retainAt = time.Now().Add(w.cfg.Retention.Interval)
 		}
 	}
-}
-
-// resign gives up the leadership when the worker stops, so that another
-// takes it at once.
-func (l *leadership) resign(ctx context.Context) {
-	l.w.leaderUntil.Store(nil)
-	if !l.w.leader.Swap(false) {
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	if err := l.q.Resign(rctx, gen.ResignParams{Duty: leaderDuty, WorkerID: l.w.id}); err != nil {
-		l.w.log.Warn("pgtask: could not resign as leader; another worker takes over when the term ends", "error", err)
-	}
-}
-
-func (w *Worker) elect(ctx context.Context, q *gen.Queries) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, bookkeeping)
-	defer cancel()
-	return q.Elect(ctx, gen.ElectParams{Duty: leaderDuty, WorkerID: w.id, TermMs: int32(min(w.term().Milliseconds(), math.MaxInt32))})
 }
 
 // retainBatch deletes one batch of each status's finished jobs past their

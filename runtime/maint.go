@@ -24,6 +24,7 @@ type maintenance struct {
 	promote *promoter
 	rescue  *rescuer
 	cancel  *canceller
+	leader  *leader
 }
 
 // newMaintenance makes the maintenance services of w, whose pool is set.
@@ -34,6 +35,7 @@ func newMaintenance(w *Worker) *maintenance {
 		rescue: &rescuer{pool: w.pool, q: q, log: w.log.With("maint", "rescue"), batch: maintainBatch,
 			workerID: w.id, claims: &w.claims},
 		cancel: &canceller{q: q, log: w.log.With("maint", "cancel"), batch: maintainBatch, running: &w.running},
+		leader: &leader{q: q, log: w.log.With("maint", "leader"), workerID: w.id, term: w.term(), every: electEveryTicks},
 	}
 }
 
@@ -50,10 +52,11 @@ func (w *Worker) maintain(ctx context.Context) {
 	defer t.Stop()
 	q := gen.New(w.pool)
 	lead := &leadership{w: w, q: q}
-	defer lead.resign(ctx)
+	defer w.maint.leader.resign(ctx)
 	failing := false
 	for {
 		err := w.maintainOnce(ctx, q)
+		w.maint.leader.step(ctx)
 		lead.step(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:

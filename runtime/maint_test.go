@@ -240,3 +240,51 @@ func TestCancelServiceStep(t *testing.T) {
 		t.Errorf("the running job asked to cancel is %s, want started until its handler returns", s)
 	}
 }
+
+// The leader service, driven step by step on two workers, elects the first
+// to stand, leaves the other a follower while the leader's term lasts,
+// stands again only every few steps, and hands the leadership over when the
+// leader resigns.
+func TestLeaderServiceStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	logs := &recordedLogs{}
+	first := idleWorker(t, b.url, runtime.Config{Logger: slog.New(logs)})
+	second := idleWorker(t, b.url, runtime.Config{})
+	if first.IsLeader() || second.IsLeader() {
+		t.Fatal("a worker leads before it stood for election")
+	}
+	first.LeaderStep(ctx)
+	if !first.IsLeader() {
+		t.Fatal("the first worker to stand is not the leader")
+	}
+	if id, err := b.q.CurrentLeader(ctx); err != nil || id != first.ID() {
+		t.Fatalf("the database's leader is %d (%v), want %d", id, err, first.ID())
+	}
+	if !logs.has("pgtask: this worker is now the leader: it runs retention and periodic jobs") {
+		t.Error("the new leader did not say so")
+	}
+	second.LeaderStep(ctx) // its first step stands, and loses
+	if second.IsLeader() {
+		t.Fatal("two workers lead at once")
+	}
+	first.LeaderResign(ctx)
+	if first.IsLeader() {
+		t.Fatal("the worker that resigned still counts itself leader")
+	}
+	// The second stands again only on its fourth step after the first.
+	for i := 1; i < 4; i++ {
+		second.LeaderStep(ctx)
+		if second.IsLeader() {
+			t.Fatalf("the second worker stood for election on its step %d", i+1)
+		}
+	}
+	second.LeaderStep(ctx)
+	if !second.IsLeader() {
+		t.Fatal("the second worker did not take over once the leader resigned")
+	}
+	if id, err := b.q.CurrentLeader(ctx); err != nil || id != second.ID() {
+		t.Fatalf("the database's leader is %d (%v), want %d", id, err, second.ID())
+	}
+}

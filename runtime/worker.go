@@ -282,10 +282,6 @@ type Worker struct {
 	running runningJobs
 	// spare runs handlers and lease-mode runs on goroutines kept for reuse.
 	spare *goroutines
-	// leader: the worker was elected at its last election, and leaderUntil
-	// when it stops counting itself leader (see leadership).
-	leader      atomic.Bool
-	leaderUntil atomic.Pointer[time.Time]
 	// periodic are the registered periodic jobs (RegisterPeriodic), and
 	// periodicSince when this worker first scheduled them.
 	periodic      []*periodic
