@@ -99,3 +99,6 @@ func (w *Worker) RunAsAttempt(id JobID, attempt int) (context.Context, func()) {
 // LeaderResign resigns as the worker does when it stops.
 func (w *Worker) LeaderStep(ctx context.Context)   { w.maint.leader.step(ctx) }
 func (w *Worker) LeaderResign(ctx context.Context) { w.maint.leader.resign(ctx) }
+
+// RetainStep runs one step of the worker's retention service.
+func (w *Worker) RetainStep(ctx context.Context) { w.maint.retain.step(ctx) }

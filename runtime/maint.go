@@ -17,6 +17,12 @@ type maintService interface {
 	step(ctx context.Context) error
 }
 
+// leaderStatus tells the leader-only services (retention, periodic jobs)
+// whether this worker leads now: the leader service does.
+type leaderStatus interface {
+	isLeader() bool
+}
+
 // maintenance holds the worker's maintenance services. The loop (maintain)
 // runs them, one after another, on the connection budget's maintenance
 // share.
@@ -25,17 +31,20 @@ type maintenance struct {
 	rescue  *rescuer
 	cancel  *canceller
 	leader  *leader
+	retain  *retainer
 }
 
 // newMaintenance makes the maintenance services of w, whose pool is set.
 func newMaintenance(w *Worker) *maintenance {
 	q := gen.New(w.pool)
+	lead := &leader{q: q, log: w.log.With("maint", "leader"), workerID: w.id, term: w.term(), every: electEveryTicks}
 	return &maintenance{
 		promote: &promoter{q: q, log: w.log.With("maint", "promote"), batch: maintainBatch},
 		rescue: &rescuer{pool: w.pool, q: q, log: w.log.With("maint", "rescue"), batch: maintainBatch,
 			workerID: w.id, claims: &w.claims},
 		cancel: &canceller{q: q, log: w.log.With("maint", "cancel"), batch: maintainBatch, running: &w.running},
-		leader: &leader{q: q, log: w.log.With("maint", "leader"), workerID: w.id, term: w.term(), every: electEveryTicks},
+		leader: lead,
+		retain: &retainer{q: q, log: w.log.With("maint", "retention"), cfg: w.cfg.Retention, batch: retentionBatch, leader: lead},
 	}
 }
 

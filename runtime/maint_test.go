@@ -288,3 +288,69 @@ func TestLeaderServiceStep(t *testing.T) {
 		t.Fatalf("the database's leader is %d (%v), want %d", id, err, second.ID())
 	}
 }
+
+// The retention service, driven step by step, deletes nothing while its
+// worker does not lead; leading, it deletes the finished jobs past their
+// status's age and keeps the others, and then waits out its interval.
+func TestRetentionServiceStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	w := idleWorker(t, b.url, runtime.Config{Retention: runtime.Retention{
+		Succeeded: time.Hour, Cancelled: runtime.KeepForever, Interval: time.Hour,
+	}})
+	if err := w.Register(runtime.Registration{Kind: "ok", Handler: func(context.Context, *runtime.Job) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	oldOK := enqueue(t, b.pool, "ok", map[string]int{})
+	newOK := enqueue(t, b.pool, "ok", map[string]int{})
+	if n, err := w.Drain(ctx); err != nil || n != 2 {
+		t.Fatalf("Drain: %d, %v", n, err)
+	}
+	cancelled := enqueue(t, b.pool, "ok", map[string]int{}, runtime.WithQueue("unserved"))
+	if ok, err := runtime.CancelJob(ctx, b.pool, cancelled); err != nil || !ok {
+		t.Fatalf("cancel: %v, %v", ok, err)
+	}
+	backdate := func(id runtime.JobID, age time.Duration) {
+		t.Helper()
+		if err := b.q.BackdateFinished(ctx, testdb.BackdateFinishedParams{ID: int64(id), AgeSeconds: age.Seconds()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	backdate(oldOK, 2*time.Hour)
+	backdate(newOK, 10*time.Minute)
+	backdate(cancelled, 30*24*time.Hour)
+	exists := func(id runtime.JobID) bool {
+		t.Helper()
+		_, err := runtime.GetJob(ctx, b.pool, id)
+		if err != nil && !errors.Is(err, runtime.ErrJobNotFound) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+
+	w.RetainStep(ctx)
+	if !exists(oldOK) {
+		t.Fatal("a worker that does not lead deleted a job")
+	}
+	w.LeaderStep(ctx)
+	if !w.IsLeader() {
+		t.Fatal("the worker was not elected")
+	}
+	w.RetainStep(ctx)
+	if exists(oldOK) {
+		t.Error("the success older than its age is kept")
+	}
+	if !exists(newOK) {
+		t.Error("the success younger than its age was deleted")
+	}
+	if !exists(cancelled) {
+		t.Error("a cancelled job was deleted, though cancelled jobs are kept forever")
+	}
+	// The next round is an interval away.
+	backdate(newOK, 2*time.Hour)
+	w.RetainStep(ctx)
+	if !exists(newOK) {
+		t.Error("retention ran again before its interval passed")
+	}
+}
