@@ -29,7 +29,7 @@ func (w *Worker) ForgetClaim(token int64) { w.claims.drop(token) }
 
 // SchedulePeriodic runs one round of the leader's periodic scheduling,
 // leader or not: tests race it to show the database keeps one job per tick.
-func (w *Worker) SchedulePeriodic(ctx context.Context) { w.schedulePeriodic(ctx) }
+func (w *Worker) SchedulePeriodic(ctx context.Context) { w.maint.periodic.schedule(ctx) }
 
 // lostOutcome is a success of the first attempt of job id, as the worker
 // that ran it knew it.
@@ -102,3 +102,6 @@ func (w *Worker) LeaderResign(ctx context.Context) { w.maint.leader.resign(ctx) 
 
 // RetainStep runs one step of the worker's retention service.
 func (w *Worker) RetainStep(ctx context.Context) { w.maint.retain.step(ctx) }
+
+// PeriodicStep runs one step of the worker's periodic-job service.
+func (w *Worker) PeriodicStep(ctx context.Context) { w.maint.periodic.step(ctx) }

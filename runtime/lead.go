@@ -11,9 +11,8 @@ import (
 // the same connection between its own rounds: a worker uses one connection
 // beside its running jobs.
 type leadership struct {
-	w     *Worker
-	q     *gen.Queries
-	ticks int
+	w *Worker
+	q *gen.Queries
 	// kindsAt is when the worker records its kinds again: Run recorded
 	// them, but a worker that started while all of this one's sessions
 	// were gone (a database restart) deleted them as a dead worker's.
@@ -25,10 +24,7 @@ type leadership struct {
 // worker records its kinds again now and then.
 func (l *leadership) step(ctx context.Context) {
 	w := l.w
-	if l.ticks%electEveryTicks == 0 && w.maint.leader.isLeader() {
-		w.schedulePeriodic(ctx)
-	}
-	l.ticks++
+	w.maint.periodic.step(ctx)
 	if now := time.Now(); l.kindsAt.IsZero() {
 		l.kindsAt = now.Add(w.kindsEvery)
 	} else if !now.Before(l.kindsAt) {

@@ -27,11 +27,12 @@ type leaderStatus interface {
 // runs them, one after another, on the connection budget's maintenance
 // share.
 type maintenance struct {
-	promote *promoter
-	rescue  *rescuer
-	cancel  *canceller
-	leader  *leader
-	retain  *retainer
+	promote  *promoter
+	rescue   *rescuer
+	cancel   *canceller
+	leader   *leader
+	retain   *retainer
+	periodic *periodicScheduler
 }
 
 // newMaintenance makes the maintenance services of w, whose pool is set.
@@ -44,6 +45,12 @@ func newMaintenance(w *Worker) *maintenance {
 			workerID: w.id, claims: &w.claims},
 		cancel: &canceller{q: q, log: w.log.With("maint", "cancel"), batch: maintainBatch, running: &w.running},
 		leader: lead,
+		periodic: &periodicScheduler{pool: w.pool, log: w.log.With("maint", "periodic"), leader: lead, every: electEveryTicks,
+			jobs: func() []*periodic {
+				w.mu.RLock()
+				defer w.mu.RUnlock()
+				return w.periodic
+			}},
 		retain: &retainer{q: q, log: w.log.With("maint", "retention"), cfg: w.cfg.Retention, batch: retentionBatch, leader: lead},
 	}
 }

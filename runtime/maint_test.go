@@ -354,3 +354,51 @@ func TestRetentionServiceStep(t *testing.T) {
 		t.Error("retention ran again before its interval passed")
 	}
 }
+
+// The periodic-job service, driven step by step, enqueues nothing while its
+// worker does not lead; leading, it looks for due ticks every fourth step
+// only, and enqueues one job for a tick that fell due.
+func TestPeriodicServiceStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	w := idleWorker(t, b.url, runtime.Config{})
+	if err := w.RegisterPeriodic(runtime.PeriodicJob{Name: "every-second", Schedule: "@every 1s", Enqueue: enqueueTick("tick")}); err != nil {
+		t.Fatal(err)
+	}
+	jobs := func() int {
+		t.Helper()
+		js, err := b.q.ListJobs(ctx, runtime.DefaultQueue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(js)
+	}
+	// Step 0 is one that looks, but the worker does not lead: had it
+	// looked, this worker would count ticks from then, and step 4 would
+	// find one due.
+	w.PeriodicStep(ctx)
+	w.LeaderStep(ctx)
+	if !w.IsLeader() {
+		t.Fatal("the worker was not elected")
+	}
+	time.Sleep(1100 * time.Millisecond)
+	for range 3 {
+		w.PeriodicStep(ctx)
+	}
+	w.PeriodicStep(ctx) // step 4 looks: this worker starts counting ticks now
+	if n := jobs(); n != 0 {
+		t.Fatalf("step 4 enqueued %d jobs, as if the step of a worker that did not lead had looked", n)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	for i := 5; i < 8; i++ {
+		w.PeriodicStep(ctx)
+		if n := jobs(); n != 0 {
+			t.Fatalf("step %d, which does not look, enqueued %d jobs", i, n)
+		}
+	}
+	w.PeriodicStep(ctx) // step 8 looks
+	if n := jobs(); n != 1 {
+		t.Fatalf("the step that looked after a tick fell due enqueued %d jobs, want 1", n)
+	}
+}

@@ -4,13 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/robfig/cron/v3"
-
-	"github.com/pgtask/pgtask/gen"
 )
 
 // PeriodicJob enqueues a job on a schedule. The leader among the workers
@@ -122,57 +118,7 @@ func (w *Worker) RegisterPeriodic(p PeriodicJob) error {
 
 // PeriodicPanics is how many ticks of periodic jobs this worker skipped
 // because their Enqueue panicked (each is logged as an error).
-func (w *Worker) PeriodicPanics() int64 { return w.periodicPanics.Load() }
-
-// schedulePeriodic enqueues the jobs of the periodic jobs' due ticks. For a
-// job that never ran, the first time this worker scheduled stands in for
-// its last tick: its ticks before then were not missed, it did not exist.
-func (w *Worker) schedulePeriodic(ctx context.Context) {
-	w.mu.RLock()
-	jobs := w.periodic
-	w.mu.RUnlock()
-	if len(jobs) == 0 {
-		return
-	}
-	names := make([]string, len(jobs))
-	for i, p := range jobs {
-		names[i] = p.Name
-	}
-	qctx, cancel := context.WithTimeout(ctx, bookkeeping)
-	rows, err := gen.New(w.pool).LastPeriodicTicks(qctx, names)
-	cancel()
-	if err != nil {
-		if ctx.Err() == nil {
-			w.log.Warn("pgtask: could not read the periodic jobs' ticks; will retry", "error", err)
-		}
-		return
-	}
-	w.mu.Lock()
-	if w.periodicSince.IsZero() {
-		w.periodicSince = rows[0].Now
-	}
-	since := w.periodicSince
-	w.mu.Unlock()
-	byName := make(map[string]gen.LastPeriodicTicksRow, len(rows))
-	for _, r := range rows {
-		byName[r.Name] = r
-	}
-	for _, p := range jobs {
-		last, now := byName[p.Name].LastTick, byName[p.Name].Now
-		after := last
-		if last.Equal(time.Unix(0, 0)) {
-			after = since
-		}
-		for _, tick := range p.due(after, now) {
-			if err := w.enqueueTick(ctx, p, tick, last); err != nil {
-				if ctx.Err() == nil {
-					w.log.Warn("pgtask: could not enqueue a periodic job; will retry", "periodic", p.Name, "tick", tick, "error", err)
-				}
-				break
-			}
-		}
-	}
-}
+func (w *Worker) PeriodicPanics() int64 { return w.maint.periodic.panics.Load() }
 
 // due returns the ticks after after and up to now to enqueue, oldest first,
 // as the job's Missed policy says.
@@ -220,53 +166,4 @@ type every struct{ d time.Duration }
 
 func (e every) Next(t time.Time) time.Time {
 	return t.Truncate(e.d).Add(e.d).In(t.Location())
-}
-
-// enqueueTick records tick and enqueues its job in one transaction; a tick
-// someone else took is left alone. Ticks before last are forgotten.
-func (w *Worker) enqueueTick(ctx context.Context, p *periodic, tick, last time.Time) error {
-	ctx, cancel := context.WithTimeout(ctx, bookkeeping)
-	defer cancel()
-	tx, err := w.pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-	taken, err := gen.New(tx).TakePeriodicTick(ctx, gen.TakePeriodicTickParams{Name: p.Name, TickAt: tick, KeepAfter: last})
-	if err != nil || !taken {
-		return err
-	}
-	// Behind a savepoint, so that a panicking Enqueue's writes are undone
-	// while its tick is kept: the tick is skipped.
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	if err := w.enqueueOrRecover(ctx, p, sp, tick); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
-}
-
-// enqueueOrRecover runs p's Enqueue in sp, a savepoint of the tick's
-// transaction, and releases it. A panic in Enqueue costs the tick, not the
-// leader (whose maintenance loop would die with it, and then every worker's
-// in turn as it took over): sp is rolled back, the panic logged and counted,
-// and nil returned so that the tick is recorded without a job. The panic's
-// value is not logged, as it may hold anything; its type and stack are.
-func (w *Worker) enqueueOrRecover(ctx context.Context, p *periodic, sp pgx.Tx, tick time.Time) (err error) {
-	defer func() {
-		v := recover()
-		if v == nil {
-			return
-		}
-		w.periodicPanics.Add(1)
-		w.log.Error("pgtask: a periodic job's Enqueue panicked; its tick is skipped",
-			"periodic", p.Name, "tick", tick, "panic", fmt.Sprintf("%T", v), "stack", string(debug.Stack()))
-		err = sp.Rollback(ctx)
-	}()
-	if err := p.Enqueue(ctx, sp, tick); err != nil {
-		return err
-	}
-	return sp.Commit(ctx)
 }

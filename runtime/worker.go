@@ -282,12 +282,8 @@ type Worker struct {
 	running runningJobs
 	// spare runs handlers and lease-mode runs on goroutines kept for reuse.
 	spare *goroutines
-	// periodic are the registered periodic jobs (RegisterPeriodic), and
-	// periodicSince when this worker first scheduled them.
-	periodic      []*periodic
-	periodicSince time.Time
-	// periodicPanics counts the ticks skipped because Enqueue panicked.
-	periodicPanics atomic.Int64
+	// periodic are the registered periodic jobs (RegisterPeriodic).
+	periodic []*periodic
 	// maint are the maintenance services, which Run starts (see maintain).
 	maint *maintenance
 }
