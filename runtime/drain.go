@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-
-	"github.com/pgtask/pgtask/gen"
 )
 
 // Drain works, in the calling goroutine, every job of the worker's queues
@@ -25,12 +23,11 @@ func (w *Worker) Drain(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	defer done()
-	q := gen.New(w.pool)
 	total := 0
 	for {
 		// Due delayed jobs and retries join their queues; groups whose head
 		// finished while an enqueue was in flight move on.
-		if err := w.maintainOnce(ctx, q); err != nil {
+		if err := w.maint.round(ctx); err != nil {
 			return total, fmt.Errorf("drain: %w", err)
 		}
 		ran := 0
@@ -60,7 +57,7 @@ func (w *Worker) WorkOne(ctx context.Context) (*JobInfo, error) {
 		return nil, err
 	}
 	defer done()
-	if err := w.maintainOnce(ctx, gen.New(w.pool)); err != nil {
+	if err := w.maint.round(ctx); err != nil {
 		return nil, fmt.Errorf("work one: %w", err)
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.queues)) {

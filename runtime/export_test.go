@@ -75,7 +75,7 @@ func SetWaitPollInterval(d time.Duration) (restore func()) {
 
 // RecordKindsEvery sets how often the worker records its kinds again; call
 // it before Run.
-func (w *Worker) RecordKindsEvery(d time.Duration) { w.kindsEvery = d }
+func (w *Worker) RecordKindsEvery(d time.Duration) { w.maint.kinds.every = d }
 
 // PromoteStep runs one step of the worker's promotion service.
 func (w *Worker) PromoteStep(ctx context.Context) error { return w.maint.promote.step(ctx) }
@@ -105,3 +105,6 @@ func (w *Worker) RetainStep(ctx context.Context) { w.maint.retain.step(ctx) }
 
 // PeriodicStep runs one step of the worker's periodic-job service.
 func (w *Worker) PeriodicStep(ctx context.Context) { w.maint.periodic.step(ctx) }
+
+// KindsStep runs one step of the worker's kinds-recording service.
+func (w *Worker) KindsStep(ctx context.Context) { w.maint.kinds.step(ctx) }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/pgtask/pgtask/gen"
@@ -23,16 +24,27 @@ type leaderStatus interface {
 	isLeader() bool
 }
 
-// maintenance holds the worker's maintenance services. The loop (maintain)
-// runs them, one after another, on the connection budget's maintenance
-// share.
+// maintenance is the worker's maintenance services and the loop (run) that
+// runs them, one after another, each interval on the connection budget's
+// maintenance share: a worker uses one connection beside its running jobs.
+//
+// Every worker promotes due jobs, rescues orphaned ones and carries out
+// cancel requests each round (SKIP LOCKED keeps workers from getting in
+// each other's way), and records its kinds now and then. Between rounds it
+// stands for leader; while it leads, it schedules the periodic jobs and
+// deletes what retention says.
 type maintenance struct {
-	promote  *promoter
-	rescue   *rescuer
-	cancel   *canceller
+	log      *slog.Logger
+	interval time.Duration
+
+	promote *promoter
+	rescue  *rescuer
+	cancel  *canceller
+
 	leader   *leader
-	retain   *retainer
 	periodic *periodicScheduler
+	kinds    *kindsRecorder
+	retain   *retainer
 }
 
 // newMaintenance makes the maintenance services of w, whose pool is set.
@@ -40,7 +52,9 @@ func newMaintenance(w *Worker) *maintenance {
 	q := gen.New(w.pool)
 	lead := &leader{q: q, log: w.log.With("maint", "leader"), workerID: w.id, term: w.term(), every: electEveryTicks}
 	return &maintenance{
-		promote: &promoter{q: q, log: w.log.With("maint", "promote"), batch: maintainBatch},
+		log:      w.log,
+		interval: w.cfg.MaintenanceInterval,
+		promote:  &promoter{q: q, log: w.log.With("maint", "promote"), batch: maintainBatch},
 		rescue: &rescuer{pool: w.pool, q: q, log: w.log.With("maint", "rescue"), batch: maintainBatch,
 			workerID: w.id, claims: &w.claims},
 		cancel: &canceller{q: q, log: w.log.With("maint", "cancel"), batch: maintainBatch, running: &w.running},
@@ -51,35 +65,30 @@ func newMaintenance(w *Worker) *maintenance {
 				defer w.mu.RUnlock()
 				return w.periodic
 			}},
+		kinds:  &kindsRecorder{record: func(ctx context.Context) { w.recordKinds(ctx, q) }, every: recordKindsEvery},
 		retain: &retainer{q: q, log: w.log.With("maint", "retention"), cfg: w.cfg.Retention, batch: retentionBatch, leader: lead},
 	}
 }
 
-// maintain periodically moves due scheduled jobs (delayed jobs and retries
-// waiting out their backoff) to their queue, requeues jobs whose worker's
-// session ended mid-attempt, takes over leased jobs whose lease ran out,
-// and moves on groups whose finished head was left in place (an enqueue was
-// in flight, or the worker died). Every worker does this; SKIP LOCKED keeps
-// them from getting in each other's way. Between rounds, on the same
-// connection, it stands for leader and does the leader's duties (see
-// leadership).
-func (w *Worker) maintain(ctx context.Context) {
-	t := time.NewTicker(w.cfg.MaintenanceInterval)
+// run runs the maintenance services every interval until ctx is done, and
+// then resigns the leadership, if it has it.
+func (m *maintenance) run(ctx context.Context) {
+	t := time.NewTicker(m.interval)
 	defer t.Stop()
-	q := gen.New(w.pool)
-	lead := &leadership{w: w, q: q}
-	defer w.maint.leader.resign(ctx)
+	defer m.leader.resign(ctx)
 	failing := false
 	for {
-		err := w.maintainOnce(ctx, q)
-		w.maint.leader.step(ctx)
-		lead.step(ctx)
+		err := m.round(ctx)
+		m.leader.step(ctx)
+		m.periodic.step(ctx)
+		m.kinds.step(ctx)
+		m.retain.step(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
-			w.log.Warn("pgtask: maintenance failed; will retry", "error", err)
+			m.log.Warn("pgtask: maintenance failed; will retry", "error", err)
 			failing = true
 		case err == nil && failing:
-			w.log.Info("pgtask: maintenance recovered")
+			m.log.Info("pgtask: maintenance recovered")
 			failing = false
 		}
 		select {
@@ -90,14 +99,15 @@ func (w *Worker) maintain(ctx context.Context) {
 	}
 }
 
-func (w *Worker) maintainOnce(ctx context.Context, q *gen.Queries) error {
+// round runs, in order, the services every worker runs each round. The
+// first error ends the round.
+func (m *maintenance) round(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, bookkeeping)
 	defer cancel()
-	if err := w.maint.promote.step(ctx); err != nil {
-		return err
+	for _, s := range []maintService{m.promote, m.rescue, m.cancel} {
+		if err := s.step(ctx); err != nil {
+			return err
+		}
 	}
-	if err := w.maint.rescue.step(ctx); err != nil {
-		return err
-	}
-	return w.maint.cancel.step(ctx)
+	return nil
 }

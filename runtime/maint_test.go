@@ -402,3 +402,46 @@ func TestPeriodicServiceStep(t *testing.T) {
 		t.Fatalf("the step that looked after a tick fell due enqueued %d jobs, want 1", n)
 	}
 }
+
+// The kinds-recording service, driven step by step, records nothing on its
+// first step and records the worker's kinds once its interval passed, so
+// that a kind whose record was lost counts as handled again.
+func TestKindsServiceStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := runtime.PauseQueue(ctx, b.pool, runtime.DefaultQueue); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, b.pool, "old", map[string]int{})
+	w := idleWorker(t, b.url, runtime.Config{})
+	if err := w.Register(runtime.Registration{Kind: "old", Handler: func(context.Context, *runtime.Job) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	// Drain fixes the kinds the worker claims (and runs nothing: the queue
+	// is paused).
+	if n, err := w.Drain(ctx); err != nil || n != 0 {
+		t.Fatalf("Drain: %d, %v", n, err)
+	}
+	handled := func() bool {
+		t.Helper()
+		kinds, err := runtime.UnhandledKinds(ctx, b.pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(kinds) == 0
+	}
+	if handled() {
+		t.Fatal("the kind counts as handled before the worker recorded it")
+	}
+	w.RecordKindsEvery(10 * time.Millisecond)
+	w.KindsStep(ctx)
+	if handled() {
+		t.Fatal("the first step recorded the kinds; it should only count the interval from now")
+	}
+	time.Sleep(20 * time.Millisecond)
+	w.KindsStep(ctx)
+	if !handled() {
+		t.Fatal("the step after the interval did not record the worker's kinds")
+	}
+}

@@ -264,9 +264,6 @@ type Worker struct {
 	// worker that has its handler (a rolling deploy that adds a kind)
 	// rather than failed here.
 	claimKinds []string
-	// kindsEvery is how often the worker records its kinds again (see
-	// leadership.step).
-	kindsEvery time.Duration
 	// later takes groups an enqueue kept from moving on after a commit.
 	later chan groupsOf
 
@@ -284,7 +281,7 @@ type Worker struct {
 	spare *goroutines
 	// periodic are the registered periodic jobs (RegisterPeriodic).
 	periodic []*periodic
-	// maint are the maintenance services, which Run starts (see maintain).
+	// maint are the maintenance services, which Run starts.
 	maint *maintenance
 }
 
@@ -442,9 +439,6 @@ func newWorker(cfg Config) (*Worker, error) {
 		id:       newWorkerID(),
 		claims:   claimTokens{held: map[int64]struct{}{}},
 		spare:    newGoroutines(),
-		// Rows deleted while the worker's sessions were all gone come back
-		// within this.
-		kindsEvery: 5 * time.Minute,
 	}
 	switch cfg.ConnectionCheck {
 	case CheckFree, CheckMax, CheckNone:
@@ -572,7 +566,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.spare.labelFrom(ctx)
 	var wg, runners sync.WaitGroup
 	wg.Go(func() { w.listen(ctx) })
-	wg.Go(func() { w.maintain(ctx) })
+	wg.Go(func() { w.maint.run(ctx) })
 	// Runners hand it work until the last of them has stopped.
 	advancing, stopAdvancing := context.WithCancel(context.WithoutCancel(ctx))
 	wg.Go(func() { w.advanceBusyGroups(advancing) })
