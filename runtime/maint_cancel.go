@@ -2,11 +2,153 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/pgtask/pgtask/gen"
 )
+
+// ErrJobCancelled is the cause (context.Cause) of a handler's context when
+// an operator cancelled its running job: CancelJob, CancelJobs or `pgtask
+// cancel`. A handler that returns an error then ends the job cancelled; one
+// that succeeds anyway succeeds.
+var ErrJobCancelled = errors.New("pgtask: job cancelled by an operator")
+
+// attemptRef names one attempt of a job.
+type attemptRef struct {
+	id      JobID
+	attempt int
+}
+
+// earlyCancelTTL is how long a cancel notification for an attempt whose
+// handler has not started here is kept, in case it starts here: a job of a
+// held batch waits for the jobs before it.
+const earlyCancelTTL = time.Minute
+
+// maxEarlyCancels bounds the notifications kept for attempts not running
+// here; every worker hears every one.
+const maxEarlyCancels = 10_000
+
+// runningJobs are the attempts whose handlers run in this worker, so that a
+// cancel request can reach the one it names, and the cancels heard for
+// attempts that may yet start here.
+type runningJobs struct {
+	mu    sync.Mutex
+	m     map[JobID]runningAttempt
+	early map[attemptRef]time.Time
+}
+
+type runningAttempt struct {
+	attempt int
+	cancel  context.CancelCauseFunc
+}
+
+// add registers a running attempt and returns the function that
+// unregisters it, and whether a cancel for the attempt was heard before it
+// started.
+func (r *runningJobs) add(job *Job, cancel context.CancelCauseFunc) (remove func(), heard bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = make(map[JobID]runningAttempt)
+	}
+	r.m[job.ID] = runningAttempt{attempt: job.Attempt, cancel: cancel}
+	ref := attemptRef{job.ID, job.Attempt}
+	if _, heard = r.early[ref]; heard {
+		delete(r.early, ref)
+	}
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if a, ok := r.m[job.ID]; ok && a.attempt == job.Attempt {
+			delete(r.m, job.ID)
+		}
+	}, heard
+}
+
+// cancel cancels the handler of attempt ref if it runs here.
+func (r *runningJobs) cancel(ref attemptRef) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a, ok := r.m[ref.id]; ok && a.attempt == ref.attempt {
+		a.cancel(ErrJobCancelled)
+		return true
+	}
+	return false
+}
+
+// hear reports whether attempt ref runs here and, if it does not, keeps
+// the cancel heard for it for earlyCancelTTL, in case it starts here: one
+// step, so that an attempt starting meanwhile either finds the cancel kept
+// or is reported running.
+func (r *runningJobs) hear(ref attemptRef) (running bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a, ok := r.m[ref.id]; ok && a.attempt == ref.attempt {
+		return true
+	}
+	now := time.Now()
+	if r.early == nil {
+		r.early = make(map[attemptRef]time.Time)
+	}
+	if len(r.early) >= maxEarlyCancels {
+		for k, at := range r.early {
+			if now.Sub(at) > earlyCancelTTL {
+				delete(r.early, k)
+			}
+		}
+	}
+	if len(r.early) < maxEarlyCancels {
+		r.early[ref] = now
+	}
+	return false
+}
+
+// attempts lists the running attempts.
+func (r *runningJobs) attempts() []attemptRef {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	refs := make([]attemptRef, 0, len(r.m))
+	for id, a := range r.m {
+		refs = append(refs, attemptRef{id, a.attempt})
+	}
+	return refs
+}
+
+// parseCancel reads a "pgtask_cancel" notification: "id:attempt".
+func parseCancel(payload string) (attemptRef, bool) {
+	idText, attemptText, ok := strings.Cut(payload, ":")
+	if !ok {
+		return attemptRef{}, false
+	}
+	id, err1 := strconv.ParseInt(idText, 10, 64)
+	attempt, err2 := strconv.Atoi(attemptText)
+	if err1 != nil || err2 != nil || attempt < 1 {
+		return attemptRef{}, false
+	}
+	return attemptRef{JobID(id), attempt}, true
+}
+
+// cancelNotified cancels the attempt a "pgtask_cancel" notification names,
+// once the database confirms the request: any session may NOTIFY, only an
+// operator's cancel_job files a request. A notification for an attempt not
+// running here is kept, and confirmed if the attempt starts here.
+func (w *Worker) cancelNotified(ctx context.Context, payload string) {
+	ref, ok := parseCancel(payload)
+	if !ok {
+		w.log.Warn("pgtask: ignoring a cancel notification that names no attempt", "payload", payload)
+		return
+	}
+	if !w.running.hear(ref) {
+		return
+	}
+	go w.maint.cancel.confirm(ctx, ref)
+}
 
 // canceller carries out operators' cancel requests. Every maintenance
 // round it settles the requests whose attempt is over (see

@@ -89,6 +89,45 @@ func (s *periodicScheduler) schedule(ctx context.Context) {
 	}
 }
 
+// due returns the ticks after after and up to now to enqueue, oldest first,
+// as the job's Missed policy says.
+func (p *periodic) due(after, now time.Time) []time.Time {
+	after = after.In(p.Location)
+	if p.Missed != MissedRunAll {
+		// Only the latest tick counts: find a recent start with a tick
+		// between it and now, looking back twice as far each time, so that
+		// a long outage costs no walk over every tick it missed.
+		for back := time.Minute; ; back *= 2 {
+			start := now.Add(-back).In(p.Location)
+			if !start.After(after) {
+				break
+			}
+			if t := p.schedule.Next(start); !t.IsZero() && !t.After(now) {
+				after = start
+				break
+			}
+		}
+	}
+	var ticks []time.Time
+	for t := p.schedule.Next(after); !t.IsZero() && !t.After(now); t = p.schedule.Next(t) {
+		ticks = append(ticks, t)
+		if len(ticks) == maxMissedTicks {
+			if p.Missed == MissedRunAll {
+				break
+			}
+			ticks = ticks[len(ticks)-1:] // only the latest counts
+		}
+	}
+	if len(ticks) == 0 || p.Missed == MissedRunAll {
+		return ticks
+	}
+	latest := ticks[len(ticks)-1]
+	if p.Missed == MissedSkip && now.Sub(latest) > periodicGrace {
+		return nil
+	}
+	return []time.Time{latest}
+}
+
 // enqueueTick records tick and enqueues its job in one transaction; a tick
 // someone else took is left alone. Ticks before last are forgotten.
 func (s *periodicScheduler) enqueueTick(ctx context.Context, p *periodic, tick, last time.Time) error {

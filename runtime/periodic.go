@@ -120,45 +120,6 @@ func (w *Worker) RegisterPeriodic(p PeriodicJob) error {
 // because their Enqueue panicked (each is logged as an error).
 func (w *Worker) PeriodicPanics() int64 { return w.maint.periodic.panics.Load() }
 
-// due returns the ticks after after and up to now to enqueue, oldest first,
-// as the job's Missed policy says.
-func (p *periodic) due(after, now time.Time) []time.Time {
-	after = after.In(p.Location)
-	if p.Missed != MissedRunAll {
-		// Only the latest tick counts: find a recent start with a tick
-		// between it and now, looking back twice as far each time, so that
-		// a long outage costs no walk over every tick it missed.
-		for back := time.Minute; ; back *= 2 {
-			start := now.Add(-back).In(p.Location)
-			if !start.After(after) {
-				break
-			}
-			if t := p.schedule.Next(start); !t.IsZero() && !t.After(now) {
-				after = start
-				break
-			}
-		}
-	}
-	var ticks []time.Time
-	for t := p.schedule.Next(after); !t.IsZero() && !t.After(now); t = p.schedule.Next(t) {
-		ticks = append(ticks, t)
-		if len(ticks) == maxMissedTicks {
-			if p.Missed == MissedRunAll {
-				break
-			}
-			ticks = ticks[len(ticks)-1:] // only the latest counts
-		}
-	}
-	if len(ticks) == 0 || p.Missed == MissedRunAll {
-		return ticks
-	}
-	latest := ticks[len(ticks)-1]
-	if p.Missed == MissedSkip && now.Sub(latest) > periodicGrace {
-		return nil
-	}
-	return []time.Time{latest}
-}
-
 // every is an @every schedule whose ticks are whole multiples of its
 // interval since Go's zero time, so that every worker finds the same ones
 // whenever it started.
