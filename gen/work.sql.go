@@ -387,6 +387,43 @@ func (q *Queries) FailJob(ctx context.Context, arg FailJobParams) (string, error
 	return status, err
 }
 
+const HandBack = `-- name: HandBack :one
+SELECT h.released::bigint AS released, h.woken::bigint AS woken
+  FROM pgtask.hand_back($1::bigint[], $2::integer, $3::integer,
+                        $4::integer[], $5::bigint[]) AS h
+`
+
+type HandBackParams struct {
+	Ids      []int64     `db:"ids"`
+	OwnerPid pgtype.Int4 `db:"owner_pid"`
+	WorkerID pgtype.Int4 `db:"worker_id"`
+	Attempts []int32     `db:"attempts"`
+	Tokens   []int64     `db:"tokens"`
+}
+
+type HandBackRow struct {
+	Released int64 `db:"released"`
+	Woken    int64 `db:"woken"`
+}
+
+// Gives back claimed jobs whose handlers never started, their attempts
+// returned, in either mode (see pgtask.hand_back for the rule and the
+// fence): held, owner_pid and worker_id, the session that claimed them;
+// lease, each job's attempt and its claim's token. ids NULL: every job of
+// the claim (the session's, or the one token's).
+func (q *Queries) HandBack(ctx context.Context, arg HandBackParams) (HandBackRow, error) {
+	row := q.db.QueryRow(ctx, HandBack,
+		arg.Ids,
+		arg.OwnerPid,
+		arg.WorkerID,
+		arg.Attempts,
+		arg.Tokens,
+	)
+	var i HandBackRow
+	err := row.Scan(&i.Released, &i.Woken)
+	return i, err
+}
+
 const HoldClaimedJobs = `-- name: HoldClaimedJobs :many
 SELECT h.id::bigint AS id FROM pgtask.hold_claimed_jobs($1::bigint, $2::bigint) AS h(id)
 `
@@ -549,120 +586,6 @@ RELEASE SAVEPOINT pgtask_job
 func (q *Queries) ReleaseJobSavepoint(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, ReleaseJobSavepoint)
 	return err
-}
-
-const ReleaseJobs = `-- name: ReleaseJobs :one
-WITH released AS (
-    UPDATE pgtask.jobs j
-       SET status = CASE WHEN r.attempt = j.attempts THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
-           finished_at = CASE WHEN r.attempt = j.attempts THEN clock_timestamp() ELSE j.finished_at END,
-           attempts = j.attempts - 1, owner_pid = NULL
-      FROM unnest($2::bigint[]) AS u(id)
-      LEFT JOIN pgtask.cancel_requests r ON r.job_id = u.id
-     WHERE j.id = u.id AND j.status::text = 'started' AND j.owner_pid = $1::integer
-    RETURNING j.queue, j.status::text AS status, j.is_head
-), woken AS (
-    SELECT pg_notify('pgtask', q.queue)
-      FROM (SELECT DISTINCT r.queue FROM released r WHERE r.is_head AND r.status = 'queued') q
-)
-SELECT (SELECT count(*) FROM released)::bigint AS released, (SELECT count(*) FROM woken)::bigint AS woken
-`
-
-type ReleaseJobsParams struct {
-	OwnerPid int32   `db:"owner_pid"`
-	Ids      []int64 `db:"ids"`
-}
-
-type ReleaseJobsRow struct {
-	Released int64 `db:"released"`
-	Woken    int64 `db:"woken"`
-}
-
-// Gives back claimed jobs whose handler never started (shutdown, or a batch
-// cut short): their attempt is returned, since nothing ran. A job an
-// operator asked to cancel in that attempt (see pgtask.cancel_job) ends
-// cancelled instead: requeued, it could be claimed and run again before
-// maintenance applied the request. If it was its group's head, the group
-// moves on with maintenance, as after any head that finished. A runnable
-// head requeued wakes idle workers (a worker shutting down hands its jobs
-// to the others at once).
-func (q *Queries) ReleaseJobs(ctx context.Context, arg ReleaseJobsParams) (ReleaseJobsRow, error) {
-	row := q.db.QueryRow(ctx, ReleaseJobs, arg.OwnerPid, arg.Ids)
-	var i ReleaseJobsRow
-	err := row.Scan(&i.Released, &i.Woken)
-	return i, err
-}
-
-const ReleaseLeasedClaim = `-- name: ReleaseLeasedClaim :one
-SELECT pgtask.release_leased_claim($1::bigint) AS released
-`
-
-func (q *Queries) ReleaseLeasedClaim(ctx context.Context, token int64) (int32, error) {
-	row := q.db.QueryRow(ctx, ReleaseLeasedClaim, token)
-	var released int32
-	err := row.Scan(&released)
-	return released, err
-}
-
-const ReleaseLeasedJobs = `-- name: ReleaseLeasedJobs :one
-WITH released AS (
-    UPDATE pgtask.jobs j
-       SET status = CASE WHEN r.attempt = j.attempts THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
-           finished_at = CASE WHEN r.attempt = j.attempts THEN clock_timestamp() ELSE j.finished_at END,
-           attempts = j.attempts - 1, lease_until = NULL, claim_token = NULL
-      FROM unnest($3::bigint[]) WITH ORDINALITY AS u(id, n)
-      LEFT JOIN pgtask.cancel_requests r ON r.job_id = u.id
-     WHERE j.id = u.id AND j.status::text = 'started' AND j.attempts = ($1::integer[])[u.n]
-       AND j.claim_token = ($2::bigint[])[u.n] AND j.lease_until IS NOT NULL
-    RETURNING j.queue, j.status::text AS status, j.is_head
-), woken AS (
-    SELECT pg_notify('pgtask', q.queue)
-      FROM (SELECT DISTINCT r.queue FROM released r WHERE r.is_head AND r.status = 'queued') q
-)
-SELECT (SELECT count(*) FROM released)::bigint AS released, (SELECT count(*) FROM woken)::bigint AS woken
-`
-
-type ReleaseLeasedJobsParams struct {
-	Attempts []int32 `db:"attempts"`
-	Tokens   []int64 `db:"tokens"`
-	Ids      []int64 `db:"ids"`
-}
-
-type ReleaseLeasedJobsRow struct {
-	Released int64 `db:"released"`
-	Woken    int64 `db:"woken"`
-}
-
-// Gives back leased jobs of a run whose handler never started (the jobs
-// behind a group's job that stopped the run, those left at shutdown, those
-// whose lease may have run out while they waited): their attempt is
-// returned. Fenced by the attempt and the claim's token, since a hand-back
-// makes an attempt's number come round again: a job taken over, or handed
-// back and claimed by another worker, meanwhile is left alone. A
-// job an operator asked to cancel in that attempt ends cancelled, as with
-// ReleaseJobs. A group's head handed back is runnable again at once, and
-// wakes idle workers, as with ReleaseJobs.
-func (q *Queries) ReleaseLeasedJobs(ctx context.Context, arg ReleaseLeasedJobsParams) (ReleaseLeasedJobsRow, error) {
-	row := q.db.QueryRow(ctx, ReleaseLeasedJobs, arg.Attempts, arg.Tokens, arg.Ids)
-	var i ReleaseLeasedJobsRow
-	err := row.Scan(&i.Released, &i.Woken)
-	return i, err
-}
-
-const ReleaseSessionJobs = `-- name: ReleaseSessionJobs :one
-SELECT pgtask.release_session_jobs($1::integer, $2::integer) AS released
-`
-
-type ReleaseSessionJobsParams struct {
-	OwnerPid int32 `db:"owner_pid"`
-	WorkerID int32 `db:"worker_id"`
-}
-
-func (q *Queries) ReleaseSessionJobs(ctx context.Context, arg ReleaseSessionJobsParams) (int32, error) {
-	row := q.db.QueryRow(ctx, ReleaseSessionJobs, arg.OwnerPid, arg.WorkerID)
-	var released int32
-	err := row.Scan(&released)
-	return released, err
 }
 
 const RescueJobs = `-- name: RescueJobs :many

@@ -29,29 +29,15 @@ SELECT pgtask.complete_jobs(@ids::bigint[], @attempts::integer[], @results::json
 -- The status is empty when the job was not the caller's started attempt.
 SELECT COALESCE(pgtask.fail_job(@id, @attempt, @error, sqlc.narg(retry_in_us))::text, '')::text AS status;
 
--- name: ReleaseJobs :one
--- Gives back claimed jobs whose handler never started (shutdown, or a batch
--- cut short): their attempt is returned, since nothing ran. A job an
--- operator asked to cancel in that attempt (see pgtask.cancel_job) ends
--- cancelled instead: requeued, it could be claimed and run again before
--- maintenance applied the request. If it was its group's head, the group
--- moves on with maintenance, as after any head that finished. A runnable
--- head requeued wakes idle workers (a worker shutting down hands its jobs
--- to the others at once).
-WITH released AS (
-    UPDATE pgtask.jobs j
-       SET status = CASE WHEN r.attempt = j.attempts THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
-           finished_at = CASE WHEN r.attempt = j.attempts THEN clock_timestamp() ELSE j.finished_at END,
-           attempts = j.attempts - 1, owner_pid = NULL
-      FROM unnest(@ids::bigint[]) AS u(id)
-      LEFT JOIN pgtask.cancel_requests r ON r.job_id = u.id
-     WHERE j.id = u.id AND j.status::text = 'started' AND j.owner_pid = @owner_pid::integer
-    RETURNING j.queue, j.status::text AS status, j.is_head
-), woken AS (
-    SELECT pg_notify('pgtask', q.queue)
-      FROM (SELECT DISTINCT r.queue FROM released r WHERE r.is_head AND r.status = 'queued') q
-)
-SELECT (SELECT count(*) FROM released)::bigint AS released, (SELECT count(*) FROM woken)::bigint AS woken;
+-- name: HandBack :one
+-- Gives back claimed jobs whose handlers never started, their attempts
+-- returned, in either mode (see pgtask.hand_back for the rule and the
+-- fence): held, owner_pid and worker_id, the session that claimed them;
+-- lease, each job's attempt and its claim's token. ids NULL: every job of
+-- the claim (the session's, or the one token's).
+SELECT h.released::bigint AS released, h.woken::bigint AS woken
+  FROM pgtask.hand_back(sqlc.narg(ids)::bigint[], sqlc.narg(owner_pid)::integer, sqlc.narg(worker_id)::integer,
+                        sqlc.narg(attempts)::integer[], sqlc.narg(tokens)::bigint[]) AS h;
 
 -- name: RescueOrphans :many
 -- Requeues jobs of dead workers; worker_id is the caller's own worker.
@@ -99,9 +85,6 @@ SELECT pg_advisory_lock_shared(pgtask.worker_lock_class(), @worker_id::integer),
        CASE WHEN current_setting('server_version_num')::integer >= 140000
             THEN set_config('idle_session_timeout', '0', false) END;
 
--- name: ReleaseSessionJobs :one
-SELECT pgtask.release_session_jobs(@owner_pid::integer, @worker_id::integer) AS released;
-
 -- name: SettleJobs :one
 -- Records a batch's outcomes and moves their groups on (see
 -- pgtask.settle_jobs); sent with the next claim and the commit.
@@ -148,35 +131,6 @@ SELECT e.id::bigint AS id FROM pgtask.expire_leases(@max, @worker_id::integer) A
 -- name: SetTransactionIdleTimeout :exec
 -- Bounds how long a lease-mode job's own transaction may sit idle.
 SELECT set_config('idle_in_transaction_session_timeout', @timeout_ms::bigint::text, true);
-
--- name: ReleaseLeasedJobs :one
--- Gives back leased jobs of a run whose handler never started (the jobs
--- behind a group's job that stopped the run, those left at shutdown, those
--- whose lease may have run out while they waited): their attempt is
--- returned. Fenced by the attempt and the claim's token, since a hand-back
--- makes an attempt's number come round again: a job taken over, or handed
--- back and claimed by another worker, meanwhile is left alone. A
--- job an operator asked to cancel in that attempt ends cancelled, as with
--- ReleaseJobs. A group's head handed back is runnable again at once, and
--- wakes idle workers, as with ReleaseJobs.
-WITH released AS (
-    UPDATE pgtask.jobs j
-       SET status = CASE WHEN r.attempt = j.attempts THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
-           finished_at = CASE WHEN r.attempt = j.attempts THEN clock_timestamp() ELSE j.finished_at END,
-           attempts = j.attempts - 1, lease_until = NULL, claim_token = NULL
-      FROM unnest(@ids::bigint[]) WITH ORDINALITY AS u(id, n)
-      LEFT JOIN pgtask.cancel_requests r ON r.job_id = u.id
-     WHERE j.id = u.id AND j.status::text = 'started' AND j.attempts = (@attempts::integer[])[u.n]
-       AND j.claim_token = (@tokens::bigint[])[u.n] AND j.lease_until IS NOT NULL
-    RETURNING j.queue, j.status::text AS status, j.is_head
-), woken AS (
-    SELECT pg_notify('pgtask', q.queue)
-      FROM (SELECT DISTINCT r.queue FROM released r WHERE r.is_head AND r.status = 'queued') q
-)
-SELECT (SELECT count(*) FROM released)::bigint AS released, (SELECT count(*) FROM woken)::bigint AS woken;
-
--- name: ReleaseLeasedClaim :one
-SELECT pgtask.release_leased_claim(@token::bigint) AS released;
 
 -- name: OwnOrphans :many
 -- The worker's own held-mode jobs whose session is gone, locked until the

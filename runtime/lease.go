@@ -199,7 +199,7 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int, token int64
 	b := &pgx.Batch{}
 	b.Queue(gen.BeginJobTransaction)
 	var unsettled []outcome
-	var back gen.ReleaseLeasedJobsParams
+	var back gen.HandBackParams
 	for _, o := range outs {
 		switch {
 		case o.unstarted:
@@ -211,7 +211,7 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int, token int64
 		}
 	}
 	if len(back.Ids) > 0 {
-		b.Queue(gen.ReleaseLeasedJobs, back.Attempts, back.Tokens, back.Ids)
+		b.Queue(gen.HandBack, back.Ids, nil, nil, back.Attempts, back.Tokens)
 	}
 	var res gen.SettleJobsRow
 	var p gen.SettleJobsParams
@@ -370,7 +370,7 @@ func (l *leaser) releaseClaim(hard context.Context, token int64) {
 	var delay retryDelay
 	for {
 		ctx, cancel := bookCtx(hard)
-		_, err := gen.New(l.w.pool).ReleaseLeasedClaim(ctx, token)
+		_, err := gen.New(l.w.pool).HandBack(ctx, gen.HandBackParams{Tokens: []int64{token}})
 		cancel()
 		if err == nil {
 			return

@@ -424,13 +424,13 @@ func TestLeaseHandBackSentAgainLeavesTheNextClaimAlone(t *testing.T) {
 	ctx := context.Background()
 	id := enqueue(t, b.pool, "seq", seqPayload{Seq: 0})
 	q := b.gen
-	handBack := gen.ReleaseLeasedJobsParams{Ids: []int64{int64(id)}, Attempts: []int32{1}, Tokens: []int64{111}}
+	handBack := gen.HandBackParams{Ids: []int64{int64(id)}, Attempts: []int32{1}, Tokens: []int64{111}}
 	claimFirstAttempt(t, q, id, 1, 111)
-	if r, err := q.ReleaseLeasedJobs(ctx, handBack); err != nil || r.Released != 1 {
+	if r, err := q.HandBack(ctx, handBack); err != nil || r.Released != 1 {
 		t.Fatalf("hand back: %d rows, %v", r.Released, err)
 	}
 	claimFirstAttempt(t, q, id, 2, 222)
-	if r, err := q.ReleaseLeasedJobs(ctx, handBack); err != nil || r.Released != 0 {
+	if r, err := q.HandBack(ctx, handBack); err != nil || r.Released != 0 {
 		t.Fatalf("the hand-back sent again: %d rows, %v; want none", r.Released, err)
 	}
 	if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusStarted || j.Attempts != 1 || j.WorkerID.Int32 != 2 {
@@ -461,7 +461,7 @@ func TestLeaseExtensionOfAHandedBackClaimLeavesTheNextAlone(t *testing.T) {
 	if kept := extend(111); len(kept) != 1 {
 		t.Fatalf("worker 1 extending its own claim kept %v; want job %d", kept, id)
 	}
-	if r, err := q.ReleaseLeasedJobs(ctx, gen.ReleaseLeasedJobsParams{Ids: []int64{int64(id)}, Attempts: []int32{1}, Tokens: []int64{111}}); err != nil || r.Released != 1 {
+	if r, err := q.HandBack(ctx, gen.HandBackParams{Ids: []int64{int64(id)}, Attempts: []int32{1}, Tokens: []int64{111}}); err != nil || r.Released != 1 {
 		t.Fatalf("hand back: %d rows, %v", r.Released, err)
 	}
 	claimFirstAttempt(t, q, id, 2, 222)

@@ -292,7 +292,7 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 	var c cycled
 	b := &pgx.Batch{}
 	if len(end.handBack) > 0 {
-		b.Queue(gen.ReleaseJobs, int32(s.pid), end.handBack)
+		b.Queue(gen.HandBack, end.handBack, int32(s.pid), r.w.id, nil, nil)
 	}
 	claiming := ctx.Err() == nil && !r.one && !r.w.slots.contended(r.q.name)
 	var res gen.SettleJobsRow
@@ -347,7 +347,7 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 // the others that need nothing of the transaction (they did not write, and
 // no job of their group before them runs again). The jobs left out run
 // again: their writes are rolled back with the transaction, and the
-// session's hand-back (release_session_jobs) returns their attempts, which
+// session's hand-back (pgtask.hand_back) returns their attempts, which
 // ran but are not counted, since they did nothing wrong; counting them
 // could fail an innocent job for good. That cannot go on for ever: each
 // time, the refused jobs spend attempts of their own, so they fail for good

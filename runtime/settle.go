@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgtask/pgtask/gen"
 )
@@ -367,7 +368,9 @@ func (r *runner) settleLostOnce(hard context.Context, pid uint32, outs []outcome
 			r.w.advanceLater(r.q.name, res.Busy)
 		}
 	}
-	if _, err := q.ReleaseSessionJobs(ctx, gen.ReleaseSessionJobsParams{OwnerPid: int32(pid), WorkerID: r.w.id}); err != nil {
+	if _, err := q.HandBack(ctx, gen.HandBackParams{
+		OwnerPid: pgtype.Int4{Int32: int32(pid), Valid: true}, WorkerID: pgtype.Int4{Int32: r.w.id, Valid: true},
+	}); err != nil {
 		return false, fmt.Errorf("hand back unstarted jobs: %w", err)
 	}
 	return all, nil

@@ -554,30 +554,65 @@ BEGIN
 END;
 $$;
 
--- After a worker lost the session its jobs ran on: hands back, attempts
--- returned, the jobs that session claimed whose handlers never ran (the
--- worker has already recorded the ones that did). Returns how many. A job
--- an operator asked to cancel in that attempt ends cancelled, as the
--- worker's own hand-back does (ReleaseJobs in queries/work.sql).
-CREATE OR REPLACE FUNCTION pgtask.release_session_jobs(p_owner_pid integer, p_worker integer) RETURNS integer
+-- Hands back claimed jobs whose handlers never started: a worker shutting
+-- down, a held batch cut short, the jobs of a lease-mode run behind one
+-- that stopped it, those its worker lost the session of (held) or the
+-- claim's reply of (lease). The one rule for all of them: the attempt is
+-- returned, since nothing ran, and the job holds no claim. A job an
+-- operator asked to cancel in that attempt (see cancel_job) ends cancelled
+-- instead: requeued, it could be claimed and run again before maintenance
+-- applied the request. If it was its group's head, the group moves on with
+-- maintenance, as after any head that finished. A runnable head requeued
+-- wakes idle workers, so others take it at once. Returns how many jobs it
+-- handed back, and how many queues it woke.
+--
+-- The fence says whose claim is handed back, so that a job that moved on
+-- meanwhile (finished, taken over, or handed back and claimed again) is
+-- left alone:
+--   held mode (p_owner_pid set): the session p_owner_pid of worker p_worker
+--     that claimed the jobs;
+--   lease mode (p_owner_pid NULL): each job's attempt (p_attempts) and the
+--     token of the claim that took it (p_tokens), since a hand-back makes
+--     an attempt's number come round again.
+-- p_ids names the jobs. NULL: every job of the claim: all that the session
+-- holds (held), or all that the claim marked p_tokens[1] took (lease),
+-- found when the caller cannot name them.
+CREATE OR REPLACE FUNCTION pgtask.hand_back(p_ids bigint[], p_owner_pid integer, p_worker integer,
+                                            p_attempts integer[], p_tokens bigint[])
+RETURNS TABLE (released bigint, woken bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-    released integer;
+    queues text[];
 BEGIN
-    WITH c AS (
-        SELECT s.id, EXISTS (SELECT 1 FROM pgtask.cancel_requests r
-                              WHERE r.job_id = s.id AND r.attempt = s.attempts) AS cancel
+    IF p_ids IS NULL AND p_owner_pid IS NOT NULL THEN
+        SELECT array_agg(s.id) INTO p_ids
           FROM pgtask.jobs s
-         WHERE s.status = 'started' AND s.owner_pid = p_owner_pid AND s.worker_id = p_worker
+         WHERE s.status = 'started' AND s.owner_pid = p_owner_pid AND s.worker_id = p_worker;
+    ELSIF p_ids IS NULL THEN
+        SELECT array_agg(s.id), array_agg(s.attempts), array_agg(s.claim_token) INTO p_ids, p_attempts, p_tokens
+          FROM pgtask.jobs s
+         WHERE s.claim_token = p_tokens[1] AND s.status = 'started' AND s.lease_until IS NOT NULL;
+    END IF;
+    WITH gone AS (
+        UPDATE pgtask.jobs j
+           SET status = CASE WHEN r.attempt = j.attempts THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
+               finished_at = CASE WHEN r.attempt = j.attempts THEN clock_timestamp() ELSE j.finished_at END,
+               attempts = j.attempts - 1, owner_pid = NULL, lease_until = NULL, claim_token = NULL
+          FROM unnest(p_ids, p_attempts, p_tokens) AS u(id, attempt, token)
+          LEFT JOIN pgtask.cancel_requests r ON r.job_id = u.id
+         WHERE j.id = u.id AND j.status::text = 'started'
+           AND CASE WHEN p_owner_pid IS NOT NULL
+                    THEN j.owner_pid = p_owner_pid AND j.worker_id = p_worker
+                    ELSE j.lease_until IS NOT NULL AND j.attempts = u.attempt AND j.claim_token = u.token
+               END
+        RETURNING j.queue, j.status, j.is_head
     )
-    UPDATE pgtask.jobs j
-       SET status = CASE WHEN c.cancel THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
-           finished_at = CASE WHEN c.cancel THEN clock_timestamp() ELSE j.finished_at END,
-           attempts = j.attempts - 1, owner_pid = NULL
-      FROM c
-     WHERE j.id = c.id AND j.status::text = 'started';
-    GET DIAGNOSTICS released = ROW_COUNT;
-    RETURN released;
+    SELECT count(*), array_agg(DISTINCT g.queue) FILTER (WHERE g.is_head AND g.status = 'queued')
+      INTO released, queues
+      FROM gone g;
+    PERFORM pg_notify('pgtask', q) FROM unnest(queues) q;
+    woken := coalesce(cardinality(queues), 0);
+    RETURN NEXT;
 END;
 $$;
 
@@ -598,7 +633,7 @@ $$;
 -- that is not in a run becomes claimable when its head's success is
 -- recorded, so FIFO holds as in the held mode. p_token marks the claim, so
 -- that a worker that lost the reply can hand back what it may have claimed
--- (release_leased_claim). p_kinds, unless NULL, limits the claim to the
+-- (hand_back). p_kinds, unless NULL, limits the claim to the
 -- kinds the worker has handlers for (see pick_heads).
 CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
                                                     p_after_priority smallint, p_after_id bigint, p_token bigint,
@@ -723,27 +758,6 @@ BEGIN
     END LOOP;
     PERFORM pgtask.advance_each_group(queues, keys);
     RETURN QUERY SELECT unnest(done);
-END;
-$$;
-
--- Hands back, attempts returned, what a lease-mode claim marked p_token
--- took, when the worker lost the reply and never ran the jobs. Nothing
--- matches when the claim did not commit. Returns how many.
-CREATE OR REPLACE FUNCTION pgtask.release_leased_claim(p_token bigint) RETURNS integer
-LANGUAGE plpgsql AS $$
-DECLARE
-    released integer;
-    queues text[];
-BEGIN
-    WITH gone AS (
-        UPDATE pgtask.jobs
-           SET status = 'queued', attempts = attempts - 1, lease_until = NULL, claim_token = NULL
-         WHERE claim_token = p_token AND status = 'started' AND lease_until IS NOT NULL
-        RETURNING queue
-    )
-    SELECT count(*), array_agg(DISTINCT queue) INTO released, queues FROM gone;
-    PERFORM pg_notify('pgtask', q) FROM unnest(queues) q;
-    RETURN released;
 END;
 $$;
 
