@@ -61,21 +61,21 @@ func (t *lazyTx) get(ctx context.Context) (pgx.Tx, error) {
 
 // settle records a success in the transaction and commits it if the
 // success was recorded; otherwise (a stale attempt) it rolls back.
-func (t *lazyTx) settle(ctx context.Context, p gen.SettleJobsParams) (bool, error) {
+func (t *lazyTx) settle(ctx context.Context, queue string, outs []outcome) (bool, error) {
 	t.mu.Lock()
 	tx := t.tx
 	t.mu.Unlock()
-	res, err := gen.New(tx).SettleJobs(ctx, p)
+	res, err := settleNow(ctx, tx, queue, outs)
 	if err != nil {
 		t.end(ctx, false) //nolint:errcheck // the settle error is what matters
 		return false, err
 	}
-	recorded := int(res.Recorded) == len(p.Ids)
+	recorded := int(res.Recorded) == len(outs)
 	if err := t.end(ctx, recorded); err != nil {
 		return false, err
 	}
 	if len(res.Busy) > 0 {
-		t.w.advanceLater(p.Queue, res.Busy)
+		t.w.advanceLater(queue, res.Busy)
 	}
 	return recorded, nil
 }

@@ -531,7 +531,7 @@ func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow, token int64,
 			"job_id", row.ID, "kind", row.Kind, "queue", l.q.name, "attempt", row.Attempts)
 		return outcome{row: row, unstarted: true, claimToken: token}
 	}
-	recorded, err := ltx.settle(bctx, settlement(l.q.name, []outcome{o}, false))
+	recorded, err := ltx.settle(bctx, l.q.name, []outcome{o})
 	switch {
 	case err != nil:
 		o.result = nil

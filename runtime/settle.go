@@ -161,7 +161,9 @@ func settlement(queue string, outs []outcome, claiming bool) gen.SettleJobsParam
 // queueSettle adds to b the statement that records outs (SettleJobs), its
 // result to go to res. The caller hands res.Busy to advanceLater once the
 // statement's transaction has committed: before, the groups' heads are not
-// seen as finished by anyone else.
+// seen as finished by anyone else. It is the one way outcomes reach
+// pgtask.settle_jobs, in both modes: in a batch with the statements around
+// them, or alone (settleNow).
 func queueSettle(b *pgx.Batch, queue string, outs []outcome, claiming bool, res *gen.SettleJobsRow) gen.SettleJobsParams {
 	p := settlement(queue, outs, claiming)
 	b.Queue(gen.SettleJobs, p.Queue, p.Ids, p.Attempts, p.Results, p.Errors, p.RetryInUs, p.Claiming).QueryRow(func(row pgx.Row) error {
@@ -171,6 +173,24 @@ func queueSettle(b *pgx.Batch, queue string, outs []outcome, claiming bool, res 
 		return nil
 	})
 	return p
+}
+
+// batchSender is a connection or transaction that sends batches.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// settleNow records outs on db at once (see queueSettle), as a statement of
+// its own: its error is the statement's, for the caller to say what failed.
+func settleNow(ctx context.Context, db batchSender, queue string, outs []outcome) (gen.SettleJobsRow, error) {
+	var res gen.SettleJobsRow
+	b := &pgx.Batch{}
+	queueSettle(b, queue, outs, false, &res)
+	err := db.SendBatch(ctx, b).Close()
+	if re := (*recordError)(nil); errors.As(err, &re) {
+		err = re.err
+	}
+	return res, err
 }
 
 // recordError is the statement that records outcomes failing.
@@ -359,7 +379,7 @@ func (r *runner) settleLostOnce(hard context.Context, pid uint32, outs []outcome
 	all := true
 	if len(outs) > 0 {
 		// Waits for the ended session's row locks, then records.
-		res, err := q.SettleJobs(ctx, settlement(r.q.name, outs, false))
+		res, err := settleNow(ctx, conn, r.q.name, outs)
 		if err != nil {
 			return false, fmt.Errorf("record attempts: %w", err)
 		}
