@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,5 +208,38 @@ func TestHandBackOfALostSessionTakesItsJobsOnly(t *testing.T) {
 	}
 	if j := b.job(t, runtime.JobID(kept)); j.Status != testdb.PgtaskJobStatusStarted || j.Attempts != 1 {
 		t.Errorf("the other session's job is %s, %d attempts; want started, its attempt kept", j.Status, j.Attempts)
+	}
+}
+
+// A hand-back without its fence (no session or worker for the held mode,
+// no token for each job for the lease mode) is refused with an error that
+// says what it lacks, rather than handing back nothing, or anything, in
+// silence; the claimed job stays as it was.
+func TestHandBackWithoutItsFenceIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	enqueue(t, b.pool, "k", map[string]int{})
+	rows, err := b.gen.ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{
+		Queue: runtime.DefaultQueue, Max: 1, WorkerID: 3, LeaseMs: 600_000, Token: 5,
+	})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("lease claim: %+v, %v; want one job", rows, err)
+	}
+	id := rows[0].ID
+	for name, p := range map[string]gen.HandBackParams{
+		"no fence":                 {Ids: []int64{id}},
+		"a session with no worker": {OwnerPid: pgtype.Int4{Int32: 1, Valid: true}},
+		"fewer tokens than jobs":   {Ids: []int64{id, id + 1}, Attempts: []int32{1, 1}, Tokens: []int64{5}},
+		"no attempts for the jobs": {Ids: []int64{id}, Tokens: []int64{5}},
+		"two tokens for one claim": {Tokens: []int64{5, 6}},
+	} {
+		r, err := b.gen.HandBack(ctx, p)
+		if err == nil || !strings.Contains(err.Error(), "pgtask.hand_back") {
+			t.Errorf("%s: %+v, %v; want an error from pgtask.hand_back", name, r, err)
+		}
+	}
+	if j := b.job(t, runtime.JobID(id)); j.Status != testdb.PgtaskJobStatusStarted || j.Attempts != 1 {
+		t.Errorf("the claimed job is %s, %d attempts; want started, its attempt kept", j.Status, j.Attempts)
 	}
 }

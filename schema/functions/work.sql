@@ -576,7 +576,8 @@ $$;
 --     an attempt's number come round again.
 -- p_ids names the jobs. NULL: every job of the claim: all that the session
 -- holds (held), or all that the claim marked p_tokens[1] took (lease),
--- found when the caller cannot name them.
+-- found when the caller cannot name them. A call without its fence is
+-- refused: it would hand back nothing, or more than it should, in silence.
 CREATE OR REPLACE FUNCTION pgtask.hand_back(p_ids bigint[], p_owner_pid integer, p_worker integer,
                                             p_attempts integer[], p_tokens bigint[])
 RETURNS TABLE (released bigint, woken bigint)
@@ -584,6 +585,18 @@ LANGUAGE plpgsql AS $$
 DECLARE
     queues text[];
 BEGIN
+    IF p_owner_pid IS NOT NULL AND p_worker IS NULL THEN
+        RAISE EXCEPTION 'pgtask.hand_back: the held mode''s fence needs the worker of session %', p_owner_pid
+            USING ERRCODE = 'invalid_parameter_value';
+    ELSIF p_owner_pid IS NULL AND p_ids IS NULL AND cardinality(p_tokens) IS DISTINCT FROM 1 THEN
+        RAISE EXCEPTION 'pgtask.hand_back: a whole claim needs its session and worker (held mode) or its one token (lease mode)'
+            USING ERRCODE = 'invalid_parameter_value';
+    ELSIF p_owner_pid IS NULL AND p_ids IS NOT NULL
+          AND (cardinality(p_tokens) IS DISTINCT FROM cardinality(p_ids)
+               OR cardinality(p_attempts) IS DISTINCT FROM cardinality(p_ids)) THEN
+        RAISE EXCEPTION 'pgtask.hand_back: the lease mode''s fence needs an attempt and a token for each of the % jobs', cardinality(p_ids)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF p_ids IS NULL AND p_owner_pid IS NOT NULL THEN
         SELECT array_agg(s.id) INTO p_ids
           FROM pgtask.jobs s
