@@ -20,6 +20,11 @@ import (
 // or it was settled. The handler should stop; its outcome will be refused.
 var ErrLeaseLost = errors.New("pgtask: the job's lease was lost to a takeover")
 
+// ErrNotLeased is returned by Job.Extend for a job run in held mode, which
+// has no lease: its transaction holds the job's lock for the whole attempt.
+// A handler that serves queues of both modes can ignore it with errors.Is.
+var ErrNotLeased = errors.New("pgtask: the job runs in held mode and has no lease to extend")
+
 // maxLeaseClaim bounds how many jobs one lease-mode claim takes.
 const maxLeaseClaim = 1000
 
@@ -613,13 +618,13 @@ type jobLease struct {
 	token   int64
 }
 
-// Extend asks for the job's lease to run at least d from now. In the
-// held-transaction mode there is no lease (the job's transaction answers
-// for it) and Extend does nothing. It returns ErrLeaseLost when the
-// attempt was taken over.
+// Extend asks for the job's lease to run at least d from now. It returns
+// ErrLeaseLost when the attempt was taken over, and ErrNotLeased in held
+// mode, where there is no lease to extend (the job's transaction holds its
+// lock until the attempt ends, and its Registration.Timeout bounds it).
 func (j *Job) Extend(ctx context.Context, d time.Duration) error {
 	if j.lease == nil {
-		return nil
+		return fmt.Errorf("job %d: %w", j.ID, ErrNotLeased)
 	}
 	kept, err := gen.New(j.lease.w.pool).ExtendLeases(ctx, gen.ExtendLeasesParams{
 		Ids: []int64{j.lease.id}, Attempts: []int32{j.lease.attempt}, Tokens: []int64{j.lease.token}, LeaseMs: d.Milliseconds(),
