@@ -14,8 +14,9 @@ import (
 // many attempts it ran. It is for tests: enqueue, Drain, then check what the
 // handlers did, with no goroutine to wait for. Outcomes are recorded as Run
 // records them; retries wait out their backoff and are not run, and delayed
-// jobs run only once due. Every queue is worked as the held-transaction
-// mode works it (job.Tx() is the job's transaction). Drain may be called
+// jobs run only once due. Every queue is worked as held mode works it
+// (job.Tx() is the transaction that holds the job's lock); a worker with a
+// lease-mode queue is refused with an error naming it. Drain may be called
 // again and again, but not on a worker that is running or has run.
 func (w *Worker) Drain(ctx context.Context) (int, error) {
 	done, err := w.workInCaller("drain")
@@ -50,7 +51,8 @@ func (w *Worker) Drain(ctx context.Context) (int, error) {
 // the worker's queues that can run now (queues in name order, each as Run
 // picks its jobs), and returns the job as its attempt left it; nil when no job
 // could run. It is Drain one job at a time, for tests that check each step
-// (what a failed attempt left, then its retry): the same rules apply.
+// (what a failed attempt left, then its retry): the same rules apply, and
+// a worker with a lease-mode queue is refused likewise.
 func (w *Worker) WorkOne(ctx context.Context) (*JobInfo, error) {
 	done, err := w.workInCaller("work one")
 	if err != nil {
@@ -86,6 +88,16 @@ func (w *Worker) workInCaller(what string) (done func(), err error) {
 	if err := w.settleModes(); err != nil {
 		w.started.Store(false)
 		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	// Jobs are worked here as held mode works them: in a transaction that
+	// holds their locks. A lease-mode queue's handlers are written for a
+	// lease (Job.Extend, no connection held), so its jobs are not run so.
+	for _, name := range slices.Sorted(maps.Keys(w.queues)) {
+		if w.queues[name].cfg.Mode == ModeLease {
+			w.started.Store(false)
+			return nil, fmt.Errorf("%s: queue %s runs in lease mode, and Drain and WorkOne work held-mode queues only: "+
+				"test lease-mode jobs with Run, or serve the queue in held mode in the test's Config", what, name)
+		}
 	}
 	w.divideConnections()
 	w.idleTimeout = w.longestIdle()
