@@ -88,7 +88,7 @@ func TestCancelRunningJob(t *testing.T) {
 			}
 			// Maintenance, which would find the request too, waits an hour:
 			// the notification alone must reach the handler.
-			cfg := runtime.Config{Mode: mode, PollInterval: time.Minute, MaintenanceInterval: time.Hour}
+			cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: mode}}, PollInterval: time.Minute, MaintenanceInterval: time.Hour}
 			for range 3 {
 				startWorker(t, b.url, cfg, regs...)
 			}
@@ -168,7 +168,7 @@ func TestCancelledJobTakenOverEndsCancelled(t *testing.T) {
 	ctx := context.Background()
 	release := make(chan struct{})
 	started := make(chan struct{}, 1)
-	startWorker(t, b.url, runtime.Config{Mode: runtime.ModeLease, AbandonGrace: time.Hour, ShutdownGrace: time.Second},
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: runtime.ModeLease}}, AbandonGrace: time.Hour, ShutdownGrace: time.Second},
 		runtime.Registration{Kind: "cancel.stubborn", Handler: func(ctx context.Context, job *runtime.Job) error {
 			started <- struct{}{}
 			<-release
@@ -188,7 +188,7 @@ func TestCancelledJobTakenOverEndsCancelled(t *testing.T) {
 	if n, err := b.q.ExpireLease(ctx, int64(id)); err != nil || n != 1 {
 		t.Fatalf("ExpireLease: %d, %v", n, err)
 	}
-	startWorker(t, b.url, runtime.Config{Mode: runtime.ModeLease}, runtime.Registration{Kind: "cancel.stubborn", Handler: func(context.Context, *runtime.Job) error {
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: runtime.ModeLease}}}, runtime.Registration{Kind: "cancel.stubborn", Handler: func(context.Context, *runtime.Job) error {
 		t.Error("a cancelled job ran again")
 		return nil
 	}})

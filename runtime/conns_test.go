@@ -180,8 +180,8 @@ func TestWorkerRefusesABudgetBelowItsMinimum(t *testing.T) {
 	err = startError(t, b.url, runtime.Config{MaxConns: -1})
 	wantErrorText(t, err, "MaxConns is -1")
 	// Lease-mode queues hold no connection while their handlers run.
-	w := idleWorker(t, b.url, runtime.Config{MaxConns: 2, Mode: runtime.ModeLease,
-		Queues: map[string]runtime.QueueConfig{"a": {}, "b": {}}})
+	w := idleWorker(t, b.url, runtime.Config{MaxConns: 2,
+		Queues: map[string]runtime.QueueConfig{"a": {Mode: runtime.ModeLease}, "b": {Mode: runtime.ModeLease}}})
 	if n := w.Pool().Config().MaxConns; n != 1 {
 		t.Errorf("the pool of a worker of MaxConns 2 may open %d connections, want 1 (the listener has the other)", n)
 	}

@@ -53,9 +53,9 @@ func TestShortLeaseIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, lease := range []time.Duration{time.Nanosecond, 2 * time.Nanosecond, 500 * time.Microsecond, 999 * time.Millisecond} {
-		_, err := runtime.NewWorker(context.Background(), pc, runtime.Config{Lease: lease})
-		if err == nil || !strings.Contains(err.Error(), "Config.Lease") {
-			t.Errorf("Lease %s: %v, want an error naming Config.Lease", lease, err)
+		_, err := runtime.NewWorker(context.Background(), pc, runtime.Config{Queues: map[string]runtime.QueueConfig{"q": {Mode: runtime.ModeLease, Lease: lease}}})
+		if err == nil || !strings.Contains(err.Error(), "queue q: Lease "+lease.String()+" is shorter than 1s") {
+			t.Errorf("Lease %s: %v, want an error naming the queue's Lease", lease, err)
 		}
 	}
 }

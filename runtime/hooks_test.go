@@ -87,7 +87,7 @@ func TestHooksAroundEnqueueAndEachAttempt(t *testing.T) {
 			for _, k := range []string{"hooks.sealed", "hooks.stop", "hooks.panic"} {
 				regs = append(regs, runtime.Registration{Kind: k, Handler: handler})
 			}
-			startWorker(t, b.url, runtime.Config{Mode: mode, Middleware: []runtime.Middleware{outer, unseal}}, regs...)
+			startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: mode}}, Middleware: []runtime.Middleware{outer, unseal}}, regs...)
 
 			id := enqueue(t, b.pool, "hooks.sealed", map[string]int{"n": 7})
 			j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)

@@ -139,7 +139,7 @@ func (l *leaser) loop(ctx, hard context.Context) {
 			}
 			for _, run := range runsOf(next) {
 				inFlight += len(run)
-				l.start(ctx, hard, run, token, sent.Add(l.w.cfg.Lease))
+				l.start(ctx, hard, run, token, sent.Add(l.q.cfg.Lease))
 			}
 			// Outcomes that came in during the round trip go in the next.
 			l.collect(take)
@@ -225,7 +225,7 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int, token int64
 	}
 	if want > 0 {
 		priority, id := l.q.cursor.get()
-		b.Queue(gen.ClaimLeasedJobs, l.q.name, int32(want), l.w.id, l.w.cfg.Lease.Milliseconds(), priority, id, token, int32(maxLeaseRun),
+		b.Queue(gen.ClaimLeasedJobs, l.q.name, int32(want), l.w.id, l.q.cfg.Lease.Milliseconds(), priority, id, token, int32(maxLeaseRun),
 			l.w.claimKinds).Query(l.q.collectClaim(&next))
 	}
 	b.Queue(gen.CommitJobTransaction)
@@ -463,7 +463,7 @@ func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, token 
 func (l *leaser) begin(ctx context.Context, j *leasedJob, cancel context.CancelFunc) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ctx.Err() != nil || j.lost || time.Until(j.until) < l.w.cfg.Lease/3 {
+	if ctx.Err() != nil || j.lost || time.Until(j.until) < l.q.cfg.Lease/3 {
 		return false
 	}
 	j.cancel = cancel
@@ -528,7 +528,7 @@ func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow, token int64,
 		}
 		return o
 	}
-	if !lr.waitAhead(ctx, ahead, w.cfg.Lease/3) {
+	if !lr.waitAhead(ctx, ahead, l.q.cfg.Lease/3) {
 		if err := ltx.end(bctx, false); err != nil {
 			w.log.Warn("pgtask: rolling back the transaction of a job handed back failed", "job_id", row.ID, "error", err)
 		}
@@ -555,7 +555,7 @@ func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow, token int64,
 // lease, and cancels those whose lease was lost (or, waiting in their run,
 // keeps them from starting).
 func (l *leaser) heartbeat(ctx context.Context) {
-	t := time.NewTicker(l.w.cfg.Lease / 3)
+	t := time.NewTicker(l.q.cfg.Lease / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -577,7 +577,7 @@ func (l *leaser) heartbeat(ctx context.Context) {
 			continue
 		}
 		sent := time.Now()
-		p.LeaseMs = l.w.cfg.Lease.Milliseconds()
+		p.LeaseMs = l.q.cfg.Lease.Milliseconds()
 		bctx, cancel := bookCtx(ctx)
 		kept, err := gen.New(l.w.pool).ExtendLeases(bctx, p)
 		cancel()
@@ -597,7 +597,7 @@ func (l *leaser) heartbeat(ctx context.Context) {
 			switch {
 			case l.running[id] != j:
 			case keep[id]:
-				j.until = sent.Add(l.w.cfg.Lease)
+				j.until = sent.Add(l.q.cfg.Lease)
 			case j.cancel != nil:
 				l.w.log.Warn("pgtask: a job's lease was lost to a takeover; cancelling its handler", "job_id", id, "attempt", j.attempt)
 				j.cancel()

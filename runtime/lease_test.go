@@ -18,10 +18,14 @@ import (
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
 
-func leaseConfig(concurrency int) runtime.Config {
-	return runtime.Config{Queues: map[string]runtime.QueueConfig{
-		runtime.DefaultQueue: {Mode: runtime.ModeLease, Concurrency: concurrency},
-	}}
+// leaseConfig serves the default queue in lease mode, with the lease
+// given, or the default for none.
+func leaseConfig(concurrency int, lease ...time.Duration) runtime.Config {
+	qc := runtime.QueueConfig{Mode: runtime.ModeLease, Concurrency: concurrency}
+	if len(lease) > 0 {
+		qc.Lease = lease[0]
+	}
+	return runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: qc}}
 }
 
 // A lease-mode worker hangs in a handler (as a SIGSTOPped process would)
@@ -50,8 +54,7 @@ func TestLeaseTakeoverRefusesTheStaleOutcome(t *testing.T) {
 	}}
 	marker := runtime.Registration{Kind: "marker", Handler: func(context.Context, *runtime.Job) error { return nil }}
 
-	cfg := leaseConfig(4)
-	cfg.Lease = time.Hour // only the test makes it run out
+	cfg := leaseConfig(4, time.Hour) // only the test makes the lease run out
 	startWorker(t, b.url, cfg, hung, marker)
 	id := enqueue(t, b.pool, "hangs", map[string]int{})
 	select {
@@ -344,8 +347,7 @@ func TestLeaseRunStopsAtAJobTakenOverWhileItWaited(t *testing.T) {
 		}
 		return nil
 	})
-	cfg := leaseConfig(20)
-	cfg.Lease = 3 * time.Second // a heartbeat a second
+	cfg := leaseConfig(20, 3*time.Second) // a heartbeat a second
 	logs := &recordedLogs{}
 	cfg.Logger = slog.New(logs)
 	startWorker(t, b.url, cfg, runtime.Registration{Kind: "seq", Handler: handler})

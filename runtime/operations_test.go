@@ -37,7 +37,7 @@ func TestPauseStopsEveryWorkersClaims(t *testing.T) {
 		return nil
 	}}
 	held := runtime.Config{PollInterval: time.Minute, Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 3}}}
-	lease := runtime.Config{PollInterval: time.Minute, Mode: runtime.ModeLease}
+	lease := runtime.Config{PollInterval: time.Minute, Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: runtime.ModeLease}}}
 	batched := runtime.Config{PollInterval: time.Minute, Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 2, BatchSize: 8}}}
 	for _, cfg := range []runtime.Config{held, lease, batched} {
 		startWorker(t, b.url, cfg, work)

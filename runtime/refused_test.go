@@ -454,8 +454,7 @@ func TestLeaseLogsALateOutcomeAsRefusedByTheTakeover(t *testing.T) {
 		defer close(returned)
 		return errors.New("late failure")
 	}}
-	cfg := leaseConfig(4)
-	cfg.Lease = time.Hour // only the test makes it run out
+	cfg := leaseConfig(4, time.Hour) // only the test makes the lease run out
 	logs := &recordedLogs{}
 	stale := cfg
 	stale.Logger = slog.New(logs)

@@ -27,7 +27,7 @@ func TestRegisterRefusesAModeItsQueueCannotRun(t *testing.T) {
 		{"the queue's configured mode", runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: runtime.ModeHeld}}},
 			[]runtime.Registration{{Kind: "charge_card", Queue: runtime.DefaultQueue, Mode: runtime.ModeLease, Handler: ok}},
 			"register charge_card: kind charge_card needs mode lease, but queue default runs in mode held (configured)"},
-		{"the worker's mode", runtime.Config{Mode: runtime.ModeLease},
+		{"the queue's configured lease mode", runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: runtime.ModeLease}}},
 			[]runtime.Registration{{Kind: "charge_card", Queue: runtime.DefaultQueue, Mode: runtime.ModeHeld, Handler: ok}},
 			"register charge_card: kind charge_card needs mode held, but queue default runs in mode lease (configured)"},
 		{"another kind's mode", runtime.Config{},
@@ -64,7 +64,11 @@ func TestWorkerClaimsOnlyKindsItHandles(t *testing.T) {
 	ok := func(context.Context, *runtime.Job) error { return nil }
 	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
 		queue := string(mode)
-		cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{queue: {Mode: mode, Concurrency: 2, BatchSize: 5}}}
+		qc := runtime.QueueConfig{Mode: mode, Concurrency: 2}
+		if mode == runtime.ModeHeld {
+			qc.BatchSize = 5
+		}
+		cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{queue: qc}}
 		_, stopOld := newWorker(t, b.url, cfg, runtime.Registration{Kind: "old", Queue: queue, Handler: ok})
 		var news, olds, behind []runtime.JobID
 		for i := range 10 {

@@ -43,10 +43,9 @@ func TestIdleSessionTimeoutLeavesTheWorkersSessionsAlone(t *testing.T) {
 	w := startWorker(t, withSessionDefault(t, b.url, "idle_session_timeout=1s"), runtime.Config{
 		Logger:       slog.New(logs),
 		PollInterval: time.Minute, // only a notification wakes it in time
-		Lease:        3 * time.Second,
 		Queues: map[string]runtime.QueueConfig{
 			runtime.DefaultQueue: {},
-			"leased":             {Mode: runtime.ModeLease},
+			"leased":             {Mode: runtime.ModeLease, Lease: 3 * time.Second},
 		},
 	},
 		runtime.Registration{Kind: "quick", Handler: func(context.Context, *runtime.Job) error { return nil }},

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,9 +49,11 @@ type Registration struct {
 	// Backoff spaces retries. Zero value: DefaultBackoff().
 	Backoff Backoff
 	// Mode is the mode the kind's handler needs (generated handlers set it
-	// from the task's tag), or empty for either. A queue whose mode is not
-	// configured takes its kinds' mode; Register refuses a kind whose mode
-	// disagrees with the queue's configured mode or its other kinds'.
+	// from the task's tag), or empty for either. A queue whose
+	// QueueConfig.Mode is unset takes its kinds' mode; Register refuses a
+	// kind whose mode disagrees with the queue's configured mode or its
+	// other kinds', or whose mode its queue's settings do not apply to
+	// (BatchSize in lease mode).
 	Mode Mode
 	// HasResult says the kind's jobs return results (generated handlers of
 	// TaskWithResult tasks set it): workers then announce each one's finish,
@@ -68,7 +71,7 @@ const (
 	// within about a second. Each running job holds a connection and keeps
 	// a transaction open, so jobs should be short. The default.
 	ModeHeld Mode = "held"
-	// ModeLease claims jobs with a lease (Config.Lease) that a heartbeat
+	// ModeLease claims jobs with a lease (QueueConfig.Lease) that a heartbeat
 	// extends while the handler runs. Handlers hold no connection (unless
 	// they use Job.Tx), so thousands can run on a few connections, and jobs
 	// may run for hours and outlive a database restart. A worker that dies
@@ -85,31 +88,55 @@ func (m Mode) check() error {
 	return nil
 }
 
-// QueueConfig says how a worker serves one queue.
+// QueueConfig says how a worker serves one queue. The queue is where its
+// mode is chosen; the settings of one mode only (BatchSize, Lease) are an
+// error from NewWorker or Register on a queue that runs in the other.
 type QueueConfig struct {
-	// Mode runs the queue's jobs in the held-transaction or the lease mode.
-	// Default: Config.Mode, else the mode the queue's registered kinds ask
-	// for, else ModeHeld.
+	// Mode runs the queue's jobs in held or lease mode. Empty: the mode its
+	// registered kinds declare (the task's mode= tag, Registration.Mode),
+	// else ModeHeld. A kind that declares the other mode is an error from
+	// Register.
 	Mode Mode
-	// Concurrency in the held-transaction mode is how many batches of the
-	// queue run at once; each holds one database connection while it runs,
-	// out of the worker's Config.MaxConns, which its held-mode queues share.
-	// With BatchSize 1 it is how many jobs run at once. Default 10.
-	//
-	// In lease mode it is how many claimed jobs the queue has at once, each
-	// handler on no connection of its own: they all run at once, but for
-	// the jobs of a group's run (see BatchSize), which run one after
-	// another. Default 100.
+	// Concurrency is the most of the queue's handlers that run at once, in
+	// either mode. In held mode each one runs on a runner that holds a
+	// database connection while its batch runs, out of the worker's
+	// Config.MaxConns, which its held-mode queues share; default 10. In
+	// lease mode it also bounds the jobs the queue has claimed, whose
+	// handlers hold no connection; default 100.
 	Concurrency int
-	// BatchSize is how many jobs one claim takes: runnable heads, and behind
-	// a grouped head the run of its group's next queued jobs. A batch's jobs
-	// run one after another in one transaction, each rolled back alone if it
-	// fails, and commit together: far fewer round trips and commits for
-	// short jobs, at the price of a batch's jobs waiting for each other.
-	// Default 1. Lease mode ignores BatchSize: it claims as many jobs as
-	// Concurrency has room for, runnable heads first and then runs of up to
-	// 10 jobs behind them, so a busy group's jobs are claimed many at a time.
+	// BatchSize, held mode only, is how many jobs one claim of a runner
+	// takes: runnable heads, and behind a grouped head the run of its
+	// group's next queued jobs. A batch's jobs run one after another in one
+	// transaction, each rolled back alone if it fails, and commit together:
+	// far fewer round trips and commits for short jobs, at the price of a
+	// batch's jobs waiting for each other. Default 1. (Lease mode claims as
+	// many jobs as Concurrency has room for, runnable heads first and then
+	// runs of up to 10 jobs behind them.)
 	BatchSize int
+	// Lease, lease mode only, is how long a claim answers for its job: the
+	// heartbeat extends it every third of it, and a job whose lease ran out
+	// is taken over by another worker. Default 30s; at least 1s. Setting
+	// it needs Mode set to ModeLease.
+	Lease time.Duration
+}
+
+// checkModeSettings refuses a setting of queue name's configuration that
+// applies to the mode it does not run in; by says what decided its mode
+// ("queue emails runs", "kind k runs the queue"). An empty mode is held.
+func checkModeSettings(name string, qc QueueConfig, mode Mode, by string) error {
+	if mode == ModeLease && qc.BatchSize != 0 {
+		return fmt.Errorf("queue %s: BatchSize applies to held mode only; %s in lease mode", name, by)
+	}
+	if mode != ModeLease && qc.Lease != 0 {
+		if qc.Mode == "" {
+			return fmt.Errorf("queue %s: Lease applies to lease mode only; set the queue's Mode to ModeLease", name)
+		}
+		return fmt.Errorf("queue %s: Lease applies to lease mode only; %s in held mode", name, by)
+	}
+	if mode == ModeLease && qc.Lease != 0 && qc.Lease < minLease {
+		return fmt.Errorf("queue %s: Lease %s is shorter than %s: the lease would run out before its heartbeat (every third of it) could extend it", name, qc.Lease, minLease)
+	}
+	return nil
 }
 
 // Config configures a Worker. The zero value serves the default queue with
@@ -136,14 +163,6 @@ type Config struct {
 	// worker gives up on it: it ends the job's database session, records the
 	// timeout and moves on. Default 5s.
 	AbandonGrace time.Duration
-	// Mode is the mode of queues that do not set one. Empty: each queue
-	// takes its kinds' mode, else ModeHeld.
-	Mode Mode
-	// Lease is how long a lease-mode claim answers for its job: the
-	// heartbeat extends it every third of it, and a job whose lease ran out
-	// is taken over by another worker. Default 30s; at least 1s, or
-	// NewWorker fails.
-	Lease time.Duration
 	// MaxConns is the most database connections the worker opens at once,
 	// its listener's included: one budget for all its queues. One listens
 	// for notifications and one, at least, serves maintenance; lease-mode
@@ -194,12 +213,6 @@ func (c Config) withDefaults() Config {
 	}
 	queues := make(map[string]QueueConfig, len(c.Queues))
 	for name, q := range c.Queues {
-		if q.Mode == "" {
-			q.Mode = c.Mode
-		}
-		if q.BatchSize <= 0 {
-			q.BatchSize = 1
-		}
 		queues[name] = q
 	}
 	c.Queues = queues
@@ -222,9 +235,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AbandonGrace <= 0 {
 		c.AbandonGrace = 5 * time.Second
-	}
-	if c.Lease <= 0 {
-		c.Lease = 30 * time.Second
 	}
 	c.Retention = c.Retention.withDefaults()
 	return c
@@ -285,20 +295,27 @@ type Worker struct {
 	maint *maintenance
 }
 
-// withConcurrency gives Concurrency its default for the queue's mode.
-func (qc QueueConfig) withConcurrency() QueueConfig {
+// withModeDefaults gives the settings of the queue's mode their defaults.
+func (qc QueueConfig) withModeDefaults() QueueConfig {
 	if qc.Concurrency <= 0 {
 		qc.Concurrency = 10
 		if qc.Mode == ModeLease {
 			qc.Concurrency = 100
 		}
 	}
+	if qc.Mode == ModeLease {
+		if qc.Lease <= 0 {
+			qc.Lease = 30 * time.Second
+		}
+	} else if qc.BatchSize <= 0 {
+		qc.BatchSize = 1
+	}
 	return qc
 }
 
 type queue struct {
 	name string
-	// cfg has its mode and concurrency settled when Run starts.
+	// cfg has its mode and that mode's defaults settled when Run starts.
 	cfg    QueueConfig
 	cursor claimCursor
 	// wake holds at most one pending wake-up; an idle runner takes it.
@@ -448,9 +465,6 @@ func newWorker(cfg Config) (*Worker, error) {
 	if cfg.MaxConns < 0 {
 		return nil, fmt.Errorf("new worker: MaxConns is %d; leave it 0 for the default", cfg.MaxConns)
 	}
-	if cfg.Lease < minLease {
-		return nil, fmt.Errorf("new worker: Config.Lease %s is shorter than %s: the lease would run out before its heartbeat (every third of it) could extend it", cfg.Lease, minLease)
-	}
 	for name, qc := range cfg.Queues {
 		if name == "" {
 			return nil, errors.New("new worker: a queue name is empty")
@@ -460,6 +474,9 @@ func newWorker(cfg Config) (*Worker, error) {
 		}
 		if err := qc.Mode.check(); err != nil {
 			return nil, fmt.Errorf("new worker: queue %s: %w", name, err)
+		}
+		if err := checkModeSettings(name, qc, qc.Mode, "queue "+name+" runs"); err != nil {
+			return nil, fmt.Errorf("new worker: %w", err)
 		}
 		w.queues[name] = &queue{name: name, cfg: qc, wake: make(chan struct{}, 1)}
 	}
@@ -511,7 +528,12 @@ func (w *Worker) Register(r Registration) error {
 	if w.queues[r.Queue] != nil {
 		// The mode the kind needs is one its queue can run: the queue's
 		// configured mode, or that of the kinds registered for it before.
-		if _, _, err := w.modeOf(r.Queue, &r); err != nil {
+		// Its settings are those of that mode.
+		mode, from, err := w.modeOf(r.Queue, &r)
+		if err != nil {
+			return fmt.Errorf("register %s: %w", r.Kind, err)
+		}
+		if err := checkModeSettings(r.Queue, w.queues[r.Queue].cfg, mode, modeBy(r.Queue, from)); err != nil {
 			return fmt.Errorf("register %s: %w", r.Kind, err)
 		}
 	}
@@ -601,15 +623,18 @@ func (w *Worker) settleModes() error {
 	defer w.mu.RUnlock()
 	for _, name := range slices.Sorted(maps.Keys(w.queues)) {
 		q := w.queues[name]
-		mode, _, err := w.modeOf(name, nil)
+		mode, from, err := w.modeOf(name, nil)
 		if err != nil {
+			return err
+		}
+		if err := checkModeSettings(name, q.cfg, mode, modeBy(name, from)); err != nil {
 			return err
 		}
 		if mode == "" {
 			mode = ModeHeld
 		}
 		q.cfg.Mode = mode
-		q.cfg = q.cfg.withConcurrency()
+		q.cfg = q.cfg.withModeDefaults()
 	}
 	// Registration is over: the kinds to claim are fixed too. None is an
 	// empty list, not NULL (any kind).
@@ -652,6 +677,15 @@ func (w *Worker) modeOf(name string, extra *Registration) (mode Mode, from strin
 		}
 	}
 	return mode, from, nil
+}
+
+// modeBy says what runs queue name in its mode, for errors: from is what
+// modeOf says decided it.
+func modeBy(name, from string) string {
+	if kind, ok := strings.CutPrefix(from, "kind "); ok {
+		return "kind " + kind + " runs the queue"
+	}
+	return "queue " + name + " runs"
 }
 
 // queueModes names the queues with their modes, for the start log:
@@ -698,7 +732,7 @@ const veryLong = time.Duration(math.MaxInt64 / 2)
 // database counts terms in milliseconds of an int32.
 const maxMaintenanceInterval = maxIdleInTransaction / (3 * electEveryTicks)
 
-// minLease is the shortest Config.Lease: a shorter lease runs out before
+// minLease is the shortest QueueConfig.Lease: a shorter lease runs out before
 // its heartbeat, every third of it, can reach the database and back.
 const minLease = time.Second
 

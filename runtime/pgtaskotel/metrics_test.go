@@ -59,7 +59,7 @@ func TestMetricsOfARun(t *testing.T) {
 					return context.Cause(ctx)
 				}},
 			}
-			cfg := runtime.Config{Mode: mode, Queues: map[string]runtime.QueueConfig{queue: {Concurrency: 4}}}
+			cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{queue: {Mode: mode, Concurrency: 4}}}
 			cfg.Middleware = []runtime.Middleware{pgtaskotel.Middleware(tel.opts...)}
 			run(t, newWorker(t, url, cfg, regs...))
 

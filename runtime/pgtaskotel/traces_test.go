@@ -48,7 +48,7 @@ func TestAttemptSpansContinueTheEnqueueTrace(t *testing.T) {
 	pool, url := newPool(t)
 	var mu sync.Mutex
 	var seen []trace.SpanContext // what each attempt's handler saw
-	cfg := runtime.Config{Mode: runtime.ModeLease}
+	cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: runtime.ModeLease}}}
 	cfg.Middleware = []runtime.Middleware{pgtaskotel.Middleware(tel.opts...)}
 	run(t, newWorker(t, url, cfg, runtime.Registration{Kind: "traced", Handler: func(ctx context.Context, job *runtime.Job) error {
 		mu.Lock()

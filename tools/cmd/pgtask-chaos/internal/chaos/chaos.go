@@ -69,7 +69,7 @@ type Config struct {
 	// and the crash.
 	Long int
 	// Lease is the lease of lease-mode worker processes
-	// (runtime.Config.Lease); zero is the runtime's default, 30s.
+	// (runtime.QueueConfig.Lease); zero is the runtime's default, 30s.
 	Lease time.Duration
 	// PauseEvery is the mean time between pauses of a lease-mode worker
 	// process: it is stopped (SIGSTOP) for twice its lease, so that other
@@ -216,7 +216,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.RestartDB, "restart-db", cfg.RestartDB, "restart the database once 30% of the jobs finished")
 	fs.BoolVar(&cfg.CrashDB, "crash-db", cfg.CrashDB, "crash the database (SIGKILL) once 60% of the jobs finished")
 	long := fs.Int("long", -1, "ungrouped jobs that work 6-8s, enqueued around the restart (-1: 0.2% of -jobs, at least 4)")
-	fs.DurationVar(&cfg.Lease, "lease", cfg.Lease, "lease of the lease-mode worker processes (runtime.Config.Lease; 0: the runtime's default)")
+	fs.DurationVar(&cfg.Lease, "lease", cfg.Lease, "lease of the lease-mode worker processes (runtime.QueueConfig.Lease; 0: the runtime's default)")
 	fs.DurationVar(&cfg.PauseEvery, "pause-every", cfg.PauseEvery, "mean time between pauses (SIGSTOP for twice the lease) of a lease-mode worker process (0: none)")
 	fs.BoolVar(&cfg.PinHorizon, "pin-horizon", cfg.PinHorizon, "keep a transaction with an xid open beside the workers for the whole run")
 	fs.DurationVar(&cfg.Progress, "progress", cfg.Progress, "interval between progress lines")

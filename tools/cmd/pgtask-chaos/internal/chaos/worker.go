@@ -54,7 +54,7 @@ type workerArgs struct {
 	batch       int
 	concurrency int
 	mode        string        // runtime.ModeHeld or runtime.ModeLease
-	lease       time.Duration // runtime.Config.Lease; 0 for the runtime's default
+	lease       time.Duration // runtime.QueueConfig.Lease in lease mode; 0 for the runtime's default
 }
 
 func (a workerArgs) list() []string {
@@ -76,10 +76,10 @@ func mainWorker(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&a.url, "url", "", "database URL")
 	fs.IntVar(&a.slot, "slot", 0, "worker slot")
 	fs.IntVar(&a.instance, "instance", 0, "worker process number, unique within the run")
-	fs.IntVar(&a.batch, "batch", 1, "BatchSize of the chaos queue")
+	fs.IntVar(&a.batch, "batch", 1, "BatchSize of the chaos queue in held mode (lease mode has none)")
 	fs.IntVar(&a.concurrency, "concurrency", 2, "Concurrency of the chaos queue")
 	fs.StringVar(&a.mode, "mode", string(runtime.ModeHeld), "mode of the chaos queue: held or lease")
-	fs.DurationVar(&a.lease, "lease", 0, "runtime.Config.Lease: how long a lease-mode claim answers for its job (0: the runtime's default)")
+	fs.DurationVar(&a.lease, "lease", 0, "runtime.QueueConfig.Lease in lease mode: how long a claim answers for its job (0: the runtime's default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -106,11 +106,17 @@ func runWorker(ctx context.Context, a workerArgs, stdout, stderr io.Writer) erro
 		return err
 	}
 	pc.ConnConfig.RuntimeParams["application_name"] = workerAppName(a.instance)
+	// Each mode's settings go to a queue of that mode only.
+	qc := runtime.QueueConfig{Concurrency: a.concurrency, Mode: runtime.Mode(a.mode)}
+	if qc.Mode == runtime.ModeLease {
+		qc.Lease = a.lease
+	} else {
+		qc.BatchSize = a.batch
+	}
 	w, err := startWorker(ctx, pc, runtime.Config{
-		Queues:        map[string]runtime.QueueConfig{queueName: {Concurrency: a.concurrency, BatchSize: a.batch, Mode: runtime.Mode(a.mode)}},
+		Queues:        map[string]runtime.QueueConfig{queueName: qc},
 		Logger:        log,
 		ShutdownGrace: 5 * time.Second,
-		Lease:         a.lease,
 	}, log)
 	if err != nil {
 		if ctx.Err() != nil {
