@@ -80,8 +80,14 @@ func (w *Worker) RecordKindsEvery(d time.Duration) { w.maint.kinds.every = d }
 // PromoteStep runs one step of the worker's promotion service.
 func (w *Worker) PromoteStep(ctx context.Context) error { return w.maint.promote.step(ctx) }
 
-// RescueStep runs one step of the worker's rescue service.
-func (w *Worker) RescueStep(ctx context.Context) error { return w.maint.rescue.step(ctx) }
+// RescueStep runs one step of the worker's rescue services: other workers'
+// orphans and expired leases, then this worker's own orphans.
+func (w *Worker) RescueStep(ctx context.Context) error {
+	if err := w.maint.rescue.step(ctx); err != nil {
+		return err
+	}
+	return ownRescue{w.maint.rescue}.step(ctx)
+}
 
 // CancelStep runs one step of the worker's cancel-request service.
 func (w *Worker) CancelStep(ctx context.Context) error { return w.maint.cancel.step(ctx) }

@@ -104,7 +104,9 @@ func (m *maintenance) run(ctx context.Context) {
 func (m *maintenance) round(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, bookkeeping)
 	defer cancel()
-	for _, s := range []maintService{m.promote, m.rescue, m.cancel} {
+	// Cancel requests come before this worker's own rescue, so that a
+	// failing rescue of its own orphans does not hold them up.
+	for _, s := range []maintService{m.promote, m.rescue, m.cancel, ownRescue{m.rescue}} {
 		if err := s.step(ctx); err != nil {
 			return err
 		}

@@ -12,11 +12,12 @@ import (
 )
 
 // rescuer, every maintenance round, requeues jobs whose worker's session
-// ended mid-attempt, takes over leased jobs whose lease ran out, moves on
-// groups whose finished head was left in place (an enqueue was in flight,
-// or the worker died), and rescues this worker's own held-mode jobs that no
-// runner holds any more (see rescueOwn). Every worker does this; SKIP
-// LOCKED keeps them from getting in each other's way.
+// ended mid-attempt, takes over leased jobs whose lease ran out, and moves
+// on groups whose finished head was left in place (an enqueue was in
+// flight, or the worker died). Every worker does this; SKIP LOCKED keeps
+// them from getting in each other's way. Its ownRescue, a service of its
+// own that runs after cancel requests, rescues this worker's own held-mode
+// jobs that no runner holds any more (see rescueOwn).
 type rescuer struct {
 	pool     *pgxpool.Pool
 	q        *gen.Queries
@@ -42,11 +43,14 @@ func (r *rescuer) step(ctx context.Context) error {
 	if len(expired) > 0 {
 		r.log.Warn("pgtask: took over jobs whose lease ran out while their worker lived", "jobs", expired)
 	}
-	if _, err := r.q.AdvanceFinishedGroups(ctx, r.batch); err != nil {
-		return err
-	}
-	return r.rescueOwn(ctx)
+	_, err = r.q.AdvanceFinishedGroups(ctx, r.batch)
+	return err
 }
+
+// ownRescue is the rescuer's rescueOwn as a service of the round.
+type ownRescue struct{ r *rescuer }
+
+func (o ownRescue) step(ctx context.Context) error { return o.r.rescueOwn(ctx) }
 
 // rescueOwn rescues this worker's own held-mode jobs whose session is gone
 // and that none of its runners holds any more: a claim that committed on
