@@ -40,22 +40,27 @@ func (q *Queries) AppliedFunctionFiles(ctx context.Context) ([]AppliedFunctionFi
 }
 
 const AppliedMigrations = `-- name: AppliedMigrations :many
-SELECT version FROM pgtask.migrations ORDER BY version
+SELECT version, name FROM pgtask.migrations ORDER BY version
 `
 
-func (q *Queries) AppliedMigrations(ctx context.Context) ([]int32, error) {
+type AppliedMigrationsRow struct {
+	Version int32  `db:"version"`
+	Name    string `db:"name"`
+}
+
+func (q *Queries) AppliedMigrations(ctx context.Context) ([]AppliedMigrationsRow, error) {
 	rows, err := q.db.Query(ctx, AppliedMigrations)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []int32{}
+	items := []AppliedMigrationsRow{}
 	for rows.Next() {
-		var version int32
-		if err := rows.Scan(&version); err != nil {
+		var i AppliedMigrationsRow
+		if err := rows.Scan(&i.Version, &i.Name); err != nil {
 			return nil, err
 		}
-		items = append(items, version)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -3,7 +3,7 @@
 SELECT pg_advisory_xact_lock(hashtext('pgtask.migrate')::bigint);
 
 -- name: AppliedMigrations :many
-SELECT version FROM pgtask.migrations ORDER BY version;
+SELECT version, name FROM pgtask.migrations ORDER BY version;
 
 -- name: RecordMigration :exec
 INSERT INTO pgtask.migrations (version, name) VALUES (@version, @name);

@@ -283,9 +283,22 @@ func pendingMigrations(ctx context.Context, q *gen.Queries, migrations []Migrati
 	if err != nil {
 		return nil, fmt.Errorf("read applied migrations: %w", err)
 	}
+	names := map[int]string{}
+	for _, m := range migrations {
+		names[m.Version] = m.Name
+	}
 	done := map[int]bool{}
 	for _, v := range versions {
-		done[int(v)] = true
+		// A migration recorded under another name than this build's of the
+		// same number was another migration: the database was migrated by
+		// a build from before the baseline, and what it holds is not what
+		// this build's migrations would have made.
+		if name, ok := names[int(v.Version)]; ok && name != v.Name {
+			return nil, fmt.Errorf("%w: the database records migration %04d as %q, but this build's migration %04d is %q: "+
+				"it was migrated by a build of pgtask from before its first release; recreate the database",
+				ErrSchemaNotCurrent, v.Version, v.Name, v.Version, name)
+		}
+		done[int(v.Version)] = true
 	}
 	var pending []Migration
 	for _, m := range migrations {

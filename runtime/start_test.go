@@ -110,6 +110,29 @@ func TestNewWorkerFailsOnAnOlderSchema(t *testing.T) {
 	wantErrorText(t, err, fmt.Sprintf("runs functions/work.sql at revision 0, this worker needs %d", work.Revision))
 }
 
+// A database migrated by a build from before the baseline records its own
+// migration 1 under another name: its tables and functions are not this
+// build's, so neither NewWorker nor Migrate takes it for current.
+func TestADatabaseOfAnotherMigrationOneIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	if err := b.q.RenameMigration(ctx, testdb.RenameMigrationParams{Version: 1, Name: "jobs"}); err != nil {
+		t.Fatal(err)
+	}
+	want := `the database records migration 0001 as "jobs", but this build's migration 0001 is "baseline"`
+	err := startError(t, b.url, runtime.Config{})
+	if !errors.Is(err, runtime.ErrSchemaNotCurrent) {
+		t.Errorf("NewWorker: %v; want ErrSchemaNotCurrent", err)
+	}
+	wantErrorText(t, err, want, "recreate the database")
+	report, err := runtime.Migrate(ctx, b.pool)
+	if err == nil {
+		t.Fatalf("Migrate: %v, <nil>; want an error saying %q", report, want)
+	}
+	wantErrorText(t, err, want)
+}
+
 // Concurrency the server cannot serve is refused before a single
 // connection of the worker's is opened, so it never takes every
 // connection of the server.

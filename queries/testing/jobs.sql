@@ -149,3 +149,8 @@ SELECT c.conrelid::regclass::text AS table_name, c.conname::text AS name
   JOIN pg_catalog.pg_namespace n ON n.oid = c.connamespace
  WHERE n.nspname = 'pgtask' AND NOT c.convalidated
  ORDER BY 1, 2;
+
+-- name: RenameMigration :exec
+-- Records migration @version under another name, as a database migrated by
+-- a build whose migration of that number was another one records it.
+UPDATE pgtask.migrations SET name = @name WHERE version = @version;

@@ -436,6 +436,22 @@ func (q *Queries) ParseJSONB(ctx context.Context, doc string) (json.RawMessage, 
 	return doc_2, err
 }
 
+const renameMigration = `-- name: RenameMigration :exec
+UPDATE pgtask.migrations SET name = $1 WHERE version = $2
+`
+
+type RenameMigrationParams struct {
+	Name    string
+	Version int32
+}
+
+// Records migration @version under another name, as a database migrated by
+// a build whose migration of that number was another one records it.
+func (q *Queries) RenameMigration(ctx context.Context, arg RenameMigrationParams) error {
+	_, err := q.db.Exec(ctx, renameMigration, arg.Name, arg.Version)
+	return err
+}
+
 const restoreQueueBoundNotValid = `-- name: RestoreQueueBoundNotValid :exec
 ALTER TABLE pgtask.jobs ADD CONSTRAINT jobs_queue_bounded CHECK (octet_length(queue) <= 128) NOT VALID
 `
