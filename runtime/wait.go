@@ -118,10 +118,10 @@ func init() { waitPollInterval.Store(int64(time.Second)) }
 // connection cannot lend, hence the pool: all the waits of a process on one
 // pool share one of its connections while any is waiting. Workers announce
 // the finishes of jobs whose kind has a result (Registration.HasResult, set
-// by generated handlers of TaskWithResult tasks), so those wake their
-// waiters at once; any other finish is seen within about a second, by
-// polling, which also covers notifications lost while the connection is
-// down.
+// by generated handlers of TaskWithResult tasks), and the database every
+// final failure and every cancel, so those wake their waiters at once; a
+// success of another kind is seen within about a second, by polling, which
+// also covers notifications lost while the connection is down.
 func WaitJobs(ctx context.Context, pool *pgxpool.Pool, ids []JobID) ([]*JobInfo, error) {
 	out := make([]*JobInfo, len(ids))
 	if len(ids) == 0 {
@@ -417,8 +417,8 @@ func (h *finishHub) queue(payload string) {
 // not finished (a forged notification) wakes nobody. When the read fails,
 // the jobs' waiters are woken to look for themselves. Every poll interval
 // it reads all the jobs waited for, in one statement: a job that ends
-// without an announcement (an operator's cancel, a crashed worker's last
-// attempt) is found so, however many wait.
+// without an announcement (a success of a kind without a result, or one
+// whose notification was lost) is found so, however many wait.
 func (h *finishHub) fetch(ctx context.Context) {
 	q := gen.New(h.pool)
 	tick := time.NewTicker(time.Duration(waitPollInterval.Load()))

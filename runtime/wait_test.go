@@ -141,6 +141,42 @@ func TestWaitResultOfACancelledJob(t *testing.T) {
 	}
 }
 
+// An operator's cancel of a job no worker holds wakes its waiter by
+// notification too, as a worker's outcome does: with polling turned off, a
+// waiter that no notification reaches would wait until its context ends.
+func TestWaitResultWakesOnAnOperatorsCancel(t *testing.T) {
+	defer runtime.SetWaitPollInterval(time.Hour)()
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	queued, err := taskspec.Enqueue(ctx, b.pool, squareSpec, square{N: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	later, err := taskspec.Enqueue(ctx, b.pool, squareSpec, square{N: 4}, runtime.WithDelay(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for _, id := range []runtime.JobID{queued, later} {
+		go func() {
+			_, err := taskspec.WaitResult[int](ctx, b.pool, squareSpec, id)
+			errs <- err
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // the waiters listen
+	for _, id := range []runtime.JobID{queued, later} {
+		if ok, err := runtime.CancelJob(ctx, b.pool, id); err != nil || !ok {
+			t.Fatalf("CancelJob(%d): %v, %v; want it cancelled", id, ok, err)
+		}
+	}
+	for range 2 {
+		if err := <-errs; !errors.Is(err, runtime.ErrJobCancelled) {
+			t.Errorf("WaitResult = %v; want the job's cancellation before the context ends", err)
+		}
+	}
+}
+
 // Waiting ends with the context, and at once for an id with no job.
 func TestWaitResultEndsWithItsContext(t *testing.T) {
 	t.Parallel()

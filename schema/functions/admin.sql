@@ -96,6 +96,8 @@ BEGIN
        SET status = 'cancelled', finished_at = clock_timestamp(),
            is_head = (is_head AND group_key IS NOT NULL)
      WHERE id = p_id;
+    -- Those waiting for its result (WaitJobs) learn it ended.
+    PERFORM pg_notify('pgtask_finished', p_id::text);
     IF j.group_key IS NOT NULL AND j.is_head THEN
         PERFORM pgtask.advance_group(j.queue, j.group_key);
     END IF;

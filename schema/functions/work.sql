@@ -530,6 +530,7 @@ BEGIN
            SET status = 'cancelled', finished_at = clock_timestamp(), owner_pid = NULL,
                errors = pgtask.append_error(errors, entry), is_head = (is_head AND group_key IS NOT NULL)
          WHERE id = p_id;
+        PERFORM pg_notify('pgtask_finished', p_id::text);
         RETURN 'cancelled';
     END IF;
     IF p_retry_in_us IS NULL OR j.attempts >= j.max_attempts THEN
@@ -537,6 +538,11 @@ BEGIN
            SET status = 'failed', finished_at = clock_timestamp(), owner_pid = NULL,
                errors = pgtask.append_error(errors, entry), is_head = (is_head AND group_key IS NOT NULL)
          WHERE id = p_id;
+        -- Those waiting for its result (WaitJobs) learn it ended, whoever
+        -- recorded the failure: a worker, or maintenance for a worker that
+        -- died on the job's last attempt. A final failure is rare enough
+        -- that announcing it for every kind costs nothing to speak of.
+        PERFORM pg_notify('pgtask_finished', p_id::text);
         RETURN 'failed';
     END IF;
 
@@ -584,6 +590,7 @@ RETURNS TABLE (released bigint, woken bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
     queues text[];
+    cancelled bigint[];
 BEGIN
     IF p_owner_pid IS NOT NULL AND p_worker IS NULL THEN
         RAISE EXCEPTION 'pgtask.hand_back: the held mode''s fence needs the worker of session %', p_owner_pid
@@ -618,12 +625,15 @@ BEGIN
                     THEN j.owner_pid = p_owner_pid AND j.worker_id = p_worker
                     ELSE j.lease_until IS NOT NULL AND j.attempts = u.attempt AND j.claim_token = u.token
                END
-        RETURNING j.queue, j.status, j.is_head
+        RETURNING j.id, j.queue, j.status, j.is_head
     )
-    SELECT count(*), array_agg(DISTINCT g.queue) FILTER (WHERE g.is_head AND g.status = 'queued')
-      INTO released, queues
+    SELECT count(*), array_agg(DISTINCT g.queue) FILTER (WHERE g.is_head AND g.status = 'queued'),
+           array_agg(g.id) FILTER (WHERE g.status = 'cancelled')
+      INTO released, queues, cancelled
       FROM gone g;
     PERFORM pg_notify('pgtask', q) FROM unnest(queues) q;
+    -- A job an operator asked to cancel ends here: its waiters learn it.
+    PERFORM pg_notify('pgtask_finished', c::text) FROM unnest(cancelled) c;
     woken := coalesce(cardinality(queues), 0);
     RETURN NEXT;
 END;
