@@ -29,8 +29,6 @@ const (
 	// leaseConns is what a lease-mode queue is given where the budget
 	// allows: one for claiming and recording, one for its heartbeat.
 	leaseConns = 2
-	// defaultHeldConcurrency is a held-mode queue's default Concurrency.
-	defaultHeldConcurrency = 10
 )
 
 // connections is how many connections serving the queue takes at its
@@ -40,10 +38,7 @@ func (qc QueueConfig) connections() int {
 	if qc.Mode == ModeLease {
 		return leaseConns
 	}
-	if qc.Concurrency > 0 {
-		return qc.Concurrency
-	}
-	return defaultHeldConcurrency
+	return qc.withModeDefaults().Concurrency
 }
 
 // defaultMaxConns is the budget of a worker whose Config sets none: enough
