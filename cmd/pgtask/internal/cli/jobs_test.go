@@ -20,16 +20,7 @@ func TestJobsListShowsTheLastError(t *testing.T) {
 	t.Parallel()
 	url := pgtasktest.NewDatabase(t)
 	ctx := context.Background()
-	pc, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := runtime.NewWorker(ctx, pc, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1}},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := quietWorker(t, url)
 	long := "the mail server said no\nand then " + strings.Repeat("much more ", 20)
 	if err := w.Register(runtime.Registration{Kind: "mail", Handler: func(context.Context, *runtime.Job) error {
 		return runtime.NoRetry(errors.New(long))
@@ -62,4 +53,22 @@ func TestJobsListShowsTheLastError(t *testing.T) {
 	if !strings.HasPrefix(lines[2], fmt.Sprint(queued)+" ") || !strings.Contains(lines[2], " queued ") || strings.Contains(lines[2], "mail server") {
 		t.Errorf("the queued job's line %q: want it queued, with no error", lines[2])
 	}
+}
+
+// quietWorker is a worker of one runner on the default queue of the
+// database at url, which logs nowhere; it is closed when the test ends.
+func quietWorker(t *testing.T, url string) *runtime.Worker {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := runtime.NewWorker(context.Background(), pc, runtime.Config{
+		Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1}},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	return w
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -38,15 +36,7 @@ func TestRetryNamesTheJobsWhoseUniqueKeysAreHeld(t *testing.T) {
 		return id
 	}
 	a, b, c, d := enq("a", 0), enq("b", 0), enq("c", 0), enq("d", 0)
-	pc, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := runtime.NewWorker(ctx, pc, runtime.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := quietWorker(t, url)
 	if err := w.Register(runtime.Registration{Kind: "sync", Handler: func(context.Context, *runtime.Job) error {
 		return runtime.NoRetry(errors.New("account locked"))
 	}}); err != nil {
