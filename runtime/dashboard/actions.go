@@ -16,9 +16,9 @@ import (
 const backField = "back"
 
 // redirectBack answers an action with a 303 to the page it came from, with
-// the flash that says what it did: a page of this dashboard only, else the
-// queues page.
-func (h *handler) redirectBack(w http.ResponseWriter, r *http.Request, done string, n int64, more ...int64) {
+// the flash that says what it did, with its numbers n and m (m 0: a flash
+// with one number): a page of this dashboard only, else the queues page.
+func (h *handler) redirectBack(w http.ResponseWriter, r *http.Request, done string, n, m int64) {
 	page, q, ok := backPage(r.PostForm.Get(backField))
 	if !ok {
 		page, q = "/", url.Values{}
@@ -26,8 +26,8 @@ func (h *handler) redirectBack(w http.ResponseWriter, r *http.Request, done stri
 	q = withoutFlash(q)
 	q.Set("done", done)
 	q.Set("n", strconv.FormatInt(n, 10))
-	if len(more) > 0 {
-		q.Set("m", strconv.FormatInt(more[0], 10))
+	if m != 0 {
+		q.Set("m", strconv.FormatInt(m, 10))
 	}
 	to := url.URL{Path: h.base + page, RawQuery: q.Encode()}
 	http.Redirect(w, r, to.String(), http.StatusSeeOther)
@@ -80,11 +80,7 @@ func (h *handler) jobAction(w http.ResponseWriter, r *http.Request, what string,
 		return
 	}
 	h.log.InfoContext(r.Context(), "pgtask dashboard: "+what+" job", "job", id, "outcome", done, "user", authUser(r))
-	if other != 0 {
-		h.redirectBack(w, r, done, id, other)
-		return
-	}
-	h.redirectBack(w, r, done, id)
+	h.redirectBack(w, r, done, id, other)
 }
 
 func (h *handler) retryJob(w http.ResponseWriter, r *http.Request) {
@@ -142,7 +138,7 @@ func (h *handler) bulkAction(w http.ResponseWriter, r *http.Request, what string
 		return
 	}
 	h.log.InfoContext(r.Context(), "pgtask dashboard: "+what+" jobs", "filter", f.values().Encode(), "changed", n, "user", authUser(r))
-	h.redirectBack(w, r, what+"-many", int64(n))
+	h.redirectBack(w, r, what+"-many", int64(n), 0)
 }
 
 var errEmptyFilter = errors.New("no filter: choose a queue, kind, group, status or time first (`pgtask retry -all` acts on every job)")
@@ -172,7 +168,7 @@ func (h *handler) queueAction(w http.ResponseWriter, r *http.Request, what strin
 	if !changed {
 		done = map[string]string{"paused": "was-paused", "resumed": "was-running"}[what]
 	}
-	h.redirectBack(w, r, done, 0)
+	h.redirectBack(w, r, done, 0, 0)
 }
 
 func (h *handler) pauseQueue(w http.ResponseWriter, r *http.Request) {
