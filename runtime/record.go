@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgtask/pgtask/gen"
 )
@@ -287,113 +286,6 @@ func (w *Worker) logAsRecorded(ctx context.Context, outs []outcome) {
 				append(args, "job_attempts", job.Attempts, "job_status", job.Status, "outcome_error", o.err)...)
 		}
 	}
-}
-
-// collectHeld reads the ids a job transaction's lock statement locked.
-func collectHeld(ids *[]int64) func(pgx.Rows) error {
-	return func(rows pgx.Rows) error {
-		var err error
-		if *ids, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
-			return fmt.Errorf("lock claimed jobs: %w", err)
-		}
-		return nil
-	}
-}
-
-// settleLost records, from another connection, what a lost job transaction
-// could not. With terminate, the session is still open (an abandoned
-// handler may be using it) and is ended first. Then every attempt that ran
-// is recorded as failed (a success among them is retried, since its writes
-// were rolled back), and the jobs the session claimed without running them
-// are handed back with their attempt returned. A rescuer leaves all of these
-// alone while this process holds its worker lock, so this must happen here;
-// it keeps trying while the database is away, until the hard shutdown.
-func (r *runner) settleLost(hard context.Context, pid uint32, ran []outcome, cause error, terminate bool) {
-	// A statement the server refused may be refused again: those attempts
-	// wait their backoff. A session that went away is no one's fault.
-	refused := refusal(cause)
-	outs := make([]outcome, len(ran))
-	for i, o := range ran {
-		switch {
-		case o.lost || (o.err == nil && !refused):
-			o.err = fmt.Errorf("worker lost its database session during the attempt, so its writes were rolled back: %w", cause)
-			o.retryNow = true
-		case o.err == nil:
-			o.err = fmt.Errorf("recording the attempt failed, so its writes were rolled back: %w", cause)
-		}
-		outs[i] = o
-	}
-	r.recordLost(hard, pid, outs, terminate)
-}
-
-// recordLost records outs as they are, from another connection, for a job
-// transaction that is gone or cannot commit, and hands back the jobs its
-// session claimed that are not among them (see settleLost).
-func (r *runner) recordLost(hard context.Context, pid uint32, outs []outcome, terminate bool) {
-	var delay retryDelay
-	for try := 1; ; try++ {
-		all, err := r.settleLostOnce(hard, pid, outs, terminate)
-		if err == nil {
-			if all {
-				for _, o := range outs {
-					o.log(r.w)
-				}
-				return
-			}
-			// Some were refused: a commit whose reply was lost went
-			// through, or the jobs moved on. Say what the database shows.
-			ctx, cancel := bookCtx(hard)
-			r.w.logAsRecorded(ctx, outs)
-			cancel()
-			return
-		}
-		if hard.Err() != nil || (refusal(err) && try >= 3) {
-			r.w.log.Error("pgtask: could not record the attempts of a lost job transaction; rescuers will once this process is gone",
-				"queue", r.q.name, "pid", pid, "jobs", len(outs), "error", err)
-			return
-		}
-		wait := delay.next()
-		r.w.log.Warn("pgtask: recording the attempts of a lost job transaction failed; retrying",
-			"queue", r.q.name, "pid", pid, "error", err, "retry_in", wait)
-		sleep(hard, wait)
-	}
-}
-
-// settleLostOnce reports whether every outcome was recorded.
-func (r *runner) settleLostOnce(hard context.Context, pid uint32, outs []outcome, terminate bool) (bool, error) {
-	ctx, cancel := bookCtx(hard)
-	defer cancel()
-	conn, err := r.w.pool.Acquire(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer conn.Release()
-	q := gen.New(conn)
-	if terminate {
-		// Rolls back the job transaction and releases its locks; false
-		// means the session is gone already.
-		if _, err := q.TerminateBackend(ctx, int32(pid)); err != nil {
-			return false, fmt.Errorf("end session %d: %w", pid, err)
-		}
-	}
-	all := true
-	if len(outs) > 0 {
-		// Waits for the ended session's row locks, then records.
-		res, err := settleNow(ctx, conn, r.q.name, outs)
-		if err != nil {
-			return false, fmt.Errorf("record attempts: %w", err)
-		}
-		all = int(res.Recorded) == len(outs)
-		if len(res.Busy) > 0 {
-			r.w.advanceLater(r.q.name, res.Busy)
-		}
-	}
-	if _, err := q.HandBack(ctx, gen.HandBackParams{
-		OwnerPid: pgtype.Int4{Int32: int32(pid), Valid: true}, WorkerID: pgtype.Int4{Int32: r.w.id, Valid: true},
-	}); err != nil {
-		return false, fmt.Errorf("hand back unstarted jobs: %w", err)
-	}
-	return all, nil
 }
 
 // refusal reports whether err is the server refusing a statement, which

@@ -1,74 +1,24 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime/debug"
 	"time"
 
 	"github.com/pgtask/pgtask/gen"
 )
 
-// execute runs one claimed job of the session's transaction and returns how
-// it ended. A failed job's writes are rolled back to its savepoint here, so
-// the batch's other jobs commit; recording the outcome is settle's. It
-// returns an abandonment instead when the handler ignored its context past
-// AbandonGrace: the transaction can no longer be used.
-func (s *session) execute(hard context.Context, row gen.ClaimJobsRow) (outcome, *abandonment) {
-	r := s.r
-	job := newJob(row)
-	jtx := &jobTx{Tx: s.tx, savepoint: gen.New(s.tx).SavepointJob}
-	job.tx = jtx
-	o := r.w.newOutcome(row)
-	if o.reg == nil {
-		return o, nil
-	}
-	var done <-chan error
-	o.err, done = r.w.call(hard, o.reg, job)
-	o.retryNow = hard.Err() != nil
-	if done != nil {
-		r.w.log.Error("pgtask: abandoning a handler that ignores its context", "job_id", row.ID, "kind", row.Kind, "error", o.err)
-		return o, &abandonment{outcome: o, done: done}
-	}
-	s.closeAttempt(hard, jtx, &o, job)
-	o.wrote = o.err == nil && jtx.taken
-	if s.conn.Conn().IsClosed() {
-		// Whatever the handler returned, its writes are gone with the
-		// session; settling fails next, and settleLost records the attempt.
-		o.lost = true
-	}
-	return o, nil
-}
+// bookkeeping bounds each of the runner's own statements. They are not cut
+// short by shutdown: they record what the handlers did.
+const bookkeeping = 30 * time.Second
 
-// closeAttempt keeps a successful attempt's writes (releasing its savepoint)
-// or rolls a failed one's back to it.
-func (s *session) closeAttempt(hard context.Context, jtx *jobTx, o *outcome, job *Job) {
-	q := gen.New(s.tx)
-	ctx, cancel := bookCtx(hard)
-	defer cancel()
-	if o.err == nil {
-		o.result = job.result
-		if !jtx.taken {
-			return
-		}
-		err := q.ReleaseJobSavepoint(ctx)
-		if err == nil {
-			return
-		}
-		// Typically a statement the handler ran failed and it ignored the
-		// error: the transaction is aborted.
-		o.result = nil
-		o.err = fmt.Errorf("the handler returned success but its transaction failed: %w", err)
-	}
-	if jtx.taken {
-		if err := q.RollbackJobSavepoint(ctx); err != nil {
-			// The transaction is unusable; settling it will fail, and
-			// settleLost records this outcome.
-			o.err = fmt.Errorf("%w (and rolling back its writes failed: %v)", o.err, err)
-		}
-	}
+func bookCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(parent), bookkeeping)
 }
 
 // newOutcome starts the outcome of a claimed job's attempt. Without a
@@ -213,4 +163,22 @@ func nonNil(errs ...error) error {
 		}
 	}
 	return nil
+}
+
+var errAbandoned = errors.New("handler abandoned")
+
+// byID orders claimed jobs by id: a group's jobs in the order they run.
+func byID(a, b gen.ClaimJobsRow) int { return cmp.Compare(a.ID, b.ID) }
+
+func ids(rows []gen.ClaimJobsRow) []int64 {
+	out := make([]int64, len(rows))
+	for i, row := range rows {
+		out[i] = row.ID
+	}
+	return out
+}
+
+// jitter spreads d by ±10% so idle runners do not poll in step.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
 }

@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,10 +47,6 @@ func (r *runner) batchSize() int32 {
 	return int32(r.q.cfg.BatchSize)
 }
 
-// bookkeeping bounds each of the runner's own statements. They are not cut
-// short by shutdown: they record what the handlers did.
-const bookkeeping = 30 * time.Second
-
 // maxIdleInTransaction is the largest idle_in_transaction_session_timeout
 // PostgreSQL accepts.
 const maxIdleInTransaction = math.MaxInt32 * time.Millisecond
@@ -60,10 +55,6 @@ const maxIdleInTransaction = math.MaxInt32 * time.Millisecond
 // trying to advance groups that had an enqueue in flight. Maintenance
 // advances whatever is still left.
 const afterCommitPatience = 500
-
-func bookCtx(parent context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(parent), bookkeeping)
-}
 
 func (r *runner) loop(ctx, hard context.Context) {
 	var delay retryDelay
@@ -493,6 +484,66 @@ func (s *session) run(ctx, hard context.Context, batch []gen.ClaimJobsRow) (batc
 	return end, nil
 }
 
+// execute runs one claimed job of the session's transaction and returns how
+// it ended. A failed job's writes are rolled back to its savepoint here, so
+// the batch's other jobs commit; recording the outcome is settle's. It
+// returns an abandonment instead when the handler ignored its context past
+// AbandonGrace: the transaction can no longer be used.
+func (s *session) execute(hard context.Context, row gen.ClaimJobsRow) (outcome, *abandonment) {
+	r := s.r
+	job := newJob(row)
+	jtx := &jobTx{Tx: s.tx, savepoint: gen.New(s.tx).SavepointJob}
+	job.tx = jtx
+	o := r.w.newOutcome(row)
+	if o.reg == nil {
+		return o, nil
+	}
+	var done <-chan error
+	o.err, done = r.w.call(hard, o.reg, job)
+	o.retryNow = hard.Err() != nil
+	if done != nil {
+		r.w.log.Error("pgtask: abandoning a handler that ignores its context", "job_id", row.ID, "kind", row.Kind, "error", o.err)
+		return o, &abandonment{outcome: o, done: done}
+	}
+	s.closeAttempt(hard, jtx, &o, job)
+	o.wrote = o.err == nil && jtx.taken
+	if s.conn.Conn().IsClosed() {
+		// Whatever the handler returned, its writes are gone with the
+		// session; settling fails next, and settleLost records the attempt.
+		o.lost = true
+	}
+	return o, nil
+}
+
+// closeAttempt keeps a successful attempt's writes (releasing its savepoint)
+// or rolls a failed one's back to it.
+func (s *session) closeAttempt(hard context.Context, jtx *jobTx, o *outcome, job *Job) {
+	q := gen.New(s.tx)
+	ctx, cancel := bookCtx(hard)
+	defer cancel()
+	if o.err == nil {
+		o.result = job.result
+		if !jtx.taken {
+			return
+		}
+		err := q.ReleaseJobSavepoint(ctx)
+		if err == nil {
+			return
+		}
+		// Typically a statement the handler ran failed and it ignored the
+		// error: the transaction is aborted.
+		o.result = nil
+		o.err = fmt.Errorf("the handler returned success but its transaction failed: %w", err)
+	}
+	if jtx.taken {
+		if err := q.RollbackJobSavepoint(ctx); err != nil {
+			// The transaction is unusable; settling it will fail, and
+			// settleLost records this outcome.
+			o.err = fmt.Errorf("%w (and rolling back its writes failed: %v)", o.err, err)
+		}
+	}
+}
+
 // abandon gives up the connection of a batch whose handler ignored its
 // context: the handler may still use it, so it leaves the pool and is closed
 // once the handler lets go. Its session is ended from another connection,
@@ -519,15 +570,111 @@ func (r *runner) afterSettle(outcomes []outcome, busy []string) {
 	}
 }
 
-// byID orders claimed jobs by id: a group's jobs in the order they run.
-func byID(a, b gen.ClaimJobsRow) int { return cmp.Compare(a.ID, b.ID) }
-
-func ids(rows []gen.ClaimJobsRow) []int64 {
-	out := make([]int64, len(rows))
-	for i, row := range rows {
-		out[i] = row.ID
+// settleLost records, from another connection, what a lost job transaction
+// could not. With terminate, the session is still open (an abandoned
+// handler may be using it) and is ended first. Then every attempt that ran
+// is recorded as failed (a success among them is retried, since its writes
+// were rolled back), and the jobs the session claimed without running them
+// are handed back with their attempt returned. A rescuer leaves all of these
+// alone while this process holds its worker lock, so this must happen here;
+// it keeps trying while the database is away, until the hard shutdown.
+func (r *runner) settleLost(hard context.Context, pid uint32, ran []outcome, cause error, terminate bool) {
+	// A statement the server refused may be refused again: those attempts
+	// wait their backoff. A session that went away is no one's fault.
+	refused := refusal(cause)
+	outs := make([]outcome, len(ran))
+	for i, o := range ran {
+		switch {
+		case o.lost || (o.err == nil && !refused):
+			o.err = fmt.Errorf("worker lost its database session during the attempt, so its writes were rolled back: %w", cause)
+			o.retryNow = true
+		case o.err == nil:
+			o.err = fmt.Errorf("recording the attempt failed, so its writes were rolled back: %w", cause)
+		}
+		outs[i] = o
 	}
-	return out
+	r.recordLost(hard, pid, outs, terminate)
+}
+
+// recordLost records outs as they are, from another connection, for a job
+// transaction that is gone or cannot commit, and hands back the jobs its
+// session claimed that are not among them (see settleLost).
+func (r *runner) recordLost(hard context.Context, pid uint32, outs []outcome, terminate bool) {
+	var delay retryDelay
+	for try := 1; ; try++ {
+		all, err := r.settleLostOnce(hard, pid, outs, terminate)
+		if err == nil {
+			if all {
+				for _, o := range outs {
+					o.log(r.w)
+				}
+				return
+			}
+			// Some were refused: a commit whose reply was lost went
+			// through, or the jobs moved on. Say what the database shows.
+			ctx, cancel := bookCtx(hard)
+			r.w.logAsRecorded(ctx, outs)
+			cancel()
+			return
+		}
+		if hard.Err() != nil || (refusal(err) && try >= 3) {
+			r.w.log.Error("pgtask: could not record the attempts of a lost job transaction; rescuers will once this process is gone",
+				"queue", r.q.name, "pid", pid, "jobs", len(outs), "error", err)
+			return
+		}
+		wait := delay.next()
+		r.w.log.Warn("pgtask: recording the attempts of a lost job transaction failed; retrying",
+			"queue", r.q.name, "pid", pid, "error", err, "retry_in", wait)
+		sleep(hard, wait)
+	}
+}
+
+// settleLostOnce reports whether every outcome was recorded.
+func (r *runner) settleLostOnce(hard context.Context, pid uint32, outs []outcome, terminate bool) (bool, error) {
+	ctx, cancel := bookCtx(hard)
+	defer cancel()
+	conn, err := r.w.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Release()
+	q := gen.New(conn)
+	if terminate {
+		// Rolls back the job transaction and releases its locks; false
+		// means the session is gone already.
+		if _, err := q.TerminateBackend(ctx, int32(pid)); err != nil {
+			return false, fmt.Errorf("end session %d: %w", pid, err)
+		}
+	}
+	all := true
+	if len(outs) > 0 {
+		// Waits for the ended session's row locks, then records.
+		res, err := settleNow(ctx, conn, r.q.name, outs)
+		if err != nil {
+			return false, fmt.Errorf("record attempts: %w", err)
+		}
+		all = int(res.Recorded) == len(outs)
+		if len(res.Busy) > 0 {
+			r.w.advanceLater(r.q.name, res.Busy)
+		}
+	}
+	if _, err := q.HandBack(ctx, gen.HandBackParams{
+		OwnerPid: pgtype.Int4{Int32: int32(pid), Valid: true}, WorkerID: pgtype.Int4{Int32: r.w.id, Valid: true},
+	}); err != nil {
+		return false, fmt.Errorf("hand back unstarted jobs: %w", err)
+	}
+	return all, nil
+}
+
+// collectHeld reads the ids a job transaction's lock statement locked.
+func collectHeld(ids *[]int64) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		var err error
+		if *ids, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+			return fmt.Errorf("lock claimed jobs: %w", err)
+		}
+		return nil
+	}
 }
 
 // discard closes a pooled connection, which ends its session and so
@@ -538,10 +685,3 @@ func discard(conn *pgxpool.Conn) {
 	cancel()
 	conn.Release()
 }
-
-// jitter spreads d by ±10% so idle runners do not poll in step.
-func jitter(d time.Duration) time.Duration {
-	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
-}
-
-var errAbandoned = errors.New("handler abandoned")
