@@ -490,22 +490,16 @@ func (s *session) run(ctx, hard context.Context, batch []gen.ClaimJobsRow) (batc
 // returns an abandonment instead when the handler ignored its context past
 // AbandonGrace: the transaction can no longer be used.
 func (s *session) execute(hard context.Context, row gen.ClaimJobsRow) (outcome, *abandonment) {
-	r := s.r
-	job := newJob(row)
 	jtx := &jobTx{Tx: s.tx, savepoint: gen.New(s.tx).SavepointJob}
-	job.tx = jtx
-	o := r.w.newOutcome(row)
+	o, done := s.r.w.attempt(hard, row, func(job *Job) { job.tx = jtx })
 	if o.reg == nil {
 		return o, nil
 	}
-	var done <-chan error
-	o.err, done = r.w.call(hard, o.reg, job)
 	o.retryNow = hard.Err() != nil
 	if done != nil {
-		r.w.log.Error("pgtask: abandoning a handler that ignores its context", "job_id", row.ID, "kind", row.Kind, "error", o.err)
 		return o, &abandonment{outcome: o, done: done}
 	}
-	s.closeAttempt(hard, jtx, &o, job)
+	s.closeAttempt(hard, jtx, &o)
 	o.wrote = o.err == nil && jtx.taken
 	if s.conn.Conn().IsClosed() {
 		// Whatever the handler returned, its writes are gone with the
@@ -517,15 +511,14 @@ func (s *session) execute(hard context.Context, row gen.ClaimJobsRow) (outcome, 
 
 // closeAttempt keeps a successful attempt's writes (releasing its savepoint)
 // or rolls a failed one's back to it.
-func (s *session) closeAttempt(hard context.Context, jtx *jobTx, o *outcome, job *Job) {
+func (s *session) closeAttempt(hard context.Context, jtx *jobTx, o *outcome) {
+	if !jtx.taken {
+		return
+	}
 	q := gen.New(s.tx)
 	ctx, cancel := bookCtx(hard)
 	defer cancel()
 	if o.err == nil {
-		o.result = job.result
-		if !jtx.taken {
-			return
-		}
 		err := q.ReleaseJobSavepoint(ctx)
 		if err == nil {
 			return
@@ -535,12 +528,10 @@ func (s *session) closeAttempt(hard context.Context, jtx *jobTx, o *outcome, job
 		o.result = nil
 		o.err = fmt.Errorf("the handler returned success but its transaction failed: %w", err)
 	}
-	if jtx.taken {
-		if err := q.RollbackJobSavepoint(ctx); err != nil {
-			// The transaction is unusable; settling it will fail, and
-			// settleLost records this outcome.
-			o.err = fmt.Errorf("%w (and rolling back its writes failed: %v)", o.err, err)
-		}
+	if err := q.RollbackJobSavepoint(ctx); err != nil {
+		// The transaction is unusable; settling it will fail, and
+		// settleLost records this outcome.
+		o.err = fmt.Errorf("%w (and rolling back its writes failed: %v)", o.err, err)
 	}
 }
 

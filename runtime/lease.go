@@ -494,28 +494,19 @@ func (l *leaser) forget(id int64) {
 // is handed back, its writes rolled back.
 func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow, token int64, lr *leaseRun, ahead *signal) outcome {
 	w := l.w
-	job := newJob(row)
-	job.lease = &jobLease{w: w, id: row.ID, attempt: row.Attempts, token: token}
 	ltx := &lazyTx{w: w}
-	job.tx = ltx
-	o := w.newOutcome(row)
-	if o.reg == nil {
-		return o
-	}
-	var abandoned <-chan error
-	o.err, abandoned = w.call(ctx, o.reg, job)
+	o, abandoned := w.attempt(ctx, row, func(job *Job) {
+		job.lease = &jobLease{w: w, id: row.ID, attempt: row.Attempts, token: token}
+		job.tx = ltx
+	})
 	if abandoned != nil {
 		// The handler may still use its transaction: it is never committed,
 		// and is rolled back when the handler returns, if ever.
-		w.log.Error("pgtask: abandoning a handler that ignores its context", "job_id", row.ID, "kind", row.Kind, "error", o.err)
 		go func() {
 			<-abandoned
 			ltx.end(context.Background(), false) //nolint:errcheck // nothing is kept
 		}()
 		return o
-	}
-	if o.err == nil {
-		o.result = job.result
 	}
 	if !ltx.begun() {
 		return o

@@ -21,15 +21,47 @@ func bookCtx(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(parent), bookkeeping)
 }
 
-// newOutcome starts the outcome of a claimed job's attempt. Without a
-// handler for the kind it is already a failure, retried like any: a newer
-// worker may know the kind.
-func (w *Worker) newOutcome(row gen.ClaimJobsRow) outcome {
-	o := outcome{row: row, reg: w.handler(row.Kind), start: time.Now()}
+// A job's path through the worker is the same in both modes:
+//
+//   - claim: a committed claim takes the job, counting its attempt before
+//     any handler runs (held: runner.work, lease: leaser.turn);
+//   - execute: attempt builds its Job, finds its handler and calls it,
+//     with the transaction the mode binds to it (held: the job
+//     transaction, behind a savepoint of the job's own; lease: a lazyTx);
+//   - record: the outcome goes through queueSettle to pgtask.settle_jobs,
+//     fenced by the mode (held: the job's row lock; lease: its attempt and
+//     claim token), and once that commits, through recorded.
+//
+// The two modes differ in how a claim is kept while its jobs run (held:
+// the job transaction's locks on one connection per runner; lease: a lease
+// that a heartbeat extends, with no connection held) and so in their loops:
+// held.go and lease.go.
+
+// attempt is the execute step of both modes: it runs the handler of a
+// claimed job, after bind has given the Job what its mode provides (its
+// transaction, its lease), and returns how the attempt ended: the
+// handler's error, or its result. Without a handler for the kind the
+// outcome is already a failure, retried like any (a newer worker may know
+// the kind), and nothing runs. When the handler ignored its context past
+// AbandonGrace, abandoned is the channel its result will arrive on, if
+// ever: the mode must then give up the transaction it bound.
+func (w *Worker) attempt(hard context.Context, row gen.ClaimJobsRow, bind func(*Job)) (o outcome, abandoned <-chan error) {
+	o = outcome{row: row, reg: w.handler(row.Kind), start: time.Now()}
 	if o.reg == nil {
 		o.err = fmt.Errorf("no handler for kind %q in this worker (it handles %v)", row.Kind, w.kinds())
+		return o, nil
 	}
-	return o
+	job := newJob(row)
+	bind(job)
+	o.err, abandoned = w.call(hard, o.reg, job)
+	if abandoned != nil {
+		w.log.Error("pgtask: abandoning a handler that ignores its context", "job_id", row.ID, "kind", row.Kind, "error", o.err)
+		return o, abandoned
+	}
+	if o.err == nil {
+		o.result = job.result
+	}
+	return o, nil
 }
 
 func newJob(row gen.ClaimJobsRow) *Job {
