@@ -33,8 +33,8 @@ func (w *Worker) Drain(ctx context.Context) (int, error) {
 		}
 		ran := 0
 		for _, name := range slices.Sorted(maps.Keys(w.queues)) {
-			r := &runner{w: w, q: w.queues[name]}
-			n, err := r.work(ctx, ctx)
+			r := &runner{w: w, q: w.queues[name], ctx: ctx, hard: ctx}
+			n, err := r.work()
 			ran += n
 			if err != nil {
 				return total + ran, fmt.Errorf("drain: queue %s: %w", name, err)
@@ -63,8 +63,8 @@ func (w *Worker) WorkOne(ctx context.Context) (*JobInfo, error) {
 		return nil, fmt.Errorf("work one: %w", err)
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.queues)) {
-		r := &runner{w: w, q: w.queues[name], one: true}
-		if _, err := r.work(ctx, ctx); err != nil {
+		r := &runner{w: w, q: w.queues[name], ctx: ctx, hard: ctx, one: true}
+		if _, err := r.work(); err != nil {
 			return nil, fmt.Errorf("work one: queue %s: %w", name, err)
 		}
 		if len(r.ran) > 0 {

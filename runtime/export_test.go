@@ -50,8 +50,8 @@ func (w *Worker) SettleAfterLostReply(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	r := &runner{w: w, q: q}
-	r.settleLost(ctx, 0, []outcome{o}, errors.New("unexpected EOF"), false)
+	r := &runner{w: w, q: q, ctx: ctx, hard: ctx}
+	r.settleLost(0, []heldOutcome{{outcome: o}}, errors.New("unexpected EOF"), false)
 	return nil
 }
 
@@ -62,7 +62,7 @@ func (w *Worker) ResendLeaseOutcome(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	_, err = newLeaser(w, q).turn(ctx, []outcome{o}, 0, 0)
+	_, err = newLeaser(ctx, ctx, w, q).turn([]leaseOutcome{{outcome: o}}, 0, 0)
 	return err
 }
 

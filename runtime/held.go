@@ -22,17 +22,23 @@ import (
 //
 //   - fetch: a claim, committed before any handler runs, so a job's attempt
 //     is counted even if its worker dies in the handler;
-//   - execute: each job's handler, returning an outcome value;
-//   - settle: the outcomes recorded, the groups moved on and the next batch
-//     claimed, all in the job transaction, then its commit, the next
-//     transaction's begin and its lock: one round trip per batch.
+//   - execute: each job's handler (Worker.attempt) behind a savepoint of
+//     its own, returning an outcome value;
+//   - settle: the outcomes recorded (queueSettle), the groups moved on and
+//     the next batch claimed, all in the job transaction, then its commit,
+//     the next transaction's begin and its lock: one round trip per batch;
+//     then Worker.recorded.
 //
 // When the connection cannot be trusted any more (a lost session, an
 // abandoned handler), settleLost records the same outcomes from another
-// connection; every way an attempt ends goes through one of the two.
+// connection; either way they reach Worker.recorded.
 type runner struct {
 	w *Worker
 	q *queue
+	// ctx ends when the runner is to stop claiming (shutdown begins); hard
+	// when running handlers are to be cancelled too. A runner serves one
+	// call of Worker.Run (or Drain, WorkOne), whose two lifetimes these are.
+	ctx, hard context.Context
 	// one: claim a single job, and nothing after it (Worker.WorkOne);
 	// ran then gets the ids of the jobs whose attempts ran.
 	one bool
@@ -56,10 +62,11 @@ const maxIdleInTransaction = math.MaxInt32 * time.Millisecond
 // advances whatever is still left.
 const afterCommitPatience = 500
 
-func (r *runner) loop(ctx, hard context.Context) {
+func (r *runner) loop() {
+	ctx := r.ctx
 	var delay retryDelay
 	for ctx.Err() == nil {
-		n, err := r.work(ctx, hard)
+		n, err := r.work()
 		switch {
 		case err != nil && ctx.Err() == nil:
 			wait := delay.next()
@@ -119,7 +126,8 @@ func (s *session) forget(keep int) {
 // returns how many jobs it ran. When it errs after claiming, the connection
 // could not be trusted: it is closed, and what its session claimed is
 // settled from another (see settleLost).
-func (r *runner) work(ctx, hard context.Context) (int, error) {
+func (r *runner) work() (int, error) {
+	ctx := r.ctx
 	if err := r.w.slots.acquire(ctx, r.q.name); err != nil {
 		return 0, fmt.Errorf("wait for a connection: %w", err)
 	}
@@ -132,51 +140,51 @@ func (r *runner) work(ctx, hard context.Context) (int, error) {
 	// Every way out of here has recorded or handed back what the session's
 	// claims took, or given up on it (settleLost).
 	defer s.forget(0)
-	c, err := s.start(ctx)
+	c, err := s.start()
 	total := 0
-	var end batchEnd
+	var ended []heldOutcome
 	for err == nil && len(c.next) > 0 {
 		total += len(c.next)
-		if len(c.next) >= r.q.cfg.BatchSize && !continuesGroups(c.next, end.outcomes) {
+		if len(c.next) >= r.q.cfg.BatchSize && !continuesGroups(c.next, ended) {
 			// A full batch: there is probably more; let an idle runner help.
 			r.q.signal()
 		}
-		var ab *abandonment
-		end, ab = s.run(ctx, hard, c.next)
-		if ab != nil {
-			s.abandon(ctx, hard, end, ab)
+		b := newHeldBatch(c.next)
+		if ab := s.run(b); ab != nil {
+			s.abandon(b, ab)
 			return total, ab
 		}
+		ended = b.outcomes
 		if r.one {
-			for _, o := range end.outcomes {
+			for _, o := range b.outcomes {
 				r.ran = append(r.ran, o.row.ID)
 			}
 		}
-		if c, err = s.settle(ctx, end); err != nil {
+		if c, err = s.settle(b); err != nil {
 			discard(conn)
 			var rr *refusedRecords
 			if errors.As(err, &rr) {
 				// The transaction could not keep what the server refused
 				// apart from the rest: record what does not need it, as it
 				// is (a success that wrote nothing is still one).
-				r.recordLost(hard, s.pid, rr.outs, false)
-				if n := len(end.outcomes) - len(rr.outs); n > 0 {
+				r.recordLost(s.pid, rr.outs, false)
+				if n := len(b.outcomes) - len(rr.outs); n > 0 {
 					r.w.log.Warn("pgtask: jobs whose writes were rolled back with an outcome the database refused run again",
 						"queue", r.q.name, "jobs", n)
 				}
 				return total, nil
 			}
-			r.settleLost(hard, s.pid, end.outcomes, err, false)
+			r.settleLost(s.pid, b.outcomes, err, false)
 			return total, err
 		}
-		r.afterSettle(end.outcomes, c.busy)
+		r.w.recorded(ctx, r.q.name, outcomesOf(b.outcomes), c.res)
 	}
 	if err != nil {
 		// The claim may have committed with its reply lost: hand back
 		// whatever that session holds, since no rescuer will while this
 		// process lives.
 		discard(conn)
-		r.settleLost(hard, s.pid, nil, err, false)
+		r.settleLost(s.pid, nil, err, false)
 		return total, err
 	}
 	if !s.open {
@@ -197,9 +205,9 @@ func (r *runner) work(ctx, hard context.Context) (int, error) {
 // start claims in a transaction of its own, committed at once (one round
 // trip: a runner woken for work that another took costs no more). With jobs
 // claimed, it begins the job transaction and locks them.
-func (s *session) start(ctx context.Context) (cycled, error) {
+func (s *session) start() (cycled, error) {
 	r := s.r
-	bctx, cancel := bookCtx(ctx)
+	bctx, cancel := bookCtx(r.ctx)
 	defer cancel()
 	var next []gen.ClaimJobsRow
 	b := &pgx.Batch{}
@@ -237,12 +245,12 @@ func (r *runner) queueClaim(b *pgx.Batch, next *[]gen.ClaimJobsRow, token pgtype
 // busy group claims one job at a time, for ever), so it wakes no idle
 // runner, which would only claim nothing. Heads for others get a wake-up
 // from the database (see pgtask.pick_heads).
-func continuesGroups(next []gen.ClaimJobsRow, ended []outcome) bool {
+func continuesGroups(next []gen.ClaimJobsRow, ended []heldOutcome) bool {
 	if len(ended) == 0 {
 		return false
 	}
 	for _, row := range next {
-		if row.GroupKey == "" || !slices.ContainsFunc(ended, func(o outcome) bool { return o.row.GroupKey == row.GroupKey }) {
+		if row.GroupKey == "" || !slices.ContainsFunc(ended, func(o heldOutcome) bool { return o.row.GroupKey == row.GroupKey }) {
 			return false
 		}
 	}
@@ -259,18 +267,86 @@ func (r *runner) keepHeld(next []gen.ClaimJobsRow, held []int64) []gen.ClaimJobs
 	return slices.DeleteFunc(next, func(row gen.ClaimJobsRow) bool { return !slices.Contains(held, row.ID) })
 }
 
-// batchEnd is how a batch ended: the outcomes of the jobs that ran and the
-// jobs handed back unstarted.
-type batchEnd struct {
-	outcomes []outcome
+// heldOutcome is an attempt's outcome as its batch knows it.
+type heldOutcome struct {
+	outcome
+	// wrote: a success whose writes are in the job transaction (its
+	// savepoint released), so they cannot be rolled back alone.
+	wrote bool
+	// lost: the job's database session was gone when the handler returned,
+	// so whatever it did there was rolled back.
+	lost bool
+}
+
+func outcomesOf(hs []heldOutcome) []outcome {
+	outs := make([]outcome, len(hs))
+	for i, h := range hs {
+		outs[i] = h.outcome
+	}
+	return outs
+}
+
+// heldBatch is a claim's jobs as the job transaction runs them: pending, the
+// jobs claimed and locked but not started yet, in the order they run; the
+// outcomes of those that ran; and the jobs handed back unstarted. The jobs
+// still pending stay claimed and locked until the transaction ends, so a
+// step that commits what has run so far could go on with them in the next
+// transaction, without a new claim.
+type heldBatch struct {
+	pending  []gen.ClaimJobsRow
+	outcomes []heldOutcome
 	handBack []int64
+	// stopped: groups whose job will be retried or blocks them, so the
+	// jobs behind it in the batch must not start.
+	stopped map[string]bool
+}
+
+// newHeldBatch orders a claimed batch by id: a group's run (its head, then the
+// jobs behind it) runs in group order; the batch was already chosen by
+// priority.
+func newHeldBatch(rows []gen.ClaimJobsRow) *heldBatch {
+	slices.SortFunc(rows, byID)
+	return &heldBatch{pending: rows, stopped: map[string]bool{}}
+}
+
+// next takes the next job that may start, handing back on the way those
+// whose group cannot go on in this batch.
+func (b *heldBatch) next() (gen.ClaimJobsRow, bool) {
+	for len(b.pending) > 0 {
+		row := b.pending[0]
+		b.pending = b.pending[1:]
+		if row.GroupKey != "" && b.stopped[row.GroupKey] {
+			b.handBack = append(b.handBack, row.ID)
+			continue
+		}
+		return row, true
+	}
+	return gen.ClaimJobsRow{}, false
+}
+
+// ran adds a job's outcome.
+func (b *heldBatch) ran(o heldOutcome) {
+	b.outcomes = append(b.outcomes, o)
+	if o.stopsGroup() {
+		b.stopped[o.row.GroupKey] = true
+	}
+}
+
+// handBackPending hands back every job not started.
+func (b *heldBatch) handBackPending() {
+	for _, row := range b.pending {
+		b.handBack = append(b.handBack, row.ID)
+	}
+	b.pending = nil
 }
 
 // cycled is what a settle pipeline returns: the next batch, locked in the
-// transaction it began, and the groups an enqueue kept from moving on.
+// transaction it began, and the reply of the statement that recorded the
+// outcomes (what it recorded, and the groups an enqueue kept from moving
+// on).
 type cycled struct {
 	next []gen.ClaimJobsRow
-	busy []string
+	res  gen.SettleJobsRow
 }
 
 // settle sends, in one round trip: the hand-back of unstarted jobs, the
@@ -278,14 +354,14 @@ type cycled struct {
 // then the next transaction's begin and its lock on what that claim took.
 // Shutting down, or when runners of another queue wait for its connection,
 // it claims nothing and begins nothing.
-func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
+func (s *session) settle(end *heldBatch) (cycled, error) {
 	r := s.r
 	var c cycled
 	b := &pgx.Batch{}
 	if len(end.handBack) > 0 {
 		b.Queue(gen.HandBack, end.handBack, int32(s.pid), r.w.id, nil, nil)
 	}
-	claiming := ctx.Err() == nil && !r.one && !r.w.slots.contended(r.q.name)
+	claiming := r.ctx.Err() == nil && !r.one && !r.w.slots.contended(r.q.name)
 	var res gen.SettleJobsRow
 	var p gen.SettleJobsParams
 	if len(end.outcomes) > 1 {
@@ -294,7 +370,7 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 		b.Queue(gen.SavepointJob)
 	}
 	if len(end.outcomes) > 0 {
-		p = queueSettle(b, r.q.name, end.outcomes, claiming, &res)
+		p = queueSettle(b, r.q.name, outcomesOf(end.outcomes), claiming, &res)
 	}
 	var token pgtype.Int8
 	if claiming {
@@ -307,7 +383,7 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 		b.Queue(gen.BeginJobTransaction)
 		b.Queue(gen.HoldClaimedJobs, token.Int64, r.w.idleTimeout.Milliseconds()).Query(collectHeld(&held))
 	}
-	bctx, cancel := bookCtx(ctx)
+	bctx, cancel := bookCtx(r.ctx)
 	defer cancel()
 	if err := s.conn.SendBatch(bctx, b).Close(); err != nil {
 		if recordRefused(err) {
@@ -327,7 +403,7 @@ func (s *session) settle(ctx context.Context, end batchEnd) (cycled, error) {
 		r.w.log.Error("pgtask: some outcomes were not recorded: their jobs changed under the worker",
 			"queue", r.q.name, "jobs", p.Ids, "recorded", res.Recorded)
 	}
-	c.busy = res.Busy
+	c.res = res
 	c.next = r.keepHeld(c.next, held)
 	return c, nil
 }
@@ -359,10 +435,11 @@ func (e *refusedRecords) Error() string {
 // the transaction commits with their writes. It cannot when a refused
 // success's writes are in it, or a job ran after one of its group that now
 // waits for a retry or blocks the group: then it returns a *refusedRecords.
-func (s *session) isolate(ctx context.Context, end batchEnd, cause error) (cycled, error) {
+func (s *session) isolate(ctx context.Context, end *heldBatch, cause error) (cycled, error) {
 	r := s.r
 	causes := make([]error, len(end.outcomes))
-	var busy []string
+	// res sums up the replies of the statements that record the outcomes.
+	var res gen.SettleJobsRow
 	if len(end.outcomes) == 1 {
 		causes[0] = cause
 	} else {
@@ -370,14 +447,15 @@ func (s *session) isolate(ctx context.Context, end batchEnd, cause error) (cycle
 			return cycled{}, err
 		}
 		for i, o := range end.outcomes {
-			var res gen.SettleJobsRow
+			var one gen.SettleJobsRow
 			b := &pgx.Batch{}
 			b.Queue(gen.SavepointJob)
-			queueSettle(b, r.q.name, []outcome{o}, false, &res)
+			queueSettle(b, r.q.name, []outcome{o.outcome}, false, &one)
 			b.Queue(gen.ReleaseJobSavepoint)
 			err := s.conn.SendBatch(ctx, b).Close()
 			if err == nil {
-				busy = append(busy, res.Busy...)
+				res.Recorded += one.Recorded
+				res.Busy = append(res.Busy, one.Busy...)
 				continue
 			}
 			if !recordRefused(err) {
@@ -408,13 +486,14 @@ func (s *session) isolate(ctx context.Context, end batchEnd, cause error) (cycle
 			// Recorded in any case: the refused job spends an attempt of
 			// its own (see refusedRecords).
 			inPlace = inPlace && !o.wrote
-			o = o.refusedBy(serverRefusal(causes[i]))
+			o.outcome = o.refusedBy(serverRefusal(causes[i]))
+			o.wrote = false
 			end.outcomes[i] = o
 			if o.stopsGroup() {
 				stopped[group] = true
 			}
-			refused = append(refused, o)
-			outs = append(outs, o)
+			refused = append(refused, o.outcome)
+			outs = append(outs, o.outcome)
 		case group != "" && stopped[group]:
 			// Ran after its group's job that now waits: it runs again.
 			inPlace = false
@@ -425,21 +504,23 @@ func (s *session) isolate(ctx context.Context, end batchEnd, cause error) (cycle
 				again[group] = true
 			}
 		default:
-			outs = append(outs, o)
+			outs = append(outs, o.outcome)
 		}
 	}
 	if inPlace {
-		var res gen.SettleJobsRow
+		var last gen.SettleJobsRow
 		b := &pgx.Batch{}
 		if len(refused) > 0 {
-			queueSettle(b, r.q.name, refused, false, &res)
+			queueSettle(b, r.q.name, refused, false, &last)
 		}
 		b.Queue(gen.CommitJobTransaction)
 		err := s.conn.SendBatch(ctx, b).Close()
 		if err == nil {
 			s.open = false
 			s.forget(0)
-			return cycled{busy: append(busy, res.Busy...)}, nil
+			res.Recorded += last.Recorded
+			res.Busy = append(res.Busy, last.Busy...)
+			return cycled{res: res}, nil
 		}
 		if !recordRefused(err) {
 			return cycled{}, err
@@ -448,40 +529,26 @@ func (s *session) isolate(ctx context.Context, end batchEnd, cause error) (cycle
 	return cycled{}, &refusedRecords{outs: outs, cause: cause}
 }
 
-// run executes a batch in the job transaction, in id order: a group's run
-// (its head, then the jobs behind it) runs in group order; the batch was
-// already chosen by priority. A job whose group cannot go on in this batch
-// (an earlier one failed and waits for its retry, or blocks the group) is
-// handed back, as is everything not started when shutdown begins. It stops
-// at an abandoned handler.
-func (s *session) run(ctx, hard context.Context, batch []gen.ClaimJobsRow) (batchEnd, *abandonment) {
-	slices.SortFunc(batch, byID)
-	var end batchEnd
-	stopped := map[string]bool{}
-	for i, row := range batch {
-		if ctx.Err() != nil {
-			for _, left := range batch[i:] {
-				end.handBack = append(end.handBack, left.ID)
-			}
-			break
+// run executes a batch in the job transaction, in id order (see newHeldBatch).
+// A job whose group cannot go on in this batch (an earlier one failed and
+// waits for its retry, or blocks the group) is handed back, as is
+// everything not started when shutdown begins. It stops at an abandoned
+// handler.
+func (s *session) run(b *heldBatch) *abandonment {
+	for s.r.ctx.Err() == nil {
+		row, ok := b.next()
+		if !ok {
+			return nil
 		}
-		if row.GroupKey != "" && stopped[row.GroupKey] {
-			end.handBack = append(end.handBack, row.ID)
-			continue
-		}
-		o, ab := s.execute(hard, row)
+		o, ab := s.execute(row)
 		if ab != nil {
-			for _, left := range batch[i+1:] {
-				end.handBack = append(end.handBack, left.ID)
-			}
-			return end, ab
+			b.handBackPending()
+			return ab
 		}
-		end.outcomes = append(end.outcomes, o)
-		if o.stopsGroup() {
-			stopped[row.GroupKey] = true
-		}
+		b.ran(o)
 	}
-	return end, nil
+	b.handBackPending()
+	return nil
 }
 
 // execute runs one claimed job of the session's transaction and returns how
@@ -489,17 +556,19 @@ func (s *session) run(ctx, hard context.Context, batch []gen.ClaimJobsRow) (batc
 // the batch's other jobs commit; recording the outcome is settle's. It
 // returns an abandonment instead when the handler ignored its context past
 // AbandonGrace: the transaction can no longer be used.
-func (s *session) execute(hard context.Context, row gen.ClaimJobsRow) (outcome, *abandonment) {
+func (s *session) execute(row gen.ClaimJobsRow) (heldOutcome, *abandonment) {
+	hard := s.r.hard
 	jtx := &jobTx{Tx: s.tx, savepoint: gen.New(s.tx).SavepointJob}
-	o, done := s.r.w.attempt(hard, row, func(job *Job) { job.tx = jtx })
+	out, done := s.r.w.attempt(hard, row, func(job *Job) { job.tx = jtx })
+	o := heldOutcome{outcome: out}
 	if o.reg == nil {
 		return o, nil
 	}
 	o.retryNow = hard.Err() != nil
 	if done != nil {
-		return o, &abandonment{outcome: o, done: done}
+		return o, &abandonment{outcome: o.outcome, done: done}
 	}
-	s.closeAttempt(hard, jtx, &o)
+	s.closeAttempt(jtx, &o.outcome)
 	o.wrote = o.err == nil && jtx.taken
 	if s.conn.Conn().IsClosed() {
 		// Whatever the handler returned, its writes are gone with the
@@ -511,12 +580,12 @@ func (s *session) execute(hard context.Context, row gen.ClaimJobsRow) (outcome, 
 
 // closeAttempt keeps a successful attempt's writes (releasing its savepoint)
 // or rolls a failed one's back to it.
-func (s *session) closeAttempt(hard context.Context, jtx *jobTx, o *outcome) {
+func (s *session) closeAttempt(jtx *jobTx, o *outcome) {
 	if !jtx.taken {
 		return
 	}
 	q := gen.New(s.tx)
-	ctx, cancel := bookCtx(hard)
+	ctx, cancel := bookCtx(s.r.hard)
 	defer cancel()
 	if o.err == nil {
 		err := q.ReleaseJobSavepoint(ctx)
@@ -539,26 +608,14 @@ func (s *session) closeAttempt(hard context.Context, jtx *jobTx, o *outcome) {
 // context: the handler may still use it, so it leaves the pool and is closed
 // once the handler lets go. Its session is ended from another connection,
 // which rolls back every job of the batch; settleLost records them.
-func (s *session) abandon(ctx, hard context.Context, end batchEnd, ab *abandonment) {
+func (s *session) abandon(end *heldBatch, ab *abandonment) {
 	pc := s.conn.Hijack()
 	go func() {
 		<-ab.done
 		pc.Close(context.Background()) //nolint:errcheck // the session is gone
 	}()
 	cause := fmt.Errorf("job %d of the same batch was abandoned: %w", ab.outcome.row.ID, errAbandoned)
-	s.r.settleLost(hard, s.pid, append(end.outcomes, ab.outcome), cause, true)
-}
-
-// afterSettle logs the failures a commit recorded and hands the groups an
-// enqueue kept from moving on to the worker, which retries them on another
-// connection: this one is already in the next job transaction.
-func (r *runner) afterSettle(outcomes []outcome, busy []string) {
-	for _, o := range outcomes {
-		o.log(r.w)
-	}
-	if len(busy) > 0 {
-		r.w.advanceLater(r.q.name, busy)
-	}
+	s.r.settleLost(s.pid, append(end.outcomes, heldOutcome{outcome: ab.outcome}), cause, true)
 }
 
 // settleLost records, from another connection, what a lost job transaction
@@ -569,7 +626,7 @@ func (r *runner) afterSettle(outcomes []outcome, busy []string) {
 // are handed back with their attempt returned. A rescuer leaves all of these
 // alone while this process holds its worker lock, so this must happen here;
 // it keeps trying while the database is away, until the hard shutdown.
-func (r *runner) settleLost(hard context.Context, pid uint32, ran []outcome, cause error, terminate bool) {
+func (r *runner) settleLost(pid uint32, ran []heldOutcome, cause error, terminate bool) {
 	// A statement the server refused may be refused again: those attempts
 	// wait their backoff. A session that went away is no one's fault.
 	refused := refusal(cause)
@@ -582,35 +639,35 @@ func (r *runner) settleLost(hard context.Context, pid uint32, ran []outcome, cau
 		case o.err == nil:
 			o.err = fmt.Errorf("recording the attempt failed, so its writes were rolled back: %w", cause)
 		}
-		outs[i] = o
+		outs[i] = o.outcome
 	}
-	r.recordLost(hard, pid, outs, terminate)
+	r.recordLost(pid, outs, terminate)
 }
 
 // recordLost records outs as they are, from another connection, for a job
 // transaction that is gone or cannot commit, and hands back the jobs its
 // session claimed that are not among them (see settleLost).
-func (r *runner) recordLost(hard context.Context, pid uint32, outs []outcome, terminate bool) {
+func (r *runner) recordLost(pid uint32, outs []outcome, terminate bool) {
+	hard := r.hard
 	var delay retryDelay
+	// busy: the groups that the tries which recorded outs left to move on,
+	// for recorded to hand over even if a try failed after recording.
+	var busy []string
 	for try := 1; ; try++ {
-		all, err := r.settleLostOnce(hard, pid, outs, terminate)
+		res, err := r.settleLostOnce(pid, outs, terminate)
+		busy = append(busy, res.Busy...)
 		if err == nil {
-			if all {
-				for _, o := range outs {
-					o.log(r.w)
-				}
-				return
-			}
-			// Some were refused: a commit whose reply was lost went
-			// through, or the jobs moved on. Say what the database shows.
-			ctx, cancel := bookCtx(hard)
-			r.w.logAsRecorded(ctx, outs)
-			cancel()
+			// Should some be refused (a commit whose reply was lost went
+			// through, or the jobs moved on), recorded says what the
+			// database shows.
+			res.Busy = busy
+			r.w.recorded(hard, r.q.name, outs, res)
 			return
 		}
 		if hard.Err() != nil || (refusal(err) && try >= 3) {
 			r.w.log.Error("pgtask: could not record the attempts of a lost job transaction; rescuers will once this process is gone",
 				"queue", r.q.name, "pid", pid, "jobs", len(outs), "error", err)
+			r.w.recorded(hard, r.q.name, nil, gen.SettleJobsRow{Busy: busy})
 			return
 		}
 		wait := delay.next()
@@ -620,13 +677,16 @@ func (r *runner) recordLost(hard context.Context, pid uint32, outs []outcome, te
 	}
 }
 
-// settleLostOnce reports whether every outcome was recorded.
-func (r *runner) settleLostOnce(hard context.Context, pid uint32, outs []outcome, terminate bool) (bool, error) {
-	ctx, cancel := bookCtx(hard)
+// settleLostOnce records outs and hands back the session's other jobs. Its
+// reply is that of the statement that recorded outs, when it went through,
+// even if the hand-back then failed.
+func (r *runner) settleLostOnce(pid uint32, outs []outcome, terminate bool) (gen.SettleJobsRow, error) {
+	var res gen.SettleJobsRow
+	ctx, cancel := bookCtx(r.hard)
 	defer cancel()
 	conn, err := r.w.pool.Acquire(ctx)
 	if err != nil {
-		return false, err
+		return res, err
 	}
 	defer conn.Release()
 	q := gen.New(conn)
@@ -634,27 +694,21 @@ func (r *runner) settleLostOnce(hard context.Context, pid uint32, outs []outcome
 		// Rolls back the job transaction and releases its locks; false
 		// means the session is gone already.
 		if _, err := q.TerminateBackend(ctx, int32(pid)); err != nil {
-			return false, fmt.Errorf("end session %d: %w", pid, err)
+			return res, fmt.Errorf("end session %d: %w", pid, err)
 		}
 	}
-	all := true
 	if len(outs) > 0 {
 		// Waits for the ended session's row locks, then records.
-		res, err := settleNow(ctx, conn, r.q.name, outs)
-		if err != nil {
-			return false, fmt.Errorf("record attempts: %w", err)
-		}
-		all = int(res.Recorded) == len(outs)
-		if len(res.Busy) > 0 {
-			r.w.advanceLater(r.q.name, res.Busy)
+		if res, err = settleNow(ctx, conn, r.q.name, outs); err != nil {
+			return gen.SettleJobsRow{}, fmt.Errorf("record attempts: %w", err)
 		}
 	}
 	if _, err := q.HandBack(ctx, gen.HandBackParams{
 		OwnerPid: pgtype.Int4{Int32: int32(pid), Valid: true}, WorkerID: pgtype.Int4{Int32: r.w.id, Valid: true},
 	}); err != nil {
-		return false, fmt.Errorf("hand back unstarted jobs: %w", err)
+		return res, fmt.Errorf("hand back unstarted jobs: %w", err)
 	}
-	return all, nil
+	return res, nil
 }
 
 // collectHeld reads the ids a job transaction's lock statement locked.

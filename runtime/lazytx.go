@@ -74,8 +74,8 @@ func (t *lazyTx) settle(ctx context.Context, queue string, outs []outcome) (bool
 	if err := t.end(ctx, recorded); err != nil {
 		return false, err
 	}
-	if len(res.Busy) > 0 {
-		t.w.advanceLater(queue, res.Busy)
+	if recorded {
+		t.w.recorded(ctx, queue, outs, res)
 	}
 	return recorded, nil
 }

@@ -47,9 +47,13 @@ const maxLeaseRun = 10
 type leaser struct {
 	w *Worker
 	q *queue
+	// ctx ends when the leaser is to stop claiming (shutdown begins); hard
+	// when running handlers are to be cancelled too: the two lifetimes of
+	// the call of Worker.Run the leaser serves.
+	ctx, hard context.Context
 	// done receives each finished attempt, and each job of a run handed
 	// back unstarted.
-	done chan outcome
+	done chan leaseOutcome
 
 	mu      sync.Mutex
 	running map[int64]*leasedJob
@@ -70,24 +74,44 @@ type leasedJob struct {
 	cancel context.CancelFunc
 }
 
-func newLeaser(w *Worker, q *queue) *leaser {
-	return &leaser{w: w, q: q, done: make(chan outcome, q.cfg.Concurrency), running: map[int64]*leasedJob{}}
+// leaseOutcome is what a run hands the loop for one of its jobs: the
+// outcome of its attempt, or its hand-back.
+type leaseOutcome struct {
+	outcome
+	// unstarted: the hand-back of a job of a run whose handler never
+	// started (or whose run was stopped, see stopRun): its attempt is
+	// returned, nothing recorded.
+	unstarted bool
+	// token is the claim's that took the job, which fences its hand-back.
+	token int64
+	// settled: recorded already, in the handler's own transaction, with
+	// its writes.
+	settled bool
+	// run: the run the attempt ran in; recorded, when the outcome is the
+	// turn's to record, is told once it is.
+	run      *leaseRun
+	recorded *signal
 }
 
-func (l *leaser) loop(ctx, hard context.Context) {
+func newLeaser(ctx, hard context.Context, w *Worker, q *queue) *leaser {
+	return &leaser{w: w, q: q, ctx: ctx, hard: hard, done: make(chan leaseOutcome, q.cfg.Concurrency), running: map[int64]*leasedJob{}}
+}
+
+func (l *leaser) loop() {
+	ctx, hard := l.ctx, l.hard
 	var heartbeat sync.WaitGroup
 	beat, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
 	heartbeat.Go(func() { l.heartbeat(beat) })
 	defer func() { stopBeat(); heartbeat.Wait() }()
 
 	var (
-		pending  []outcome
+		pending  []leaseOutcome
 		inFlight int
 		// more: the last claim was full, or a wake-up came; claim again.
 		more  = true
 		delay retryDelay
 	)
-	take := func(o outcome) {
+	take := func(o leaseOutcome) {
 		inFlight--
 		pending = append(pending, l.unlessStopped(o))
 	}
@@ -104,16 +128,16 @@ func (l *leaser) loop(ctx, hard context.Context) {
 			}
 			token := rand.Int64()
 			sent := time.Now()
-			next, err := l.turn(ctx, pending, want, token)
+			next, err := l.turn(pending, want, token)
 			if err != nil && want > 0 {
 				// The claim may have committed with its reply lost: hand
 				// back what it took, or it would wait out its leases.
-				l.releaseClaim(hard, token)
+				l.releaseClaim(token)
 			}
 			if err != nil && recordRefused(err) {
 				// One outcome the server cannot record would spoil every
 				// turn it went in: record them one by one.
-				if pending, err = l.isolate(ctx, pending); err == nil {
+				if pending, err = l.isolate(pending); err == nil {
 					delay.reset()
 					l.collect(take)
 					continue
@@ -128,7 +152,7 @@ func (l *leaser) loop(ctx, hard context.Context) {
 				wait := delay.next()
 				l.w.log.Warn("pgtask: recording outcomes or claiming failed; retrying", "queue", l.q.name, "error", err, "retry_in", wait)
 				// Handlers go on meanwhile; their outcomes wait here.
-				l.gather(hard, wait, take)
+				l.gather(wait, take)
 				continue
 			}
 			delay.reset()
@@ -139,7 +163,7 @@ func (l *leaser) loop(ctx, hard context.Context) {
 			}
 			for _, run := range runsOf(next) {
 				inFlight += len(run)
-				l.start(ctx, hard, run, token, sent.Add(l.q.cfg.Lease))
+				l.start(run, token, sent.Add(l.q.cfg.Lease))
 			}
 			// Outcomes that came in during the round trip go in the next.
 			l.collect(take)
@@ -170,7 +194,7 @@ func (l *leaser) loop(ctx, hard context.Context) {
 }
 
 // collect takes the outcomes that are ready, without waiting.
-func (l *leaser) collect(take func(outcome)) {
+func (l *leaser) collect(take func(leaseOutcome)) {
 	for {
 		select {
 		case o := <-l.done:
@@ -182,7 +206,7 @@ func (l *leaser) collect(take func(outcome)) {
 }
 
 // gather takes outcomes for d (a backoff after a failed turn).
-func (l *leaser) gather(hard context.Context, d time.Duration, take func(outcome)) {
+func (l *leaser) gather(d time.Duration, take func(leaseOutcome)) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
@@ -191,7 +215,7 @@ func (l *leaser) gather(hard context.Context, d time.Duration, take func(outcome
 			take(o)
 		case <-t.C:
 			return
-		case <-hard.Done():
+		case <-l.hard.Done():
 			return
 		}
 	}
@@ -199,29 +223,30 @@ func (l *leaser) gather(hard context.Context, d time.Duration, take func(outcome
 
 // turn records outcomes and claims up to want jobs with a lease, in one
 // transaction sent in one round trip.
-func (l *leaser) turn(ctx context.Context, outs []outcome, want int, token int64) ([]gen.ClaimJobsRow, error) {
+func (l *leaser) turn(outs []leaseOutcome, want int, token int64) ([]gen.ClaimJobsRow, error) {
 	var next []gen.ClaimJobsRow
 	b := &pgx.Batch{}
 	b.Queue(gen.BeginJobTransaction)
 	var unsettled []outcome
+	var recorded []*signal
 	var back gen.HandBackParams
 	for _, o := range outs {
 		switch {
 		case o.unstarted:
 			back.Ids = append(back.Ids, o.row.ID)
 			back.Attempts = append(back.Attempts, o.row.Attempts)
-			back.Tokens = append(back.Tokens, o.claimToken)
+			back.Tokens = append(back.Tokens, o.token)
 		case !o.settled:
-			unsettled = append(unsettled, o)
+			unsettled = append(unsettled, o.outcome)
+			recorded = append(recorded, o.recorded)
 		}
 	}
 	if len(back.Ids) > 0 {
 		b.Queue(gen.HandBack, back.Ids, nil, nil, back.Attempts, back.Tokens)
 	}
 	var res gen.SettleJobsRow
-	var p gen.SettleJobsParams
 	if len(unsettled) > 0 {
-		p = queueSettle(b, l.q.name, unsettled, want > 0, &res)
+		queueSettle(b, l.q.name, unsettled, want > 0, &res)
 	}
 	if want > 0 {
 		priority, id := l.q.cursor.get()
@@ -229,26 +254,17 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int, token int64
 			l.w.claimKinds).Query(l.q.collectClaim(&next))
 	}
 	b.Queue(gen.CommitJobTransaction)
-	bctx, cancel := bookCtx(ctx)
+	bctx, cancel := bookCtx(l.ctx)
 	defer cancel()
 	if err := l.w.pool.SendBatch(bctx, b).Close(); err != nil {
 		return nil, err
 	}
-	for _, o := range unsettled {
-		o.recorded.close()
+	for _, r := range recorded {
+		r.close()
 	}
-	if int(res.Recorded) < len(p.Ids) {
-		// Fenced off: attempts taken over, or a turn sent again after its
-		// commit's reply was lost. The jobs' rows say which.
-		l.w.logAsRecorded(bctx, unsettled)
-	} else {
-		for _, o := range unsettled {
-			o.log(l.w)
-		}
-	}
-	if len(res.Busy) > 0 {
-		l.w.advanceLater(l.q.name, res.Busy)
-	}
+	// Some may be fenced off: attempts taken over, or a turn sent again
+	// after its commit's reply was lost. recorded says which.
+	l.w.recorded(l.ctx, l.q.name, unsettled, res)
 	return next, nil
 }
 
@@ -259,18 +275,19 @@ func (l *leaser) turn(ctx context.Context, outs []outcome, want int, token int64
 // instead of recorded, whether they ran or not (see leaseRun). It returns
 // the outcomes left to record when another error stops it (the database is
 // away).
-func (l *leaser) isolate(ctx context.Context, outs []outcome) ([]outcome, error) {
+func (l *leaser) isolate(outs []leaseOutcome) ([]leaseOutcome, error) {
 	for i, o := range outs {
 		o = l.unlessStopped(o)
 		outs[i] = o
-		_, err := l.turn(ctx, []outcome{o}, 0, 0)
+		_, err := l.turn([]leaseOutcome{o}, 0, 0)
 		if err != nil && recordRefused(err) {
-			o = o.refusedBy(serverRefusal(err))
+			o.outcome = o.refusedBy(serverRefusal(err))
+			o.settled = false
 			outs[i] = o
 			if o.stopsGroup() {
 				l.stopRun(o, outs[i+1:])
 			}
-			_, err = l.turn(ctx, []outcome{o}, 0, 0)
+			_, err = l.turn([]leaseOutcome{o}, 0, 0)
 			if err != nil && recordRefused(err) {
 				// Not even as a failure: the job is taken over once its
 				// lease runs out. Its group waits for it meanwhile.
@@ -342,7 +359,7 @@ func (r *leaseRun) waitAhead(ctx context.Context, ahead *signal, patience time.D
 // after it. Their attempts are returned, and their writes through Job.Tx,
 // which commit with their outcome, are never committed; but a job whose
 // success was recorded in its own transaction already stays recorded.
-func (l *leaser) stopRun(o outcome, outs []outcome) {
+func (l *leaser) stopRun(o leaseOutcome, outs []leaseOutcome) {
 	if o.run == nil || o.run.stopped.Swap(true) {
 		return
 	}
@@ -354,7 +371,7 @@ func (l *leaser) stopRun(o outcome, outs []outcome) {
 
 // unlessStopped is o, or, for a job of a stopped run (see stopRun) whose
 // outcome is not recorded yet, its hand-back.
-func (l *leaser) unlessStopped(o outcome) outcome {
+func (l *leaser) unlessStopped(o leaseOutcome) leaseOutcome {
 	if o.run == nil || !o.run.stopped.Load() || o.unstarted {
 		return o
 	}
@@ -365,13 +382,14 @@ func (l *leaser) unlessStopped(o outcome) outcome {
 	}
 	l.w.log.Warn("pgtask: a job ran behind one of its group whose outcome the database refused; it runs again after it",
 		"job_id", o.row.ID, "kind", o.row.Kind, "queue", l.q.name, "attempt", o.row.Attempts)
-	return outcome{row: o.row, unstarted: true, claimToken: o.claimToken, run: o.run}
+	return leaseOutcome{outcome: outcome{row: o.row}, unstarted: true, token: o.token, run: o.run}
 }
 
 // releaseClaim hands back what the claim marked token took, if it
 // committed; it keeps trying while the database is away, until the hard
 // shutdown.
-func (l *leaser) releaseClaim(hard context.Context, token int64) {
+func (l *leaser) releaseClaim(token int64) {
+	hard := l.hard
 	var delay retryDelay
 	for {
 		ctx, cancel := bookCtx(hard)
@@ -418,7 +436,8 @@ func runsOf(rows []gen.ClaimJobsRow) [][]gen.ClaimJobsRow {
 // the earliest. The run stops at a job that does not let its group move on,
 // as in the held-transaction mode, and at shutdown or a lease that may be
 // lost: the jobs left are handed back unstarted.
-func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, token int64, until time.Time) {
+func (l *leaser) start(run []gen.ClaimJobsRow, token int64, until time.Time) {
+	hard := l.hard
 	jobs := make([]*leasedJob, len(run))
 	l.mu.Lock()
 	for i, row := range run {
@@ -433,7 +452,7 @@ func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, token 
 		var ahead *signal
 		for i, row := range run {
 			jctx, cancel := context.WithCancel(hard)
-			if lr.stopped.Load() || !l.begin(ctx, jobs[i], cancel) {
+			if lr.stopped.Load() || !l.begin(jobs[i], cancel) {
 				cancel()
 				l.handBack(run[i:], token)
 				return
@@ -441,7 +460,7 @@ func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, token 
 			o := l.execute(jctx, row, token, lr, ahead)
 			cancel()
 			l.forget(row.ID)
-			o.run, o.claimToken = lr, token
+			o.run, o.token = lr, token
 			ahead = nil
 			if !o.settled && !o.unstarted {
 				o.recorded = newSignal()
@@ -460,10 +479,10 @@ func (l *leaser) start(ctx, hard context.Context, run []gen.ClaimJobsRow, token 
 // begin reports whether a job of a run may start: not after shutdown began,
 // and only while its lease is sure to last another third of a lease (the
 // heartbeat's period). Its handler then gets cancel for the heartbeat.
-func (l *leaser) begin(ctx context.Context, j *leasedJob, cancel context.CancelFunc) bool {
+func (l *leaser) begin(j *leasedJob, cancel context.CancelFunc) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ctx.Err() != nil || j.lost || time.Until(j.until) < l.q.cfg.Lease/3 {
+	if l.ctx.Err() != nil || j.lost || time.Until(j.until) < l.q.cfg.Lease/3 {
 		return false
 	}
 	j.cancel = cancel
@@ -475,7 +494,7 @@ func (l *leaser) begin(ctx context.Context, j *leasedJob, cancel context.CancelF
 func (l *leaser) handBack(rows []gen.ClaimJobsRow, token int64) {
 	for _, row := range rows {
 		l.forget(row.ID)
-		l.done <- outcome{row: row, unstarted: true, claimToken: token}
+		l.done <- leaseOutcome{outcome: outcome{row: row}, unstarted: true, token: token}
 	}
 }
 
@@ -492,13 +511,14 @@ func (l *leaser) forget(id int64) {
 // with the handler's writes (or, refused, is rolled back with them), once
 // the job ahead is recorded; should its run be stopped meanwhile, the job
 // is handed back, its writes rolled back.
-func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow, token int64, lr *leaseRun, ahead *signal) outcome {
+func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow, token int64, lr *leaseRun, ahead *signal) leaseOutcome {
 	w := l.w
 	ltx := &lazyTx{w: w}
-	o, abandoned := w.attempt(ctx, row, func(job *Job) {
+	out, abandoned := w.attempt(ctx, row, func(job *Job) {
 		job.lease = &jobLease{w: w, id: row.ID, attempt: row.Attempts, token: token}
 		job.tx = ltx
 	})
+	o := leaseOutcome{outcome: out}
 	if abandoned != nil {
 		// The handler may still use its transaction: it is never committed,
 		// and is rolled back when the handler returns, if ever.
@@ -525,9 +545,9 @@ func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow, token int64,
 		}
 		w.log.Warn("pgtask: a job ran behind one of its group whose outcome the database refused; it runs again after it",
 			"job_id", row.ID, "kind", row.Kind, "queue", l.q.name, "attempt", row.Attempts)
-		return outcome{row: row, unstarted: true, claimToken: token}
+		return leaseOutcome{outcome: outcome{row: row}, unstarted: true, token: token}
 	}
-	recorded, err := ltx.settle(bctx, l.q.name, []outcome{o})
+	recorded, err := ltx.settle(bctx, l.q.name, []outcome{o.outcome})
 	switch {
 	case err != nil:
 		o.result = nil

@@ -26,29 +26,11 @@ type outcome struct {
 	// was cut short by the worker's hard shutdown, or rolled back with its
 	// batch or its lost session, not failed by the handler.
 	retryNow bool
-	// settled: recorded already, in the handler's own transaction (lease
-	// mode), with its writes.
-	settled bool
-	// lost: the job's database session was gone when the handler returned,
-	// so whatever it did there was rolled back.
-	lost bool
-	// unstarted: lease mode's hand-back of a job of a run whose handler
-	// never started; its attempt is returned, nothing recorded. claimToken
-	// is the token of the claim that took it, which fences the hand-back.
-	unstarted  bool
-	claimToken int64
-	// run: the lease-mode run the attempt ran in, if any; recorded, when
-	// the outcome is the run's to record, is told once it is.
-	run      *leaseRun
-	recorded *signal
-	// wrote: a held-mode success whose writes are in the job transaction
-	// (its savepoint released), so they cannot be rolled back alone.
-	wrote bool
 }
 
 // refusedBy turns the outcome into the failure the server's refusal to
-// record it (err) makes it: its result and writes are not kept, and it is
-// retried or not as any failure.
+// record it (err) makes it: its result is not kept (nor are its writes,
+// which the modes see to), and it is retried or not as any failure.
 func (o outcome) refusedBy(err error) outcome {
 	if o.err == nil {
 		o.err = fmt.Errorf("the database refused to record the attempt's outcome: %w", err)
@@ -57,8 +39,6 @@ func (o outcome) refusedBy(err error) outcome {
 	}
 	o.result = nil
 	o.retryNow = false
-	o.settled = false
-	o.wrote = false
 	return o
 }
 
@@ -158,9 +138,8 @@ func settlement(queue string, outs []outcome, claiming bool) gen.SettleJobsParam
 }
 
 // queueSettle adds to b the statement that records outs (SettleJobs), its
-// result to go to res. The caller hands res.Busy to advanceLater once the
-// statement's transaction has committed: before, the groups' heads are not
-// seen as finished by anyone else. It is the one way outcomes reach
+// result to go to res. The caller hands outs and res to recorded once the
+// statement's transaction has committed. It is the one way outcomes reach
 // pgtask.settle_jobs, in both modes: in a batch with the statements around
 // them, or alone (settleNow).
 func queueSettle(b *pgx.Batch, queue string, outs []outcome, claiming bool, res *gen.SettleJobsRow) gen.SettleJobsParams {
@@ -172,6 +151,31 @@ func queueSettle(b *pgx.Batch, queue string, outs []outcome, claiming bool, res 
 		return nil
 	})
 	return p
+}
+
+// recorded follows every committed record of outcomes, in both modes (a
+// held batch's commit, a lost held session's record from another
+// connection, a lease turn, a lease job's own transaction): outs were
+// recorded by the statement whose reply is res. It logs the failures, as
+// the jobs' rows show them when the statement refused some (fenced off: the
+// attempt was no longer the job's, or a record sent again after its reply
+// was lost went through the first time), and hands the groups an enqueue
+// kept from moving on to the worker, which retries them on another
+// connection: before the commit, the groups' heads were not seen as
+// finished by anyone else.
+func (w *Worker) recorded(ctx context.Context, queue string, outs []outcome, res gen.SettleJobsRow) {
+	if int(res.Recorded) < len(outs) {
+		bctx, cancel := bookCtx(ctx)
+		w.logAsRecorded(bctx, outs)
+		cancel()
+	} else {
+		for _, o := range outs {
+			o.log(w)
+		}
+	}
+	if len(res.Busy) > 0 {
+		w.advanceLater(queue, res.Busy)
+	}
 }
 
 // batchSender is a connection or transaction that sends batches.
@@ -260,9 +264,6 @@ func (o outcome) attemptError(job gen.PgtaskJob) *storedError {
 func (w *Worker) logAsRecorded(ctx context.Context, outs []outcome) {
 	q := gen.New(w.pool)
 	for _, o := range outs {
-		if o.unstarted {
-			continue
-		}
 		args := []any{"job_id", o.row.ID, "kind", o.row.Kind, "queue", o.row.Queue, "attempt", o.row.Attempts}
 		job, err := q.GetJob(ctx, o.row.ID)
 		switch {

@@ -594,13 +594,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	wg.Go(func() { w.advanceBusyGroups(advancing) })
 	for _, q := range w.queues {
 		if q.cfg.Mode == ModeLease {
-			l := newLeaser(w, q)
-			runners.Go(func() { l.loop(ctx, hard) })
+			runners.Go(newLeaser(ctx, hard, w, q).loop)
 			continue
 		}
 		for range q.cfg.Concurrency {
-			r := &runner{w: w, q: q}
-			runners.Go(func() { r.loop(ctx, hard) })
+			r := &runner{w: w, q: q, ctx: ctx, hard: hard}
+			runners.Go(r.loop)
 		}
 	}
 	runners.Wait()

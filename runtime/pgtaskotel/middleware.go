@@ -95,8 +95,8 @@ func (p *processor) endAbruptly(ctx context.Context, span trace.Span, l *labels,
 
 // judge returns how the worker records an attempt whose handler (and the
 // middleware inside this one) returned err in ctx, and the error it
-// records: the rules of runtime's Worker.call and outcome.retries
-// (settle.go). An attempt whose job an operator cancelled while it ran ends
+// records: the rules of runtime's Worker.call (pipeline.go) and
+// outcome.retries (record.go). An attempt whose job an operator cancelled while it ran ends
 // cancelled if it failed, and succeeds if it completed anyway; one that
 // returned after its timeout fails, whatever it returned; a failure is
 // retried unless it is runtime.NoRetry or was the job's last attempt.
