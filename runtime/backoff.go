@@ -95,3 +95,16 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
+
+// bookkeeping bounds each of the worker's own statements. They are not cut
+// short by shutdown: they record what the handlers did.
+const bookkeeping = 30 * time.Second
+
+func bookCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(parent), bookkeeping)
+}
+
+// jitter spreads d by ±10% so idle runners do not poll in step.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
+}

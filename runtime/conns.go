@@ -6,6 +6,9 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // A worker's connections are one budget: Config.MaxConns for NewWorker,
@@ -182,4 +185,13 @@ func (s *connSlots) contended(queue string) bool {
 		}
 	}
 	return false
+}
+
+// discard closes a pooled connection, which ends its session and so
+// releases its locks and rolls back whatever it had not committed.
+func discard(conn *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	conn.Conn().Close(ctx) //nolint:errcheck // the connection is being thrown away
+	cancel()
+	conn.Release()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -52,15 +51,6 @@ func (r *runner) batchSize() int32 {
 	}
 	return int32(r.q.cfg.BatchSize)
 }
-
-// maxIdleInTransaction is the largest idle_in_transaction_session_timeout
-// PostgreSQL accepts.
-const maxIdleInTransaction = math.MaxInt32 * time.Millisecond
-
-// afterCommitPatience is how long (ms) the worker, after a commit, keeps
-// trying to advance groups that had an enqueue in flight. Maintenance
-// advances whatever is still left.
-const afterCommitPatience = 500
 
 func (r *runner) loop() {
 	ctx := r.ctx
@@ -720,13 +710,4 @@ func collectHeld(ids *[]int64) func(pgx.Rows) error {
 		}
 		return nil
 	}
-}
-
-// discard closes a pooled connection, which ends its session and so
-// releases its locks and rolls back whatever it had not committed.
-func discard(conn *pgxpool.Conn) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	conn.Conn().Close(ctx) //nolint:errcheck // the connection is being thrown away
-	cancel()
-	conn.Release()
 }

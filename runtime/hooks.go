@@ -55,13 +55,3 @@ func runEnqueueHooks(ctx context.Context, req *EnqueueRequest) error {
 	}
 	return nil
 }
-
-// handle runs reg's handler on job through the worker's middleware.
-func (w *Worker) handle(ctx context.Context, reg *Registration, job *Job) error {
-	next := reg.Handler
-	for i := len(w.cfg.Middleware) - 1; i >= 0; i-- {
-		m, inner := w.cfg.Middleware[i], next
-		next = func(ctx context.Context, job *Job) error { return m(ctx, job, inner) }
-	}
-	return next(ctx, job)
-}

@@ -6,20 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"runtime/debug"
 	"time"
 
 	"github.com/pgtask/pgtask/gen"
 )
-
-// bookkeeping bounds each of the runner's own statements. They are not cut
-// short by shutdown: they record what the handlers did.
-const bookkeeping = 30 * time.Second
-
-func bookCtx(parent context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(parent), bookkeeping)
-}
 
 // A job's path through the worker is the same in both modes:
 //
@@ -62,6 +53,24 @@ func (w *Worker) attempt(hard context.Context, row gen.ClaimJobsRow, bind func(*
 		o.result = job.result
 	}
 	return o, nil
+}
+
+// handler is the registration of kind, or nil: the step that finds a
+// claimed job's handler.
+func (w *Worker) handler(kind string) *Registration {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.handlers[kind]
+}
+
+// handle runs reg's handler on job through the worker's middleware.
+func (w *Worker) handle(ctx context.Context, reg *Registration, job *Job) error {
+	next := reg.Handler
+	for i := len(w.cfg.Middleware) - 1; i >= 0; i-- {
+		m, inner := w.cfg.Middleware[i], next
+		next = func(ctx context.Context, job *Job) error { return m(ctx, job, inner) }
+	}
+	return next(ctx, job)
 }
 
 func newJob(row gen.ClaimJobsRow) *Job {
@@ -208,9 +217,4 @@ func ids(rows []gen.ClaimJobsRow) []int64 {
 		out[i] = row.ID
 	}
 	return out
-}
-
-// jitter spreads d by ±10% so idle runners do not poll in step.
-func jitter(d time.Duration) time.Duration {
-	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
 }

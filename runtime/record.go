@@ -178,6 +178,16 @@ func (w *Worker) recorded(ctx context.Context, queue string, outs []outcome, res
 	}
 }
 
+// advanceLater has the worker try again, on a connection of its own, to
+// move on groups an enqueue kept from moving on at a job's commit. When it
+// is busy, maintenance does it a little later.
+func (w *Worker) advanceLater(queue string, keys []string) {
+	select {
+	case w.later <- groupsOf{queue, keys}:
+	default:
+	}
+}
+
 // batchSender is a connection or transaction that sends batches.
 type batchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults

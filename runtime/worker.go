@@ -541,12 +541,6 @@ func (w *Worker) Register(r Registration) error {
 	return nil
 }
 
-func (w *Worker) handler(kind string) *Registration {
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	return w.handlers[kind]
-}
-
 func (w *Worker) kinds() []string {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
@@ -708,6 +702,10 @@ func (w *Worker) longestIdle() time.Duration {
 	return min(addDurations(longest, w.cfg.AbandonGrace, 10*time.Second), maxIdleInTransaction)
 }
 
+// maxIdleInTransaction is the largest idle_in_transaction_session_timeout
+// PostgreSQL accepts.
+const maxIdleInTransaction = math.MaxInt32 * time.Millisecond
+
 // addDurations adds durations that are not negative, and gives the largest
 // time.Duration for a sum past it: a timeout or grace near the largest one
 // means "very long", not a negative time.
@@ -735,20 +733,15 @@ const maxMaintenanceInterval = maxIdleInTransaction / (3 * electEveryTicks)
 // its heartbeat, every third of it, can reach the database and back.
 const minLease = time.Second
 
+// afterCommitPatience is how long (ms) the worker, after a commit, keeps
+// trying to advance groups that had an enqueue in flight. Maintenance
+// advances whatever is still left.
+const afterCommitPatience = 500
+
 // groupsOf names groups of a queue.
 type groupsOf struct {
 	queue string
 	keys  []string
-}
-
-// advanceLater has the worker try again, on a connection of its own, to
-// move on groups an enqueue kept from moving on at a job's commit. When it
-// is busy, maintenance does it a little later.
-func (w *Worker) advanceLater(queue string, keys []string) {
-	select {
-	case w.later <- groupsOf{queue, keys}:
-	default:
-	}
 }
 
 func (w *Worker) advanceBusyGroups(ctx context.Context) {
