@@ -420,11 +420,12 @@ func (e *refusedRecords) Error() string {
 
 // isolate finds, after the server refused to record a batch's outcomes
 // (cause), the ones it refuses, and makes each the failure that its refusal
-// makes it (in end.outcomes, for the caller to log). With more than one
-// outcome, the settle took a savepoint: the others are recorded alone, and
-// the transaction commits with their writes. It cannot when a refused
-// success's writes are in it, or a job ran after one of its group that now
-// waits for a retry or blocks the group: then it returns a *refusedRecords.
+// makes it (in end.outcomes, which the caller hands to Worker.recorded with
+// the reply it returns). With more than one outcome, the settle took a
+// savepoint: the others are recorded alone, and the transaction commits
+// with their writes. It cannot when a refused success's writes are in it,
+// or a job ran after one of its group that now waits for a retry or blocks
+// the group: then it returns a *refusedRecords.
 func (s *session) isolate(ctx context.Context, end *heldBatch, cause error) (cycled, error) {
 	r := s.r
 	causes := make([]error, len(end.outcomes))
