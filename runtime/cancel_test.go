@@ -309,7 +309,7 @@ func TestCancelledJobHandedBackUnstartedEndsCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	head, follower := ids[0], ids[1]
-	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {BatchSize: 10}}},
+	startBatching(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {BatchSize: 10}}},
 		runtime.Registration{Kind: "cancel.head", Handler: func(ctx context.Context, job *runtime.Job) error {
 			headStarted <- struct{}{}
 			err := error(nil)

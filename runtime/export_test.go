@@ -114,3 +114,14 @@ func (w *Worker) PeriodicStep(ctx context.Context) { w.maint.periodic.step(ctx) 
 
 // KindsStep runs one step of the worker's kinds-recording service.
 func (w *Worker) KindsStep(ctx context.Context) { w.maint.kinds.step(ctx) }
+
+// PrimePace makes the runners of queue judge kinds to take d, as if they
+// had run them: their first claims take as many jobs as fit the queue's
+// CommitBudget (up to BatchSize), and the batch commits between two such
+// jobs only once the budget is spent. Call it before Run.
+func (w *Worker) PrimePace(queue string, d time.Duration, kinds ...string) {
+	q := w.queues[queue]
+	for _, k := range kinds {
+		q.pace.observe(k, d)
+	}
+}

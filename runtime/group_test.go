@@ -153,7 +153,7 @@ func TestGroupsRunOneAtATimeInEnqueueOrder(t *testing.T) {
 		}
 		return nil
 	}
-	for _, batch := range []int{1, 4, 8} {
+	for _, batch := range []int{0, 1, 8} {
 		startWorker(t, b.url, runtime.Config{
 			Queues: map[string]runtime.QueueConfig{"fifo": {Concurrency: 5, BatchSize: batch}},
 		}, runtime.Registration{Kind: "seq", Handler: handler, Backoff: fastRetry})
@@ -247,7 +247,7 @@ func testSkipOrBlock(t *testing.T, batch int) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	var order []string
-	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {BatchSize: batch}}}, runtime.Registration{
+	startBatching(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {BatchSize: batch}}}, runtime.Registration{
 		Kind:    "step",
 		Backoff: runtime.Backoff{Min: 150 * time.Millisecond, Max: 150 * time.Millisecond, Jitter: -1},
 		Handler: func(ctx context.Context, job *runtime.Job) error {
@@ -358,7 +358,7 @@ func TestHotGroupRunsInOrderWithBatches(t *testing.T) {
 		return nil
 	})
 	for range 2 {
-		startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"hot": {Concurrency: 2, BatchSize: 16}}},
+		startBatching(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"hot": {Concurrency: 2, BatchSize: 16}}},
 			runtime.Registration{Kind: "seq", Handler: handler, Backoff: fastRetry})
 	}
 	enqueueGroup(t, b, "hot", "g0", n)
@@ -466,7 +466,7 @@ func TestGroupsNeedReadCommittedWhateverTheDefault(t *testing.T) {
 	repeatable := u.String()
 
 	levels := make(chan string, 10)
-	startWorker(t, repeatable, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 5}}},
+	startBatching(t, repeatable, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 5}}},
 		runtime.Registration{Kind: "k", Handler: func(ctx context.Context, job *runtime.Job) error {
 			level, err := testdb.New(job.Tx()).TransactionIsolation(ctx)
 			levels <- level

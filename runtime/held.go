@@ -42,14 +42,19 @@ type runner struct {
 	// ran then gets the ids of the jobs whose attempts ran.
 	one bool
 	ran []int64
+	// asked is how many jobs the last claim asked for.
+	asked int
 }
 
-// batchSize is how many jobs one claim takes.
+// batchSize is how many jobs the next claim takes: as many as the queue's
+// jobs so far say will run within the commit budget, up to BatchSize (see
+// pace).
 func (r *runner) batchSize() int32 {
-	if r.one {
-		return 1
+	r.asked = 1
+	if !r.one {
+		r.asked = r.q.pace.claimSize(r.q.cfg.CommitBudget, r.q.cfg.BatchSize)
 	}
-	return int32(r.q.cfg.BatchSize)
+	return int32(r.asked)
 }
 
 func (r *runner) loop() {
@@ -135,12 +140,13 @@ func (r *runner) work() (int, error) {
 	var ended []heldOutcome
 	for err == nil && len(c.next) > 0 {
 		total += len(c.next)
-		if len(c.next) >= r.q.cfg.BatchSize && !continuesGroups(c.next, ended) {
+		if len(c.next) >= r.asked && !continuesGroups(c.next, ended) {
 			// A full batch: there is probably more; let an idle runner help.
 			r.q.signal()
 		}
 		b := newHeldBatch(c.next)
-		if ab := s.run(b); ab != nil {
+		ab, err := s.run(b)
+		if ab != nil {
 			s.abandon(b, ab)
 			return total, ab
 		}
@@ -150,7 +156,10 @@ func (r *runner) work() (int, error) {
 				r.ran = append(r.ran, o.row.ID)
 			}
 		}
-		if c, err = s.settle(b); err != nil {
+		if err == nil {
+			c, err = s.settle(b)
+		}
+		if err != nil {
 			discard(conn)
 			var rr *refusedRecords
 			if errors.As(err, &rr) {
@@ -320,6 +329,11 @@ func (b *heldBatch) ran(o heldOutcome) {
 	if o.stopsGroup() {
 		b.stopped[o.row.GroupKey] = true
 	}
+}
+
+// unget puts a job taken by next back in front of the jobs to run.
+func (b *heldBatch) unget(row gen.ClaimJobsRow) {
+	b.pending = slices.Insert(b.pending, 0, row)
 }
 
 // handBackPending hands back every job not started.
@@ -520,25 +534,100 @@ func (s *session) isolate(ctx context.Context, end *heldBatch, cause error) (cyc
 	return cycled{}, &refusedRecords{outs: outs, cause: cause}
 }
 
-// run executes a batch in the job transaction, in id order (see newHeldBatch).
-// A job whose group cannot go on in this batch (an earlier one failed and
-// waits for its retry, or blocks the group) is handed back, as is
-// everything not started when shutdown begins. It stops at an abandoned
-// handler.
-func (s *session) run(b *heldBatch) *abandonment {
-	for s.r.ctx.Err() == nil {
+// run executes a batch in the job transaction, in id order (see
+// newHeldBatch). A job whose group cannot go on in this batch (an earlier
+// one failed and waits for its retry, or blocks the group) is handed back,
+// as is everything not started when shutdown begins. Before a job expected
+// to take the outcomes waiting for their commit past the commit budget, it
+// commits them (commitSoFar) and goes on in the next transaction. It stops
+// at an abandoned handler, and at a commit that fails, with the batch's
+// outcomes still to be recorded as settle's caller would have them.
+func (s *session) run(b *heldBatch) (*abandonment, error) {
+	r := s.r
+	var pending time.Time // when the oldest outcome of b ended
+	for r.ctx.Err() == nil {
 		row, ok := b.next()
 		if !ok {
-			return nil
+			return nil, nil
+		}
+		if len(b.outcomes) > 0 && r.q.pace.commitFirst(row.Kind, pending, r.q.cfg.CommitBudget) {
+			b.unget(row)
+			if err := s.commitSoFar(b); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		o, ab := s.execute(row)
 		if ab != nil {
 			b.handBackPending()
-			return ab
+			return ab, nil
+		}
+		if len(b.outcomes) == 0 {
+			pending = time.Now()
 		}
 		b.ran(o)
 	}
 	b.handBackPending()
+	return nil, nil
+}
+
+// commitSoFar commits, in one round trip, the outcomes of the batch's jobs
+// that have run, with its hand-backs, and begins the next job transaction,
+// locking in it the batch's jobs still to run: claimed and counted already,
+// they go on without a new claim. Should the server refuse an outcome, it
+// isolates it as settle does, then locks the rest in a new transaction.
+// When it fails, the outcomes it was to commit are left in b, unless they
+// were recorded.
+func (s *session) commitSoFar(b *heldBatch) error {
+	r := s.r
+	rest := b.pending
+	batch := &pgx.Batch{}
+	if len(b.handBack) > 0 {
+		batch.Queue(gen.HandBack, b.handBack, int32(s.pid), r.w.id, nil, nil)
+	}
+	if len(b.outcomes) > 1 {
+		// As in settle: should the server refuse an outcome, see isolate.
+		batch.Queue(gen.SavepointJob)
+	}
+	var res gen.SettleJobsRow
+	p := queueSettle(batch, r.q.name, outcomesOf(b.outcomes), false, &res)
+	batch.Queue(gen.CommitJobTransaction)
+	var held []int64
+	lockRest := func(batch *pgx.Batch) {
+		batch.Queue(gen.BeginJobTransaction)
+		batch.Queue(gen.HoldJobs, ids(rest), r.w.idleTimeout.Milliseconds()).Query(collectHeld(&held))
+	}
+	lockRest(batch)
+	bctx, cancel := bookCtx(r.ctx)
+	defer cancel()
+	err := s.conn.SendBatch(bctx, batch).Close()
+	if err != nil && recordRefused(err) {
+		// Nothing of the round trip after the refused statement ran.
+		c, err := s.isolate(bctx, b, err)
+		if err != nil {
+			return err
+		}
+		r.w.recorded(r.ctx, r.q.name, outcomesOf(b.outcomes), c.res)
+		b.outcomes, b.handBack = nil, nil
+		batch = &pgx.Batch{}
+		lockRest(batch)
+		if err := s.conn.SendBatch(bctx, batch).Close(); err != nil {
+			return fmt.Errorf("lock the rest of the batch: %w", err)
+		}
+		s.open = true
+		b.pending = r.keepHeld(rest, held)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if int(res.Recorded) != len(p.Ids) {
+		r.w.log.Error("pgtask: some outcomes were not recorded: their jobs changed under the worker",
+			"queue", r.q.name, "jobs", p.Ids, "recorded", res.Recorded)
+	}
+	r.w.recorded(r.ctx, r.q.name, outcomesOf(b.outcomes), res)
+	b.outcomes, b.handBack = nil, nil
+	b.pending = r.keepHeld(rest, held)
 	return nil
 }
 
@@ -555,6 +644,7 @@ func (s *session) execute(row gen.ClaimJobsRow) (heldOutcome, *abandonment) {
 	if o.reg == nil {
 		return o, nil
 	}
+	s.r.q.pace.observe(row.Kind, time.Since(o.start))
 	o.retryNow = hard.Err() != nil
 	if done != nil {
 		return o, &abandonment{outcome: o.outcome, done: done}
@@ -598,15 +688,45 @@ func (s *session) closeAttempt(jtx *jobTx, o *outcome) {
 // abandon gives up the connection of a batch whose handler ignored its
 // context: the handler may still use it, so it leaves the pool and is closed
 // once the handler lets go. Its session is ended from another connection,
-// which rolls back every job of the batch; settleLost records them.
+// which rolls back the batch's transaction. The abandoned attempt is
+// recorded as failed; of the others, what the transaction's end does not
+// undo is recorded as it is (see outlive), and the rest run again, their
+// attempts not counted: they did nothing wrong.
 func (s *session) abandon(end *heldBatch, ab *abandonment) {
 	pc := s.conn.Hijack()
 	go func() {
 		<-ab.done
 		pc.Close(context.Background()) //nolint:errcheck // the session is gone
 	}()
-	cause := fmt.Errorf("job %d of the same batch was abandoned: %w", ab.outcome.row.ID, errAbandoned)
-	s.r.settleLost(s.pid, append(end.outcomes, heldOutcome{outcome: ab.outcome}), cause, true)
+	outs := append(outlive(end.outcomes), ab.outcome)
+	if n := len(end.outcomes) + 1 - len(outs); n > 0 {
+		s.r.w.log.Warn("pgtask: jobs whose writes were rolled back with an abandoned handler's transaction run again",
+			"queue", s.r.q.name, "job_id", ab.outcome.row.ID, "jobs", n)
+	}
+	s.r.recordLost(s.pid, outs, true)
+}
+
+// outlive picks, of the outcomes of a job transaction that is rolled back,
+// those that can be recorded as they are from another connection: failures
+// (their writes were rolled back already) and successes that wrote nothing,
+// unless a job before them in their group runs again. The others' jobs are
+// handed back, to run again after it.
+func outlive(ran []heldOutcome) []outcome {
+	again := map[string]bool{}
+	var keep []outcome
+	for _, o := range ran {
+		group := o.row.GroupKey
+		switch {
+		case group != "" && again[group]:
+		case o.err == nil && o.wrote:
+			if group != "" {
+				again[group] = true
+			}
+		default:
+			keep = append(keep, o.outcome)
+		}
+	}
+	return keep
 }
 
 // settleLost records, from another connection, what a lost job transaction

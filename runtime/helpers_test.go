@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -56,6 +57,44 @@ func startWorker(t *testing.T, url string, cfg runtime.Config, regs ...runtime.R
 	w, stop := newWorker(t, url, cfg, regs...)
 	t.Cleanup(stop)
 	return w
+}
+
+// startBatching starts a worker on url until the test ends whose held-mode
+// runners take whole batches (up to each queue's BatchSize) from their
+// first claim: they judge the kinds of regs quick (PrimePace), and a queue
+// that sets no CommitBudget commits only when its batch is done, so that
+// what a test of a batch's inside sees does not hang on how fast the
+// machine runs it.
+func startBatching(t *testing.T, url string, cfg runtime.Config, regs ...runtime.Registration) *runtime.Worker {
+	t.Helper()
+	w, stop := newBatching(t, url, cfg, regs...)
+	t.Cleanup(stop)
+	return w
+}
+
+// newBatching is startBatching with the stop function of newWorker.
+func newBatching(t *testing.T, url string, cfg runtime.Config, regs ...runtime.Registration) (*runtime.Worker, func()) {
+	t.Helper()
+	cfg.Queues = maps.Clone(cfg.Queues)
+	for name, qc := range cfg.Queues {
+		if qc.CommitBudget == 0 {
+			qc.CommitBudget = time.Hour
+		}
+		cfg.Queues[name] = qc
+	}
+	return newWorkerWith(t, url, cfg, func(w *runtime.Worker) error {
+		for _, r := range regs {
+			if err := w.Register(r); err != nil {
+				return err
+			}
+		}
+		for name := range cfg.Queues {
+			for _, r := range regs {
+				w.PrimePace(name, time.Microsecond, r.Kind)
+			}
+		}
+		return nil
+	})
 }
 
 // newWorker starts a worker and returns a stop function that cancels Run and

@@ -181,7 +181,7 @@ func testRefusedOutcomeIsIsolated(t *testing.T, cfg runtime.Config, goodWrites, 
 	// Between good jobs, so its batch has some on either side.
 	bad := enqueue(t, b.pool, "outcome", map[string]bool{"deep": true, "write": badWrites}, runtime.WithMaxAttempts(1))
 	good = append(good, enqueue(t, b.pool, "outcome", map[string]bool{"write": goodWrites}, runtime.WithMaxAttempts(1)))
-	startWorker(t, small, cfg, outcomeKinds(nil)...)
+	startBatching(t, small, cfg, outcomeKinds(nil)...)
 
 	j := b.waitStatus(t, bad, 15*time.Second, testdb.PgtaskJobStatusFailed)
 	if e := errorsOf(t, j); len(e) != 1 || j.Attempts != 1 ||
@@ -240,7 +240,7 @@ func TestHeldIsolatesAnOutcomeTheDatabaseRefuses(t *testing.T) {
 	})
 	t.Run("one job a batch", func(t *testing.T) {
 		t.Parallel()
-		testRefusedOutcomeIsIsolated(t, runtime.Config{}, true, true)
+		testRefusedOutcomeIsIsolated(t, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {BatchSize: 1}}}, true, true)
 	})
 }
 
@@ -285,7 +285,7 @@ func TestHeldRefusedJobSpendsItsOwnAttempts(t *testing.T) {
 		good = append(good, enqueue(t, b.pool, "outcome", map[string]bool{"write": true}, runtime.WithMaxAttempts(1)))
 	}
 	cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 10}}}
-	startWorker(t, small, cfg, outcomeKinds(func(job *runtime.Job) {
+	startBatching(t, small, cfg, outcomeKinds(func(job *runtime.Job) {
 		mu.Lock()
 		runs[job.ID]++
 		mu.Unlock()
@@ -327,7 +327,7 @@ func TestHeldRefusedBatchKeepsGroupOrder(t *testing.T) {
 	next := enqueue(t, b.pool, "outcome", map[string]bool{}, runtime.WithGroup("g"), runtime.WithMaxAttempts(1))
 	bad := enqueue(t, b.pool, "outcome", map[string]bool{"deep": true, "write": true}, runtime.WithMaxAttempts(1))
 	cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 10}}}
-	startWorker(t, small, cfg, outcomeKinds(func(job *runtime.Job) {
+	startBatching(t, small, cfg, outcomeKinds(func(job *runtime.Job) {
 		mu.Lock()
 		starts = append(starts, job.ID)
 		mu.Unlock()

@@ -40,7 +40,7 @@ func TestDatabaseRestartIsSurvived(t *testing.T) {
 	}
 
 	log := newStartLog()
-	startWorker(t, url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 4, BatchSize: 3}}},
+	startBatching(t, url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 4, BatchSize: 3}}},
 		runtime.Registration{Kind: "seq", Handler: func(ctx context.Context, job *runtime.Job) error {
 			p, err := runtime.DecodePayload[seqPayload](job)
 			if err != nil {

@@ -47,7 +47,7 @@ func TestShutdownCancelsAfterGraceAndHandsBackTheRest(t *testing.T) {
 		enqueue(t, b.pool, "stuck", map[string]int{}),
 		enqueue(t, b.pool, "stuck", map[string]int{}),
 	}
-	_, stop := newWorker(t, b.url, runtime.Config{
+	_, stop := newBatching(t, b.url, runtime.Config{
 		ShutdownGrace: 200 * time.Millisecond,
 		Queues:        map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 3}},
 	}, runtime.Registration{

@@ -44,8 +44,8 @@ func squareWorker(t *testing.T, url string, qc runtime.QueueConfig) {
 func TestWaitResultWakesOnFinish(t *testing.T) {
 	defer runtime.SetWaitPollInterval(time.Hour)()
 	for name, qc := range map[string]runtime.QueueConfig{
-		"held one at a time": {Concurrency: 2},
-		"held in batches":    {Concurrency: 2, BatchSize: 50},
+		"held one at a time": {Concurrency: 2, BatchSize: 1},
+		"held in batches":    {Concurrency: 2},
 		"lease":              {Mode: runtime.ModeLease, Concurrency: 20},
 	} {
 		t.Run(name, func(t *testing.T) { testWaitResultWakesOnFinish(t, qc) })

@@ -53,7 +53,7 @@ type Registration struct {
 	// QueueConfig.Mode is unset takes its kinds' mode; Register refuses a
 	// kind whose mode disagrees with the queue's configured mode or its
 	// other kinds', or whose mode its queue's settings do not apply to
-	// (BatchSize in lease mode).
+	// (BatchSize or CommitBudget in lease mode).
 	Mode Mode
 	// HasResult says the kind's jobs return results (generated handlers of
 	// TaskWithResult tasks set it): workers then announce each one's finish,
@@ -88,8 +88,15 @@ func (m Mode) check() error {
 	return nil
 }
 
+// The defaults of a held-mode queue's batches (QueueConfig.BatchSize and
+// QueueConfig.CommitBudget).
+const (
+	DefaultBatchSize    = 100
+	DefaultCommitBudget = 10 * time.Millisecond
+)
+
 // QueueConfig says how a worker serves one queue. The queue is where its
-// mode is chosen; the settings of one mode only (BatchSize, Lease) are an
+// mode is chosen; the settings of one mode only (BatchSize, CommitBudget, Lease) are an
 // error from NewWorker or Register on a queue that runs in the other.
 type QueueConfig struct {
 	// Mode runs the queue's jobs in held or lease mode. Empty: the mode its
@@ -104,15 +111,29 @@ type QueueConfig struct {
 	// lease mode it also bounds the jobs the queue has claimed, whose
 	// handlers hold no connection; default 100.
 	Concurrency int
-	// BatchSize, held mode only, is how many jobs one claim of a runner
+	// BatchSize, held mode only, is the most jobs one claim of a runner
 	// takes: runnable heads, and behind a grouped head the run of its
 	// group's next queued jobs. A batch's jobs run one after another in one
-	// transaction, each rolled back alone if it fails, and commit together:
-	// far fewer round trips and commits for short jobs, at the price of a
-	// batch's jobs waiting for each other. Default 1. (Lease mode claims as
-	// many jobs as Concurrency has room for, runnable heads first and then
-	// runs of up to 10 jobs behind them.)
+	// transaction, each rolled back alone if it fails, and their successes
+	// commit together: far fewer round trips and commits for short jobs.
+	// Within this cap a runner claims as many jobs as it expects to run
+	// within CommitBudget, judging by how long the queue's handlers took so
+	// far, and commits before that budget runs out (see CommitBudget). So a
+	// lone job commits at once, a backlog of short jobs shares commits, and
+	// slow jobs are claimed one at a time. Default DefaultBatchSize; 1 runs
+	// and commits each job on its own. (Lease mode claims as many jobs as
+	// Concurrency has room for, runnable heads first and then runs of up to
+	// 10 jobs behind them.)
 	BatchSize int
+	// CommitBudget, held mode only, bounds how long a batch's finished
+	// jobs may wait for their commit while the batch goes on: a runner
+	// commits what has run before starting a job it expects to take it past
+	// the budget (a kind it has not seen run yet is expected to), and the
+	// jobs still claimed go on in the next transaction, without a new claim.
+	// A handler slower than its kind has been so far can still hold back the
+	// commit of the jobs before it in its batch by its own excess. Default
+	// DefaultCommitBudget.
+	CommitBudget time.Duration
 	// Lease, lease mode only, is how long a claim answers for its job: the
 	// heartbeat extends it every third of it, and a job whose lease ran out
 	// is taken over by another worker. Default 30s; at least 1s. Setting
@@ -126,6 +147,9 @@ type QueueConfig struct {
 func checkModeSettings(name string, qc QueueConfig, mode Mode, by string) error {
 	if mode == ModeLease && qc.BatchSize != 0 {
 		return fmt.Errorf("queue %s: BatchSize applies to held mode only; %s in lease mode", name, by)
+	}
+	if mode == ModeLease && qc.CommitBudget != 0 {
+		return fmt.Errorf("queue %s: CommitBudget applies to held mode only; %s in lease mode", name, by)
 	}
 	if mode != ModeLease && qc.Lease != 0 {
 		if qc.Mode == "" {
@@ -307,8 +331,13 @@ func (qc QueueConfig) withModeDefaults() QueueConfig {
 		if qc.Lease <= 0 {
 			qc.Lease = 30 * time.Second
 		}
-	} else if qc.BatchSize <= 0 {
-		qc.BatchSize = 1
+	} else {
+		if qc.BatchSize <= 0 {
+			qc.BatchSize = DefaultBatchSize
+		}
+		if qc.CommitBudget <= 0 {
+			qc.CommitBudget = DefaultCommitBudget
+		}
 	}
 	return qc
 }
@@ -318,6 +347,8 @@ type queue struct {
 	// cfg has its mode and that mode's defaults settled when Run starts.
 	cfg    QueueConfig
 	cursor claimCursor
+	// pace sizes held-mode batches.
+	pace pace
 	// wake holds at most one pending wake-up; an idle runner takes it.
 	wake chan struct{}
 }

@@ -477,7 +477,7 @@ func TestUnservedQueueIsReportedAtStart(t *testing.T) {
 func TestNULInErrorsAndResultsIsRecorded(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	startWorker(t, b.url, runtime.Config{
+	startBatching(t, b.url, runtime.Config{
 		Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 3}},
 	}, runtime.Registration{
 		Kind: "nul-error",

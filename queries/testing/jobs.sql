@@ -154,3 +154,10 @@ SELECT c.conrelid::regclass::text AS table_name, c.conname::text AS name
 -- Records migration @version under another name, as a database migrated by
 -- a build whose migration of that number was another one records it.
 UPDATE pgtask.migrations SET name = @name WHERE version = @version;
+
+-- name: CountSuccessCommits :one
+-- The transactions that recorded a queue's successes: jobs whose outcomes
+-- committed together share the xmin of their row's last version.
+SELECT count(DISTINCT xmin::text)::bigint AS commits
+  FROM pgtask.jobs
+ WHERE queue = @queue AND status = 'succeeded';

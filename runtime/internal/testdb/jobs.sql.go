@@ -162,6 +162,21 @@ func (q *Queries) CountStartedAfter(ctx context.Context, arg CountStartedAfterPa
 	return started, err
 }
 
+const countSuccessCommits = `-- name: CountSuccessCommits :one
+SELECT count(DISTINCT xmin::text)::bigint AS commits
+  FROM pgtask.jobs
+ WHERE queue = $1 AND status = 'succeeded'
+`
+
+// The transactions that recorded a queue's successes: jobs whose outcomes
+// committed together share the xmin of their row's last version.
+func (q *Queries) CountSuccessCommits(ctx context.Context, queue string) (int64, error) {
+	row := q.db.QueryRow(ctx, countSuccessCommits, queue)
+	var commits int64
+	err := row.Scan(&commits)
+	return commits, err
+}
+
 const currentLeader = `-- name: CurrentLeader :one
 SELECT worker_id FROM pgtask.leaders WHERE duty = 'leader'
 `

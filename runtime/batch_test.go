@@ -1,0 +1,282 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
+)
+
+// Held mode batches itself: a runner claims what the backlog offers, sized
+// by how long its jobs take, runs them one after another in one
+// transaction, and commits when the batch is done or its commit budget has
+// run out. These tests race real workers over a real database.
+
+// quick is a handler that does nothing.
+func quick(context.Context, *runtime.Job) error { return nil }
+
+// enqueueKinds enqueues one job of each kind, in order, in one statement,
+// with payload {"n": i}.
+func enqueueKinds(t *testing.T, b *bundle, kinds ...string) []runtime.JobID {
+	t.Helper()
+	reqs := make([]runtime.EnqueueRequest, len(kinds))
+	for i, k := range kinds {
+		reqs[i] = runtime.EnqueueRequest{Kind: k, Payload: mustJSON(t, map[string]int{"n": i})}
+	}
+	ids, err := runtime.EnqueueMany(context.Background(), b.pool, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// warmUp runs n jobs of kind on the worker already serving the default
+// queue, so that its runners have seen how long the kind's jobs take.
+func warmUp(t *testing.T, b *bundle, kind string, n int) {
+	t.Helper()
+	kinds := make([]string, n)
+	for i := range kinds {
+		kinds[i] = kind
+	}
+	enqueueKinds(t, b, kinds...)
+	b.waitQueueDone(t, runtime.DefaultQueue, 60*time.Second)
+}
+
+// At the default Config, a backlog of short jobs shares commits: their
+// successes are recorded by far fewer transactions than there are jobs.
+func TestHeldBatchesShareCommitsByDefault(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 600
+	kinds := make([]string, n)
+	for i := range kinds {
+		kinds[i] = "quick"
+	}
+	enqueueKinds(t, b, kinds...)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{Kind: "quick", Handler: quick})
+	for _, j := range b.waitQueueDone(t, runtime.DefaultQueue, 60*time.Second) {
+		if j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 1 {
+			t.Fatalf("job %d is %s after %d attempts; want succeeded after 1", j.ID, j.Status, j.Attempts)
+		}
+	}
+	commits, err := b.q.CountSuccessCommits(context.Background(), runtime.DefaultQueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if commits > n/5 {
+		t.Errorf("%d jobs took %d commits; want at most %d", n, commits, n/5)
+	}
+	t.Logf("%d jobs, %d commits", n, commits)
+}
+
+// A lone job on an idle queue commits as soon as it has run, however long
+// the commit budget: a batch that is done commits.
+func TestHeldBatchCommitsALoneJobAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	startWorker(t, b.url, runtime.Config{
+		PollInterval: time.Minute,
+		Queues:       map[string]runtime.QueueConfig{runtime.DefaultQueue: {CommitBudget: time.Hour}},
+	}, runtime.Registration{Kind: "quick", Handler: quick})
+	warmUp(t, b, "quick", 200)
+	time.Sleep(100 * time.Millisecond) // idle
+	id := enqueueKinds(t, b, "quick")[0]
+	b.waitStatus(t, id, 5*time.Second, testdb.PgtaskJobStatusSucceeded)
+}
+
+// A slow handler does not hold back the commit of the successes before it
+// in its batch: a kind the runner has not seen yet may be slow, so they
+// commit before it starts.
+func TestHeldSlowHandlerDoesNotHoldBackEarlierCommits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 20}}},
+		runtime.Registration{Kind: "quick", Handler: quick},
+		runtime.Registration{Kind: "slow", Handler: func(ctx context.Context, job *runtime.Job) error {
+			close(started)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}})
+	warmUp(t, b, "quick", 100)
+	ids := enqueueKinds(t, b, "quick", "quick", "quick", "quick", "quick", "slow")
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow job did not start")
+	}
+	for _, id := range ids[:5] {
+		b.waitStatus(t, id, 5*time.Second, testdb.PgtaskJobStatusSucceeded)
+	}
+	if j := b.job(t, ids[5]); j.Status != testdb.PgtaskJobStatusStarted {
+		t.Fatalf("the slow job is %s while its handler runs", j.Status)
+	}
+}
+
+// A handler abandoned past its timeout ends its batch's session: the
+// batch's other jobs are rolled back with it and run again, none lost, their
+// writes committed once, and the attempts they did nothing wrong in are not
+// counted; the abandoned job's is.
+func TestHeldBatchAbandonedHandlerCountsTheOthersOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	defer close(release)
+	var mu sync.Mutex
+	runs := map[runtime.JobID]int{}
+	blocker := runtime.JobID(-1)
+	startBatching(t, b.url, runtime.Config{
+		AbandonGrace: 100 * time.Millisecond,
+		Queues:       map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1, BatchSize: 20}},
+	}, runtime.Registration{Kind: "moody", Timeout: 300 * time.Millisecond, Backoff: fastRetry,
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			mu.Lock()
+			runs[job.ID]++
+			block := job.ID == blocker && job.Attempt == 1
+			mu.Unlock()
+			// A write of the job's own: a job of queue "markers", which no
+			// worker serves, naming it.
+			if _, err := runtime.Enqueue(ctx, job.Tx(), runtime.EnqueueRequest{Kind: "marker", Payload: []byte(`{}`),
+				EnqueueOptions: runtime.EnqueueOptions{Queue: "markers", Metadata: map[string]string{"from": fmt.Sprint(job.ID)}}}); err != nil {
+				return err
+			}
+			if block {
+				<-release // ignores its context
+			}
+			return nil
+		}})
+	mu.Lock()
+	ids := enqueueKinds(t, b, "moody", "moody", "moody", "moody", "moody", "moody", "moody")
+	blocker = ids[3]
+	mu.Unlock()
+	b.waitQueueDone(t, runtime.DefaultQueue, 20*time.Second)
+	written, err := b.q.ListJobs(context.Background(), "markers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	markers := markersOf(t, written)
+	mu.Lock()
+	defer mu.Unlock()
+	for i, id := range ids {
+		j := b.job(t, id)
+		switch {
+		case j.Status != testdb.PgtaskJobStatusSucceeded:
+			t.Errorf("job %d is %s (errors %s)", id, j.Status, j.Errors)
+		case markers[id] != 1:
+			t.Errorf("job %d's write committed %d times", id, markers[id])
+		case id == blocker:
+			errs := errorsOf(t, j)
+			if j.Attempts != 2 || len(errs) != 1 || !strings.Contains(errs[0].Error, "abandoned") {
+				t.Errorf("the abandoned job succeeded after %d attempts with errors %s; want its abandoned attempt counted",
+					j.Attempts, j.Errors)
+			}
+		case j.Attempts != 1 || len(errorsOf(t, j)) != 0:
+			t.Errorf("job %d ran %d times and succeeded after %d attempts with errors %s; want one attempt counted",
+				id, runs[id], j.Attempts, j.Errors)
+		case i < 3 && runs[id] != 2:
+			t.Errorf("job %d, before the abandoned one in its batch, ran %d times; want its rolled-back run and another", id, runs[id])
+		}
+	}
+}
+
+// A job cancelled while it waits in a running batch never runs: it ends
+// cancelled when its turn comes, and the batch goes on.
+func TestHeldBatchCancelledWaitingJobNeverRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started, release := make(chan struct{}), make(chan struct{})
+	var gate runtime.JobID = -1
+	var mu sync.Mutex
+	ran := map[runtime.JobID]bool{}
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1}}},
+		runtime.Registration{Kind: "step", Handler: func(ctx context.Context, job *runtime.Job) error {
+			mu.Lock()
+			ran[job.ID] = true
+			g := job.ID == gate
+			mu.Unlock()
+			if g {
+				close(started)
+				<-release
+			}
+			return nil
+		}})
+	warmUp(t, b, "step", 100)
+	mu.Lock()
+	ids := enqueueKinds(t, b, "step", "step", "step")
+	gate = ids[0]
+	mu.Unlock()
+	<-started
+	victim := ids[1]
+	if j := b.job(t, victim); j.Status != testdb.PgtaskJobStatusStarted {
+		t.Fatalf("job %d is %s; want it claimed in the gate's batch", victim, j.Status)
+	}
+	if ok, err := runtime.CancelJob(context.Background(), b.pool, victim); err != nil || !ok {
+		t.Fatalf("CancelJob: %v, %v", ok, err)
+	}
+	// The request reaches the worker before the gate opens.
+	time.Sleep(200 * time.Millisecond)
+	close(release)
+	if j := b.waitStatus(t, victim, 10*time.Second, testdb.PgtaskJobStatusCancelled, testdb.PgtaskJobStatusSucceeded); j.Status != testdb.PgtaskJobStatusCancelled {
+		t.Fatalf("the cancelled job is %s", j.Status)
+	}
+	b.waitStatus(t, ids[2], 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	mu.Lock()
+	defer mu.Unlock()
+	if ran[victim] {
+		t.Error("the cancelled job's handler ran")
+	}
+}
+
+// Two workers at the default Config race over one busy group and
+// ungrouped jobs, some of whose first attempts fail or panic in the middle
+// of a batch: the group's jobs still run one at a time in enqueue order, the
+// batch's other jobs commit, and every job ends succeeded.
+func TestHeldBatchesKeepGroupOrderThroughFailuresAndPanics(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 300
+	log := newStartLog()
+	handler := log.logged(func(job *runtime.Job, p seqPayload) error {
+		switch {
+		case job.Attempt > 1:
+		case p.Seq%13 == 5:
+			return errors.New("first attempt fails")
+		case p.Seq%17 == 8:
+			panic("first attempt panics")
+		}
+		return nil
+	})
+	for range 2 {
+		startWorker(t, b.url, runtime.Config{}, runtime.Registration{Kind: "seq", Handler: handler, Backoff: fastRetry})
+	}
+	reqs := make([]runtime.EnqueueRequest, 0, 2*n)
+	for i := range n {
+		grouped := runtime.EnqueueRequest{Kind: "seq", Payload: mustJSON(t, seqPayload{Group: "g0", Seq: i})}
+		grouped.Apply(runtime.WithGroup("g0"))
+		reqs = append(reqs, grouped, runtime.EnqueueRequest{Kind: "seq", Payload: mustJSON(t, seqPayload{Seq: n + i})})
+	}
+	if _, err := runtime.EnqueueMany(context.Background(), b.pool, reqs); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range b.waitQueueDone(t, runtime.DefaultQueue, 90*time.Second) {
+		if j.Status != testdb.PgtaskJobStatusSucceeded {
+			t.Fatalf("job %d is %s: %s", j.ID, j.Status, j.Errors)
+		}
+	}
+	log.checkOrder(t, 1, n)
+	commits, err := b.q.CountSuccessCommits(context.Background(), runtime.DefaultQueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d jobs, %d commits", 2*n, commits)
+}
