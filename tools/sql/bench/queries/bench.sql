@@ -74,3 +74,8 @@ SELECT (ARRAY['default', 'emails', 'reports', 'webhooks'])[1 + i % 4], 'kind' ||
   FROM (SELECT @n::integer AS n, @span_seconds::float8 AS span) p
  CROSS JOIN LATERAL generate_series(1, p.n) AS i
  CROSS JOIN LATERAL (SELECT now() - (p.n - i) * (p.span / p.n) * interval '1 second' AS at) t;
+
+-- name: SucceededAmong :many
+-- Which of the jobs @ids another session sees succeeded: the latency
+-- measures poll it to time when a success's commit becomes visible.
+SELECT id FROM pgtask.jobs WHERE id = ANY (@ids::bigint[]) AND status::text = 'succeeded';

@@ -30,7 +30,7 @@ import (
 
 // Options sizes the run.
 type Options struct {
-	Only          string // comma-separated subset of: floor,enqueue,defaults,drain,wakeup,claim,memory,retention,dashboard
+	Only          string // comma-separated subset of: floor,enqueue,defaults,drain,wakeup,visible,commit,claim,memory,retention,dashboard
 	Conns         int    // connections (runners, producers, floor clients)
 	Batch         int    // jobs per claim in drains
 	EnqueueSingle int
@@ -49,6 +49,7 @@ type Options struct {
 	DashboardJobs int
 	FloorDuration time.Duration
 	KeepDatabases bool
+	Markdown      bool // print the table as Markdown, for docs/benchmarks.md
 }
 
 func defaults() Options {
@@ -68,7 +69,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := defaults()
 	fs := flag.NewFlagSet("pgtask-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,drain,wakeup,claim,memory,retention,dashboard")
+	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,drain,wakeup,visible,commit,claim,memory,retention,dashboard")
 	fs.IntVar(&o.Conns, "conns", o.Conns, "connections: worker runners, producers and floor clients")
 	fs.IntVar(&o.Batch, "batch", o.Batch, "jobs per claim in the drains")
 	fs.IntVar(&o.EnqueueSingle, "enqueue-single", o.EnqueueSingle, "jobs enqueued one per call")
@@ -87,6 +88,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.DashboardJobs, "dashboard-jobs", o.DashboardJobs, "jobs in the table while the dashboard's pages are timed")
 	fs.DurationVar(&o.FloorDuration, "floor-duration", o.FloorDuration, "how long to measure the UPDATE floor")
 	fs.BoolVar(&o.KeepDatabases, "keep", false, "keep the benchmark databases")
+	fs.BoolVar(&o.Markdown, "markdown", false, "print the table as Markdown, as docs/benchmarks.md keeps it")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -151,6 +153,8 @@ func run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		{"defaults", b.measureDefaults},
 		{"drain", b.measureDrains},
 		{"wakeup", b.measureWakeup},
+		{"visible", b.measureVisible},
+		{"commit", b.measureCommitDelay},
 		{"claim", b.measureClaim},
 		{"memory", b.measureMemory},
 		{"retention", b.measureRetention},
@@ -165,12 +169,30 @@ func run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		}
 	}
 	fmt.Fprintln(stderr)
+	if o.Markdown {
+		return b.markdown(stdout)
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "measure\tsize\tresult\tvs floor\ttarget\t")
 	for _, r := range b.rows {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s %s\t\n", r.name, r.size, r.value, r.ratio, r.target, r.verdict)
 	}
 	return tw.Flush()
+}
+
+// markdown prints the rows as a Markdown table, headed by the floor.
+func (b *bench) markdown(w io.Writer) error {
+	cell := func(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
+	var sb strings.Builder
+	if b.floor > 0 {
+		fmt.Fprintf(&sb, "Floor: %.0f single-row UPDATE transactions per second.\n\n", b.floor)
+	}
+	sb.WriteString("| measure | size | result | vs floor | target | |\n| --- | --- | --- | --- | --- | --- |\n")
+	for _, r := range b.rows {
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s |\n", cell(r.name), cell(r.size), cell(r.value), r.ratio, cell(r.target), r.verdict)
+	}
+	_, err := io.WriteString(w, sb.String())
+	return err
 }
 
 func isTerminal(w io.Writer) bool {
@@ -450,6 +472,7 @@ func unfinishedJobs(ctx context.Context, pool *pgxpool.Pool, queue string) (int6
 func (b *bench) measureDefaults(ctx context.Context) error {
 	n := b.o.DefaultsJobs
 	lease := pgtask.QueueConfig{Mode: pgtask.ModeLease}
+	single := pgtask.QueueConfig{BatchSize: 1}
 	// The drains' names, shared by the rows with a transaction held open,
 	// which look up the rate of the same drain without it by its label.
 	const ungrouped, hot = "drain ungrouped", "drain 1 hot group (serial)"
@@ -461,12 +484,16 @@ func (b *bench) measureDefaults(ctx context.Context) error {
 		qc     pgtask.QueueConfig
 		ratio  float64
 	}{
-		{"defaults: " + ungrouped, n, 0, pgtask.QueueConfig{}, 0.8},
-		{"defaults: " + groups, n, b.o.Groups, pgtask.QueueConfig{}, 0.6},
-		{"defaults: " + hot, n / 10, 1, pgtask.QueueConfig{}, 0.25},
-		{"lease defaults: " + ungrouped, n, 0, lease, 2.5},
+		{"defaults: " + ungrouped, n, 0, pgtask.QueueConfig{}, 3},
+		{"defaults: " + groups, n, b.o.Groups, pgtask.QueueConfig{}, 1.5},
+		{"defaults: " + hot, n / 10, 1, pgtask.QueueConfig{}, 1},
+		{"lease defaults: " + ungrouped, n, 0, lease, 3},
 		{"lease defaults: " + groups, n, b.o.Groups, lease, 1.5},
-		{"lease defaults: " + hot, n / 10, 1, lease, 0.25},
+		{"lease defaults: " + hot, n / 10, 1, lease, 0.5},
+		// One job per claim and commit: a choice, with no target.
+		{"held, BatchSize 1: " + ungrouped, n, 0, single, 0},
+		{"held, BatchSize 1: " + groups, n, b.o.Groups, single, 0},
+		{"held, BatchSize 1: " + hot, n / 10, 1, single, 0},
 	}
 	rates := map[string]float64{}
 	for _, c := range cases {
@@ -528,12 +555,16 @@ func (b *bench) measureDefaults(ctx context.Context) error {
 	return nil
 }
 
-// addRatio adds a drain's row with a target as a ratio to the floor.
+// addRatio adds a drain's row with a target as a ratio to the floor, or
+// none for a ratio of 0.
 func (b *bench) addRatio(label, size string, r, ratio float64) {
 	target, met := fmt.Sprintf(">= %.2fx floor", ratio), (*bool)(nil)
-	if b.floor > 0 {
+	switch {
+	case ratio == 0:
+		target = "none (a setting, not the default)"
+	case b.floor > 0:
 		met = ok(r >= ratio*b.floor)
-	} else {
+	default:
 		target += " (no floor measured)"
 	}
 	b.add(label, size, fmtRate(r), r, target, met)

@@ -156,6 +156,32 @@ func (q *Queries) PinHorizon(ctx context.Context) (int64, error) {
 	return xid, err
 }
 
+const succeededAmong = `-- name: SucceededAmong :many
+SELECT id FROM pgtask.jobs WHERE id = ANY ($1::bigint[]) AND status::text = 'succeeded'
+`
+
+// Which of the jobs @ids another session sees succeeded: the latency
+// measures poll it to time when a success's commit becomes visible.
+func (q *Queries) SucceededAmong(ctx context.Context, ids []int64) ([]int64, error) {
+	rows, err := q.db.Query(ctx, succeededAmong, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const unfinishedUngrouped = `-- name: UnfinishedUngrouped :one
 SELECT ((SELECT count(*) FROM pgtask.jobs q WHERE q.queue = $1::text AND q.status = 'queued' AND q.is_head)
       + (SELECT count(*) FROM pgtask.jobs s WHERE s.status = 'scheduled')

@@ -78,3 +78,36 @@ func EnqueueNoopMany(ctx context.Context, db runtime.DB, ts []Noop, opts ...runt
 func HandleNoop(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Noop) error) error {
 	return taskspec.Handle(w, noopSpec, fn)
 }
+
+// SleepKind is the kind of Sleep jobs, as stored in the jobs table.
+const SleepKind = "bench_sleep"
+
+// sleepSpec holds Sleep's settings from its task tag.
+var sleepSpec = &taskspec.Spec[Sleep]{
+	Kind: SleepKind,
+	Defaults: runtime.EnqueueOptions{
+		Queue: "bench",
+	},
+}
+
+// EnqueueSleep validates t and inserts it as a job of kind "bench_sleep" on
+// queue "bench". db may be a pool, a connection or a transaction: in a
+// transaction the job exists only if it commits. opts override the declared
+// settings.
+func EnqueueSleep(ctx context.Context, db runtime.DB, t Sleep, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
+	return taskspec.Enqueue(ctx, db, sleepSpec, t, opts...)
+}
+
+// EnqueueSleepMany validates every element of ts and inserts them all in one
+// statement, or none if any is invalid. Ids are returned in the order of ts,
+// and jobs of one group run in that order.
+func EnqueueSleepMany(ctx context.Context, db runtime.DB, ts []Sleep, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
+	return taskspec.EnqueueMany(ctx, db, sleepSpec, ts, opts...)
+}
+
+// HandleSleep registers fn as the handler of "bench_sleep" jobs on w. fn runs
+// in the job's transaction (job.Tx()): its writes there commit if and only if
+// it returns nil.
+func HandleSleep(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Sleep) error) error {
+	return taskspec.Handle(w, sleepSpec, fn)
+}

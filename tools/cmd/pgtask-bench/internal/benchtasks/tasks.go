@@ -17,3 +17,9 @@ type GroupedNoop struct {
 	Group        int `json:"g" task:"group"`
 	N            int `json:"n"`
 }
+
+// Sleep sleeps for Ms milliseconds.
+type Sleep struct {
+	runtime.Task `task:"bench_sleep,queue=bench"`
+	Ms           int `json:"ms"`
+}

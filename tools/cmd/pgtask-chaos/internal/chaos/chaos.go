@@ -27,8 +27,9 @@ import (
 
 // Config is one run.
 type Config struct {
-	// Workers is how many worker processes run at once. They alternate
-	// between BatchSize 1 and 8 and have concurrency 2 to 4.
+	// Workers is how many worker processes run at once. Held-mode ones
+	// take turns between the default BatchSize, 1 and 8, and have
+	// concurrency 2 to 4; every third runs in lease mode.
 	Workers int
 	// Jobs is how many jobs the producer commits, grouped and ungrouped.
 	Jobs int

@@ -109,9 +109,11 @@ func newFleet(o *orchestrator) *fleet {
 	return &fleet{o: o, ctx: ctx, stop: cancel, alive: map[int]*proc{}}
 }
 
-// Slots alternate between batches of 1 and 8, with concurrency 4, 2, 3, 3;
-// every third slot runs in lease mode instead, with 16 handlers at once.
-func batchOf(slot int) int { return []int{1, 8}[slot%2] }
+// Held-mode slots take turns between the default BatchSize (0: batches
+// sized within the commit budget, up to 100), BatchSize 1 and 8, with
+// concurrency 4, 2, 3, 3; every third slot runs in lease mode instead, with
+// 16 handlers at once.
+func batchOf(slot int) int { return []int{0, 1, 0, 8}[slot%4] }
 func concurrencyOf(slot int) int {
 	if modeOf(slot) == runtime.ModeLease {
 		return 16

@@ -76,7 +76,7 @@ func mainWorker(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&a.url, "url", "", "database URL")
 	fs.IntVar(&a.slot, "slot", 0, "worker slot")
 	fs.IntVar(&a.instance, "instance", 0, "worker process number, unique within the run")
-	fs.IntVar(&a.batch, "batch", 1, "BatchSize of the chaos queue in held mode (lease mode has none)")
+	fs.IntVar(&a.batch, "batch", 0, "BatchSize of the chaos queue in held mode (0: the default; lease mode has none)")
 	fs.IntVar(&a.concurrency, "concurrency", 2, "Concurrency of the chaos queue")
 	fs.StringVar(&a.mode, "mode", string(runtime.ModeHeld), "mode of the chaos queue: held or lease")
 	fs.DurationVar(&a.lease, "lease", 0, "runtime.QueueConfig.Lease in lease mode: how long a claim answers for its job (0: the runtime's default)")
