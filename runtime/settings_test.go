@@ -86,6 +86,8 @@ func TestSettingsOfTheOtherModeAreRefused(t *testing.T) {
 	}{
 		{"BatchSize in lease mode", runtime.QueueConfig{Mode: runtime.ModeLease, BatchSize: 5},
 			"new worker: queue emails: BatchSize applies to held mode only; queue emails runs in lease mode"},
+		{"CommitBudget in lease mode", runtime.QueueConfig{Mode: runtime.ModeLease, CommitBudget: time.Second},
+			"new worker: queue emails: CommitBudget applies to held mode only; queue emails runs in lease mode"},
 		{"Lease in held mode", runtime.QueueConfig{Mode: runtime.ModeHeld, Lease: time.Minute},
 			"new worker: queue emails: Lease applies to lease mode only; queue emails runs in held mode"},
 		{"Lease with no mode", runtime.QueueConfig{Lease: time.Minute},
@@ -110,6 +112,9 @@ func TestSettingsOfTheOtherModeAreRefused(t *testing.T) {
 		{"BatchSize on a queue a kind runs in lease mode", runtime.QueueConfig{BatchSize: 5},
 			runtime.Registration{Kind: "send", Queue: "emails", Mode: runtime.ModeLease, Handler: ok},
 			"register send: queue emails: BatchSize applies to held mode only; kind send runs the queue in lease mode"},
+		{"CommitBudget on a queue a kind runs in lease mode", runtime.QueueConfig{CommitBudget: time.Second},
+			runtime.Registration{Kind: "send", Queue: "emails", Mode: runtime.ModeLease, Handler: ok},
+			"register send: queue emails: CommitBudget applies to held mode only; kind send runs the queue in lease mode"},
 		{"a kind that declares the other mode", runtime.QueueConfig{Mode: runtime.ModeLease, Lease: time.Minute},
 			runtime.Registration{Kind: "send", Queue: "emails", Mode: runtime.ModeHeld, Handler: ok},
 			"register send: kind send needs mode held, but queue emails runs in mode lease (configured): " +
