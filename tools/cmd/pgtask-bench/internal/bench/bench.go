@@ -660,7 +660,7 @@ func (b *bench) measureEnqueue(ctx context.Context) error {
 	d := time.Since(start)
 	b.done()
 	r := rate(b.o.EnqueueSingle, d)
-	b.add(fmt.Sprintf("EnqueueNoop, %d goroutines", b.o.Conns), fmt.Sprintf("%d jobs", b.o.EnqueueSingle), fmtRate(r), r, "", nil)
+	b.addRatio(fmt.Sprintf("EnqueueNoop, %d goroutines", b.o.Conns), fmt.Sprintf("%d jobs", b.o.EnqueueSingle), r, 0.8)
 
 	// Batches, from one goroutine and then from Conns goroutines at once.
 	for _, producers := range []int{1, b.o.Conns} {
@@ -698,13 +698,25 @@ func (b *bench) measureEnqueue(ctx context.Context) error {
 		b.done()
 		n := (b.o.EnqueueMany + b.o.ManyBatch - 1) / b.o.ManyBatch * b.o.ManyBatch
 		r := rate(n, d)
-		b.add(fmt.Sprintf("EnqueueGroupedNoopMany, batches of %d, %d goroutines", b.o.ManyBatch, producers), fmt.Sprintf("%d jobs", n),
-			fmtRate(r), r, ">= 120000 jobs/s", ok(r >= 120_000))
+		b.addRatio(fmt.Sprintf("EnqueueGroupedNoopMany, batches of %d, %d goroutines", b.o.ManyBatch, producers), fmt.Sprintf("%d jobs", n),
+			r, 10)
 	}
 	return nil
 }
 
+// measureWakeup times, in each mode, an idle worker's start of a lone job
+// from the call that enqueues it: only a notification wakes the worker
+// (PollInterval is a minute).
 func (b *bench) measureWakeup(ctx context.Context) error {
+	for _, mode := range []pgtask.Mode{pgtask.ModeHeld, pgtask.ModeLease} {
+		if err := b.wakeup(ctx, mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *bench) wakeup(ctx context.Context, mode pgtask.Mode) error {
 	pool, url, cleanup, err := b.database(ctx, b.o.Conns)
 	if err != nil {
 		return err
@@ -715,7 +727,7 @@ func (b *bench) measureWakeup(ctx context.Context) error {
 		return err
 	}
 	w, err := pgtask.NewWorker(ctx, cfg, pgtask.Config{
-		Queues:       map[string]pgtask.QueueConfig{"wake": {Concurrency: 2}},
+		Queues:       map[string]pgtask.QueueConfig{"wake": {Mode: mode, Concurrency: 2}},
 		PollInterval: time.Minute, // only notifications wake it
 		Logger:       b.quiet,
 	})
@@ -746,18 +758,19 @@ func (b *bench) measureWakeup(ctx context.Context) error {
 		case s := <-started:
 			lat = append(lat, s.Sub(at))
 		case <-time.After(10 * time.Second):
-			return fmt.Errorf("sample %d: the idle worker did not start the job within 10s", i)
+			return fmt.Errorf("%s, sample %d: the idle worker did not start the job within 10s", mode, i)
 		}
 		time.Sleep(20 * time.Millisecond) // let the worker go idle again
 		if i%20 == 0 {
-			b.say("wake-up latency: %d/%d", i, b.o.WakeSamples)
+			b.say("wake-up latency, %s: %d/%d", mode, i, b.o.WakeSamples)
 		}
 	}
 	b.done()
 	slices.Sort(lat)
 	p := func(q float64) time.Duration { return percentile(lat, q) }
-	b.add("wake-up: enqueue to handler start", fmt.Sprintf("%d samples", len(lat)),
-		fmt.Sprintf("p50 %s, p95 %s, p99 %s", ms(p(0.50)), ms(p(0.95)), ms(p(0.99))), 0, "p50 <= 5ms", ok(p(0.50) <= 5*time.Millisecond))
+	b.add(fmt.Sprintf("wake-up, %s: enqueue to handler start", mode), fmt.Sprintf("%d samples", len(lat)),
+		fmt.Sprintf("p50 %s, p95 %s, p99 %s", ms(p(0.50)), ms(p(0.95)), ms(p(0.99))), 0, "p50 <= 5ms, p99 <= 10ms",
+		ok(p(0.50) <= 5*time.Millisecond && p(0.99) <= 10*time.Millisecond))
 	return nil
 }
 

@@ -30,9 +30,9 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 	table := out.String()
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`floor: single-row UPDATE transactions, 4 clients +500ms +\d+ tx/s`),
-		regexp.MustCompile(`EnqueueNoop, 4 goroutines +300 jobs +\d+ jobs/s +\d+\.\d+x`),
-		regexp.MustCompile(`EnqueueGroupedNoopMany, batches of 500, 1 goroutines +3000 jobs +\d+ jobs/s`),
-		regexp.MustCompile(`EnqueueGroupedNoopMany, batches of 500, 4 goroutines +3000 jobs +\d+ jobs/s`),
+		regexp.MustCompile(`EnqueueNoop, 4 goroutines +300 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.80x floor (met|MISSED)`),
+		regexp.MustCompile(`EnqueueGroupedNoopMany, batches of 500, 1 goroutines +3000 jobs +\d+ jobs/s +\d+\.\d+x +>= 10\.00x floor (met|MISSED)`),
+		regexp.MustCompile(`EnqueueGroupedNoopMany, batches of 500, 4 goroutines +3000 jobs +\d+ jobs/s +\d+\.\d+x +>= 10\.00x floor (met|MISSED)`),
 		regexp.MustCompile(`defaults: drain ungrouped +500 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.80x floor (met|MISSED)`),
 		regexp.MustCompile(`defaults: drain 50 groups \(FIFO\) +500 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.60x floor (met|MISSED)`),
 		regexp.MustCompile(`defaults: drain 1 hot group \(serial\) +50 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.25x floor (met|MISSED)`),
@@ -51,7 +51,8 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		regexp.MustCompile(`drain ungrouped +2000 jobs +\d+ jobs/s`),
 		regexp.MustCompile(`drain 50 groups \(FIFO\) +2000 jobs +\d+ jobs/s`),
 		regexp.MustCompile(`drain 1 hot group \(serial\) +300 jobs +\d+ jobs/s`),
-		regexp.MustCompile(`wake-up: enqueue to handler start +10 samples +p50 [\d.]+ms, p95 [\d.]+ms, p99 [\d.]+ms`),
+		regexp.MustCompile(`wake-up, held: enqueue to handler start +10 samples +p50 [\d.]+ms, p95 [\d.]+ms, p99 [\d.]+ms +p50 <= 5ms, p99 <= 10ms (met|MISSED)`),
+		regexp.MustCompile(`wake-up, lease: enqueue to handler start +10 samples +p50 [\d.]+ms, p95 [\d.]+ms, p99 [\d.]+ms +p50 <= 5ms, p99 <= 10ms (met|MISSED)`),
 		regexp.MustCompile(`claim 10 jobs \(begin, claim, rollback\) +backlog 100 +\d+µs`),
 		regexp.MustCompile(`claim 10 jobs \(begin, claim, rollback\) +backlog 2000 +\d+µs`),
 		regexp.MustCompile(`worker RSS over a drain .* +3000 jobs +[\d.]+ MiB at 10%, [\d.]+ MiB peak, [\d.]+ MiB at end`),
@@ -65,8 +66,8 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", want, table)
 		}
 	}
-	if strings.Count(table, "\n") != 42 {
-		t.Errorf("table has %d lines, want a header and 41 rows:\n%s", strings.Count(table, "\n"), table)
+	if strings.Count(table, "\n") != 43 {
+		t.Errorf("table has %d lines, want a header and 42 rows:\n%s", strings.Count(table, "\n"), table)
 	}
 }
 
