@@ -15,8 +15,9 @@ import (
 )
 
 // listenFor connects a session listening for wake-ups, as an idle worker's
-// listener does.
-func listenFor(t *testing.T, b *bundle) *pgx.Conn {
+// listener does; it holds the idle locks of idleQueues, as that listener
+// does for the queues with an idle runner, so that their enqueues notify.
+func listenFor(t *testing.T, b *bundle, idleQueues ...string) *pgx.Conn {
 	t.Helper()
 	ctx := context.Background()
 	lc, err := pgx.Connect(ctx, b.url)
@@ -26,6 +27,11 @@ func listenFor(t *testing.T, b *bundle) *pgx.Conn {
 	t.Cleanup(func() { lc.Close(context.Background()) })
 	if err := gen.New(lc).Listen(ctx); err != nil {
 		t.Fatal(err)
+	}
+	for _, q := range idleQueues {
+		if ok, err := gen.New(lc).AnnounceIdle(ctx, q); err != nil || !ok {
+			t.Fatalf("announce idle runners of %s: %v, %v", q, ok, err)
+		}
 	}
 	return lc
 }
@@ -50,7 +56,8 @@ func TestHandBackOfARunnableHeadWakesIdleWorkers(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	held := enqueue(t, b.pool, "seq", seqPayload{Seq: 0})
-	lc := listenFor(t, b)
+	const queue = "handback"
+	lc := listenFor(t, b, queue)
 
 	conn, err := b.pool.Acquire(ctx)
 	if err != nil {
@@ -74,7 +81,6 @@ func TestHandBackOfARunnableHeadWakesIdleWorkers(t *testing.T) {
 
 	// Lease mode: the group's head and the run behind it, then the follower
 	// alone handed back (the head still runs), then the head.
-	const queue = "handback"
 	ids := enqueueGroup(t, b, queue, "g", 2)
 	if woke := wakeUp(t, lc, 5*time.Second); woke != queue {
 		t.Fatalf("the enqueue woke %q; want %s", woke, queue)

@@ -73,11 +73,13 @@ func (r *runner) loop() {
 			continue
 		}
 		poll := time.NewTimer(jitter(r.w.cfg.PollInterval))
+		busy := r.q.waitIdle()
 		select {
 		case <-ctx.Done():
 		case <-r.q.wake:
 		case <-poll.C:
 		}
+		busy()
 		poll.Stop()
 	}
 }

@@ -179,6 +179,12 @@ func (l *leaser) loop() {
 			stopping = ctx.Done()
 		}
 		poll := time.NewTimer(jitter(l.w.cfg.PollInterval))
+		// With room for a job, the leaser waits idle: only a wake-up
+		// would have it claim before a handler ends.
+		busy := func() {}
+		if claiming && free > 0 {
+			busy = l.q.waitIdle()
+		}
 		select {
 		case o := <-l.done:
 			take(o)
@@ -189,6 +195,7 @@ func (l *leaser) loop() {
 			more = true
 		case <-stopping:
 		}
+		busy()
 		poll.Stop()
 	}
 }

@@ -2,8 +2,13 @@ package runtime
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgtask/pgtask/gen"
 )
@@ -12,7 +17,8 @@ import (
 const cancelChannel = "pgtask_cancel"
 
 // listen keeps one connection LISTENing on the pgtask channel and wakes the
-// queue each notification names, and on the cancel channel, cancelling the
+// queue each notification names, holding the idle lock of each queue with
+// an idle runner so that its enqueues notify (see announceIdle), and on the cancel channel, cancelling the
 // running job each of its notifications names (maintenance catches the
 // ones lost while it reconnects). Whenever the connection is (re)made every
 // queue is woken, since notifications sent while it was down are lost; the
@@ -55,10 +61,18 @@ func (w *Worker) listenOnce(ctx context.Context) (listened bool, err error) {
 		return false, err
 	}
 	w.wakeAll()
+	locks := map[string]*idleLock{}
 	for {
-		n, err := pc.WaitForNotification(ctx)
+		again, err := w.announceIdle(ctx, q, locks)
 		if err != nil {
 			return true, err
+		}
+		n, err := w.waitForNotification(ctx, pc, again)
+		if err != nil {
+			return true, err
+		}
+		if n == nil {
+			continue // an idle runner came or went, or it is time again
 		}
 		if n.Channel == cancelChannel {
 			w.cancelNotified(ctx, n.Payload)
@@ -87,4 +101,153 @@ func (w *Worker) listenConn(ctx context.Context) (pc *pgx.Conn, done func(), err
 		return nil, nil, err
 	}
 	return conn.Conn(), func() { discard(conn) }, nil
+}
+
+// idleLinger is how long the listener keeps a queue's idle lock after the
+// queue's last idle runner got busy. Runners that drain a backlog are idle
+// between claims for moments only; taking the lock again costs a look at
+// pg_locks and a claim, so it is let go only once they stay busy.
+const idleLinger = 50 * time.Millisecond
+
+// inFlightPoll bounds the wait between looks at the enqueues the listener
+// waits for (see announceIdle): it starts at a millisecond and doubles up to
+// this, for an enqueue in a transaction that stays open long.
+const inFlightPoll = 50 * time.Millisecond
+
+// idleLock is what the listener's session holds of a queue's idle lock.
+type idleLock struct {
+	held bool
+	// busySince is when the queue last lost its last idle runner while the
+	// lock was held; zero while it has one.
+	busySince time.Time
+	// inFlight are the enqueues (virtual transaction ids) that held the
+	// queue's enqueue lock when the idle lock was taken: they may have found
+	// it free and not notified. Once they are all gone, a runner claims.
+	inFlight []string
+	poll     time.Duration
+	next     time.Time
+}
+
+// announceIdle holds the idle lock of every queue with a runner waiting for
+// a wake-up, and lets it go once none has waited for idleLinger; locks says
+// what the session holds. An enqueue notifies only while the lock of its
+// queue is held, and an enqueue that did not may commit after the claim
+// that made a runner idle: so on taking the lock, the listener lists the
+// enqueues still in flight, and once the last of them is done (at once if
+// there is none) it wakes a runner to claim again. Enqueues that begin
+// after the lock was taken find it and notify. It returns how soon it must
+// run again, 0 for when an idle runner comes or goes.
+func (w *Worker) announceIdle(ctx context.Context, q *gen.Queries, locks map[string]*idleLock) (time.Duration, error) {
+	now := time.Now()
+	var again time.Duration
+	soon := func(d time.Duration) {
+		if again == 0 || d < again {
+			again = max(d, time.Microsecond)
+		}
+	}
+	for name, wq := range w.queues {
+		l := locks[name]
+		if l == nil {
+			l = &idleLock{}
+			locks[name] = l
+		}
+		idle := wq.idle.Load() > 0
+		switch {
+		case idle && !l.held:
+			ok, err := q.AnnounceIdle(ctx, name)
+			if err != nil {
+				return 0, fmt.Errorf("announce idle runners: %w", err)
+			}
+			if !ok {
+				// An enqueue was testing the lock: that takes an instant.
+				soon(100 * time.Microsecond)
+				continue
+			}
+			l.held, l.busySince = true, time.Time{}
+			if l.inFlight, err = q.EnqueuesInFlight(ctx, gen.EnqueuesInFlightParams{Queue: name}); err != nil {
+				return 0, fmt.Errorf("list enqueues in flight: %w", err)
+			}
+			if len(l.inFlight) == 0 {
+				wq.signal()
+				continue
+			}
+			l.poll, l.next = time.Millisecond, now.Add(time.Millisecond)
+		case idle:
+			l.busySince = time.Time{}
+		case l.held:
+			if l.busySince.IsZero() {
+				l.busySince = now
+			}
+			if left := idleLinger - now.Sub(l.busySince); left > 0 {
+				soon(left)
+			} else {
+				if err := q.WithdrawIdle(ctx, name); err != nil {
+					return 0, fmt.Errorf("withdraw idle runners: %w", err)
+				}
+				*l = idleLock{}
+				continue
+			}
+		}
+		if !l.held || len(l.inFlight) == 0 {
+			continue
+		}
+		if now.Before(l.next) {
+			soon(l.next.Sub(now))
+			continue
+		}
+		still, err := q.EnqueuesInFlight(ctx, gen.EnqueuesInFlightParams{Queue: name, Among: l.inFlight})
+		if err != nil {
+			return 0, fmt.Errorf("list enqueues in flight: %w", err)
+		}
+		if l.inFlight = still; len(still) == 0 {
+			wq.signal()
+			continue
+		}
+		l.poll = min(2*l.poll, inFlightPoll)
+		l.next = now.Add(l.poll)
+		soon(l.poll)
+	}
+	return again, nil
+}
+
+// waitForNotification waits for a notification on pc. It returns nil and
+// no error when a queue gets its first idle runner or loses its last, or
+// after timeout (unless 0), for the listener to see to the idle locks. The
+// wait is cut short through the connection's read deadline, which leaves
+// it usable (pgconn closes a connection on any read error but a timeout),
+// whatever the connection does when a context is cancelled.
+func (w *Worker) waitForNotification(ctx context.Context, pc *pgx.Conn, timeout time.Duration) (*pgconn.Notification, error) {
+	nc := pc.PgConn().Conn()
+	var cut atomic.Bool
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var expired <-chan time.Time
+		if timeout > 0 {
+			t := time.NewTimer(timeout)
+			defer t.Stop()
+			expired = t.C
+		}
+		select {
+		case <-w.idleChanged:
+		case <-expired:
+		case <-stop:
+			return
+		}
+		cut.Store(true)
+		nc.SetReadDeadline(time.Now()) //nolint:errcheck // a failure shows as the wait's
+	})
+	n, err := pc.WaitForNotification(ctx)
+	close(stop)
+	wg.Wait()
+	if !cut.Load() {
+		return n, err
+	}
+	if derr := nc.SetReadDeadline(time.Time{}); derr != nil && err == nil {
+		return nil, derr
+	}
+	if err != nil && ctx.Err() == nil && pgconn.Timeout(err) {
+		return nil, nil
+	}
+	return n, err
 }

@@ -287,6 +287,9 @@ type Worker struct {
 	started  atomic.Bool
 
 	queues map[string]*queue
+	// idleChanged tells the listener that a queue got its first idle runner
+	// or lost its last (see queue.waitIdle).
+	idleChanged chan struct{}
 
 	// idleTimeout bounds how long a job transaction may sit idle while a
 	// handler runs: the longest handler timeout plus the abandon grace, set
@@ -351,11 +354,38 @@ type queue struct {
 	pace pace
 	// wake holds at most one pending wake-up; an idle runner takes it.
 	wake chan struct{}
+	// idle counts the runners waiting for a wake-up. While there is one,
+	// the listener holds the queue's idle lock, so that enqueues notify;
+	// while there is none, they need not (see pgtask.enqueue_jobs).
+	idle atomic.Int32
+	// idleChanged is the worker's: see Worker.idleChanged.
+	idleChanged chan struct{}
 }
 
 func (q *queue) signal() {
 	select {
 	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// waitIdle counts a runner as idle until the returned function is called:
+// from before it waits for a wake-up, which its last claim found no work
+// to need, to when it stops waiting.
+func (q *queue) waitIdle() (busy func()) {
+	if q.idle.Add(1) == 1 {
+		q.idleChange()
+	}
+	return func() {
+		if q.idle.Add(-1) == 0 {
+			q.idleChange()
+		}
+	}
+}
+
+func (q *queue) idleChange() {
+	select {
+	case q.idleChanged <- struct{}{}:
 	default:
 	}
 }
@@ -480,13 +510,14 @@ func NewWorkerFromPool(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Wo
 func newWorker(cfg Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
 	w := &Worker{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		handlers: map[string]*Registration{},
-		queues:   map[string]*queue{},
-		id:       newWorkerID(),
-		claims:   claimTokens{held: map[int64]struct{}{}},
-		spare:    newGoroutines(),
+		cfg:         cfg,
+		log:         cfg.Logger,
+		handlers:    map[string]*Registration{},
+		queues:      map[string]*queue{},
+		idleChanged: make(chan struct{}, 1),
+		id:          newWorkerID(),
+		claims:      claimTokens{held: map[int64]struct{}{}},
+		spare:       newGoroutines(),
 	}
 	switch cfg.ConnectionCheck {
 	case CheckFree, CheckMax, CheckNone:
@@ -509,7 +540,7 @@ func newWorker(cfg Config) (*Worker, error) {
 		if err := checkModeSettings(name, qc, qc.Mode, "queue "+name+" runs"); err != nil {
 			return nil, fmt.Errorf("new worker: %w", err)
 		}
-		w.queues[name] = &queue{name: name, cfg: qc, wake: make(chan struct{}, 1)}
+		w.queues[name] = &queue{name: name, cfg: qc, wake: make(chan struct{}, 1), idleChanged: w.idleChanged}
 	}
 	return w, nil
 }

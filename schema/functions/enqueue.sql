@@ -1,4 +1,4 @@
--- revision: 1
+-- revision: 2
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -60,7 +60,17 @@ $$;
 -- the attempt is undone, releasing the rows it inserted, and made again.
 --
 -- Workers listening on the channel "pgtask" are woken, at commit, for each
--- queue that got a job it can run now.
+-- queue that got a job it can run now, if some runner of the queue may be
+-- idle. A transaction that notifies holds the database's notify lock from
+-- its commit's start to its end, so notifying enqueues commit one at a
+-- time; while every runner is busy, the next claim of one finds the job
+-- anyway, and the enqueue does not notify. See the wake-up lock classes in
+-- 0001_baseline.sql: the enqueue holds its queue's enqueue lock, shared,
+-- until it commits, and then looks for the queue's idle lock. A runner
+-- going idle has its listener take the idle lock first and then wait for
+-- the enqueues that held their lock before it, then claims again: an
+-- enqueue that found no idle lock has committed by that claim, or is
+-- waited for.
 --
 -- Its statements use generic plans, planned once per session: none depends
 -- on the batch's size (none joins two of the batch's arrays), and a generic
@@ -137,6 +147,7 @@ DECLARE
     kept integer[];
     used_groups integer[];
     inserted bigint[];
+    woken text;
 BEGIN
     IF n = 0 THEN
         RETURN QUERY SELECT '{}'::bigint[], '{}'::boolean[];
@@ -357,11 +368,23 @@ BEGIN
                            unnest(p_payloads) AS payload, unnest(p_metadata) AS meta) u) t;
 
     -- Wake workers of queues that got a runnable head: an ungrouped job, or
-    -- a new group's first job, due now. A spare wake-up costs one empty claim.
-    PERFORM pg_notify('pgtask', w.q)
-       FROM (SELECT DISTINCT p_queues[u.o] AS q
-               FROM (SELECT unnest(p_settings) AS o, unnest(p_groups) AS g) u
-              WHERE (u.g = 0 OR created) AND starts[u.o] <= now()) w;
+    -- a new group's first job, due now, when a runner may be idle (see
+    -- above). A spare wake-up costs one empty claim. The idle lock is
+    -- tested by taking it exclusively for an instant, at session level, so
+    -- that enqueues never wait for each other on it; one that finds
+    -- another's instant mistakes it for an idle runner and notifies.
+    FOR woken IN
+        SELECT DISTINCT p_queues[u.o] AS q
+          FROM (SELECT unnest(p_settings) AS o, unnest(p_groups) AS g) u
+         WHERE (u.g = 0 OR created) AND starts[u.o] <= now()
+    LOOP
+        PERFORM pg_advisory_xact_lock_shared(pgtask.enqueue_lock_class(), hashtext(woken));
+        IF pg_try_advisory_lock(pgtask.idle_lock_class(), hashtext(woken)) THEN
+            PERFORM pg_advisory_unlock(pgtask.idle_lock_class(), hashtext(woken));
+        ELSE
+            PERFORM pg_notify('pgtask', woken);
+        END IF;
+    END LOOP;
     RETURN QUERY SELECT ids, array_fill(false, ARRAY[n]);
 END;
 $$;

@@ -1,4 +1,4 @@
--- revision: 1
+-- revision: 2
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -122,6 +122,9 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'take_periodic_tick', 'EXECUTE'),
     ('worker', 'function', 'worker_lock_class', 'EXECUTE'),
     ('worker', 'function', 'unique_lock_class', 'EXECUTE'),
+    -- Announcing idle runners (listen.go), and finding the enqueues in flight.
+    ('worker', 'function', 'idle_lock_class', 'EXECUTE'),
+    ('worker', 'function', 'enqueue_lock_class', 'EXECUTE'),
     ('none', 'function', 'advance_after_delete', ''),
     ('none', 'function', 'forget_groups_after_truncate', ''),
 
