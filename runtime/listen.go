@@ -126,6 +126,8 @@ type idleLock struct {
 	inFlight []string
 	poll     time.Duration
 	next     time.Time
+	// retry is the wait before trying again to take the lock.
+	retry time.Duration
 }
 
 // announceIdle holds the idle lock of every queue with a runner waiting for
@@ -159,11 +161,14 @@ func (w *Worker) announceIdle(ctx context.Context, q *gen.Queries, locks map[str
 				return 0, fmt.Errorf("announce idle runners: %w", err)
 			}
 			if !ok {
-				// An enqueue was testing the lock: that takes an instant.
-				soon(100 * time.Microsecond)
+				// An enqueue was testing the lock, which takes an instant
+				// (another role's session holding it exclusively would
+				// take longer: enqueues notify meanwhile).
+				l.retry = min(max(2*l.retry, 100*time.Microsecond), inFlightPoll)
+				soon(l.retry)
 				continue
 			}
-			l.held, l.busySince = true, time.Time{}
+			l.held, l.busySince, l.retry = true, time.Time{}, 0
 			if l.inFlight, err = q.EnqueuesInFlight(ctx, gen.EnqueuesInFlightParams{Queue: name}); err != nil {
 				return 0, fmt.Errorf("list enqueues in flight: %w", err)
 			}

@@ -24,11 +24,12 @@ SELECT * FROM pgtask.queue_groups WHERE queue = @queue AND group_key = @group_ke
 ANALYZE pgtask.jobs;
 
 -- name: CountListeners :one
--- Sessions of this database waiting for pgtask's notifications.
+-- Sessions of this database waiting for pgtask's notifications: their last
+-- statement was a LISTEN or one of the listener's idle locks' (queries/wake.sql).
 SELECT count(*)::bigint AS listeners
   FROM pg_catalog.pg_stat_activity
  WHERE datname = current_database() AND state = 'idle'
-   AND position('LISTEN pgtask' in query) > 0;
+   AND query ~ '^-- name: (Listen|ListenCancel|ListenFinished|AnnounceIdle|WithdrawIdle|EnqueuesInFlight) ';
 
 -- name: TransactionIsolation :one
 -- The isolation level of the current transaction, as SHOW prints it.
@@ -78,11 +79,12 @@ SELECT worker_id FROM pgtask.leaders WHERE duty = 'leader';
 
 -- name: TerminateListeners :one
 -- Ends the sessions waiting for pgtask's notifications, as a network cut
--- would: what is notified until they reconnect is lost to them.
+-- would: what is notified until they reconnect is lost to them. They are
+-- found as CountListeners finds them.
 SELECT count(pg_catalog.pg_terminate_backend(pid))::bigint AS terminated
   FROM pg_catalog.pg_stat_activity
  WHERE datname = current_database() AND pid <> pg_catalog.pg_backend_pid()
-   AND position('LISTEN pgtask' in query) > 0;
+   AND query ~ '^-- name: (Listen|ListenCancel|ListenFinished|AnnounceIdle|WithdrawIdle|EnqueuesInFlight) ';
 
 -- name: CountBlockedBy :one
 -- Sessions of this database waiting for a lock the session @pid holds.

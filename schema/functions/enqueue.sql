@@ -1,4 +1,4 @@
--- revision: 2
+-- revision: 3
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -372,16 +372,17 @@ BEGIN
     -- above). A spare wake-up costs one empty claim. The idle lock is
     -- tested by taking it exclusively for an instant, at session level, so
     -- that enqueues never wait for each other on it; one that finds
-    -- another's instant mistakes it for an idle runner and notifies.
+    -- another's instant mistakes it for an idle runner and notifies. It is
+    -- taken and let go in one expression, which no cancel interrupts: a
+    -- session left holding it would find it free ever after.
     FOR woken IN
         SELECT DISTINCT p_queues[u.o] AS q
           FROM (SELECT unnest(p_settings) AS o, unnest(p_groups) AS g) u
          WHERE (u.g = 0 OR created) AND starts[u.o] <= now()
     LOOP
         PERFORM pg_advisory_xact_lock_shared(pgtask.enqueue_lock_class(), hashtext(woken));
-        IF pg_try_advisory_lock(pgtask.idle_lock_class(), hashtext(woken)) THEN
-            PERFORM pg_advisory_unlock(pgtask.idle_lock_class(), hashtext(woken));
-        ELSE
+        IF NOT (pg_try_advisory_lock(pgtask.idle_lock_class(), hashtext(woken))
+                AND pg_advisory_unlock(pgtask.idle_lock_class(), hashtext(woken))) THEN
             PERFORM pg_notify('pgtask', woken);
         END IF;
     END LOOP;

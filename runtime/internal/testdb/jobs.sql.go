@@ -103,10 +103,11 @@ const countListeners = `-- name: CountListeners :one
 SELECT count(*)::bigint AS listeners
   FROM pg_catalog.pg_stat_activity
  WHERE datname = current_database() AND state = 'idle'
-   AND position('LISTEN pgtask' in query) > 0
+   AND query ~ '^-- name: (Listen|ListenCancel|ListenFinished|AnnounceIdle|WithdrawIdle|EnqueuesInFlight) '
 `
 
-// Sessions of this database waiting for pgtask's notifications.
+// Sessions of this database waiting for pgtask's notifications: their last
+// statement was a LISTEN or one of the listener's idle locks' (queries/wake.sql).
 func (q *Queries) CountListeners(ctx context.Context) (int64, error) {
 	row := q.db.QueryRow(ctx, countListeners)
 	var listeners int64
@@ -506,11 +507,12 @@ const terminateListeners = `-- name: TerminateListeners :one
 SELECT count(pg_catalog.pg_terminate_backend(pid))::bigint AS terminated
   FROM pg_catalog.pg_stat_activity
  WHERE datname = current_database() AND pid <> pg_catalog.pg_backend_pid()
-   AND position('LISTEN pgtask' in query) > 0
+   AND query ~ '^-- name: (Listen|ListenCancel|ListenFinished|AnnounceIdle|WithdrawIdle|EnqueuesInFlight) '
 `
 
 // Ends the sessions waiting for pgtask's notifications, as a network cut
-// would: what is notified until they reconnect is lost to them.
+// would: what is notified until they reconnect is lost to them. They are
+// found as CountListeners finds them.
 func (q *Queries) TerminateListeners(ctx context.Context) (int64, error) {
 	row := q.db.QueryRow(ctx, terminateListeners)
 	var terminated int64
