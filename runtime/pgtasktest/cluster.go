@@ -28,14 +28,15 @@ import (
 // server. A Cluster is safe for concurrent use; lifecycle calls are
 // serialized.
 type Cluster struct {
-	logf    func(string, ...any)
-	binDir  string
-	dir     string // temporary directory: data dir, unix socket and log
-	dataDir string
-	logPath string
-	log     *os.File
-	port    int
-	cred    *syscall.Credential // the postgres OS user when running as root
+	logf     func(string, ...any)
+	settings []string
+	binDir   string
+	dir      string // temporary directory: data dir, unix socket and log
+	dataDir  string
+	logPath  string
+	log      *os.File
+	port     int
+	cred     *syscall.Credential // the postgres OS user when running as root
 
 	mu     sync.Mutex
 	proc   *postmaster // nil when stopped
@@ -62,6 +63,10 @@ func (p *postmaster) exited() bool {
 type ClusterOptions struct {
 	// Logf, if set, receives progress output, such as where the cluster lives.
 	Logf func(format string, args ...any)
+	// Settings are server settings, "name=value", passed to the server on
+	// its command line after the cluster's own, so they win: for example
+	// "autovacuum=off" for a measure of what piles up without it.
+	Settings []string
 }
 
 const (
@@ -133,12 +138,13 @@ func newCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error
 	}
 
 	c := &Cluster{
-		logf:    opts.Logf,
-		binDir:  binDir,
-		dir:     dir,
-		dataDir: filepath.Join(dir, "data"),
-		logPath: filepath.Join(dir, "postgres.log"),
-		cred:    cred,
+		logf:     opts.Logf,
+		settings: opts.Settings,
+		binDir:   binDir,
+		dir:      dir,
+		dataDir:  filepath.Join(dir, "data"),
+		logPath:  filepath.Join(dir, "postgres.log"),
+		cred:     cred,
 	}
 	if c.logf == nil {
 		c.logf = func(string, ...any) {}
@@ -275,6 +281,9 @@ func (c *Cluster) startLocked(ctx context.Context) error {
 		"-c", "max_connections=200",
 		"-c", "shared_buffers=32MB",
 	)
+	for _, s := range c.settings {
+		cmd.Args = append(cmd.Args, "-c", s)
+	}
 	cmd.Dir = c.dir
 	cmd.Stdout = c.log
 	cmd.Stderr = c.log

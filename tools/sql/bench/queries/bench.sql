@@ -79,3 +79,11 @@ SELECT (ARRAY['default', 'emails', 'reports', 'webhooks'])[1 + i % 4], 'kind' ||
 -- Which of the jobs @ids another session sees succeeded: the latency
 -- measures poll it to time when a success's commit becomes visible.
 SELECT id FROM pgtask.jobs WHERE id = ANY (@ids::bigint[]) AND status::text = 'succeeded';
+
+-- name: ClaimIndexReads :one
+-- How often the claim index was scanned and how many of its entries those
+-- scans read, dead ones included, since the server started (as far as the
+-- statistics have been flushed): read per scan, the cost of stepping over
+-- what claims left behind.
+SELECT pg_stat_get_numscans('pgtask.jobs_claim'::regclass)::bigint AS scans,
+       pg_stat_get_tuples_returned('pgtask.jobs_claim'::regclass)::bigint AS entries;

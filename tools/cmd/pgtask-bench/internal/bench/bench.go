@@ -30,7 +30,7 @@ import (
 
 // Options sizes the run.
 type Options struct {
-	Only          string // comma-separated subset of: floor,enqueue,defaults,drain,wakeup,visible,commit,claim,memory,retention,dashboard
+	Only          string // comma-separated subset of: floor,enqueue,defaults,drain,wakeup,visible,commit,claim,memory,retention,dashboard,steady
 	Conns         int    // connections (runners, producers, floor clients)
 	Batch         int    // jobs per claim in drains
 	EnqueueSingle int
@@ -48,8 +48,14 @@ type Options struct {
 	Expired       int // finished jobs past their retention age for retention to delete
 	DashboardJobs int
 	FloorDuration time.Duration
-	KeepDatabases bool
-	Markdown      bool // print the table as Markdown, for docs/benchmarks.md
+	// The steady run: jobs a second offered for a duration to a worker of
+	// that Concurrency, in each of the modes.
+	SteadyRate        int
+	SteadyDuration    time.Duration
+	SteadyConcurrency int
+	SteadyModes       string
+	KeepDatabases     bool
+	Markdown          bool // print the table as Markdown, for docs/benchmarks.md
 }
 
 func defaults() Options {
@@ -60,6 +66,7 @@ func defaults() Options {
 		WakeSamples: 300, ClaimBacklogs: []int{1_000, 100_000, 1_000_000},
 		MemoryJobs: 1_000_000, Retained: 10_000_000, Expired: 1_000_000, DashboardJobs: 1_000_000,
 		FloorDuration: 5 * time.Second,
+		SteadyRate:    400, SteadyDuration: 10 * time.Minute, SteadyConcurrency: 32, SteadyModes: "held",
 	}
 }
 
@@ -69,7 +76,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := defaults()
 	fs := flag.NewFlagSet("pgtask-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,drain,wakeup,visible,commit,claim,memory,retention,dashboard")
+	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,drain,wakeup,visible,commit,claim,memory,retention,dashboard,steady")
 	fs.IntVar(&o.Conns, "conns", o.Conns, "connections: worker runners, producers and floor clients")
 	fs.IntVar(&o.Batch, "batch", o.Batch, "jobs per claim in the drains")
 	fs.IntVar(&o.EnqueueSingle, "enqueue-single", o.EnqueueSingle, "jobs enqueued one per call")
@@ -87,6 +94,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Expired, "expired", o.Expired, "finished jobs past their age that retention deletes during a drain")
 	fs.IntVar(&o.DashboardJobs, "dashboard-jobs", o.DashboardJobs, "jobs in the table while the dashboard's pages are timed")
 	fs.DurationVar(&o.FloorDuration, "floor-duration", o.FloorDuration, "how long to measure the UPDATE floor")
+	fs.IntVar(&o.SteadyRate, "steady-rate", o.SteadyRate, "jobs a second offered in the steady run")
+	fs.DurationVar(&o.SteadyDuration, "steady-duration", o.SteadyDuration, "how long the steady run offers jobs")
+	fs.IntVar(&o.SteadyConcurrency, "steady-concurrency", o.SteadyConcurrency, "the steady run's queue Concurrency")
+	fs.StringVar(&o.SteadyModes, "steady-modes", o.SteadyModes, "the steady run's modes, comma-separated: held,lease")
 	fs.BoolVar(&o.KeepDatabases, "keep", false, "keep the benchmark databases")
 	fs.BoolVar(&o.Markdown, "markdown", false, "print the table as Markdown, as docs/benchmarks.md keeps it")
 	if err := fs.Parse(args); err != nil {
@@ -159,6 +170,7 @@ func run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		{"memory", b.measureMemory},
 		{"retention", b.measureRetention},
 		{"dashboard", b.measureDashboard},
+		{"steady", b.measureSteady},
 	}
 	for _, s := range steps {
 		if !want(s.name) {

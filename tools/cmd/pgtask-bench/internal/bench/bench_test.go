@@ -22,7 +22,7 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		"-ungrouped", "2000", "-grouped", "2000", "-groups", "50", "-hot", "300",
 		"-wake-samples", "10", "-claim-backlogs", "100,2000", "-memory-jobs", "3000",
 		"-floor-duration", "500ms", "-batch", "50", "-defaults-jobs", "500", "-dashboard-jobs", "3000",
-		"-retained", "3000", "-expired", "3000",
+		"-retained", "3000", "-expired", "3000", "-steady-duration", "4s", "-steady-rate", "100", "-steady-concurrency", "4",
 	}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
@@ -66,8 +66,34 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", want, table)
 		}
 	}
-	if strings.Count(table, "\n") != 43 {
-		t.Errorf("table has %d lines, want a header and 42 rows:\n%s", strings.Count(table, "\n"), table)
+	if strings.Count(table, "\n") != 48 {
+		t.Errorf("table has %d lines, want a header and 47 rows:\n%s", strings.Count(table, "\n"), table)
+	}
+}
+
+// The steady run, on a cluster of its own, prints the first and the last
+// window's claims with a verdict, and pickup, with and without a
+// transaction held open.
+func TestSteadyRunPrintsItsRows(t *testing.T) {
+	t.Setenv("DATABASE_URL", pgtasktest.NewDatabase(t))
+	var out, errOut bytes.Buffer
+	code := Main(context.Background(), []string{
+		"-only", "steady", "-steady-duration", "4s", "-steady-rate", "100", "-steady-concurrency", "4", "-steady-concurrency", "4",
+	}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	table := out.String()
+	for _, held := range []string{"", `, transaction held open`} {
+		for _, want := range []*regexp.Regexp{
+			regexp.MustCompile(`steady held, 100 jobs/s offered` + held + `: claim, first 1s +4s, 4 runners +p50 [\d.]+ms, p99 [\d.]+ms \(\d+ claims`),
+			regexp.MustCompile(`steady held, 100 jobs/s offered` + held + `: claim, last 1s +4s, 4 runners +p50 [\d.]+ms, p99 [\d.]+ms \(\d+ claims.* +last p99 <= 1\.5x first (met|MISSED)`),
+			regexp.MustCompile(`steady held, 100 jobs/s offered` + held + `: pickup \(enqueue to start\) +4s, 4 runners +all p50 [\d.]+ms, p99 [\d.]+ms; last 1s p50`),
+		} {
+			if !want.MatchString(table) {
+				t.Errorf("table lacks %s:\n%s", want, table)
+			}
+		}
 	}
 }
 

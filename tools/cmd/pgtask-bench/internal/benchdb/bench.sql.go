@@ -42,6 +42,27 @@ func (q *Queries) BumpCounter(ctx context.Context, id int32) error {
 	return err
 }
 
+const claimIndexReads = `-- name: ClaimIndexReads :one
+SELECT pg_stat_get_numscans('pgtask.jobs_claim'::regclass)::bigint AS scans,
+       pg_stat_get_tuples_returned('pgtask.jobs_claim'::regclass)::bigint AS entries
+`
+
+type ClaimIndexReadsRow struct {
+	Scans   int64
+	Entries int64
+}
+
+// How often the claim index was scanned and how many of its entries those
+// scans read, dead ones included, since the server started (as far as the
+// statistics have been flushed): read per scan, the cost of stepping over
+// what claims left behind.
+func (q *Queries) ClaimIndexReads(ctx context.Context) (ClaimIndexReadsRow, error) {
+	row := q.db.QueryRow(ctx, claimIndexReads)
+	var i ClaimIndexReadsRow
+	err := row.Scan(&i.Scans, &i.Entries)
+	return i, err
+}
+
 const countFinishedBefore = `-- name: CountFinishedBefore :one
 SELECT count(*)::bigint AS jobs
   FROM pgtask.jobs
