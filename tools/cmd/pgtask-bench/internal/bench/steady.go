@@ -45,6 +45,9 @@ func (b *bench) measureSteady(ctx context.Context) error {
 	return nil
 }
 
+// steadyProducers are the goroutines that enqueue a steady run's jobs.
+const steadyProducers = 16
+
 // steadyWindow is how long the first and the last window of a steady run
 // are.
 func steadyWindow(d time.Duration) time.Duration { return min(time.Minute, d/4) }
@@ -174,7 +177,12 @@ func (b *bench) steadyRun(ctx context.Context, cluster *pgtasktest.Cluster, mode
 	if err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, url)
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = steadyProducers + 2
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return err
 	}
@@ -241,18 +249,19 @@ func (b *bench) steadyRun(ctx context.Context, cluster *pgtasktest.Cluster, mode
 	timer.at, timer.took = nil, nil
 	timer.mu.Unlock()
 
-	// Producers enqueue one job per transaction, each at its due time.
+	// Producers enqueue one job per transaction, each at its due time, until
+	// the run's end: a job they could not offer in time is not offered.
 	interval := time.Second / time.Duration(b.o.SteadyRate)
 	total := int64(b.o.SteadyDuration / interval)
 	var next, enqueued atomic.Int64
 	var firstReads, lastReads [2]benchdb.ClaimIndexReadsRow
-	errs := make(chan error, 8)
+	errs := make(chan error, steadyProducers)
 	var producers sync.WaitGroup
-	for range 8 {
+	for range steadyProducers {
 		producers.Go(func() {
 			for {
 				i := next.Add(1) - 1
-				if i >= total {
+				if i >= total || time.Since(start) >= b.o.SteadyDuration {
 					return
 				}
 				sleepCtx(ctx, time.Until(start.Add(time.Duration(i)*interval)))
@@ -318,7 +327,7 @@ func (b *bench) steadyRun(ctx context.Context, cluster *pgtasktest.Cluster, mode
 	b.add(label+": claim, last "+win.String(), size,
 		fmt.Sprintf("%s (%d claims; %s index entries read per scan)", p50p99(lastClaims), len(lastClaims), perScan(lastReads)), 0, target, verdict)
 	b.add(label+": pickup (enqueue to start)", size,
-		fmt.Sprintf("all %s; last %s %s; %d of %d jobs unfinished at the end", p50p99(pickup.window(0, end+time.Hour)),
-			win, p50p99(pickup.window(end-win, end)), left, enqueued.Load()), 0, "", nil)
+		fmt.Sprintf("all %s; last %s %s; %d of %d jobs offered (%.0f/s) unfinished at the end", p50p99(pickup.window(0, end+time.Hour)),
+			win, p50p99(pickup.window(end-win, end)), left, enqueued.Load(), rate(int(enqueued.Load()), end)), 0, "", nil)
 	return nil
 }
