@@ -2,6 +2,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -30,7 +31,7 @@ import (
 
 // Options sizes the run.
 type Options struct {
-	Only          string // comma-separated subset of: floor,enqueue,defaults,drain,wakeup,visible,commit,claim,memory,retention,dashboard,steady
+	Only          string // comma-separated subset of: floor,enqueue,defaults,hotpinned,drain,wakeup,visible,commit,claim,memory,retention,dashboard,steady
 	Conns         int    // connections (runners, producers, floor clients)
 	Batch         int    // jobs per claim in drains
 	EnqueueSingle int
@@ -41,6 +42,7 @@ type Options struct {
 	Grouped       int
 	Groups        int
 	Hot           int
+	HotPinned     int // jobs in the single group drained while a transaction is held open
 	WakeSamples   int
 	ClaimBacklogs []int
 	MemoryJobs    int
@@ -62,7 +64,7 @@ func defaults() Options {
 	return Options{
 		Conns: 4, Batch: 250,
 		EnqueueSingle: 20_000, EnqueueMany: 500_000, ManyBatch: 1_000,
-		DefaultsJobs: 30_000, Ungrouped: 200_000, Grouped: 200_000, Groups: 1_000, Hot: 10_000,
+		DefaultsJobs: 30_000, Ungrouped: 200_000, Grouped: 200_000, Groups: 1_000, Hot: 10_000, HotPinned: 100_000,
 		WakeSamples: 300, ClaimBacklogs: []int{1_000, 100_000, 1_000_000},
 		MemoryJobs: 1_000_000, Retained: 10_000_000, Expired: 1_000_000, DashboardJobs: 1_000_000,
 		FloorDuration: 5 * time.Second,
@@ -76,7 +78,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := defaults()
 	fs := flag.NewFlagSet("pgtask-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,drain,wakeup,visible,commit,claim,memory,retention,dashboard,steady")
+	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,hotpinned,drain,wakeup,visible,commit,claim,memory,retention,dashboard,steady")
 	fs.IntVar(&o.Conns, "conns", o.Conns, "connections: worker runners, producers and floor clients")
 	fs.IntVar(&o.Batch, "batch", o.Batch, "jobs per claim in the drains")
 	fs.IntVar(&o.EnqueueSingle, "enqueue-single", o.EnqueueSingle, "jobs enqueued one per call")
@@ -87,6 +89,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Grouped, "grouped", o.Grouped, "jobs in the grouped drain")
 	fs.IntVar(&o.Groups, "groups", o.Groups, "groups in the grouped drain")
 	fs.IntVar(&o.Hot, "hot", o.Hot, "jobs in the single-group drain")
+	fs.IntVar(&o.HotPinned, "hot-pinned", o.HotPinned, "jobs in the single-group drain with a transaction held open, first 10s against last")
 	fs.IntVar(&o.WakeSamples, "wake-samples", o.WakeSamples, "enqueues timed for the wake-up latency")
 	backlogs := fs.String("claim-backlogs", "1000,100000,1000000", "backlog sizes for the claim cost")
 	fs.IntVar(&o.MemoryJobs, "memory-jobs", o.MemoryJobs, "jobs drained while watching the worker's memory")
@@ -162,6 +165,7 @@ func run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		{"floor", b.measureFloor},
 		{"enqueue", b.measureEnqueue},
 		{"defaults", b.measureDefaults},
+		{"hotpinned", b.measureHotPinned},
 		{"drain", b.measureDrains},
 		{"wakeup", b.measureWakeup},
 		{"visible", b.measureVisible},
@@ -327,6 +331,9 @@ type drainSpec struct {
 	// sleep is how long each handler sleeps: 0 for no-op handlers.
 	sleep  time.Duration
 	sample func(done int64)
+	// trace, when set, is called at every check of the progress, from the
+	// worker's start on: the time since then and the jobs handled.
+	trace func(at time.Duration, done int64)
 	// wakeSamples, when above 0, has the worker, once the drain is done,
 	// wait idle for that many single jobs and time each from enqueue to
 	// handler start.
@@ -398,6 +405,9 @@ func (b *bench) drain(ctx context.Context, pool *pgxpool.Pool, url, queue string
 		case <-ctx.Done():
 			return res, ctx.Err()
 		case <-tick.C:
+		}
+		if d.trace != nil {
+			d.trace(time.Since(start), handled.Load())
 		}
 		if ticks%50 != 0 {
 			continue
@@ -563,6 +573,58 @@ func (b *bench) measureDefaults(ctx context.Context) error {
 		p99 := percentile(r.wake, 0.99)
 		b.add(strings.Replace(c.label, ungrouped, "wake-up after it", 1), fmt.Sprintf("%d samples", len(r.wake)),
 			fmt.Sprintf("p50 %s, p99 %s", ms(percentile(r.wake, 0.5)), ms(p99)), 0, "p99 < 100ms", ok(p99 < 100*time.Millisecond))
+	}
+	return nil
+}
+
+// measureHotPinned drains one group of many jobs while another session
+// holds a transaction open, in each mode at the default Config, and
+// compares the rate of the last 10 seconds with that of the first 10: a
+// group's work must not cost more the more of it has run while nothing it
+// leaves behind can be cleaned up.
+func (b *bench) measureHotPinned(ctx context.Context) error {
+	const window = 10 * time.Second
+	for _, c := range []struct {
+		label string
+		qc    pgtask.QueueConfig
+	}{
+		{"defaults: hot group, transaction held open", pgtask.QueueConfig{}},
+		{"lease: hot group, transaction held open", pgtask.QueueConfig{Mode: pgtask.ModeLease}},
+	} {
+		n := b.o.HotPinned
+		type point struct {
+			at   time.Duration
+			done int64
+		}
+		var points []point
+		trace := func(at time.Duration, done int64) { points = append(points, point{at, done}) }
+		r, err := b.drainBacklog(ctx, 1, true, drainSpec{label: c.label, n: n, qc: c.qc, trace: trace})
+		if err != nil {
+			return err
+		}
+		// The jobs handled by a time, from the last check at or before it.
+		doneAt := func(t time.Duration) int64 {
+			i, _ := slices.BinarySearchFunc(points, t, func(p point, t time.Duration) int { return cmp.Compare(p.at, t) })
+			if i < len(points) && points[i].at == t {
+				return points[i].done
+			}
+			if i == 0 {
+				return 0
+			}
+			return points[i-1].done
+		}
+		// The drain ends when the last handler has run: the last check.
+		end := points[len(points)-1].at
+		first := float64(doneAt(window)) / window.Seconds()
+		last := float64(int64(n)-doneAt(end-window)) / window.Seconds()
+		size := fmt.Sprintf("%d jobs", n)
+		if end < 2*window {
+			size += fmt.Sprintf(" (%.0fs: windows overlap)", end.Seconds())
+		}
+		ratio := last / first
+		b.add(c.label+": last 10s vs first 10s", size,
+			fmt.Sprintf("%.2fx (%s then %s; %s overall)", ratio, fmtRate(first), fmtRate(last), fmtRate(rate(n, r.elapsed))),
+			0, ">= 0.80x", ok(ratio >= 0.8))
 	}
 	return nil
 }

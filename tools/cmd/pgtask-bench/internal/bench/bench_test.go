@@ -22,7 +22,7 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		"-ungrouped", "2000", "-grouped", "2000", "-groups", "50", "-hot", "300",
 		"-wake-samples", "10", "-claim-backlogs", "100,2000", "-memory-jobs", "3000",
 		"-floor-duration", "500ms", "-batch", "50", "-defaults-jobs", "500", "-dashboard-jobs", "3000",
-		"-retained", "3000", "-expired", "3000", "-steady-duration", "4s", "-steady-rate", "100", "-steady-concurrency", "4",
+		"-retained", "3000", "-expired", "3000", "-steady-duration", "4s", "-steady-rate", "100", "-steady-concurrency", "4", "-hot-pinned", "300",
 	}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
@@ -48,6 +48,8 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		regexp.MustCompile(`lease, transaction held open: drain 50 groups \(FIFO\) +500 jobs +\d+ jobs/s +\d+\.\d+x +>= \d+ jobs/s \(0\.8x the same without\) (met|MISSED)`),
 		regexp.MustCompile(`defaults, transaction held open: drain 1 hot group \(serial\) +50 jobs +\d+ jobs/s +\d+\.\d+x +>= \d+ jobs/s \(0\.8x the same without\) (met|MISSED)`),
 		regexp.MustCompile(`lease, transaction held open: drain 1 hot group \(serial\) +50 jobs +\d+ jobs/s +\d+\.\d+x +>= \d+ jobs/s \(0\.8x the same without\) (met|MISSED)`),
+		regexp.MustCompile(`defaults: hot group, transaction held open: last 10s vs first 10s +300 jobs \(\d+s: windows overlap\) +[\d.]+x \(\d+ jobs/s then \d+ jobs/s; \d+ jobs/s overall\) +>= 0\.80x (met|MISSED)`),
+		regexp.MustCompile(`lease: hot group, transaction held open: last 10s vs first 10s +300 jobs \(\d+s: windows overlap\) +[\d.]+x \(\d+ jobs/s then \d+ jobs/s; \d+ jobs/s overall\) +>= 0\.80x (met|MISSED)`),
 		regexp.MustCompile(`drain ungrouped +2000 jobs +\d+ jobs/s`),
 		regexp.MustCompile(`drain 50 groups \(FIFO\) +2000 jobs +\d+ jobs/s`),
 		regexp.MustCompile(`drain 1 hot group \(serial\) +300 jobs +\d+ jobs/s`),
