@@ -359,8 +359,7 @@ SELECT q.queue::text AS queue,
                    FROM pgtask.jobs j WHERE j.queue = q.queue AND j.status = 'queued' AND j.is_head), 0)::float8 AS oldest_wait_seconds,
        (SELECT count(*) FROM pgtask.jobs j
          WHERE j.queue = q.queue AND j.group_key IS NOT NULL AND j.status = 'failed' AND j.fail_blocks_group
-           AND EXISTS (SELECT 1 FROM pgtask.queue_groups g
-                        WHERE g.queue = j.queue AND g.group_key = j.group_key AND g.head_id = j.id))::bigint AS blocked_groups
+           AND j.is_head)::bigint AS blocked_groups
   FROM unnest($1::text[]) AS q(queue)
 `
 

@@ -164,7 +164,6 @@ type PgtaskQueueGroup struct {
 	ID          int64       `db:"id"`
 	Queue       string      `db:"queue"`
 	GroupKey    string      `db:"group_key"`
-	HeadID      int64       `db:"head_id"`
 	CreatedAt   time.Time   `db:"created_at"`
 	PendingFrom pgtype.Int8 `db:"pending_from"`
 }

@@ -48,14 +48,14 @@ SELECT q.queue::text AS queue,
        w.waiting::bigint AS waiting,
        (SELECT count(*) FROM (
             SELECT 1 FROM pgtask.jobs j
-              JOIN pgtask.queue_groups g ON g.queue = j.queue AND g.group_key = j.group_key AND g.head_id = j.id
              WHERE j.queue = q.queue AND j.group_key IS NOT NULL AND j.status = 'failed' AND j.fail_blocks_group
+               AND j.is_head
              LIMIT @probe::integer) b)::bigint AS blocked_groups,
        p.paused_at
   FROM unnest(@queues::text[]) AS q(queue)
   CROSS JOIN LATERAL (
-       SELECT count(*) AS walked, count(*) FILTER (WHERE s.id <> s.head_id) AS waiting
-         FROM (SELECT j.id, g.head_id FROM pgtask.queue_groups g
+       SELECT count(*) AS walked, count(*) FILTER (WHERE NOT s.is_head) AS waiting
+         FROM (SELECT j.id, j.is_head FROM pgtask.queue_groups g
                  JOIN pgtask.jobs j ON j.group_id = g.id
                 WHERE g.queue = q.queue AND j.group_id IS NOT NULL
                   AND j.status IN ('scheduled', 'queued', 'started')
@@ -198,8 +198,8 @@ SELECT g.queue, g.group_key, g.id AS group_id, g.created_at AS group_since,
                                  AND p.status IN ('scheduled', 'queued', 'started')
                                LIMIT 1001) b)::bigint AS behind
   FROM pgtask.jobs j
-  JOIN pgtask.queue_groups g ON g.queue = j.queue AND g.group_key = j.group_key AND g.head_id = j.id
- WHERE j.group_key IS NOT NULL AND j.status = 'failed' AND j.fail_blocks_group
+  JOIN pgtask.queue_groups g ON g.queue = j.queue AND g.group_key = j.group_key
+ WHERE j.group_key IS NOT NULL AND j.status = 'failed' AND j.fail_blocks_group AND j.is_head
    AND (sqlc.narg(queue)::text IS NULL OR j.queue = sqlc.narg(queue)::text)
    AND (j.queue, j.group_key) > (@after_queue::text, @after_group::text)
  ORDER BY j.queue, j.group_key
@@ -218,7 +218,7 @@ SELECT g.queue, g.group_key, g.id AS group_id, g.created_at AS group_since,
                                  AND p.status IN ('scheduled', 'queued', 'started')
                                LIMIT 1001) b)::bigint AS unfinished
   FROM pgtask.queue_groups g
-  JOIN pgtask.jobs j ON j.id = g.head_id
+  JOIN pgtask.jobs j ON j.id = pgtask.group_head(g.queue, g.group_key, g.id)
  WHERE (sqlc.narg(queue)::text IS NULL OR g.queue = sqlc.narg(queue)::text)
    AND (g.queue, g.group_key) > (@after_queue::text, @after_group::text)
  ORDER BY g.queue, g.group_key

@@ -522,9 +522,10 @@ func TestGroupsNeedReadCommittedWhateverTheDefault(t *testing.T) {
 	}
 }
 
-// A group remembers where its next job is looked for (pending_from): the job
-// after the head that finished. A retry of an older job of the group moves
-// the bound back to it, so the retried job still runs next.
+// A group's next job is looked for from its last head on; its row keeps no
+// bound (pending_from) while no pending job is below the head. A retry of an
+// older job of the group sets the bound to it, so the retried job still runs
+// next, and the advance that passes it clears it.
 func TestGroupLooksForItsNextJobFromItsLastHead(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -547,7 +548,7 @@ func TestGroupLooksForItsNextJobFromItsLastHead(t *testing.T) {
 	step := func(fail bool) runtime.JobID {
 		return enqueue(t, b.pool, "step", map[string]bool{"Fail": fail}, runtime.WithGroup("g"))
 	}
-	group := func() testdb.PgtaskQueueGroup {
+	group := func() testdb.GetGroupRow {
 		t.Helper()
 		g, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"})
 		if err != nil {
@@ -564,11 +565,11 @@ func TestGroupLooksForItsNextJobFromItsLastHead(t *testing.T) {
 	}
 	a1, a2, a3 := step(true), step(false), step(false)
 	if g := group(); g.PendingFrom.Valid {
-		t.Fatalf("new group: pending_from %d, want none until it first moves on", g.PendingFrom.Int64)
+		t.Fatalf("new group: pending_from %d, want none", g.PendingFrom.Int64)
 	}
 	work(a1, runtime.StatusFailed)
-	if g := group(); g.HeadID != int64(a2) || g.PendingFrom.Int64 != int64(a2) {
-		t.Fatalf("after the head failed: head %d, pending_from %+v; want both %d", g.HeadID, g.PendingFrom, a2)
+	if g := group(); g.HeadID != int64(a2) || g.PendingFrom.Valid {
+		t.Fatalf("after the head failed: head %d, pending_from %+v; want head %d and no bound", g.HeadID, g.PendingFrom, a2)
 	}
 	if ok, err := runtime.RetryJob(ctx, b.pool, a1); err != nil || !ok {
 		t.Fatalf("retry: %v, %v", ok, err)
@@ -578,6 +579,9 @@ func TestGroupLooksForItsNextJobFromItsLastHead(t *testing.T) {
 	}
 	failing.Store(false)
 	work(a2, runtime.StatusSucceeded)
+	if g := group(); g.HeadID != int64(a1) || g.PendingFrom.Valid {
+		t.Fatalf("after the retried job's turn came: head %d, pending_from %+v; want head %d and no bound", g.HeadID, g.PendingFrom, a1)
+	}
 	work(a1, runtime.StatusSucceeded)
 	work(a3, runtime.StatusSucceeded)
 	if info, err := w.WorkOne(ctx); info != nil || err != nil {
@@ -709,5 +713,57 @@ func TestEnqueueJoiningAGroupCreatedMeanwhileRunsNext(t *testing.T) {
 	}
 	if got, want := fmt.Sprint(order), fmt.Sprint([]runtime.JobID{b2, lateB, b3}); got != want {
 		t.Fatalf("group b ran %s after its first job, want %s: the late job next", got, want)
+	}
+}
+
+// A group's row is written when the group starts and when it empties, not
+// for each job the group runs: while another session keeps a transaction
+// open, every version a row leaves behind stays, and each lookup of the row
+// (by every enqueue into the group and every advance of it) would step over
+// all of them. Jobs run here in both modes at the default Config, alone and
+// in runs, with a scheduled job keeping the group's row alive at the end.
+func TestGroupRowIsNotRewrittenAsItsJobsRun(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			const n = 60
+			var ran atomic.Int64
+			for i := range n {
+				enqueue(t, b.pool, "step", map[string]int{"N": i}, runtime.WithGroup("g"))
+			}
+			last := enqueue(t, b.pool, "step", map[string]int{"N": n}, runtime.WithGroup("g"), runtime.WithDelay(time.Hour))
+			before, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: mode}}},
+				runtime.Registration{Kind: "step", Handler: func(context.Context, *runtime.Job) error {
+					ran.Add(1)
+					return nil
+				}})
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				g, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: runtime.DefaultQueue, GroupKey: "g"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if g.HeadID == int64(last) {
+					if g.RowXmin != before.RowXmin {
+						t.Fatalf("the group's row was rewritten while %d jobs ran (xmin %s, then %s)", ran.Load(), before.RowXmin, g.RowXmin)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the group did not reach its scheduled job: head %d after %d jobs ran", g.HeadID, ran.Load())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := ran.Load(); got != n {
+				t.Fatalf("%d jobs ran, want %d", got, n)
+			}
+		})
 	}
 }

@@ -239,24 +239,33 @@ CREATE INDEX jobs_finished ON pgtask.jobs (status, finished_at)
 CREATE UNIQUE INDEX jobs_unique ON pgtask.jobs (unique_key)
     WHERE status = ANY (unique_statuses);
 
--- One row per group that has unfinished work. head_id is the job that runs next
--- (or is running, or failed and blocks the group, or has just finished).
+-- One row per group that has unfinished work. The group's head, the job that
+-- runs next (or is running, or failed and blocks the group, or has just
+-- finished), is the job of the group marked is_head; the row does not name
+-- it. A row changed with every job the group runs would leave a version
+-- behind each time, which vacuum cannot remove while some other session
+-- keeps a transaction open, and every lookup of the row (each enqueue into
+-- the group and each advance of it) would step over all of them. So the row
+-- is written when the group starts and when it empties, and locked in
+-- between (locks change no version).
 CREATE TABLE pgtask.queue_groups (
     -- A new id each time the group's row is created.
     id           bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
     queue        text COLLATE "C" NOT NULL,
     group_key    text COLLATE "C" NOT NULL,
-    head_id      bigint NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT now(),
-    -- A lower bound on the ids of the group's pending jobs. Advancing a
+    -- A lower bound on the ids of the group's pending jobs that are below
+    -- its head's, NULL when there are none (the usual case). Advancing a
     -- group finds its next job as the pending job of lowest id, in the index
     -- of pending grouped jobs (group_id, id); every job that ran left
     -- entries there that stay until vacuum removes them, which it cannot
     -- while some other session keeps a transaction open, and a scan from the
-    -- group's start would step over all of them. Advancing sets it to the
-    -- next job it found (every job enqueued after it has a higher id), and a
-    -- retry of an older job of the group lowers it (see retry_job). NULL
-    -- means no bound is known: the scan starts at the group's first entry.
+    -- group's start would step over all of them. So the scan starts at the
+    -- old head's id: every job enqueued after the head has a higher id. Only
+    -- a retry of an older job of the group (see retry_job) and an enqueue
+    -- that joins a group another created meanwhile with ids taken earlier
+    -- (see enqueue_jobs) put a pending job below the head; they set this,
+    -- and the advance that passes it clears it.
     pending_from bigint,
     PRIMARY KEY (queue, group_key),
     CONSTRAINT queue_groups_queue_bounded CHECK (octet_length(queue) <= 128),

@@ -17,7 +17,11 @@ SELECT queue, status, count(*)::bigint AS jobs
  ORDER BY queue, status;
 
 -- name: GetGroup :one
-SELECT * FROM pgtask.queue_groups WHERE queue = @queue AND group_key = @group_key;
+-- A group's row, with its head (the job of it marked is_head, 0 for none)
+-- and the transaction that wrote the row's current version.
+SELECT g.id, g.queue, g.group_key, g.created_at, g.pending_from, g.xmin::text AS row_xmin,
+       coalesce((SELECT j.id FROM pgtask.jobs j WHERE j.group_id = g.id AND j.is_head ORDER BY j.id LIMIT 1), 0)::bigint AS head_id
+  FROM pgtask.queue_groups g WHERE g.queue = @queue AND g.group_key = @group_key;
 
 -- name: AnalyzeJobs :exec
 -- Refreshes the planner's statistics after a bulk load (the claim benchmark).

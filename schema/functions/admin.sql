@@ -1,4 +1,4 @@
--- revision: 1
+-- revision: 2
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -125,6 +125,7 @@ DECLARE
     key text;
     head bigint;
     gid bigint;
+    bound bigint;
 BEGIN
     retried := false;
     -- A job's key never changes: read before anything is locked.
@@ -150,26 +151,29 @@ BEGIN
     IF j.group_key IS NOT NULL THEN
         -- The group's row may be a newer one than the job's: the job joins
         -- it, and the group's next job is looked for from the job's id on
-        -- (see pending_from), unless no bound was known.
-        INSERT INTO pgtask.queue_groups AS g (queue, group_key, head_id)
-        VALUES (j.queue, j.group_key, j.id)
+        -- (see pending_from). A row this inserts has the job as its head
+        -- and no bound (an existing one comes back with its bound set).
+        INSERT INTO pgtask.queue_groups AS g (queue, group_key)
+        VALUES (j.queue, j.group_key)
         ON CONFLICT (queue, group_key) DO UPDATE
-           SET head_id = g.head_id,
-               pending_from = CASE WHEN g.pending_from IS NOT NULL THEN least(g.pending_from, j.id) END
-        RETURNING g.head_id, g.id INTO head, gid;
+           SET pending_from = least(g.pending_from, j.id)
+        RETURNING g.id, g.pending_from INTO gid, bound;
+        IF bound IS NOT NULL THEN
+            head := pgtask.group_head(j.queue, j.group_key, gid);
+        END IF;
     END IF;
     UPDATE pgtask.jobs
-       SET status = 'queued', is_head = (head = j.id), group_id = gid, attempts = 0,
+       SET status = 'queued', is_head = (head IS NOT DISTINCT FROM j.id), group_id = gid, attempts = 0,
            run_after = now(), started_at = NULL, finished_at = NULL, owner_pid = NULL,
            errors = pgtask.append_error(errors, jsonb_build_array(jsonb_build_object(
                'attempt', j.attempts,
                'error', format('retried by an operator after %s attempt(s); attempts count from 1 again', j.attempts),
                'at', clock_timestamp(), 'operator_retry', true)))
      WHERE id = p_id;
-    IF head = j.id THEN
+    IF head IS NOT DISTINCT FROM j.id THEN
         PERFORM pg_notify('pgtask', j.queue);
     ELSE
-        -- The group's head may be one that finished; let it move on.
+        -- The group's head may be one that finished, or gone; let it move on.
         PERFORM pgtask.advance_group(j.queue, j.group_key);
     END IF;
     retried := true;
@@ -232,9 +236,7 @@ DECLARE
 BEGIN
     DELETE FROM pgtask.jobs j
      WHERE j.id = ANY (p_ids) AND j.status IN ('succeeded', 'failed', 'cancelled')
-       AND (j.group_key IS NULL OR NOT EXISTS (
-           SELECT 1 FROM pgtask.queue_groups g
-            WHERE g.queue = j.queue AND g.group_key = j.group_key AND g.head_id = j.id));
+       AND (j.group_key IS NULL OR NOT j.is_head);
     GET DIAGNOSTICS deleted = ROW_COUNT;
     RETURN deleted;
 END;

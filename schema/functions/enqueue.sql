@@ -1,4 +1,4 @@
--- revision: 3
+-- revision: 4
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -131,6 +131,10 @@ DECLARE
     starts timestamptz[];
     -- Some group rows were created here, so some jobs may be their group's head.
     created boolean := false;
+    -- The ids of the group rows this call inserted, and their heads.
+    made bigint[] := '{}';
+    made_heads bigint[] := '{}';
+    missing bigint[];
     bad integer;
     used integer;
     -- A job over a size limit: its place in the batch, and what is wrong.
@@ -313,33 +317,47 @@ BEGIN
               FROM (SELECT u.g, min(u.id) AS first_id
                       FROM (SELECT unnest(p_groups) AS g, unnest(ids) AS id) u
                      WHERE u.g > 0 GROUP BY u.g) f;
+            missing := gids;
             LOOP
                 BEGIN
-                    -- Missing groups, each with its first job; a group listed
-                    -- twice is inserted with the earlier of its first jobs.
-                    INSERT INTO pgtask.queue_groups (queue, group_key, head_id)
-                    SELECT w.q, w.k, w.first_id
-                      FROM unnest(p_group_queues, p_group_keys, firsts, gids) AS w(q, k, first_id, gid)
-                     WHERE w.gid IS NULL
-                     ORDER BY w.q COLLATE "C", w.k COLLATE "C", w.first_id
-                    ON CONFLICT (queue, group_key) DO NOTHING;
+                    -- Missing groups, each with its first job as head; a
+                    -- group listed twice gets the earlier of its first jobs.
+                    WITH ins AS (
+                        INSERT INTO pgtask.queue_groups (queue, group_key)
+                        SELECT w.q, w.k
+                          FROM unnest(p_group_queues, p_group_keys, firsts, gids) AS w(q, k, first_id, gid)
+                         WHERE w.gid IS NULL
+                         ORDER BY w.q COLLATE "C", w.k COLLATE "C", w.first_id
+                        ON CONFLICT (queue, group_key) DO NOTHING
+                        RETURNING id, queue, group_key
+                    )
+                    SELECT coalesce(array_agg(ins.id), '{}'),
+                           coalesce(array_agg((SELECT min(w.first_id)
+                                                 FROM unnest(p_group_queues, p_group_keys, firsts) AS w(q, k, first_id)
+                                                WHERE w.q = ins.queue AND w.k = ins.group_key)), '{}')
+                      INTO made, made_heads
+                      FROM ins;
                     gids := pgtask.share_lock_groups(p_group_queues, p_group_keys);
                     EXIT WHEN array_position(gids, NULL) IS NULL;
                     RAISE EXCEPTION USING ERRCODE = 'PGT01';
                 EXCEPTION WHEN SQLSTATE 'PGT01' THEN
                     -- Undone; see what is there now and try again.
+                    made := '{}';
+                    made_heads := '{}';
                     gids := pgtask.share_lock_groups(p_group_queues, p_group_keys);
                 END;
             END LOOP;
             -- A group that was missing when the ids were taken, and that
             -- another transaction created and committed before this one could
             -- insert it, may have moved on past them meanwhile: its next job
-            -- is then looked for from this call's first job of it on. The
-            -- update conflicts with no enqueue's share lock, and no advance
-            -- holds the row while this transaction shares it.
+            -- is then looked for from this call's first job of it on (see
+            -- pending_from in 0001_baseline.sql). The update conflicts with no
+            -- enqueue's share lock, and no advance holds the row while this
+            -- transaction shares it.
             UPDATE pgtask.queue_groups g SET pending_from = w.first_id
-              FROM unnest(p_group_queues, p_group_keys, firsts) AS w(q, k, first_id)
-             WHERE g.queue = w.q AND g.group_key = w.k AND g.pending_from > w.first_id;
+              FROM unnest(p_group_queues, p_group_keys, firsts, missing) AS w(q, k, first_id, gid)
+             WHERE w.gid IS NULL AND g.queue = w.q AND g.group_key = w.k AND g.id <> ALL (made)
+               AND (g.pending_from IS NULL OR g.pending_from > w.first_id);
         END IF;
     END IF;
 
@@ -350,9 +368,7 @@ BEGIN
         max_attempts, fail_blocks_group, run_after, unique_key, unique_statuses, unique_until, metadata
     )
     SELECT t.id, t.q, p_kinds[t.o], p_group_keys[t.g], gids[t.g],
-           t.g = 0 OR (created AND EXISTS (
-               SELECT 1 FROM pgtask.queue_groups qg
-                WHERE qg.queue = t.q AND qg.group_key = p_group_keys[t.g] AND qg.head_id = t.id)),
+           t.g = 0 OR (created AND t.id = ANY (made_heads)),
            CASE WHEN t.run_after > now() THEN 'scheduled'::pgtask.job_status
                 ELSE 'queued'::pgtask.job_status END,
            p_priorities[t.o], t.payload, p_max_attempts[t.o], p_fail_blocks_group[t.o], t.run_after,

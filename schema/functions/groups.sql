@@ -1,4 +1,4 @@
--- revision: 1
+-- revision: 2
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -16,13 +16,47 @@
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
 -- schema/functions.go): raise it with every change.
 
+-- The head of the group whose row has id p_group_id: the job of it marked
+-- is_head, pending, blocking or finished, or NULL when it has none (a DELETE
+-- removed it). Each state is looked up in its own index. The workers' path
+-- does not need this: a worker knows which head it finished (see
+-- advance_one_group). The finished heads' index keeps an entry for every
+-- head that finished marked, until vacuum can remove it, so this costs more
+-- the more jobs the group ran while a transaction was held open; it serves
+-- operators' changes, maintenance and the dashboard.
+CREATE OR REPLACE FUNCTION pgtask.group_head(p_queue text, p_group_key text, p_group_id bigint) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(
+        (SELECT id FROM pgtask.jobs
+          WHERE group_id = p_group_id AND pgtask.job_pending(status) AND is_head
+          LIMIT 1),
+        (SELECT id FROM pgtask.jobs
+          WHERE queue = p_queue AND group_key = p_group_key
+            AND pgtask.job_blocks_group(status, fail_blocks_group) AND is_head AND group_id = p_group_id
+          LIMIT 1),
+        (SELECT id FROM pgtask.jobs
+          WHERE queue = p_queue AND group_key = p_group_key AND group_key IS NOT NULL AND is_head
+            AND pgtask.job_releases_group(status, fail_blocks_group) AND group_id = p_group_id
+          LIMIT 1));
+$$;
+
 -- Moves groups of a queue on where their head has finished: in each, the
 -- next pending job becomes the head, or the group's row goes away. A head
 -- that is pending, running or blocking (failed with fail_blocks_group)
 -- stays. A job that ran behind the head in the same run (see claim_jobs) and
 -- failed for good with fail_blocks_group becomes the head and blocks the
--- group. Returns the keys it left alone because an enqueue into them was in
--- flight (see the top of this file); the caller tries those again later.
+-- group. p_heads, index by index with p_group_keys, may name the head each
+-- group had (a job that just finished, or one a DELETE removed); a NULL or
+-- missing element has it looked up (group_head). A named head that is no
+-- longer marked was moved on from already. Returns the keys it left alone
+-- because an enqueue into them was in flight (see the top of this file);
+-- the caller tries those again later.
+--
+-- The group's row is locked, not changed: the head is the job marked
+-- is_head, and the next one is looked for from the old head's id on (see
+-- pending_from in 0001_baseline.sql). A row rewritten with every job would
+-- leave a version behind each time, and while another session keeps a
+-- transaction open, every lookup of the row would step over all of them.
 --
 -- Set-based, so a batch's groups cost a few statements together. The
 -- statements after the lock take new snapshots (the function is volatile),
@@ -30,12 +64,17 @@
 -- are read without locking them: cancel_job and retry_job lock the group
 -- first, and nothing else changes a pending job of a group in a way that
 -- matters here.
-CREATE OR REPLACE FUNCTION pgtask.advance_group_set(p_queue text, p_group_keys text[]) RETURNS text[]
+CREATE OR REPLACE FUNCTION pgtask.advance_group_set(p_queue text, p_group_keys text[], p_heads bigint[])
+RETURNS text[]
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
 DECLARE
     locked text[];
+    locked_ids bigint[];
+    locked_rows tid[];
+    named bigint[];
+    locked_froms bigint[];
     busy text[];
     finished text[];
     finished_ids bigint[];
@@ -50,13 +89,15 @@ BEGIN
     -- Compared as group_key = ANY (keys), the generic plan read every group
     -- row of the table and compared it with every key; joined to the keys,
     -- it read the queue's whole part of the primary key and hashed it. Both
-    -- grow with the queue's groups, and, while some other session keeps a
-    -- transaction open, with every version their rows leave behind (each
-    -- advance of a group writes one).
-    SELECT coalesce(array_agg(l.group_key ORDER BY l.group_key), '{}') INTO locked
-      FROM (SELECT DISTINCT k FROM unnest(p_group_keys) k ORDER BY k) u
+    -- grow with the queue's groups.
+    SELECT coalesce(array_agg(l.group_key ORDER BY l.group_key), '{}'), coalesce(array_agg(l.id ORDER BY l.group_key), '{}'),
+           coalesce(array_agg(l.row_tid ORDER BY l.group_key), '{}'), coalesce(array_agg(u.h ORDER BY l.group_key), '{}'),
+           coalesce(array_agg(l.pending_from ORDER BY l.group_key), '{}')
+      INTO locked, locked_ids, locked_rows, named, locked_froms
+      FROM (SELECT x.k, max(x.h) AS h FROM unnest(p_group_keys, p_heads) AS x(k, h)
+             WHERE x.k IS NOT NULL GROUP BY x.k ORDER BY x.k) u
      CROSS JOIN LATERAL (
-           SELECT g.group_key FROM pgtask.queue_groups g
+           SELECT g.group_key, g.id, g.ctid AS row_tid, g.pending_from FROM pgtask.queue_groups g
             WHERE g.queue = p_queue AND g.group_key = u.k
               FOR UPDATE SKIP LOCKED) l;
     SELECT coalesce(array_agg(g.group_key), '{}') INTO busy
@@ -68,58 +109,54 @@ BEGIN
 
     -- The rows are locked: their tids stay theirs until this transaction
     -- changes them, so the statements below find them by tid. The function
-    -- runs with enable_seqscan off: with statistics taken while the table
-    -- was small, the planner judged a scan of every group row cheaper than
-    -- fetching the few it needs by tid, and the table grows with the
-    -- versions its rows leave behind while the horizon is pinned.
-    SELECT coalesce(array_agg(g.group_key), '{}'), coalesce(array_agg(g.id), '{}'),
-           coalesce(array_agg(g.row_tid), '{}'),
-           coalesce(array_agg(g.head_id), '{}'), coalesce(array_agg(g.pending_from), '{}')
+    -- runs with enable_seqscan off: with statistics taken while the tables
+    -- were small, the planner judged a scan of every row cheaper than
+    -- fetching the few it needs by tid or id.
+    SELECT coalesce(array_agg(u.k), '{}'), coalesce(array_agg(u.gid), '{}'), coalesce(array_agg(u.row_tid), '{}'),
+           coalesce(array_agg(h.head), '{}'), coalesce(array_agg(u.from_id), '{}')
       INTO finished, finished_ids, finished_rows, old_heads, froms
-      FROM unnest(locked) u(k)
-     CROSS JOIN LATERAL (
-           SELECT q.group_key, q.id, q.ctid AS row_tid, q.head_id, q.pending_from
-             FROM pgtask.queue_groups q
-            WHERE q.queue = p_queue AND q.group_key = u.k
-            LIMIT 1) g
-      LEFT JOIN pgtask.jobs j ON j.id = g.head_id
-     WHERE NOT coalesce(j.is_head AND (pgtask.job_pending(j.status)
-                                       OR pgtask.job_blocks_group(j.status, j.fail_blocks_group)), false);
+      FROM unnest(locked, locked_ids, locked_rows, named, locked_froms) AS u(k, gid, row_tid, named_head, from_id)
+     CROSS JOIN LATERAL (SELECT coalesce(u.named_head, pgtask.group_head(p_queue, u.k, u.gid)) AS head) h
+      LEFT JOIN pgtask.jobs j ON j.id = h.head
+     WHERE j.id IS NULL OR (j.is_head AND pgtask.job_releases_group(j.status, j.fail_blocks_group));
     IF cardinality(finished) = 0 THEN
         RETURN busy;
     END IF;
     UPDATE pgtask.jobs SET is_head = false WHERE id = ANY (old_heads) AND is_head;
 
-    -- The next unfinished job, from the group's pending_from on (see
-    -- 0001_baseline.sql), or before it when there is none from there (see
-    -- advance_one_group); a started one (left by a lost session, to be
-    -- requeued) takes its place at the head like any other. array_agg keeps
-    -- NULLs, so froms lines up with the other arrays.
+    -- The next unfinished job, from the old head's id on, or from
+    -- pending_from when that is lower (see 0001_baseline.sql); or before
+    -- both when there is none from there (see move_group_on). A started one
+    -- (left by a lost session, to be requeued) takes its place at the head
+    -- like any other. array_agg keeps NULLs, so the arrays line up.
     WITH nxt AS (
-        SELECT f.k, f.head, f.row_tid,
+        SELECT f.k, f.head, f.row_tid, f.from_id,
                coalesce((SELECT id FROM pgtask.jobs
-                          WHERE group_id = f.gid AND pgtask.job_pending(status) AND id >= coalesce(f.from_id, 0)
+                          WHERE group_id = f.gid AND pgtask.job_pending(status)
+                            AND id >= coalesce(least(f.head, f.from_id), 0)
                           ORDER BY id LIMIT 1),
                         (SELECT id FROM pgtask.jobs
-                          WHERE f.from_id IS NOT NULL AND group_id = f.gid AND pgtask.job_pending(status)
+                          WHERE least(f.head, f.from_id) IS NOT NULL AND group_id = f.gid AND pgtask.job_pending(status)
                           ORDER BY id LIMIT 1)) AS next_id
           FROM unnest(finished, finished_ids, finished_rows, old_heads, froms) AS f(k, gid, row_tid, head, from_id)
     ), chosen AS (
-        SELECT nxt.k, nxt.next_id, nxt.row_tid,
+        SELECT nxt.k, nxt.next_id, nxt.row_tid, nxt.from_id,
                coalesce((SELECT id FROM pgtask.jobs
                           WHERE queue = p_queue AND group_key = nxt.k
                             AND pgtask.job_blocks_group(status, fail_blocks_group)
-                            AND id > nxt.head AND (nxt.next_id IS NULL OR id < nxt.next_id)
+                            AND id > coalesce(nxt.head, 0) AND (nxt.next_id IS NULL OR id < nxt.next_id)
                           ORDER BY id LIMIT 1), nxt.next_id) AS id
           FROM nxt
     ), promoted AS (
         UPDATE pgtask.jobs j SET is_head = true
           FROM chosen c WHERE j.id = c.id
         RETURNING j.status
-    ), moved AS (
-        UPDATE pgtask.queue_groups g SET head_id = c.id, pending_from = coalesce(c.next_id, g.pending_from)
+    ), passed AS (
+        -- The new head is at or below every pending job: no bound below it
+        -- is needed any more.
+        UPDATE pgtask.queue_groups g SET pending_from = NULL
           FROM chosen c
-         WHERE g.ctid = ANY (finished_rows) AND g.ctid = c.row_tid AND c.id IS NOT NULL
+         WHERE g.ctid = ANY (finished_rows) AND g.ctid = c.row_tid AND c.id IS NOT NULL AND c.from_id IS NOT NULL
     ), emptied AS (
         DELETE FROM pgtask.queue_groups g
          USING chosen c
@@ -133,35 +170,35 @@ BEGIN
 END;
 $$;
 
--- advance_group_set for one group, as a worker calls it after finishing the
--- group's head: the same rules and locks, in statements simple enough that
--- their plans are made once per session, so one group costs a fraction of
--- the set's price. Returns false when an enqueue into the group was in
--- flight. With p_notify false it sends no wake-up for a head it makes
+-- advance_group_set for one group, as a worker calls it after finishing
+-- p_head, the group's head: the same rules and locks, in statements simple
+-- enough that their plans are made once per session, so one group costs a
+-- fraction of the set's price. Returns false when an enqueue into the group
+-- was in flight. With p_notify false it sends no wake-up for a head it makes
 -- runnable, but leaves its id for the claim that follows in the same
 -- transaction (see pick_heads), which takes it first and wakes workers for
 -- it only if it has no room left.
-CREATE OR REPLACE FUNCTION pgtask.advance_one_group(p_queue text, p_group_key text, p_notify boolean) RETURNS boolean
+CREATE OR REPLACE FUNCTION pgtask.advance_one_group(p_queue text, p_group_key text, p_head bigint, p_notify boolean)
+RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     g record;
     head record;
 BEGIN
     PERFORM pgtask.require_read_committed('advancing a group');
-    SELECT id, head_id, pending_from INTO g FROM pgtask.queue_groups
+    SELECT id, pending_from INTO g FROM pgtask.queue_groups
      WHERE queue = p_queue AND group_key = p_group_key
        FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         -- Busy when the row is there but locked by an enqueue in flight.
         RETURN NOT EXISTS (SELECT 1 FROM pgtask.queue_groups WHERE queue = p_queue AND group_key = p_group_key);
     END IF;
-    SELECT is_head, status, fail_blocks_group INTO head FROM pgtask.jobs WHERE id = g.head_id;
-    IF FOUND AND head.is_head
-       AND (pgtask.job_pending(head.status) OR pgtask.job_blocks_group(head.status, head.fail_blocks_group)) THEN
-        RETURN true; -- the head has not finished
+    SELECT is_head, status, fail_blocks_group INTO head FROM pgtask.jobs WHERE id = p_head;
+    IF FOUND AND NOT (head.is_head AND pgtask.job_releases_group(head.status, head.fail_blocks_group)) THEN
+        RETURN true; -- the head has not finished, or the group moved on from it already
     END IF;
-    UPDATE pgtask.jobs SET is_head = false WHERE id = g.head_id AND is_head;
-    PERFORM pgtask.move_group_on(p_queue, p_group_key, g.id, g.head_id, g.pending_from, p_notify);
+    UPDATE pgtask.jobs SET is_head = false WHERE id = p_head AND is_head;
+    PERFORM pgtask.move_group_on(p_queue, p_group_key, g.id, p_head, g.pending_from, p_notify);
     RETURN true;
 END;
 $$;
@@ -170,7 +207,9 @@ $$;
 -- locked (FOR UPDATE) and has unmarked its finished head p_old_head: the
 -- next job becomes the head, or the group's row goes away. settle_jobs
 -- calls it directly when it could lock the row before recording its head's
--- success, which then unmarks the head in the same update.
+-- success, which then unmarks the head in the same update. The group's row
+-- is changed only when it goes, or when its pending_from (p_pending_from)
+-- is passed.
 CREATE OR REPLACE FUNCTION pgtask.move_group_on(p_queue text, p_group_key text, p_group_id bigint,
                                                 p_old_head bigint, p_pending_from bigint, p_notify boolean)
 RETURNS void
@@ -179,12 +218,13 @@ DECLARE
     next_id bigint;
     chosen bigint;
     promoted pgtask.job_status;
+    bound bigint := least(p_old_head, p_pending_from);
 BEGIN
     SELECT id INTO next_id FROM pgtask.jobs
-     WHERE group_id = p_group_id AND pgtask.job_pending(status) AND id >= coalesce(p_pending_from, 0)
+     WHERE group_id = p_group_id AND pgtask.job_pending(status) AND id >= coalesce(bound, 0)
      ORDER BY id LIMIT 1;
-    IF next_id IS NULL AND p_pending_from IS NOT NULL THEN
-        -- Nothing from pending_from on. A job below it is still possible: an
+    IF next_id IS NULL AND bound IS NOT NULL THEN
+        -- Nothing from the bound on. A job below it is still possible: an
         -- enqueue that created the group's row raced with another that
         -- created it first, and joined it with ids taken earlier. Before the
         -- group's row goes, the whole group is looked at once more.
@@ -195,7 +235,7 @@ BEGIN
     SELECT id INTO chosen FROM pgtask.jobs
      WHERE queue = p_queue AND group_key = p_group_key
        AND pgtask.job_blocks_group(status, fail_blocks_group)
-       AND id > p_old_head AND (next_id IS NULL OR id < next_id)
+       AND id > coalesce(p_old_head, 0) AND (next_id IS NULL OR id < next_id)
      ORDER BY id LIMIT 1;
     chosen := coalesce(chosen, next_id);
     IF chosen IS NULL THEN
@@ -203,8 +243,11 @@ BEGIN
         RETURN;
     END IF;
     UPDATE pgtask.jobs SET is_head = true WHERE id = chosen RETURNING status INTO promoted;
-    UPDATE pgtask.queue_groups SET head_id = chosen, pending_from = coalesce(next_id, pending_from)
-     WHERE queue = p_queue AND group_key = p_group_key;
+    IF p_pending_from IS NOT NULL THEN
+        -- The new head is at or below every pending job: no bound below it
+        -- is needed any more.
+        UPDATE pgtask.queue_groups SET pending_from = NULL WHERE queue = p_queue AND group_key = p_group_key;
+    END IF;
     IF promoted = 'queued' THEN
         IF p_notify THEN
             PERFORM pg_notify('pgtask', p_queue);
@@ -219,7 +262,7 @@ $$;
 -- advance_group_set for one group: false when an enqueue into it was in flight.
 CREATE OR REPLACE FUNCTION pgtask.advance_group(p_queue text, p_group_key text) RETURNS boolean
 LANGUAGE sql AS $$
-    SELECT cardinality(pgtask.advance_group_set(p_queue, ARRAY[p_group_key])) = 0;
+    SELECT cardinality(pgtask.advance_group_set(p_queue, ARRAY[p_group_key], NULL)) = 0;
 $$;
 
 -- Advances groups of a queue and returns the keys it could not advance yet
@@ -237,7 +280,7 @@ BEGIN
     SELECT coalesce(array_agg(DISTINCT g), '{}') INTO busy
       FROM unnest(p_group_keys) g WHERE g IS NOT NULL;
     LOOP
-        busy := pgtask.advance_group_set(p_queue, busy);
+        busy := pgtask.advance_group_set(p_queue, busy, NULL);
         IF cardinality(busy) = 0 OR clock_timestamp() >= deadline THEN
             RETURN busy;
         END IF;
@@ -340,13 +383,13 @@ DECLARE
     busy text[];
 BEGIN
     FOR g IN
-        SELECT queue, array_agg(DISTINCT group_key ORDER BY group_key) AS keys
+        SELECT queue, array_agg(group_key ORDER BY group_key) AS keys, array_agg(id ORDER BY group_key) AS heads
           FROM gone
          WHERE is_head AND group_key IS NOT NULL
          GROUP BY queue
          ORDER BY queue
     LOOP
-        busy := pgtask.advance_group_set(g.queue, g.keys);
+        busy := pgtask.advance_group_set(g.queue, g.keys, g.heads);
         INSERT INTO pgtask.stale_groups (queue, group_key)
         SELECT g.queue, k FROM unnest(busy) k
         ON CONFLICT DO NOTHING;

@@ -1,4 +1,4 @@
--- revision: 1
+-- revision: 2
 -- Operations: the leader among workers, pausing queues, retention.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -96,9 +96,7 @@ BEGIN
         SELECT j.id FROM pgtask.jobs j
          WHERE j.status IN ('succeeded', 'failed', 'cancelled') AND j.status = p_status
            AND j.finished_at < cutoff
-           AND (j.group_key IS NULL OR NOT EXISTS (
-               SELECT 1 FROM pgtask.queue_groups g
-                WHERE g.queue = j.queue AND g.group_key = j.group_key AND g.head_id = j.id))
+           AND (j.group_key IS NULL OR NOT j.is_head)
            AND NOT (j.unique_key IS NOT NULL AND j.status = ANY (j.unique_statuses)
                     AND (j.unique_until IS NULL OR j.unique_until > clock_timestamp()))
          ORDER BY j.finished_at

@@ -1,4 +1,4 @@
--- revision: 2
+-- revision: 3
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -132,6 +132,7 @@ LANGUAGE sql IMMUTABLE AS $$
     -- from the trigger of a DELETE), and the checks and predicates.
     ('worker', 'function', 'advance_group', 'EXECUTE'),
     ('worker', 'function', 'advance_group_set', 'EXECUTE'),
+    ('worker', 'function', 'group_head', 'EXECUTE'),
     ('worker', 'function', 'require_read_committed', 'EXECUTE'),
     ('worker', 'function', 'job_pending', 'EXECUTE'),
     ('worker', 'function', 'job_blocks_group', 'EXECUTE'),
@@ -139,6 +140,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'pause_lock_class', 'EXECUTE'),
     ('admin', 'function', 'advance_group', 'EXECUTE'),
     ('admin', 'function', 'advance_group_set', 'EXECUTE'),
+    ('admin', 'function', 'group_head', 'EXECUTE'),
     ('admin', 'function', 'require_read_committed', 'EXECUTE'),
     ('admin', 'function', 'job_pending', 'EXECUTE'),
     ('admin', 'function', 'job_blocks_group', 'EXECUTE'),

@@ -1,4 +1,4 @@
--- revision: 2
+-- revision: 3
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -365,6 +365,8 @@ DECLARE
     f record;
     outcome pgtask.job_status;
     head_group text;
+    was_head boolean;
+    heads bigint[];
     grp record;
     done_ids bigint[];
     announced bigint[];
@@ -378,23 +380,23 @@ BEGIN
         -- already), the success unmarks the head in the same update, and
         -- the group moves on (see move_group_on); one update of the row
         -- fewer.
-        SELECT group_key INTO head_group FROM pgtask.jobs
+        SELECT group_key, is_head INTO head_group, was_head FROM pgtask.jobs
          WHERE id = p_ids[1] AND group_key IS NOT NULL
            AND status::text = 'started' AND attempts = p_attempts[1]
            FOR NO KEY UPDATE;
-        IF head_group IS NOT NULL THEN
+        IF head_group IS NOT NULL AND was_head THEN
             PERFORM pgtask.require_read_committed('advancing a group');
-            SELECT id, head_id, pending_from INTO grp FROM pgtask.queue_groups
+            SELECT id, pending_from INTO grp FROM pgtask.queue_groups
              WHERE queue = p_queue AND group_key = head_group
                FOR UPDATE SKIP LOCKED;
-            IF FOUND AND grp.head_id = p_ids[1] THEN
+            IF FOUND THEN
                 UPDATE pgtask.jobs
                    SET status = 'succeeded', result = p_results[1], finished_at = clock_timestamp(),
                        is_head = false, owner_pid = NULL
                  WHERE id = p_ids[1];
                 recorded := 1;
                 busy := '{}';
-                PERFORM pgtask.move_group_on(p_queue, head_group, grp.id, grp.head_id, grp.pending_from, NOT p_claiming);
+                PERFORM pgtask.move_group_on(p_queue, head_group, grp.id, p_ids[1], grp.pending_from, NOT p_claiming);
                 IF p_results[1] IS NOT NULL THEN
                     PERFORM pg_notify('pgtask_finished', p_ids[1]::text);
                 END IF;
@@ -415,7 +417,7 @@ BEGIN
         IF p_results[1] IS NOT NULL THEN
             PERFORM pg_notify('pgtask_finished', p_ids[1]::text);
         END IF;
-        IF head_group IS NOT NULL AND NOT pgtask.advance_one_group(p_queue, head_group, NOT p_claiming) THEN
+        IF head_group IS NOT NULL AND NOT pgtask.advance_one_group(p_queue, head_group, p_ids[1], NOT p_claiming) THEN
             busy := ARRAY[head_group];
         END IF;
         RETURN;
@@ -459,16 +461,25 @@ BEGIN
         PERFORM pgtask.count_stale_outcomes(ARRAY(SELECT u FROM unnest(p_ids) u WHERE u <> ALL (done_ids)));
     END IF;
     busy := '{}';
-    SELECT coalesce(array_agg(DISTINCT k ORDER BY k), '{}') INTO groups FROM unnest(groups) k;
+    -- Each group with the head it had among these jobs, if one of them was
+    -- (still marked: only advancing unmarks a head), so that advancing need
+    -- not look it up.
+    SELECT coalesce(array_agg(g.k ORDER BY g.k), '{}'), coalesce(array_agg(g.h ORDER BY g.k), '{}') INTO groups, heads
+      FROM (SELECT j.group_key AS k, max(j.id) FILTER (WHERE j.is_head) AS h
+              FROM pgtask.jobs j
+             WHERE j.id = ANY (done_ids) AND j.group_key = ANY (groups)
+             GROUP BY j.group_key) g;
     IF cardinality(groups) <= 4 THEN
         -- A few groups, as BatchSize 1 gives: one at a time is cheaper.
         FOR i IN 1 .. cardinality(groups) LOOP
-            IF NOT pgtask.advance_one_group(p_queue, groups[i], NOT p_claiming) THEN
+            IF heads[i] IS NULL THEN
+                busy := busy || pgtask.advance_group_set(p_queue, ARRAY[groups[i]], NULL);
+            ELSIF NOT pgtask.advance_one_group(p_queue, groups[i], heads[i], NOT p_claiming) THEN
                 busy := busy || groups[i];
             END IF;
         END LOOP;
     ELSE
-        busy := pgtask.advance_groups(p_queue, groups, 0);
+        busy := pgtask.advance_group_set(p_queue, groups, heads);
     END IF;
 END;
 $$;

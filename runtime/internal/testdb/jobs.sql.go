@@ -318,7 +318,9 @@ func (q *Queries) ForgetWorkerKinds(ctx context.Context) error {
 }
 
 const getGroup = `-- name: GetGroup :one
-SELECT id, queue, group_key, head_id, created_at, pending_from FROM pgtask.queue_groups WHERE queue = $1 AND group_key = $2
+SELECT g.id, g.queue, g.group_key, g.created_at, g.pending_from, g.xmin::text AS row_xmin,
+       coalesce((SELECT j.id FROM pgtask.jobs j WHERE j.group_id = g.id AND j.is_head ORDER BY j.id LIMIT 1), 0)::bigint AS head_id
+  FROM pgtask.queue_groups g WHERE g.queue = $1 AND g.group_key = $2
 `
 
 type GetGroupParams struct {
@@ -326,16 +328,29 @@ type GetGroupParams struct {
 	GroupKey string
 }
 
-func (q *Queries) GetGroup(ctx context.Context, arg GetGroupParams) (PgtaskQueueGroup, error) {
+type GetGroupRow struct {
+	ID          int64
+	Queue       string
+	GroupKey    string
+	CreatedAt   time.Time
+	PendingFrom pgtype.Int8
+	RowXmin     string
+	HeadID      int64
+}
+
+// A group's row, with its head (the job of it marked is_head, 0 for none)
+// and the transaction that wrote the row's current version.
+func (q *Queries) GetGroup(ctx context.Context, arg GetGroupParams) (GetGroupRow, error) {
 	row := q.db.QueryRow(ctx, getGroup, arg.Queue, arg.GroupKey)
-	var i PgtaskQueueGroup
+	var i GetGroupRow
 	err := row.Scan(
 		&i.ID,
 		&i.Queue,
 		&i.GroupKey,
-		&i.HeadID,
 		&i.CreatedAt,
 		&i.PendingFrom,
+		&i.RowXmin,
+		&i.HeadID,
 	)
 	return i, err
 }

@@ -113,12 +113,3 @@ type PgtaskJob struct {
 	Metadata        json.RawMessage
 	EnqueuedBy      *string
 }
-
-type PgtaskQueueGroup struct {
-	ID          int64
-	Queue       string
-	GroupKey    string
-	HeadID      int64
-	CreatedAt   time.Time
-	PendingFrom pgtype.Int8
-}
