@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -765,5 +766,47 @@ func TestGroupRowIsNotRewrittenAsItsJobsRun(t *testing.T) {
 				t.Fatalf("%d jobs ran, want %d", got, n)
 			}
 		})
+	}
+}
+
+// A run of a group's jobs behind its head (pick_runs) is looked for from
+// the head on, unless the group's row names a pending job below the head:
+// an operator's retry of an older job puts one there, which must run right
+// after the head, before the jobs a run would take.
+func TestRetriedOlderJobRunsBeforeARunBehindTheHead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	w := idleWorker(t, b.url, runtime.Config{})
+	if err := w.Register(runtime.Registration{Kind: "step", Handler: func(context.Context, *runtime.Job) error {
+		return runtime.NoRetry(errors.New("fails"))
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []runtime.JobID
+	for i := range 6 {
+		ids = append(ids, enqueue(t, b.pool, "step", map[string]int{"N": i}, runtime.WithGroup("g")))
+	}
+	if info, err := w.WorkOne(ctx); err != nil || info == nil || info.ID != ids[0] || info.Status != runtime.StatusFailed {
+		t.Fatalf("WorkOne: %+v, %v; want job %d failed", info, err, ids[0])
+	}
+	if ok, err := runtime.RetryJob(ctx, b.pool, ids[0]); err != nil || !ok {
+		t.Fatalf("retry: %v, %v", ok, err)
+	}
+	var mu sync.Mutex
+	var order []runtime.JobID
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {BatchSize: 10}}},
+		runtime.Registration{Kind: "step", Handler: func(_ context.Context, job *runtime.Job) error {
+			mu.Lock()
+			defer mu.Unlock()
+			order = append(order, job.ID)
+			return nil
+		}})
+	b.waitQueueDone(t, runtime.DefaultQueue, 30*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	want := []runtime.JobID{ids[1], ids[0], ids[2], ids[3], ids[4], ids[5]}
+	if !slices.Equal(order, want) {
+		t.Fatalf("ran %v, want %v", order, want)
 	}
 }

@@ -1,4 +1,4 @@
--- revision: 3
+-- revision: 4
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -151,15 +151,22 @@ DECLARE
     n integer;
 BEGIN
     FOR h IN
-        SELECT id, group_id FROM pgtask.jobs
+        SELECT id, group_id, queue, group_key FROM pgtask.jobs
          WHERE id = ANY (p_heads) AND group_id IS NOT NULL
          ORDER BY priority, id
     LOOP
         EXIT WHEN room <= 0;
+        -- From the head on, or from the group's pending_from when that is
+        -- lower (see 0001_baseline.sql), read in the same snapshot: a scan
+        -- from the group's start would step over the entries every job it
+        -- ran left in the index, which stay while another session keeps a
+        -- transaction open.
         SELECT array_agg(e.id ORDER BY e.id) INTO expected FROM (
             SELECT id FROM pgtask.jobs
              WHERE group_id = h.group_id
                AND pgtask.job_pending(status) AND id <> h.id
+               AND id >= least(h.id, (SELECT g.pending_from FROM pgtask.queue_groups g
+                                        WHERE g.queue = h.queue AND g.group_key = h.group_key))
              ORDER BY id
              LIMIT least(room, p_per_head)) e;
         CONTINUE WHEN expected IS NULL OR expected[1] < h.id;
