@@ -33,12 +33,15 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		regexp.MustCompile(`EnqueueNoop, 4 goroutines +300 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.80x floor (met|MISSED)`),
 		regexp.MustCompile(`EnqueueGroupedNoopMany, batches of 500, 1 goroutines +3000 jobs +\d+ jobs/s +\d+\.\d+x +>= 10\.00x floor (met|MISSED)`),
 		regexp.MustCompile(`EnqueueGroupedNoopMany, batches of 500, 4 goroutines +3000 jobs +\d+ jobs/s +\d+\.\d+x +>= 10\.00x floor (met|MISSED)`),
-		regexp.MustCompile(`defaults: drain ungrouped +500 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.80x floor (met|MISSED)`),
-		regexp.MustCompile(`defaults: drain 50 groups \(FIFO\) +500 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.60x floor (met|MISSED)`),
-		regexp.MustCompile(`defaults: drain 1 hot group \(serial\) +50 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.25x floor (met|MISSED)`),
-		regexp.MustCompile(`lease defaults: drain ungrouped +500 jobs +\d+ jobs/s +\d+\.\d+x +>= 2\.50x floor (met|MISSED)`),
+		regexp.MustCompile(`defaults: drain ungrouped +500 jobs +\d+ jobs/s +\d+\.\d+x +>= 3\.00x floor (met|MISSED)`),
+		regexp.MustCompile(`defaults: drain 50 groups \(FIFO\) +500 jobs +\d+ jobs/s +\d+\.\d+x +>= 1\.50x floor (met|MISSED)`),
+		regexp.MustCompile(`defaults: drain 1 hot group \(serial\) +50 jobs +\d+ jobs/s +\d+\.\d+x +>= 1\.00x floor (met|MISSED)`),
+		regexp.MustCompile(`lease defaults: drain ungrouped +500 jobs +\d+ jobs/s +\d+\.\d+x +>= 3\.00x floor (met|MISSED)`),
 		regexp.MustCompile(`lease defaults: drain 50 groups \(FIFO\) +500 jobs +\d+ jobs/s +\d+\.\d+x +>= 1\.50x floor (met|MISSED)`),
-		regexp.MustCompile(`lease defaults: drain 1 hot group \(serial\) +50 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.25x floor (met|MISSED)`),
+		regexp.MustCompile(`lease defaults: drain 1 hot group \(serial\) +50 jobs +\d+ jobs/s +\d+\.\d+x +>= 0\.50x floor (met|MISSED)`),
+		regexp.MustCompile(`held, BatchSize 1: drain ungrouped +500 jobs +\d+ jobs/s +\d+\.\d+x +none \(a setting, not the default\)`),
+		regexp.MustCompile(`held, BatchSize 1: drain 50 groups \(FIFO\) +500 jobs +\d+ jobs/s +\d+\.\d+x +none \(a setting, not the default\)`),
+		regexp.MustCompile(`held, BatchSize 1: drain 1 hot group \(serial\) +50 jobs +\d+ jobs/s +\d+\.\d+x +none \(a setting, not the default\)`),
 		regexp.MustCompile(`lease: 20ms handlers, Concurrency 500 +500 jobs +\d+ jobs/s on \d+ conns +\d+\.\d+x +>= \d+ jobs/s \(0\.8x lease no-op\) on <= 10 conns (met|MISSED)`),
 		regexp.MustCompile(`defaults, transaction held open: drain ungrouped +500 jobs +\d+ jobs/s +\d+\.\d+x +>= \d+ jobs/s \(0\.8x the same without\) (met|MISSED)`),
 		regexp.MustCompile(`defaults, transaction held open: wake-up after it +3 samples +p50 [\d.]+ms, p99 [\d.]+ms +p99 < 100ms (met|MISSED)`),
@@ -55,6 +58,10 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		regexp.MustCompile(`drain 1 hot group \(serial\) +300 jobs +\d+ jobs/s`),
 		regexp.MustCompile(`wake-up, held: enqueue to handler start +10 samples +p50 [\d.]+ms, p95 [\d.]+ms, p99 [\d.]+ms +p50 <= 5ms, p99 <= 10ms (met|MISSED)`),
 		regexp.MustCompile(`wake-up, lease: enqueue to handler start +10 samples +p50 [\d.]+ms, p95 [\d.]+ms, p99 [\d.]+ms +p50 <= 5ms, p99 <= 10ms (met|MISSED)`),
+		regexp.MustCompile(`held, idle worker: enqueue committed to success visible +10 samples +p50 [\d.]+ms, p99 [\d.]+ms +p50 <= 5ms, p99 <= 15ms (met|MISSED)`),
+		regexp.MustCompile(`lease, idle worker: enqueue committed to success visible +10 samples +p50 [\d.]+ms, p99 [\d.]+ms +p50 <= 5ms, p99 <= 15ms (met|MISSED)`),
+		regexp.MustCompile(`held, 1ms handlers and 1 in 10 of 100ms: success to its commit visible +2000 jobs +p50 [\d.]+ms, p99 [\d.]+ms +p99 <= 15\.00ms \(commit budget \+ 5ms\) (met|MISSED)`),
+		regexp.MustCompile(`held, BatchSize 1, 1ms handlers and 1 in 10 of 100ms: success to its commit visible +2000 jobs +p50 [\d.]+ms, p99 [\d.]+ms +none`),
 		regexp.MustCompile(`claim 10 jobs \(begin, claim, rollback\) +backlog 100 +\d+µs`),
 		regexp.MustCompile(`claim 10 jobs \(begin, claim, rollback\) +backlog 2000 +\d+µs`),
 		regexp.MustCompile(`worker RSS over a drain .* +3000 jobs +[\d.]+ MiB at 10%, [\d.]+ MiB peak, [\d.]+ MiB at end`),
@@ -68,8 +75,8 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", want, table)
 		}
 	}
-	if strings.Count(table, "\n") != 48 {
-		t.Errorf("table has %d lines, want a header and 47 rows:\n%s", strings.Count(table, "\n"), table)
+	if strings.Count(table, "\n") != 58 {
+		t.Errorf("table has %d lines, want a header and 57 rows:\n%s", strings.Count(table, "\n"), table)
 	}
 }
 
