@@ -179,8 +179,10 @@ func (e *RetryConflictsError) Error() string {
 }
 
 // PauseQueue pauses a queue across every worker: from when it returns, no
-// claim takes a job of the queue until ResumeQueue. Jobs already running
-// finish; enqueueing goes on. The pause is stored in the database, so it
+// claim takes a job of the queue until ResumeQueue. Jobs already claimed
+// run: those running finish, and a held-mode batch's jobs still waiting in
+// it run too (a batch is sized to run within its commit budget, but holds
+// up to QueueConfig.BatchSize jobs); enqueueing goes on. The pause is stored in the database, so it
 // holds for workers that start later too. It reports whether the queue was
 // running.
 func PauseQueue(ctx context.Context, db DB, queue string) (bool, error) {

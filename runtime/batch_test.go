@@ -280,3 +280,204 @@ func TestHeldBatchesKeepGroupOrderThroughFailuresAndPanics(t *testing.T) {
 	}
 	t.Logf("%d jobs, %d commits", 2*n, commits)
 }
+
+// A refused outcome in the middle of a batch is isolated and committed
+// (commitSoFar) while the batch's later jobs stay claimed in the next
+// transaction: should that session then be lost, the worker's own rescue
+// leaves those jobs to their runner, which hands back the ones it did not
+// start, their attempts returned, instead of running them on a dead
+// connection.
+func TestHeldBatchRestStaysClaimedAfterARefusedOutcome(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	small := smallStack(t, b)
+	ctx := context.Background()
+	var (
+		mu     sync.Mutex
+		w      *runtime.Worker
+		victim runtime.JobID
+		seen   testdb.PgtaskJob
+		herr   error
+		done   = make(chan struct{})
+		once   sync.Once
+	)
+	killer := runtime.Registration{Kind: "killer", Handler: func(hctx context.Context, job *runtime.Job) error {
+		if job.Attempt > 1 {
+			return nil
+		}
+		defer once.Do(func() { close(done) })
+		mu.Lock()
+		defer mu.Unlock()
+		pid, err := testdb.New(job.Tx()).BackendPID(hctx)
+		if herr = err; err != nil {
+			return nil
+		}
+		if _, herr = b.q.TerminateBackend(ctx, pid); herr != nil {
+			return nil
+		}
+		for range 200 {
+			present, err := b.q.BackendExists(ctx, pid)
+			if herr = err; err != nil || !present {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if herr = w.RescueStep(ctx); herr != nil {
+			return nil
+		}
+		seen = b.job(t, victim)
+		return nil
+	}}
+	nap := runtime.Registration{Kind: "nap", Handler: func(context.Context, *runtime.Job) error {
+		time.Sleep(20 * time.Millisecond)
+		return nil
+	}}
+	regs := append(outcomeKinds(nil), killer, nap)
+	cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{
+		runtime.DefaultQueue: {Concurrency: 1, BatchSize: 10, CommitBudget: 10 * time.Millisecond}}}
+	ww, stop := newWorkerWith(t, small, cfg, func(w *runtime.Worker) error {
+		for _, r := range regs {
+			if err := w.Register(r); err != nil {
+				return err
+			}
+		}
+		// Every kind is judged quick, so one claim takes the four jobs and
+		// none is handed back; the nap then spends the budget, so the
+		// batch commits before the killer, and the server refuses the
+		// first outcome.
+		for _, r := range regs {
+			w.PrimePace(runtime.DefaultQueue, time.Microsecond, r.Kind)
+		}
+		return nil
+	})
+	t.Cleanup(stop)
+	mu.Lock()
+	w = ww
+	reqs := []runtime.EnqueueRequest{
+		{Kind: "outcome", Payload: mustJSON(t, map[string]bool{"deep": true})},
+		{Kind: "nap", Payload: []byte(`{}`)},
+		{Kind: "killer", Payload: []byte(`{}`)},
+		{Kind: "outcome", Payload: mustJSON(t, map[string]bool{})},
+	}
+	for i := range reqs {
+		reqs[i].Apply(runtime.WithMaxAttempts(1))
+	}
+	ids, err := runtime.EnqueueMany(ctx, b.pool, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim = ids[3]
+	mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the killer did not run")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if herr != nil {
+		t.Fatal(herr)
+	}
+	if seen.Status != testdb.PgtaskJobStatusStarted || string(seen.Errors) != "[]" {
+		t.Errorf("job %d, claimed and held by its runner, was rescued by the worker's own maintenance: %s, attempts %d, errors %s",
+			victim, seen.Status, seen.Attempts, seen.Errors)
+	}
+	if j := b.waitStatus(t, victim, 15*time.Second, testdb.PgtaskJobStatusSucceeded, testdb.PgtaskJobStatusFailed); j.Status != testdb.PgtaskJobStatusSucceeded {
+		t.Errorf("job %d, never started before its session was lost, is %s after %d attempts: %s", victim, j.Status, j.Attempts, j.Errors)
+	}
+}
+
+// A runner whose claim took several jobs of a kind slower than the commit
+// budget (sized by the queue's mostly quick jobs) hands back the ones
+// behind the job it starts, so the queue's other runners run them at once.
+func TestHeldBatchHandsBackJobsBehindASlowOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	running, most := 0, 0
+	slow := runtime.Registration{Kind: "slow", Handler: func(ctx context.Context, job *runtime.Job) error {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		time.Sleep(300 * time.Millisecond)
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return nil
+	}}
+	cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 3}}}
+	_, stop := newWorkerWith(t, b.url, cfg, func(w *runtime.Worker) error {
+		if err := w.Register(slow); err != nil {
+			return err
+		}
+		if err := w.Register(runtime.Registration{Kind: "quick", Handler: quick}); err != nil {
+			return err
+		}
+		// As a queue that ran one slow job, then many quick ones.
+		w.PrimePace(runtime.DefaultQueue, 300*time.Millisecond, "slow")
+		for range 50 {
+			w.PrimePace(runtime.DefaultQueue, time.Microsecond, "quick")
+		}
+		return nil
+	})
+	t.Cleanup(stop)
+	start := time.Now()
+	enqueueKinds(t, b, "slow", "slow", "slow", "slow", "slow", "slow")
+	for _, j := range b.waitQueueDone(t, runtime.DefaultQueue, 30*time.Second) {
+		if j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 1 {
+			t.Errorf("job %d is %s after %d attempts", j.ID, j.Status, j.Attempts)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most < 2 {
+		t.Errorf("6 slow jobs ran one at a time on 3 runners (took %v): one runner kept them all", time.Since(start))
+	}
+}
+
+// Between two jobs of a batch, the successes so far commit before a job of
+// a kind expected to take them past the commit budget.
+func TestHeldBatchCommitsBeforeAJobThatWouldSpendTheBudget(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	var once sync.Once
+	cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Concurrency: 1}}}
+	_, stop := newWorkerWith(t, b.url, cfg, func(w *runtime.Worker) error {
+		if err := w.Register(runtime.Registration{Kind: "quick", Handler: quick}); err != nil {
+			return err
+		}
+		if err := w.Register(runtime.Registration{Kind: "steady", Handler: func(ctx context.Context, job *runtime.Job) error {
+			once.Do(func() { close(started) })
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}}); err != nil {
+			return err
+		}
+		// Both kinds have run: "steady" takes 50ms, five times the budget.
+		w.PrimePace(runtime.DefaultQueue, time.Microsecond, "quick")
+		w.PrimePace(runtime.DefaultQueue, 50*time.Millisecond, "steady")
+		for range 50 {
+			w.PrimePace(runtime.DefaultQueue, time.Microsecond, "quick")
+		}
+		return nil
+	})
+	t.Cleanup(stop)
+	ids := enqueueKinds(t, b, "quick", "quick", "quick", "quick", "quick", "steady")
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow job did not start")
+	}
+	for _, id := range ids[:5] {
+		b.waitStatus(t, id, 5*time.Second, testdb.PgtaskJobStatusSucceeded)
+	}
+	if j := b.job(t, ids[5]); j.Status != testdb.PgtaskJobStatusStarted {
+		t.Fatalf("the slow job is %s while its handler runs", j.Status)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -393,7 +394,12 @@ func (s *session) settle(end *heldBatch) (cycled, error) {
 	defer cancel()
 	if err := s.conn.SendBatch(bctx, b).Close(); err != nil {
 		if recordRefused(err) {
-			return s.isolate(bctx, end, err)
+			c, err := s.isolate(bctx, end, err)
+			if err == nil {
+				// The batch is done and nothing is claimed after it.
+				s.forget(0)
+			}
+			return c, err
 		}
 		return c, err
 	}
@@ -524,7 +530,6 @@ func (s *session) isolate(ctx context.Context, end *heldBatch, cause error) (cyc
 		err := s.conn.SendBatch(ctx, b).Close()
 		if err == nil {
 			s.open = false
-			s.forget(0)
 			res.Recorded += last.Recorded
 			res.Busy = append(res.Busy, last.Busy...)
 			return cycled{res: res}, nil
@@ -552,9 +557,22 @@ func (s *session) run(b *heldBatch) (*abandonment, error) {
 		if !ok {
 			return nil, nil
 		}
-		if len(b.outcomes) > 0 && r.q.pace.commitFirst(row.Kind, pending, r.q.cfg.CommitBudget) {
+		budget := r.q.cfg.CommitBudget
+		switch {
+		case len(b.pending) > 0 && r.q.pace.slow(row.Kind, budget):
+			// A job expected to take longer than the budget on its own
+			// would keep those behind it waiting that long: they go back
+			// to the queue, for idle runners, before it starts.
 			b.unget(row)
-			if err := s.commitSoFar(b); err != nil {
+			if err := s.commitSoFar(b, true); err != nil {
+				return nil, err
+			}
+			r.q.cursor.rewind()
+			r.q.signal()
+			continue
+		case len(b.outcomes) > 0 && r.q.pace.commitFirst(row.Kind, pending, budget):
+			b.unget(row)
+			if err := s.commitSoFar(b, false); err != nil {
 				return nil, err
 			}
 			continue
@@ -568,6 +586,12 @@ func (s *session) run(b *heldBatch) (*abandonment, error) {
 			pending = time.Now()
 		}
 		b.ran(o)
+		if o.lost {
+			// The session is gone, and the jobs still to run with it: they
+			// are handed back, their attempts returned.
+			b.handBackPending()
+			return nil, nil
+		}
 	}
 	b.handBackPending()
 	return nil, nil
@@ -576,13 +600,18 @@ func (s *session) run(b *heldBatch) (*abandonment, error) {
 // commitSoFar commits, in one round trip, the outcomes of the batch's jobs
 // that have run, with its hand-backs, and begins the next job transaction,
 // locking in it the batch's jobs still to run: claimed and counted already,
-// they go on without a new claim. Should the server refuse an outcome, it
-// isolates it as settle does, then locks the rest in a new transaction.
-// When it fails, the outcomes it was to commit are left in b, unless they
-// were recorded.
-func (s *session) commitSoFar(b *heldBatch) error {
+// they go on without a new claim. With handBackRest, only the next of them
+// goes on; the others are handed back with the commit, their attempts
+// returned. Should the server refuse an outcome, it isolates it as settle
+// does, then locks the rest in a new transaction. When it fails, the
+// outcomes it was to commit are left in b, unless they were recorded.
+func (s *session) commitSoFar(b *heldBatch, handBackRest bool) error {
 	r := s.r
 	rest := b.pending
+	if handBackRest && len(rest) > 1 {
+		b.handBack = append(b.handBack, ids(rest[1:])...)
+		rest = rest[:1]
+	}
 	batch := &pgx.Batch{}
 	if len(b.handBack) > 0 {
 		batch.Queue(gen.HandBack, b.handBack, int32(s.pid), r.w.id, nil, nil)
@@ -592,8 +621,15 @@ func (s *session) commitSoFar(b *heldBatch) error {
 		batch.Queue(gen.SavepointJob)
 	}
 	var res gen.SettleJobsRow
-	p := queueSettle(batch, r.q.name, outcomesOf(b.outcomes), false, &res)
-	batch.Queue(gen.CommitJobTransaction)
+	var p gen.SettleJobsParams
+	if len(b.outcomes) > 0 {
+		p = queueSettle(batch, r.q.name, outcomesOf(b.outcomes), false, &res)
+	}
+	committed := false
+	batch.Queue(gen.CommitJobTransaction).Exec(func(ct pgconn.CommandTag) error {
+		committed = ct.String() == "COMMIT"
+		return nil
+	})
 	var held []int64
 	lockRest := func(batch *pgx.Batch) {
 		batch.Queue(gen.BeginJobTransaction)
@@ -603,12 +639,15 @@ func (s *session) commitSoFar(b *heldBatch) error {
 	bctx, cancel := bookCtx(r.ctx)
 	defer cancel()
 	err := s.conn.SendBatch(bctx, batch).Close()
-	if err != nil && recordRefused(err) {
+	switch {
+	case err != nil && recordRefused(err):
 		// Nothing of the round trip after the refused statement ran.
 		c, err := s.isolate(bctx, b, err)
 		if err != nil {
 			return err
 		}
+		// isolate committed the hand-backs too: they came before its
+		// savepoint.
 		r.w.recorded(r.ctx, r.q.name, outcomesOf(b.outcomes), c.res)
 		b.outcomes, b.handBack = nil, nil
 		batch = &pgx.Batch{}
@@ -619,8 +658,13 @@ func (s *session) commitSoFar(b *heldBatch) error {
 		s.open = true
 		b.pending = r.keepHeld(rest, held)
 		return nil
-	}
-	if err != nil {
+	case err != nil && committed:
+		// The outcomes are recorded; the next transaction did not begin.
+		// The jobs still claimed are handed back with the session.
+		r.w.recorded(r.ctx, r.q.name, outcomesOf(b.outcomes), res)
+		b.outcomes, b.handBack = nil, nil
+		return fmt.Errorf("lock the rest of the batch: %w", err)
+	case err != nil:
 		return err
 	}
 	if int(res.Recorded) != len(p.Ids) {

@@ -60,7 +60,7 @@ func startWorker(t *testing.T, url string, cfg runtime.Config, regs ...runtime.R
 }
 
 // startBatching starts a worker on url until the test ends whose held-mode
-// runners take whole batches (up to each queue's BatchSize) from their
+// runners (its lease-mode queues are left as they are) take whole batches (up to each queue's BatchSize) from their
 // first claim: they judge the kinds of regs quick (PrimePace), and a queue
 // that sets no CommitBudget commits only when its batch is done, so that
 // what a test of a batch's inside sees does not hang on how fast the
@@ -76,11 +76,16 @@ func startBatching(t *testing.T, url string, cfg runtime.Config, regs ...runtime
 func newBatching(t *testing.T, url string, cfg runtime.Config, regs ...runtime.Registration) (*runtime.Worker, func()) {
 	t.Helper()
 	cfg.Queues = maps.Clone(cfg.Queues)
+	held := []string{}
 	for name, qc := range cfg.Queues {
+		if qc.Mode == runtime.ModeLease {
+			continue
+		}
 		if qc.CommitBudget == 0 {
 			qc.CommitBudget = time.Hour
 		}
 		cfg.Queues[name] = qc
+		held = append(held, name)
 	}
 	return newWorkerWith(t, url, cfg, func(w *runtime.Worker) error {
 		for _, r := range regs {
@@ -88,7 +93,7 @@ func newBatching(t *testing.T, url string, cfg runtime.Config, regs ...runtime.R
 				return err
 			}
 		}
-		for name := range cfg.Queues {
+		for _, name := range held {
 			for _, r := range regs {
 				w.PrimePace(name, time.Microsecond, r.Kind)
 			}

@@ -58,6 +58,15 @@ func (p *pace) claimSize(budget time.Duration, most int) int {
 	return int(min(int64(budget/mean)+1, int64(most)))
 }
 
+// slow reports whether a job of kind is expected to take longer than
+// budget on its own: its kind's peak is over it, or it has not run yet.
+func (p *pace) slow(kind string, budget time.Duration) bool {
+	p.mu.Lock()
+	peak, seen := p.peak[kind]
+	p.mu.Unlock()
+	return !seen || peak > budget
+}
+
 // commitFirst reports whether the successes of a batch that have waited
 // for their commit since pending should commit before a job of kind
 // starts: when it is expected to take them past budget, or its kind has not

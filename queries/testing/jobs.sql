@@ -178,3 +178,12 @@ SELECT pg_stat_get_xact_tuples_returned('pgtask.jobs_claim'::regclass)::bigint A
 -- Run in a transaction left open: takes a transaction id, which holds back
 -- the server's xmin horizon, as an application's long transaction does.
 SELECT txid_current()::bigint AS xid;
+
+-- name: BackendPID :one
+-- The server process of the session that runs it (a handler's job
+-- transaction, say).
+SELECT pg_catalog.pg_backend_pid()::integer AS pid;
+
+-- name: TerminateBackend :one
+-- Ends another session, as a network cut or an operator would.
+SELECT pg_catalog.pg_terminate_backend(@pid::integer) AS terminated;

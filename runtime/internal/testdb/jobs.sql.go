@@ -51,6 +51,19 @@ func (q *Queries) BackendExists(ctx context.Context, pid int32) (bool, error) {
 	return present, err
 }
 
+const backendPID = `-- name: BackendPID :one
+SELECT pg_catalog.pg_backend_pid()::integer AS pid
+`
+
+// The server process of the session that runs it (a handler's job
+// transaction, say).
+func (q *Queries) BackendPID(ctx context.Context) (int32, error) {
+	row := q.db.QueryRow(ctx, backendPID)
+	var pid int32
+	err := row.Scan(&pid)
+	return pid, err
+}
+
 const claimIndexEntriesRead = `-- name: ClaimIndexEntriesRead :one
 SELECT pg_stat_get_xact_tuples_returned('pgtask.jobs_claim'::regclass)::bigint AS entries
 `
@@ -543,6 +556,18 @@ type SetGroupPendingFromParams struct {
 func (q *Queries) SetGroupPendingFrom(ctx context.Context, arg SetGroupPendingFromParams) error {
 	_, err := q.db.Exec(ctx, setGroupPendingFrom, arg.PendingFrom, arg.Queue, arg.GroupKey)
 	return err
+}
+
+const terminateBackend = `-- name: TerminateBackend :one
+SELECT pg_catalog.pg_terminate_backend($1::integer) AS terminated
+`
+
+// Ends another session, as a network cut or an operator would.
+func (q *Queries) TerminateBackend(ctx context.Context, pid int32) (bool, error) {
+	row := q.db.QueryRow(ctx, terminateBackend, pid)
+	var terminated bool
+	err := row.Scan(&terminated)
+	return terminated, err
 }
 
 const terminateListeners = `-- name: TerminateListeners :one
