@@ -32,6 +32,10 @@ func TestMetricsOfARun(t *testing.T) {
 			tel := newTelemetry(t)
 			pool, url := newPool(t)
 			const queue = "work"
+			// running is closed when the cancelled job's handler runs: a
+			// job claimed in a batch may wait in it before its handler
+			// starts, and one cancelled then never runs.
+			running := make(chan struct{})
 			regs := []runtime.Registration{
 				{Kind: "ok", Handler: func(context.Context, *runtime.Job) error {
 					time.Sleep(20 * time.Millisecond)
@@ -55,6 +59,7 @@ func TestMetricsOfARun(t *testing.T) {
 					return nil
 				}},
 				{Kind: "cancelled", Handler: func(ctx context.Context, _ *runtime.Job) error {
+					close(running)
 					<-ctx.Done() // until an operator cancels it
 					return context.Cause(ctx)
 				}},
@@ -79,7 +84,11 @@ func TestMetricsOfARun(t *testing.T) {
 				enqueue(t, ctx, pool, "late", in, runtime.WithMaxAttempts(1)))
 			cancel := enqueue(t, ctx, pool, "cancelled", in)
 			ids = append(ids, cancel)
-			waitStatus(t, pool, cancel, runtime.StatusStarted)
+			select {
+			case <-running:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the job to cancel did not start")
+			}
 			if ok, err := runtime.CancelJob(context.Background(), pool, cancel); !ok || err != nil {
 				t.Fatalf("cancel the running job: %t, %v", ok, err)
 			}
