@@ -142,13 +142,13 @@ func (r *runner) work() (int, error) {
 	total := 0
 	var ended []heldOutcome
 	for err == nil && len(c.next) > 0 {
-		total += len(c.next)
 		if len(c.next) >= r.asked && !continuesGroups(c.next, ended) {
 			// A full batch: there is probably more; let an idle runner help.
 			r.q.signal()
 		}
 		b := newHeldBatch(c.next)
 		ab, err := s.run(b)
+		total += b.started
 		if ab != nil {
 			s.abandon(b, ab)
 			return total, ab
@@ -298,6 +298,8 @@ type heldBatch struct {
 	pending  []gen.ClaimJobsRow
 	outcomes []heldOutcome
 	handBack []int64
+	// started counts the jobs whose handlers the batch started.
+	started int
 	// stopped: groups whose job will be retried or blocks them, so the
 	// jobs behind it in the batch must not start.
 	stopped map[string]bool
@@ -577,6 +579,7 @@ func (s *session) run(b *heldBatch) (*abandonment, error) {
 			}
 			continue
 		}
+		b.started++
 		o, ab := s.execute(row)
 		if ab != nil {
 			b.handBackPending()
