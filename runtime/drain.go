@@ -33,9 +33,6 @@ func (w *Worker) Drain(ctx context.Context) (int, error) {
 		}
 		ran := 0
 		for _, name := range slices.Sorted(maps.Keys(w.queues)) {
-			// A claim at the cursor that finds nothing may have heads
-			// behind it; these calls stop at one.
-			w.queues[name].cursor.rewind()
 			r := &runner{w: w, q: w.queues[name], ctx: ctx, hard: ctx}
 			n, err := r.work()
 			ran += n
@@ -66,7 +63,6 @@ func (w *Worker) WorkOne(ctx context.Context) (*JobInfo, error) {
 		return nil, fmt.Errorf("work one: %w", err)
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.queues)) {
-		w.queues[name].cursor.rewind()
 		r := &runner{w: w, q: w.queues[name], ctx: ctx, hard: ctx, one: true}
 		if _, err := r.work(); err != nil {
 			return nil, fmt.Errorf("work one: queue %s: %w", name, err)

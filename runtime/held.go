@@ -569,7 +569,6 @@ func (s *session) run(b *heldBatch) (*abandonment, error) {
 			if err := s.commitSoFar(b, true); err != nil {
 				return nil, err
 			}
-			r.q.cursor.rewind()
 			r.q.signal()
 			continue
 		case len(b.outcomes) > 0 && r.q.pace.commitFirst(row.Kind, pending, budget):

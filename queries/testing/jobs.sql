@@ -168,17 +168,6 @@ SELECT count(DISTINCT xmin::text)::bigint AS commits
   FROM pgtask.jobs
  WHERE queue = @queue AND status = 'succeeded';
 
--- name: ClaimIndexEntriesRead :one
--- Entries of the claim index that this transaction's scans read so far, dead
--- ones included (index scans return those they cannot tell are dead to
--- everyone, for the heap to decide).
-SELECT pg_stat_get_xact_tuples_returned('pgtask.jobs_claim'::regclass)::bigint AS entries;
-
--- name: PinHorizon :one
--- Run in a transaction left open: takes a transaction id, which holds back
--- the server's xmin horizon, as an application's long transaction does.
-SELECT txid_current()::bigint AS xid;
-
 -- name: BackendPID :one
 -- The server process of the session that runs it (a handler's job
 -- transaction, say).

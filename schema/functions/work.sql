@@ -1,4 +1,4 @@
--- revision: 4
+-- revision: 5
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -12,13 +12,14 @@
 -- The claims run with plan_cache_mode = force_generic_plan. Their statements
 -- take the queue, the cursor and the promoted heads as parameters, and the
 -- planner otherwise judges a custom plan for each call cheaper than the
--- generic one, so it planned the claim's UPDATE and its scans afresh on
+-- generic one, so it planned the claim's UPDATE and its four scans afresh on
 -- every call: more time than running them. Every one of their statements
 -- names its partial index by constants (status, is_head), so the generic
--- plan can read the same indexes a custom one would. The scan after the
--- cursor is written as a range of (priority, id): as a test of id alone,
--- the primary key's order could serve its ORDER BY too, and a generic plan
--- chose to scan the primary key from the table's first job, finished ones
+-- plan can read the same indexes a custom one would. The scan of the part
+-- before the cursor at the cursor's priority is written as a range of
+-- (priority, id): as priority = p_after_priority AND id <= p_after_id, the
+-- primary key's order served its ORDER BY too, and the generic plan chose
+-- to scan the primary key from the table's first job, finished ones
 -- included, instead of the claim index.
 --
 -- Statements that find jobs by their ids and test that they are started do
@@ -39,20 +40,15 @@
 -- claimed slower with every job it ran.
 
 -- Picks and locks (FOR UPDATE SKIP LOCKED) up to p_max runnable heads of a
--- queue, by priority then id. A worker passes a cursor (p_after_priority,
--- p_after_id), and the scan starts there: heads of a better priority than
--- the cursor's first, then those after it. The claim index's entries of the
--- heads claimed before it are dead, but while some other session keeps a
--- transaction open (pinning the vacuum horizon), nothing can remove them or
--- even mark them dead, and a scan that went over them would fetch every
--- one's row, every time. A claim does not look behind its cursor: when the
--- queue ran dry, a steady trickle of jobs had every claim step over all the
--- heads claimed since the horizon was pinned, and the claim cost more with
--- every job run (4,000 jobs in, a claim on an empty queue read 2,000 dead
--- entries). The worker moves the cursor back instead (see claimCursor in
--- runtime/cursor.go): a little after a claim that found nothing, for late
--- commits, and to the beginning (NULL) once a second, for heads that became
--- runnable behind it (retries, a group's next job, jobs handed back).
+-- queue, by priority then id. A worker passes the (priority, id) of the last
+-- head it claimed as a cursor, and the scan starts there: the claim index's
+-- entries of the heads claimed before it are dead, but while some other
+-- session keeps a transaction open (pinning the vacuum horizon), nothing can
+-- remove them, and a scan from the start would step over every one, every
+-- time. Heads of a better priority than the cursor's are looked for first;
+-- the part before the cursor at its priority (retries, promoted heads, jobs
+-- handed back) only when the rest does not fill the claim. Without a cursor
+-- (NULL) the scan starts at the beginning.
 --
 -- p_kinds, unless NULL, are the kinds the worker has handlers for: heads of
 -- other kinds are left to workers that have theirs (a rolling deploy that
@@ -118,6 +114,17 @@ BEGIN
              WHERE queue = p_queue AND status = 'queued' AND is_head
                AND (p_kinds IS NULL OR kind = ANY (p_kinds))
                AND (priority, id) > (p_after_priority, p_after_id) AND id <> ALL (picked)
+             ORDER BY priority, id
+             LIMIT p_max - cardinality(picked)
+               FOR UPDATE SKIP LOCKED) c;
+        picked := picked || more;
+    END IF;
+    IF cardinality(picked) < p_max THEN
+        SELECT coalesce(array_agg(c.id ORDER BY c.id), '{}') INTO more FROM (
+            SELECT id FROM pgtask.jobs
+             WHERE queue = p_queue AND status = 'queued' AND is_head
+               AND (p_kinds IS NULL OR kind = ANY (p_kinds))
+               AND priority >= p_after_priority AND (priority, id) <= (p_after_priority, p_after_id) AND id <> ALL (picked)
              ORDER BY priority, id
              LIMIT p_max - cardinality(picked)
                FOR UPDATE SKIP LOCKED) c;
@@ -254,6 +261,11 @@ BEGIN
                      WHERE queue = p_queue AND status = 'queued' AND is_head
                        AND (p_kinds IS NULL OR kind = ANY (p_kinds))
                        AND (priority, id) > (p_after_priority, p_after_id)
+                     ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED),
+                   (SELECT id FROM pgtask.jobs
+                     WHERE queue = p_queue AND status = 'queued' AND is_head
+                       AND (p_kinds IS NULL OR kind = ANY (p_kinds))
+                       AND priority >= p_after_priority AND (priority, id) <= (p_after_priority, p_after_id)
                      ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED))
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,

@@ -64,20 +64,6 @@ func (q *Queries) BackendPID(ctx context.Context) (int32, error) {
 	return pid, err
 }
 
-const claimIndexEntriesRead = `-- name: ClaimIndexEntriesRead :one
-SELECT pg_stat_get_xact_tuples_returned('pgtask.jobs_claim'::regclass)::bigint AS entries
-`
-
-// Entries of the claim index that this transaction's scans read so far, dead
-// ones included (index scans return those they cannot tell are dead to
-// everyone, for the heap to decide).
-func (q *Queries) ClaimIndexEntriesRead(ctx context.Context) (int64, error) {
-	row := q.db.QueryRow(ctx, claimIndexEntriesRead)
-	var entries int64
-	err := row.Scan(&entries)
-	return entries, err
-}
-
 const countBlockedBy = `-- name: CountBlockedBy :one
 SELECT count(*)::bigint AS blocked
   FROM pg_catalog.pg_stat_activity
@@ -492,19 +478,6 @@ func (q *Queries) ParseJSONB(ctx context.Context, doc string) (json.RawMessage, 
 	var doc_2 json.RawMessage
 	err := row.Scan(&doc_2)
 	return doc_2, err
-}
-
-const pinHorizon = `-- name: PinHorizon :one
-SELECT txid_current()::bigint AS xid
-`
-
-// Run in a transaction left open: takes a transaction id, which holds back
-// the server's xmin horizon, as an application's long transaction does.
-func (q *Queries) PinHorizon(ctx context.Context) (int64, error) {
-	row := q.db.QueryRow(ctx, pinHorizon)
-	var xid int64
-	err := row.Scan(&xid)
-	return xid, err
 }
 
 const renameMigration = `-- name: RenameMigration :exec
