@@ -122,6 +122,8 @@ func (w *Worker) KindsStep(ctx context.Context) { w.maint.kinds.step(ctx) }
 func (w *Worker) PrimePace(queue string, d time.Duration, kinds ...string) {
 	q := w.queues[queue]
 	for _, k := range kinds {
-		q.pace.observe(k, d)
+		for range paceWarm {
+			q.pace.observe(k, d)
+		}
 	}
 }

@@ -687,7 +687,9 @@ func (s *session) commitSoFar(b *heldBatch, handBackRest bool) error {
 func (s *session) execute(row gen.ClaimJobsRow) (heldOutcome, *abandonment) {
 	hard := s.r.hard
 	jtx := &jobTx{Tx: s.tx, savepoint: gen.New(s.tx).SavepointJob}
+	end := s.r.q.pace.begin(row.Kind)
 	out, done := s.r.w.attempt(hard, row, func(job *Job) { job.tx = jtx })
+	end()
 	o := heldOutcome{outcome: out}
 	if o.reg == nil {
 		return o, nil

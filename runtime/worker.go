@@ -120,7 +120,9 @@ type QueueConfig struct {
 	// within CommitBudget, judging by how long the queue's handlers took so
 	// far, and commits before that budget runs out (see CommitBudget). So a
 	// lone job commits at once, a backlog of short jobs shares commits, and
-	// slow jobs are claimed one at a time. Default DefaultBatchSize; 1 runs
+	// a job expected to take longer than the budget does not keep the jobs
+	// behind it in its batch waiting: they are handed back for other
+	// runners. Default DefaultBatchSize; 1 runs
 	// and commits each job on its own. (Lease mode claims as many jobs as
 	// Concurrency has room for, runnable heads first and then runs of up to
 	// 10 jobs behind them.)
@@ -128,7 +130,8 @@ type QueueConfig struct {
 	// CommitBudget, held mode only, bounds how long a batch's finished
 	// jobs may wait for their commit while the batch goes on: a runner
 	// commits what has run before starting a job it expects to take it past
-	// the budget (a kind it has not seen run yet is expected to), and the
+	// the budget (a kind it has seen run fewer than 8 times is expected
+	// to), and the
 	// jobs still claimed go on in the next transaction, without a new claim.
 	// A handler slower than its kind has been so far can still hold back the
 	// commit of the jobs before it in its batch by its own excess. Default
