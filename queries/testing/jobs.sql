@@ -176,3 +176,10 @@ SELECT pg_catalog.pg_backend_pid()::integer AS pid;
 -- name: TerminateBackend :one
 -- Ends another session, as a network cut or an operator would.
 SELECT pg_catalog.pg_terminate_backend(@pid::integer) AS terminated;
+
+-- name: GroupPendingIndexReads :one
+-- How many entries of the index of pending grouped jobs this database's
+-- scans have read, after flushing this session's counts.
+SELECT coalesce((SELECT s.idx_tup_read FROM pg_catalog.pg_stat_all_indexes s
+                  WHERE s.schemaname = 'pgtask' AND s.indexrelname = 'jobs_group_pending'), 0)::bigint AS reads
+  FROM (SELECT pg_catalog.pg_stat_force_next_flush()) f;

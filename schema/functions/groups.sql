@@ -1,4 +1,4 @@
--- revision: 2
+-- revision: 3
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -17,26 +17,30 @@
 -- schema/functions.go): raise it with every change.
 
 -- The head of the group whose row has id p_group_id: the job of it marked
--- is_head, pending, blocking or finished, or NULL when it has none (a DELETE
--- removed it). Each state is looked up in its own index. The workers' path
--- does not need this: a worker knows which head it finished (see
--- advance_one_group). The finished heads' index keeps an entry for every
--- head that finished marked, until vacuum can remove it, so this costs more
--- the more jobs the group ran while a transaction was held open; it serves
--- operators' changes, maintenance and the dashboard.
+-- is_head, finished, blocking or pending, or NULL when it has none (a DELETE
+-- removed it). Each state is looked up in its own index, a finished head
+-- first: a group is advanced once its head has finished, and the index of
+-- pending jobs holds the group's whole backlog, whose rows a lookup there
+-- would read one by one (is_head is not in that index) before finding no
+-- pending head. The workers' path does not need this: a worker knows which
+-- head it finished (see advance_one_group). The finished heads' index keeps
+-- an entry for every head that finished marked, until vacuum can remove it,
+-- so this costs more the more jobs the group ran while a transaction was
+-- held open; it serves busy groups tried again, operators' changes,
+-- maintenance and the dashboard.
 CREATE OR REPLACE FUNCTION pgtask.group_head(p_queue text, p_group_key text, p_group_id bigint) RETURNS bigint
 LANGUAGE sql STABLE AS $$
     SELECT coalesce(
         (SELECT id FROM pgtask.jobs
-          WHERE group_id = p_group_id AND pgtask.job_pending(status) AND is_head
+          WHERE queue = p_queue AND group_key = p_group_key AND group_key IS NOT NULL AND is_head
+            AND pgtask.job_releases_group(status, fail_blocks_group) AND group_id = p_group_id
           LIMIT 1),
         (SELECT id FROM pgtask.jobs
           WHERE queue = p_queue AND group_key = p_group_key
             AND pgtask.job_blocks_group(status, fail_blocks_group) AND is_head AND group_id = p_group_id
           LIMIT 1),
         (SELECT id FROM pgtask.jobs
-          WHERE queue = p_queue AND group_key = p_group_key AND group_key IS NOT NULL AND is_head
-            AND pgtask.job_releases_group(status, fail_blocks_group) AND group_id = p_group_id
+          WHERE group_id = p_group_id AND pgtask.job_pending(status) AND is_head
           LIMIT 1));
 $$;
 
