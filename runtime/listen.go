@@ -114,6 +114,11 @@ const idleLinger = 50 * time.Millisecond
 // this, for an enqueue in a transaction that stays open long.
 const inFlightPoll = 50 * time.Millisecond
 
+// inFlightPollLong is the wait between looks at enqueues in flight that
+// have lasted a second already: only their own jobs wait for these looks,
+// and each look reads pg_locks.
+const inFlightPollLong = time.Second
+
 // idleLock is what the listener's session holds of a queue's idle lock.
 type idleLock struct {
 	held bool
@@ -126,6 +131,7 @@ type idleLock struct {
 	inFlight []string
 	poll     time.Duration
 	next     time.Time
+	since    time.Time // when the lock was taken with enqueues in flight
 	// retry is the wait before trying again to take the lock.
 	retry time.Duration
 }
@@ -134,10 +140,11 @@ type idleLock struct {
 // a wake-up, and lets it go once none has waited for idleLinger; locks says
 // what the session holds. An enqueue notifies only while the lock of its
 // queue is held, and an enqueue that did not may commit after the claim
-// that made a runner idle: so on taking the lock, the listener lists the
-// enqueues still in flight, and once the last of them is done (at once if
-// there is none) it wakes a runner to claim again. Enqueues that begin
-// after the lock was taken find it and notify. It returns how soon it must
+// that made a runner idle: so on taking the lock, the listener wakes a
+// runner to claim again, lists the enqueues still in flight, and wakes a
+// runner again whenever some of them are done. One that stays open long
+// holds back no one else's jobs. Enqueues that begin after the lock was
+// taken find it and notify. It returns how soon it must
 // run again, 0 for when an idle runner comes or goes.
 func (w *Worker) announceIdle(ctx context.Context, q *gen.Queries, locks map[string]*idleLock) (time.Duration, error) {
 	now := time.Now()
@@ -172,11 +179,14 @@ func (w *Worker) announceIdle(ctx context.Context, q *gen.Queries, locks map[str
 			if l.inFlight, err = q.EnqueuesInFlight(ctx, gen.EnqueuesInFlightParams{Queue: name}); err != nil {
 				return 0, fmt.Errorf("list enqueues in flight: %w", err)
 			}
+			// A runner claims at once, for what committed before the lock
+			// was taken; an enqueue still in flight may have found the lock
+			// free and not notify: each one's end wakes a runner again.
+			wq.signal()
 			if len(l.inFlight) == 0 {
-				wq.signal()
 				continue
 			}
-			l.poll, l.next = time.Millisecond, now.Add(time.Millisecond)
+			l.poll, l.next, l.since = time.Millisecond, now.Add(time.Millisecond), now
 		case idle:
 			l.busySince = time.Time{}
 		case l.held:
@@ -204,11 +214,19 @@ func (w *Worker) announceIdle(ctx context.Context, q *gen.Queries, locks map[str
 		if err != nil {
 			return 0, fmt.Errorf("list enqueues in flight: %w", err)
 		}
-		if l.inFlight = still; len(still) == 0 {
+		if len(still) < len(l.inFlight) {
 			wq.signal()
+		}
+		if l.inFlight = still; len(still) == 0 {
 			continue
 		}
+		// An enqueue whose transaction stays open long (a batch import, a
+		// session idle in transaction) is looked for less often once it
+		// has lasted a second: each look reads pg_locks.
 		l.poll = min(2*l.poll, inFlightPoll)
+		if now.Sub(l.since) > time.Second {
+			l.poll = inFlightPollLong
+		}
 		l.next = now.Add(l.poll)
 		soon(l.poll)
 	}

@@ -93,9 +93,9 @@ AS $$ SELECT 1885828208 $$;
 -- as long as it lives. Enqueues in flight ('pgte'): an enqueue that makes a
 -- job of a queue runnable holds (class, hash of the queue) shared until it
 -- commits, and notifies only if it finds the queue's idle lock held; a
--- listener that has just taken the idle lock waits for the enqueues that
--- held theirs before it (pg_locks shows them) before its runners claim
--- again.
+-- listener that has just taken the idle lock has a runner claim at once,
+-- and again each time some of the enqueues that held theirs before it
+-- (pg_locks shows them) are done.
 CREATE FUNCTION pgtask.idle_lock_class() RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT 1885828201 $$;

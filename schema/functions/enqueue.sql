@@ -1,4 +1,4 @@
--- revision: 4
+-- revision: 5
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -67,10 +67,10 @@ $$;
 -- anyway, and the enqueue does not notify. See the wake-up lock classes in
 -- 0001_baseline.sql: the enqueue holds its queue's enqueue lock, shared,
 -- until it commits, and then looks for the queue's idle lock. A runner
--- going idle has its listener take the idle lock first and then wait for
--- the enqueues that held their lock before it, then claims again: an
--- enqueue that found no idle lock has committed by that claim, or is
--- waited for.
+-- going idle has its listener take the idle lock first; a runner then
+-- claims again at once, and again each time some of the enqueues that held
+-- their lock before it are done: an enqueue that found no idle lock has
+-- committed by the first claim, or its end wakes another.
 --
 -- Its statements use generic plans, planned once per session: none depends
 -- on the batch's size (none joins two of the batch's arrays), and a generic
