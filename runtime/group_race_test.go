@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -257,5 +258,51 @@ func TestBusyAdvanceDoesNotReadTheGroupsBacklog(t *testing.T) {
 	t.Logf("index entries read: %d", after-before)
 	if reads := after - before; reads > 100 {
 		t.Fatalf("moving the group on read %d entries of the pending jobs' index, with %d jobs behind the head", reads, backlog)
+	}
+}
+
+// A job of a lease-mode run recorded alone (as a success that wrote through
+// job.Tx() is, in its own transaction) after its group's head finished
+// without moving the group on (an enqueue into the group was in flight)
+// moves the group on past both: its next job becomes the head at once,
+// rather than after a retry or maintenance's next round.
+func TestFollowerRecordedAloneMovesItsGroupOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ids := enqueueGroup(t, b, runtime.DefaultQueue, "g", 3)
+	rows, err := b.gen.ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{
+		Queue: runtime.DefaultQueue, Max: 2, WorkerID: 2, LeaseMs: 60_000, Token: 7, RunMax: 1,
+	})
+	if err != nil || len(rows) != 2 || rows[0].ID != int64(ids[0]) || rows[1].ID != int64(ids[1]) {
+		t.Fatalf("lease claim: %+v, %v; want the head and the job behind it", rows, err)
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	enqueue(t, tx, "seq", seqPayload{Group: "g", Seq: 3}, runtime.WithGroup("g"))
+	record := func(id runtime.JobID) gen.SettleJobsRow {
+		t.Helper()
+		r, err := b.gen.SettleJobs(ctx, gen.SettleJobsParams{
+			Queue: runtime.DefaultQueue, Ids: []int64{int64(id)}, Attempts: []int32{1},
+			Results: []json.RawMessage{nil}, Errors: []json.RawMessage{nil}, RetryInUs: []int64{-1},
+		})
+		if err != nil || r.Recorded != 1 {
+			t.Fatalf("record job %d: %+v, %v", id, r, err)
+		}
+		return r
+	}
+	if r := record(ids[0]); !slices.Equal(r.Busy, []string{"g"}) {
+		t.Fatalf("recording the head with an enqueue in flight: busy %v; want [g]", r.Busy)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	record(ids[1])
+	if j := b.job(t, ids[2]); !j.IsHead || j.Status != testdb.PgtaskJobStatusQueued {
+		t.Fatalf("after the job behind the head was recorded, the group's next job is %s, head %t; want the queued head",
+			j.Status, j.IsHead)
 	}
 }

@@ -1,4 +1,4 @@
--- revision: 5
+-- revision: 6
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -426,7 +426,7 @@ BEGIN
            SET status = 'succeeded', result = p_results[1], finished_at = clock_timestamp(),
                is_head = (is_head AND group_key IS NOT NULL), owner_pid = NULL
          WHERE id = p_ids[1] AND status::text = 'started' AND attempts = p_attempts[1]
-        RETURNING group_key INTO head_group;
+        RETURNING group_key, is_head INTO head_group, was_head;
         recorded := CASE WHEN FOUND THEN 1 ELSE 0 END;
         busy := '{}';
         IF recorded = 0 THEN
@@ -436,7 +436,12 @@ BEGIN
         IF p_results[1] IS NOT NULL THEN
             PERFORM pg_notify('pgtask_finished', p_ids[1]::text);
         END IF;
-        IF head_group IS NOT NULL AND NOT pgtask.advance_one_group(p_queue, head_group, p_ids[1], NOT p_claiming) THEN
+        IF head_group IS NOT NULL AND NOT was_head THEN
+            -- A job of a run behind its group's head, which finished before
+            -- it without moving the group on (an enqueue was in flight):
+            -- the group moves on past both, as in a batch (below).
+            busy := pgtask.advance_group_set(p_queue, ARRAY[head_group], NULL);
+        ELSIF head_group IS NOT NULL AND NOT pgtask.advance_one_group(p_queue, head_group, p_ids[1], NOT p_claiming) THEN
             busy := ARRAY[head_group];
         END IF;
         RETURN;
