@@ -53,7 +53,7 @@ func warmUp(t *testing.T, b *bundle, kind string, n int) {
 func TestHeldBatchesShareCommitsByDefault(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	const n = 600
+	const n = 1000
 	kinds := make([]string, n)
 	for i := range kinds {
 		kinds[i] = "quick"

@@ -14,8 +14,9 @@ import (
 //     first: a job expected to take the finished ones past the budget runs
 //     after their commit. A peak falls back slowly after a slow attempt, so
 //     a kind that is only sometimes slow is treated as slow; and an attempt
-//     running long now counts before it ends, so that the first slow ones
-//     of a kind (after a worker starts, say) teach the others at once.
+//     running far longer than the peak now counts before it ends, so that
+//     the first slow ones of a kind (after a worker starts, say) teach the
+//     others at once.
 //
 // It is shared by the queue's runners and lives as long as the worker.
 type pace struct {
@@ -40,10 +41,11 @@ type pace struct {
 // a few attempts would call it quick, and the first batches would then hold
 // successes back behind its slow attempts.
 const (
-	paceWeight = 8
-	paceFall   = 16
-	paceWarm   = 32
-	paceKnown  = 8
+	paceWeight  = 8
+	paceFall    = 16
+	paceWarm    = 32
+	paceKnown   = 8
+	paceRunning = 4
 )
 
 // observe records that a job of kind took d.
@@ -89,12 +91,18 @@ func (p *pace) begin(kind string) (end func()) {
 }
 
 // expected is how long a job of kind is expected to take: its kind's peak,
-// or as long as its longest attempt running now has taken, if longer. The
-// caller holds p.mu.
-func (p *pace) expected(kind string) time.Duration {
+// or as long as its longest attempt running now has taken, once that is
+// more than paceRunning times the peak (and the budget): so the first slow
+// attempts of a kind that looked quick count before they end, while an
+// attempt that only waited a moment for a core (ten runners on two, say)
+// does not make the kind look slow to every runner. The caller holds p.mu.
+func (p *pace) expected(kind string, budget time.Duration) time.Duration {
 	d := p.peak[kind]
+	over := max(budget, paceRunning*d)
 	for _, at := range p.running[kind] {
-		d = max(d, time.Since(at))
+		if e := time.Since(at); e > over {
+			d = max(d, e)
+		}
 	}
 	return d
 }
@@ -116,7 +124,7 @@ func (p *pace) claimSize(budget time.Duration, most int) int {
 // paceKnown times yet.
 func (p *pace) slow(kind string, budget time.Duration) bool {
 	p.mu.Lock()
-	peak, known := p.expected(kind), p.kindRuns[kind] >= paceKnown
+	peak, known := p.expected(kind, budget), p.kindRuns[kind] >= paceKnown
 	p.mu.Unlock()
 	return !known || peak > budget
 }
@@ -127,7 +135,7 @@ func (p *pace) slow(kind string, budget time.Duration) bool {
 // run paceKnown times yet.
 func (p *pace) commitFirst(kind string, pending time.Time, budget time.Duration) bool {
 	p.mu.Lock()
-	peak, known := p.expected(kind), p.kindRuns[kind] >= paceKnown
+	peak, known := p.expected(kind, budget), p.kindRuns[kind] >= paceKnown
 	p.mu.Unlock()
 	return !known || time.Since(pending)+peak > budget
 }
