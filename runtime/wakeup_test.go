@@ -27,136 +27,177 @@ func TestCoalescedWakeUpsLeaveNoJobWaiting(t *testing.T) {
 	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
-			ctx := context.Background()
-			const queue = "race"
-			const rounds, producers, runners, slow = 20, 4, 4, 70 * time.Millisecond
-			var mu sync.Mutex
-			started := map[runtime.JobID]time.Time{}
-			slowEnded := make(chan struct{}, runners)
-			reg := runtime.Registration{Kind: "race", Queue: queue, Mode: mode, Handler: func(ctx context.Context, job *runtime.Job) error {
-				mu.Lock()
-				started[job.ID] = time.Now()
-				mu.Unlock()
-				var p struct{ Sleep time.Duration }
-				if err := json.Unmarshal(job.Payload, &p); err != nil {
-					return err
-				}
-				time.Sleep(p.Sleep)
-				if p.Sleep >= slow {
-					slowEnded <- struct{}{}
-				}
-				return nil
-			}}
-			cfg := runtime.Config{
-				PollInterval: time.Minute,
-				Queues:       map[string]runtime.QueueConfig{queue: {Mode: mode, Concurrency: 2}},
-			}
-			startWorker(t, b.url, cfg, reg)
-			startWorker(t, b.url, cfg, reg)
-			time.Sleep(300 * time.Millisecond) // listening, runners idle
+			testWakeUpRounds(t, mode, 2, false)
+		})
+	}
+}
 
-			enqueue := func(sleep time.Duration, beforeCommit func()) (runtime.JobID, time.Time, error) {
-				tx, err := b.pool.Begin(ctx)
-				if err != nil {
-					return 0, time.Time{}, err
-				}
-				defer tx.Rollback(ctx) //nolint:errcheck // committed by then, but on an error
-				req := runtime.EnqueueRequest{Kind: "race", Payload: mustJSON(t, map[string]time.Duration{"Sleep": sleep})}
-				req.Apply(runtime.WithQueue(queue))
-				id, err := runtime.Enqueue(ctx, tx, req)
-				if err != nil {
-					return 0, time.Time{}, err
-				}
-				beforeCommit()
-				if err := tx.Commit(ctx); err != nil {
-					return 0, time.Time{}, err
-				}
-				return id, time.Now(), nil
+// A transaction that enqueued into the queue and stays open (a producer's
+// long transaction, a held handler that enqueued through job.Tx() and runs
+// on) must not hold back the wake-up of jobs committed by others between a
+// runner's empty claim and its listener taking the idle lock: those did
+// not notify, and only the claim that taking the lock triggers finds them.
+// The rounds are those of TestCoalescedWakeUpsLeaveNoJobWaiting, on one
+// worker.
+func TestWakeUpNotHeldBackByAnOpenEnqueue(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			testWakeUpRounds(t, mode, 1, true)
+		})
+	}
+}
+
+// testWakeUpRounds races producers with workers (each of Concurrency 2)
+// of one queue in mode, in rounds, and fails for a job that does not start
+// within a second of its commit. With holdOpen, a transaction that enqueued
+// into the queue stays open through every round.
+func testWakeUpRounds(t *testing.T, mode runtime.Mode, workers int, holdOpen bool) {
+	b := setup(t)
+	ctx := context.Background()
+	const queue = "race"
+	const rounds, producers, slow = 20, 4, 70 * time.Millisecond
+	runners := 2 * workers
+	var mu sync.Mutex
+	started := map[runtime.JobID]time.Time{}
+	slowEnded := make(chan struct{}, runners)
+	reg := runtime.Registration{Kind: "race", Queue: queue, Mode: mode, Handler: func(ctx context.Context, job *runtime.Job) error {
+		mu.Lock()
+		started[job.ID] = time.Now()
+		mu.Unlock()
+		var p struct{ Sleep time.Duration }
+		if err := json.Unmarshal(job.Payload, &p); err != nil {
+			return err
+		}
+		time.Sleep(p.Sleep)
+		if p.Sleep >= slow {
+			slowEnded <- struct{}{}
+		}
+		return nil
+	}}
+	cfg := runtime.Config{
+		PollInterval: time.Minute,
+		Queues:       map[string]runtime.QueueConfig{queue: {Mode: mode, Concurrency: 2}},
+	}
+	for range workers {
+		startWorker(t, b.url, cfg, reg)
+	}
+	time.Sleep(300 * time.Millisecond) // listening, runners idle
+
+	req := func(sleep time.Duration) runtime.EnqueueRequest {
+		r := runtime.EnqueueRequest{Kind: "race", Payload: mustJSON(t, map[string]time.Duration{"Sleep": sleep})}
+		r.Apply(runtime.WithQueue(queue))
+		return r
+	}
+	if holdOpen {
+		// Begun before the rounds, rolled back after.
+		open, err := b.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer open.Rollback(ctx) //nolint:errcheck // it only holds its enqueue open
+		if _, err := runtime.Enqueue(ctx, open, req(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueue := func(sleep time.Duration, beforeCommit func()) (runtime.JobID, time.Time, error) {
+		tx, err := b.pool.Begin(ctx)
+		if err != nil {
+			return 0, time.Time{}, err
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // committed by then, but on an error
+		id, err := runtime.Enqueue(ctx, tx, req(sleep))
+		if err != nil {
+			return 0, time.Time{}, err
+		}
+		beforeCommit()
+		if err := tx.Commit(ctx); err != nil {
+			return 0, time.Time{}, err
+		}
+		return id, time.Now(), nil
+	}
+	// Each round: slow jobs take every runner for longer than the
+	// listener keeps the idle lock, so the enqueues that begin
+	// meanwhile do not notify; they commit just after the slow jobs
+	// end, about when the runners, finding nothing, go idle. Then
+	// nothing is enqueued, so no later notification covers a lost
+	// wake-up.
+	var lat []time.Duration
+	late := 0
+	for round := range rounds {
+		committed := map[runtime.JobID]time.Time{}
+		var cmu sync.Mutex
+		allEnded := make(chan struct{})
+		go func() {
+			for range runners {
+				<-slowEnded
 			}
-			// Each round: slow jobs take every runner for longer than the
-			// listener keeps the idle lock, so the enqueues that begin
-			// meanwhile do not notify; they commit just after the slow jobs
-			// end, about when the runners, finding nothing, go idle. Then
-			// nothing is enqueued, so no later notification covers a lost
-			// wake-up.
-			var lat []time.Duration
-			late := 0
-			for round := range rounds {
-				committed := map[runtime.JobID]time.Time{}
-				var cmu sync.Mutex
-				allEnded := make(chan struct{})
-				go func() {
-					for range runners {
-						<-slowEnded
+			close(allEnded)
+		}()
+		for range runners {
+			id, at, err := enqueue(slow, func() {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			committed[id] = at
+		}
+		var wg sync.WaitGroup
+		for range producers {
+			wg.Go(func() {
+				time.Sleep(55 * time.Millisecond)
+				id, at, err := enqueue(0, func() {
+					select {
+					case <-allEnded:
+					case <-time.After(5 * time.Second):
 					}
-					close(allEnded)
-				}()
-				for range runners {
-					id, at, err := enqueue(slow, func() {})
-					if err != nil {
-						t.Fatal(err)
-					}
-					committed[id] = at
-				}
-				var wg sync.WaitGroup
-				for range producers {
-					wg.Go(func() {
-						time.Sleep(55 * time.Millisecond)
-						id, at, err := enqueue(0, func() {
-							select {
-							case <-allEnded:
-							case <-time.After(5 * time.Second):
-							}
-							time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
-						})
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						cmu.Lock()
-						committed[id] = at
-						cmu.Unlock()
-					})
-				}
-				wg.Wait()
-				if t.Failed() {
+					time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
+				})
+				if err != nil {
+					t.Error(err)
 					return
 				}
-				deadline := time.Now().Add(time.Second)
-				for {
-					mu.Lock()
-					missing := 0
-					for id := range committed {
-						if _, ok := started[id]; !ok {
-							missing++
-						}
-					}
-					mu.Unlock()
-					if missing == 0 || time.Now().After(deadline) {
-						break
-					}
-					time.Sleep(5 * time.Millisecond)
+				cmu.Lock()
+				committed[id] = at
+				cmu.Unlock()
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		deadline := time.Now().Add(time.Second)
+		for {
+			mu.Lock()
+			missing := 0
+			for id := range committed {
+				if _, ok := started[id]; !ok {
+					missing++
 				}
-				mu.Lock()
-				for id, at := range committed {
-					s, ok := started[id]
-					if !ok || s.Sub(at) > time.Second {
-						late++
-						t.Errorf("round %d: job %d did not start within a second of its commit (a lost wake-up)", round, id)
-						continue
-					}
-					lat = append(lat, s.Sub(at))
-				}
-				mu.Unlock()
-				time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
 			}
-			slices.Sort(lat)
-			if len(lat) > 0 {
-				t.Logf("%d jobs on time, %d late: commit to handler start p50 %s, p99 %s, max %s", len(lat), late,
-					lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1])
+			mu.Unlock()
+			if missing == 0 || time.Now().After(deadline) {
+				break
 			}
-		})
+			time.Sleep(5 * time.Millisecond)
+		}
+		mu.Lock()
+		for id, at := range committed {
+			s, ok := started[id]
+			if !ok || s.Sub(at) > time.Second {
+				late++
+				t.Errorf("round %d: job %d did not start within a second of its commit (a lost wake-up)", round, id)
+				continue
+			}
+			lat = append(lat, s.Sub(at))
+		}
+		mu.Unlock()
+		time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+	}
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		t.Logf("%d jobs on time, %d late: commit to handler start p50 %s, p99 %s, max %s", len(lat), late,
+			lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1])
 	}
 }
 
