@@ -367,20 +367,9 @@ func (s *session) settle(end *heldBatch) (cycled, error) {
 	r := s.r
 	var c cycled
 	b := &pgx.Batch{}
-	if len(end.handBack) > 0 {
-		b.Queue(gen.HandBack, end.handBack, int32(s.pid), r.w.id, nil, nil)
-	}
 	claiming := r.ctx.Err() == nil && !r.one && !r.w.slots.contended(r.q.name)
 	var res gen.SettleJobsRow
-	var p gen.SettleJobsParams
-	if len(end.outcomes) > 1 {
-		// Should the server refuse to record an outcome, the others are
-		// recorded after all, from here (see isolate).
-		b.Queue(gen.SavepointJob)
-	}
-	if len(end.outcomes) > 0 {
-		p = queueSettle(b, r.q.name, outcomesOf(end.outcomes), claiming, &res)
-	}
+	p := s.queueRecord(b, end, claiming, &res)
 	var token pgtype.Int8
 	if claiming {
 		token = s.newToken()
@@ -411,15 +400,38 @@ func (s *session) settle(end *heldBatch) (cycled, error) {
 	} else {
 		s.forget(0)
 	}
-	if int(res.Recorded) != len(p.Ids) {
-		// The jobs were locked all along: only an operator's hand on the
-		// table gets here.
-		r.w.log.Error("pgtask: some outcomes were not recorded: their jobs changed under the worker",
-			"queue", r.q.name, "jobs", p.Ids, "recorded", res.Recorded)
-	}
+	r.checkRecorded(p, res)
 	c.res = res
 	c.next = r.keepHeld(c.next, held)
 	return c, nil
+}
+
+// queueRecord adds to b what records a batch's end in its job transaction:
+// the hand-back of the jobs it did not start, and its outcomes (see
+// queueSettle, which claiming is passed to), their reply to go to res.
+func (s *session) queueRecord(b *pgx.Batch, end *heldBatch, claiming bool, res *gen.SettleJobsRow) gen.SettleJobsParams {
+	if len(end.handBack) > 0 {
+		b.Queue(gen.HandBack, end.handBack, int32(s.pid), s.r.w.id, nil, nil)
+	}
+	if len(end.outcomes) > 1 {
+		// Should the server refuse to record an outcome, the others are
+		// recorded after all, from here (see isolate).
+		b.Queue(gen.SavepointJob)
+	}
+	if len(end.outcomes) == 0 {
+		return gen.SettleJobsParams{}
+	}
+	return queueSettle(b, s.r.q.name, outcomesOf(end.outcomes), claiming, res)
+}
+
+// checkRecorded logs outcomes sent (p) that the reply (res) says were not
+// recorded. The jobs were locked all along: only an operator's hand on the
+// table gets here.
+func (r *runner) checkRecorded(p gen.SettleJobsParams, res gen.SettleJobsRow) {
+	if int(res.Recorded) != len(p.Ids) {
+		r.w.log.Error("pgtask: some outcomes were not recorded: their jobs changed under the worker",
+			"queue", r.q.name, "jobs", p.Ids, "recorded", res.Recorded)
+	}
 }
 
 // refusedRecords is a batch whose job transaction cannot commit because
@@ -615,18 +627,8 @@ func (s *session) commitSoFar(b *heldBatch, handBackRest bool) error {
 		rest = rest[:1]
 	}
 	batch := &pgx.Batch{}
-	if len(b.handBack) > 0 {
-		batch.Queue(gen.HandBack, b.handBack, int32(s.pid), r.w.id, nil, nil)
-	}
-	if len(b.outcomes) > 1 {
-		// As in settle: should the server refuse an outcome, see isolate.
-		batch.Queue(gen.SavepointJob)
-	}
 	var res gen.SettleJobsRow
-	var p gen.SettleJobsParams
-	if len(b.outcomes) > 0 {
-		p = queueSettle(batch, r.q.name, outcomesOf(b.outcomes), false, &res)
-	}
+	p := s.queueRecord(batch, b, false, &res)
 	committed := false
 	batch.Queue(gen.CommitJobTransaction).Exec(func(ct pgconn.CommandTag) error {
 		committed = ct.String() == "COMMIT"
@@ -669,10 +671,7 @@ func (s *session) commitSoFar(b *heldBatch, handBackRest bool) error {
 	case err != nil:
 		return err
 	}
-	if int(res.Recorded) != len(p.Ids) {
-		r.w.log.Error("pgtask: some outcomes were not recorded: their jobs changed under the worker",
-			"queue", r.q.name, "jobs", p.Ids, "recorded", res.Recorded)
-	}
+	r.checkRecorded(p, res)
 	r.w.recorded(r.ctx, r.q.name, outcomesOf(b.outcomes), res)
 	b.outcomes, b.handBack = nil, nil
 	b.pending = r.keepHeld(rest, held)
