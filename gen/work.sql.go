@@ -103,11 +103,11 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
-       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
+       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned
   FROM pgtask.claim_jobs($1, $2, $3, $4::smallint, $5::bigint,
-                         $6::bigint, $7::text[])
+                         $6::bigint, $7::bigint, $8::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
-            run_after, metadata)
+            run_after, metadata, scanned)
 `
 
 type ClaimJobsParams struct {
@@ -116,6 +116,7 @@ type ClaimJobsParams struct {
 	WorkerID      int32       `db:"worker_id"`
 	AfterPriority pgtype.Int2 `db:"after_priority"`
 	AfterID       pgtype.Int8 `db:"after_id"`
+	FloorID       pgtype.Int8 `db:"floor_id"`
 	Token         pgtype.Int8 `db:"token"`
 	Kinds         []string    `db:"kinds"`
 }
@@ -133,11 +134,14 @@ type ClaimJobsRow struct {
 	CreatedAt       time.Time       `db:"created_at"`
 	RunAfter        time.Time       `db:"run_after"`
 	Metadata        json.RawMessage `db:"metadata"`
+	Scanned         bool            `db:"scanned"`
 }
 
 // Claims up to @max jobs of a queue and counts their attempt (see
-// pgtask.claim_jobs; the cursor is the last head the worker claimed, or
-// NULL; kinds are those the worker has handlers for, or NULL for any).
+// pgtask.claim_jobs; the cursor is the last head the worker's scans found,
+// or NULL, and the floor where its look behind the cursor starts, or NULL
+// for the start; kinds are those the worker has handlers for, or NULL for
+// any). scanned marks the heads that move the cursor (see pgtask.scanned).
 // Run on its own, the statement commits before any
 // handler runs; run at the end of a job transaction, that transaction's
 // commit does. owner_pid names this session: the job transaction that
@@ -149,6 +153,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJo
 		arg.WorkerID,
 		arg.AfterPriority,
 		arg.AfterID,
+		arg.FloorID,
 		arg.Token,
 		arg.Kinds,
 	)
@@ -172,6 +177,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJo
 			&i.CreatedAt,
 			&i.RunAfter,
 			&i.Metadata,
+			&i.Scanned,
 		); err != nil {
 			return nil, err
 		}
@@ -188,12 +194,12 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
-       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
+       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned
   FROM pgtask.claim_leased_jobs($1, $2, $3, $4::bigint,
-                                 $5::smallint, $6::bigint, $7::bigint,
-                                 $8::integer, $9::text[])
+                                 $5::smallint, $6::bigint,
+                                 $7::bigint, $8::bigint, $9::integer, $10::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
-            run_after, metadata)
+            run_after, metadata, scanned)
 `
 
 type ClaimLeasedJobsParams struct {
@@ -203,6 +209,7 @@ type ClaimLeasedJobsParams struct {
 	LeaseMs       int64       `db:"lease_ms"`
 	AfterPriority pgtype.Int2 `db:"after_priority"`
 	AfterID       pgtype.Int8 `db:"after_id"`
+	FloorID       pgtype.Int8 `db:"floor_id"`
 	Token         int64       `db:"token"`
 	RunMax        int32       `db:"run_max"`
 	Kinds         []string    `db:"kinds"`
@@ -221,6 +228,7 @@ type ClaimLeasedJobsRow struct {
 	CreatedAt       time.Time       `db:"created_at"`
 	RunAfter        time.Time       `db:"run_after"`
 	Metadata        json.RawMessage `db:"metadata"`
+	Scanned         bool            `db:"scanned"`
 }
 
 // Claims up to @max jobs with a lease, runnable heads and the runs behind
@@ -234,6 +242,7 @@ func (q *Queries) ClaimLeasedJobs(ctx context.Context, arg ClaimLeasedJobsParams
 		arg.LeaseMs,
 		arg.AfterPriority,
 		arg.AfterID,
+		arg.FloorID,
 		arg.Token,
 		arg.RunMax,
 		arg.Kinds,
@@ -258,6 +267,7 @@ func (q *Queries) ClaimLeasedJobs(ctx context.Context, arg ClaimLeasedJobsParams
 			&i.CreatedAt,
 			&i.RunAfter,
 			&i.Metadata,
+			&i.Scanned,
 		); err != nil {
 			return nil, err
 		}
@@ -491,8 +501,21 @@ const Listen = `-- name: Listen :exec
 LISTEN pgtask
 `
 
+// New jobs (enqueues, while a worker's runner waits for them).
 func (q *Queries) Listen(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, Listen)
+	return err
+}
+
+const ListenBehind = `-- name: ListenBehind :exec
+LISTEN pgtask_behind
+`
+
+// Jobs made runnable behind the claims' cursors (promoted, retried, handed
+// back, a queue resumed): a claim must look back from the start to find
+// them (see pgtask.pick_heads).
+func (q *Queries) ListenBehind(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, ListenBehind)
 	return err
 }
 

@@ -1,7 +1,9 @@
 -- name: ClaimJobs :many
 -- Claims up to @max jobs of a queue and counts their attempt (see
--- pgtask.claim_jobs; the cursor is the last head the worker claimed, or
--- NULL; kinds are those the worker has handlers for, or NULL for any).
+-- pgtask.claim_jobs; the cursor is the last head the worker's scans found,
+-- or NULL, and the floor where its look behind the cursor starts, or NULL
+-- for the start; kinds are those the worker has handlers for, or NULL for
+-- any). scanned marks the heads that move the cursor (see pgtask.scanned).
 -- Run on its own, the statement commits before any
 -- handler runs; run at the end of a job transaction, that transaction's
 -- commit does. owner_pid names this session: the job transaction that
@@ -10,11 +12,11 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
-       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
+       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned
   FROM pgtask.claim_jobs(@queue, @max, @worker_id, sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint,
-                         sqlc.narg(token)::bigint, sqlc.narg(kinds)::text[])
+                         sqlc.narg(floor_id)::bigint, sqlc.narg(token)::bigint, sqlc.narg(kinds)::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
-            run_after, metadata);
+            run_after, metadata, scanned);
 
 -- name: HoldJobs :many
 -- First statement of the job transaction: locks the claimed rows for as long
@@ -51,7 +53,14 @@ SELECT p.moved::integer AS moved, p.skipped::bigint[] AS skipped FROM pgtask.pro
 SELECT pg_terminate_backend(@pid) AS terminated;
 
 -- name: Listen :exec
+-- New jobs (enqueues, while a worker's runner waits for them).
 LISTEN pgtask;
+
+-- name: ListenBehind :exec
+-- Jobs made runnable behind the claims' cursors (promoted, retried, handed
+-- back, a queue resumed): a claim must look back from the start to find
+-- them (see pgtask.pick_heads).
+LISTEN pgtask_behind;
 
 
 -- name: SavepointJob :exec
@@ -112,12 +121,12 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
-       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata
+       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned
   FROM pgtask.claim_leased_jobs(@queue, @max, @worker_id, @lease_ms::bigint,
-                                 sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint, @token::bigint,
-                                 @run_max::integer, sqlc.narg(kinds)::text[])
+                                 sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint,
+                                 sqlc.narg(floor_id)::bigint, @token::bigint, @run_max::integer, sqlc.narg(kinds)::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
-            run_after, metadata);
+            run_after, metadata, scanned);
 
 -- name: ExtendLeases :many
 -- Extends the leases of claimed attempts, each fenced by its attempt and

@@ -69,8 +69,13 @@ func TestHeldBatchesShareCommitsByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if commits > n/5 {
-		t.Errorf("%d jobs took %d commits; want at most %d", n, commits, n/5)
+	// A batch commits once its jobs have taken the commit budget in wall
+	// time, and a loaded machine stretches that time: the round trips of
+	// each job's savepoint wait for a core. Four quiet runs took 65 to 122
+	// commits, runs beside other test suites up to 390; one commit per job
+	// would be 1,000.
+	if commits > n/2 {
+		t.Errorf("%d jobs took %d commits; want at most %d", n, commits, n/2)
 	}
 	t.Logf("%d jobs, %d commits", n, commits)
 }

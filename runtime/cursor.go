@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -10,45 +11,112 @@ import (
 	"github.com/pgtask/pgtask/gen"
 )
 
+// lookBackEvery bounds how long a head can lie behind a queue's claim
+// cursor unseen when nothing tells the worker of it: an enqueue that
+// commits after a later job's claim (its transaction stayed open longer),
+// or jobs a lost session or lease gave back. Once this long after the last
+// look back from the start, a claim that comes up short looks back from the
+// start again. In between, claims look back only as far as the cursor was
+// then (the floor), over the dead entries of that long's claims at most.
+const lookBackEvery = time.Second
+
 // claimCursor is where a queue's claims start: the (priority, id) of the
-// last head claimed. The claim index's entries before it belong to claimed
-// jobs, dead but kept while any session of the server holds a snapshot from
-// before their claim; starting there saves stepping over them (see
-// pgtask.pick_heads, which still looks before it when the rest runs short).
+// last head the claims' scans found. The claim index's entries before it
+// belong to claimed jobs, dead but kept while any session of the server
+// holds a snapshot from before their claim; starting there saves stepping
+// over them. A claim that comes up short looks behind the cursor, from the
+// floor (see pgtask.pick_heads).
 type claimCursor struct {
 	mu       sync.Mutex
 	set      bool
 	priority int16
 	id       int64
+	// floor is the cursor as it was when a claim last looked back from the
+	// start: nothing was behind it then but heads that would be announced
+	// (behind) or found within lookBackEvery.
+	floorSet      bool
+	floorPriority int16
+	floorID       int64
+	lastFull      time.Time
+	// behind: heads were made runnable behind the cursor (promoted,
+	// retried, handed back, a queue resumed); the next claim looks back
+	// from the start.
+	behind bool
 }
 
-func (c *claimCursor) get() (pgtype.Int2, pgtype.Int8) {
+// claimFrom is where one claim starts.
+type claimFrom struct {
+	max      int32 // the most jobs it takes
+	priority pgtype.Int2
+	id       pgtype.Int8
+	floorID  pgtype.Int8
+	// full: the claim looks back from the start; once it is done, its
+	// cursor is the floor.
+	full bool
+}
+
+func (c *claimCursor) get(max int32) claimFrom {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return pgtype.Int2{Int16: c.priority, Valid: c.set}, pgtype.Int8{Int64: c.id, Valid: c.set}
+	from := claimFrom{
+		max:      max,
+		priority: pgtype.Int2{Int16: c.priority, Valid: c.set},
+		id:       pgtype.Int8{Int64: c.id, Valid: c.set},
+	}
+	if !c.set {
+		return from
+	}
+	now := time.Now()
+	if c.behind || !c.floorSet || now.Sub(c.lastFull) >= lookBackEvery {
+		c.behind, c.lastFull = false, now
+		from.full = true
+		return from
+	}
+	if c.floorPriority == c.priority {
+		from.floorID = pgtype.Int8{Int64: c.floorID, Valid: true}
+	}
+	return from
 }
 
-// moveTo records the last of a claim's rows, which come in priority, id
-// order.
-func (c *claimCursor) moveTo(rows []gen.ClaimJobsRow) {
-	if len(rows) == 0 {
-		return
-	}
-	last := rows[len(rows)-1]
+// lookBehind makes the next claim look back from the start.
+func (c *claimCursor) lookBehind() {
 	c.mu.Lock()
-	c.set, c.priority, c.id = true, last.Priority, last.ID
+	c.behind = true
 	c.mu.Unlock()
 }
 
+// claimed moves the cursor to the last head of a claim that its scans
+// found, rows coming in priority, id order. Heads the claim took because
+// its transaction promoted them, or found behind the cursor, leave it
+// where it is: moved past them, it would pass heads nobody has claimed.
+func (c *claimCursor) claimed(from claimFrom, rows []gen.ClaimJobsRow) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if from.full {
+		if len(rows) < int(from.max) {
+			c.floorSet, c.floorPriority, c.floorID = true, from.priority.Int16, from.id.Int64
+		} else {
+			// A claim that filled up did not look behind its cursor.
+			c.behind = true
+		}
+	}
+	for i := len(rows) - 1; i >= 0; i-- {
+		if rows[i].Scanned {
+			c.set, c.priority, c.id = true, rows[i].Priority, rows[i].ID
+			return
+		}
+	}
+}
+
 // collectClaim reads a claim's rows into next and moves the cursor.
-func (q *queue) collectClaim(next *[]gen.ClaimJobsRow) func(pgx.Rows) error {
+func (q *queue) collectClaim(from claimFrom, next *[]gen.ClaimJobsRow) func(pgx.Rows) error {
 	return func(rows pgx.Rows) error {
 		var err error
 		*next, err = pgx.CollectRows(rows, pgx.RowToStructByName[gen.ClaimJobsRow])
 		if err != nil {
 			return fmt.Errorf("claim jobs: %w", err)
 		}
-		q.cursor.moveTo(*next)
+		q.cursor.claimed(from, *next)
 		return nil
 	}
 }

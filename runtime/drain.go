@@ -31,6 +31,9 @@ func (w *Worker) Drain(ctx context.Context) (int, error) {
 		if err := w.maint.round(ctx); err != nil {
 			return total, fmt.Errorf("drain: %w", err)
 		}
+		// No listener tells this worker of heads made runnable behind its
+		// claims' cursors: each round looks back from the start.
+		w.lookBehindAll()
 		ran := 0
 		for _, name := range slices.Sorted(maps.Keys(w.queues)) {
 			r := &runner{w: w, q: w.queues[name], ctx: ctx, hard: ctx}
@@ -62,6 +65,7 @@ func (w *Worker) WorkOne(ctx context.Context) (*JobInfo, error) {
 	if err := w.maint.round(ctx); err != nil {
 		return nil, fmt.Errorf("work one: %w", err)
 	}
+	w.lookBehindAll()
 	for _, name := range slices.Sorted(maps.Keys(w.queues)) {
 		r := &runner{w: w, q: w.queues[name], ctx: ctx, hard: ctx, one: true}
 		if _, err := r.work(); err != nil {

@@ -28,6 +28,9 @@ func listenFor(t *testing.T, b *bundle, idleQueues ...string) *pgx.Conn {
 	if err := gen.New(lc).Listen(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := gen.New(lc).ListenBehind(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for _, q := range idleQueues {
 		if ok, err := gen.New(lc).AnnounceIdle(ctx, q); err != nil || !ok {
 			t.Fatalf("announce idle runners of %s: %v, %v", q, ok, err)

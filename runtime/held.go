@@ -236,8 +236,10 @@ func (s *session) start() (cycled, error) {
 // queueClaim adds the queue's claim to b, its rows to go to next; token,
 // when valid, marks the claimed jobs for hold_claimed_jobs.
 func (r *runner) queueClaim(b *pgx.Batch, next *[]gen.ClaimJobsRow, token pgtype.Int8) {
-	priority, id := r.q.cursor.get()
-	b.Queue(gen.ClaimJobs, r.q.name, r.batchSize(), r.w.id, priority, id, token, r.w.claimKinds).Query(r.q.collectClaim(next))
+	max := r.batchSize()
+	from := r.q.cursor.get(max)
+	b.Queue(gen.ClaimJobs, r.q.name, max, r.w.id, from.priority, from.id, from.floorID, token,
+		r.w.claimKinds).Query(r.q.collectClaim(from, next))
 }
 
 // continuesGroups reports whether every job of a claimed batch is the next

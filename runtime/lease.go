@@ -256,9 +256,9 @@ func (l *leaser) turn(outs []leaseOutcome, want int, token int64) ([]gen.ClaimJo
 		queueSettle(b, l.q.name, unsettled, want > 0, &res)
 	}
 	if want > 0 {
-		priority, id := l.q.cursor.get()
-		b.Queue(gen.ClaimLeasedJobs, l.q.name, int32(want), l.w.id, l.q.cfg.Lease.Milliseconds(), priority, id, token, int32(maxLeaseRun),
-			l.w.claimKinds).Query(l.q.collectClaim(&next))
+		from := l.q.cursor.get(int32(want))
+		b.Queue(gen.ClaimLeasedJobs, l.q.name, int32(want), l.w.id, l.q.cfg.Lease.Milliseconds(), from.priority, from.id,
+			from.floorID, token, int32(maxLeaseRun), l.w.claimKinds).Query(l.q.collectClaim(from, &next))
 	}
 	b.Queue(gen.CommitJobTransaction)
 	bctx, cancel := bookCtx(l.ctx)

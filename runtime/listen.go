@@ -16,6 +16,11 @@ import (
 // cancelChannel carries the ids of running jobs an operator cancelled.
 const cancelChannel = "pgtask_cancel"
 
+// behindChannel names queues with jobs made runnable behind the claims'
+// cursors (see pgtask.pick_heads); the pgtask channel, queues with new
+// jobs.
+const behindChannel = "pgtask_behind"
+
 // listen keeps one connection LISTENing on the pgtask channel and wakes the
 // queue each notification names, holding the idle lock of each queue with
 // an idle runner so that its enqueues notify (see announceIdle), and on the cancel channel, cancelling the
@@ -57,6 +62,9 @@ func (w *Worker) listenOnce(ctx context.Context) (listened bool, err error) {
 	if err := q.Listen(ctx); err != nil {
 		return false, err
 	}
+	if err := q.ListenBehind(ctx); err != nil {
+		return false, err
+	}
 	if err := q.ListenCancel(ctx); err != nil {
 		return false, err
 	}
@@ -79,6 +87,9 @@ func (w *Worker) listenOnce(ctx context.Context) (listened bool, err error) {
 			continue
 		}
 		if q := w.queues[n.Payload]; q != nil {
+			if n.Channel == behindChannel {
+				q.cursor.lookBehind()
+			}
 			q.signal()
 		}
 	}
@@ -182,6 +193,8 @@ func (w *Worker) announceIdle(ctx context.Context, q *gen.Queries, locks map[str
 			// A runner claims at once, for what committed before the lock
 			// was taken; an enqueue still in flight may have found the lock
 			// free and not notify: each one's end wakes a runner again.
+			// Their jobs may lie behind the claims' cursor.
+			wq.cursor.lookBehind()
 			wq.signal()
 			if len(l.inFlight) == 0 {
 				continue
@@ -215,6 +228,7 @@ func (w *Worker) announceIdle(ctx context.Context, q *gen.Queries, locks map[str
 			return 0, fmt.Errorf("list enqueues in flight: %w", err)
 		}
 		if len(still) < len(l.inFlight) {
+			wq.cursor.lookBehind()
 			wq.signal()
 		}
 		if l.inFlight = still; len(still) == 0 {

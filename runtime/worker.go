@@ -840,7 +840,16 @@ func newWorkerID() int32 {
 // wakeAll wakes one idle runner of every queue, after notifications may have
 // been lost.
 func (w *Worker) wakeAll() {
+	w.lookBehindAll()
 	for _, q := range w.queues {
 		q.signal()
+	}
+}
+
+// lookBehindAll makes every queue's next claim look back from the start of
+// the claim index (see claimCursor).
+func (w *Worker) lookBehindAll() {
+	for _, q := range w.queues {
+		q.cursor.lookBehind()
 	}
 }

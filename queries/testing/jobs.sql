@@ -33,7 +33,7 @@ ANALYZE pgtask.jobs;
 SELECT count(*)::bigint AS listeners
   FROM pg_catalog.pg_stat_activity
  WHERE datname = current_database() AND state = 'idle'
-   AND query ~ '^-- name: (Listen|ListenCancel|ListenFinished|AnnounceIdle|WithdrawIdle|EnqueuesInFlight) ';
+   AND query ~ '^-- name: (Listen|ListenBehind|ListenCancel|ListenFinished|AnnounceIdle|WithdrawIdle|EnqueuesInFlight) ';
 
 -- name: TransactionIsolation :one
 -- The isolation level of the current transaction, as SHOW prints it.
@@ -88,7 +88,7 @@ SELECT worker_id FROM pgtask.leaders WHERE duty = 'leader';
 SELECT count(pg_catalog.pg_terminate_backend(pid))::bigint AS terminated
   FROM pg_catalog.pg_stat_activity
  WHERE datname = current_database() AND pid <> pg_catalog.pg_backend_pid()
-   AND query ~ '^-- name: (Listen|ListenCancel|ListenFinished|AnnounceIdle|WithdrawIdle|EnqueuesInFlight) ';
+   AND query ~ '^-- name: (Listen|ListenBehind|ListenCancel|ListenFinished|AnnounceIdle|WithdrawIdle|EnqueuesInFlight) ';
 
 -- name: CountBlockedBy :one
 -- Sessions of this database waiting for a lock the session @pid holds.
@@ -183,3 +183,15 @@ SELECT pg_catalog.pg_terminate_backend(@pid::integer) AS terminated;
 SELECT coalesce((SELECT s.idx_tup_read FROM pg_catalog.pg_stat_all_indexes s
                   WHERE s.schemaname = 'pgtask' AND s.indexrelname = 'jobs_group_pending'), 0)::bigint AS reads
   FROM (SELECT pg_catalog.pg_stat_force_next_flush()) f;
+
+-- name: ClaimIndexReads :one
+-- How many entries of the claim index this database's scans have read,
+-- after flushing this session's counts.
+SELECT coalesce((SELECT s.idx_tup_read FROM pg_catalog.pg_stat_all_indexes s
+                  WHERE s.schemaname = 'pgtask' AND s.indexrelname = 'jobs_claim'), 0)::bigint AS reads
+  FROM (SELECT pg_catalog.pg_stat_force_next_flush()) f;
+
+-- name: PinHorizon :one
+-- Run in a REPEATABLE READ transaction left open: its snapshot keeps every
+-- row version deleted or updated after it, and their index entries.
+SELECT count(*)::bigint AS jobs FROM pgtask.jobs;

@@ -1,4 +1,4 @@
--- revision: 3
+-- revision: 4
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -168,7 +168,7 @@ BEGIN
     )
     SELECT coalesce(bool_or(status = 'queued'), false) INTO runnable FROM promoted;
     IF runnable THEN
-        PERFORM pg_notify('pgtask', p_queue);
+        PERFORM pg_notify('pgtask_behind', p_queue);
     END IF;
     RETURN busy;
 END;
@@ -254,7 +254,7 @@ BEGIN
     END IF;
     IF promoted = 'queued' THEN
         IF p_notify THEN
-            PERFORM pg_notify('pgtask', p_queue);
+            PERFORM pg_notify('pgtask_behind', p_queue);
         ELSE
             PERFORM set_config('pgtask.promoted',
                                concat_ws(',', nullif(current_setting('pgtask.promoted', true), ''), chosen), true);

@@ -1,4 +1,4 @@
--- revision: 1
+-- revision: 2
 -- Maintenance that every worker runs: queueing due jobs and rescuing the
 -- jobs of dead workers.
 --
@@ -65,7 +65,7 @@ BEGIN
             END;
         END LOOP;
     END;
-    PERFORM pg_notify('pgtask', w) FROM unnest(woken) w;
+    PERFORM pg_notify('pgtask_behind', w) FROM unnest(woken) w;
 END;
 $$;
 

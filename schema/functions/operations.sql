@@ -1,4 +1,4 @@
--- revision: 2
+-- revision: 3
 -- Operations: the leader among workers, pausing queues, retention.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -68,7 +68,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM pg_notify('pgtask', p_queue);
+    PERFORM pg_notify('pgtask_behind', p_queue);
     RETURN true;
 END;
 $$;

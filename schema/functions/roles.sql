@@ -1,4 +1,4 @@
--- revision: 3
+-- revision: 4
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -83,6 +83,7 @@ LANGUAGE sql IMMUTABLE AS $$
 
     -- Working (work.sql), maintenance (maintenance.sql), groups
     -- (groups.sql), the leader's duties (operations.sql).
+    ('worker', 'function', 'scanned', 'EXECUTE'),
     ('worker', 'function', 'pick_heads', 'EXECUTE'),
     ('worker', 'function', 'pick_runs', 'EXECUTE'),
     ('worker', 'function', 'claim_jobs', 'EXECUTE'),

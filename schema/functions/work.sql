@@ -1,4 +1,4 @@
--- revision: 6
+-- revision: 7
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -39,16 +39,38 @@
 -- other session's open transaction, nothing removes them, so a busy group
 -- claimed slower with every job it ran.
 
+-- Whether a claimed head (p_id, p_priority) came from a claim's scans in
+-- index order, of a better priority than the cursor (p_after_priority,
+-- p_after_id) or after it, rather than from the heads its own transaction
+-- promoted (p_promoted) or from the look behind the cursor: only those move
+-- the worker's cursor (see pick_heads). A head promoted further on than the
+-- cursor would otherwise move it past heads nobody has claimed.
+CREATE OR REPLACE FUNCTION pgtask.scanned(p_id bigint, p_priority smallint, p_promoted bigint[],
+                                          p_after_priority smallint, p_after_id bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_id <> ALL (coalesce(p_promoted, '{}'))
+       AND (p_after_priority IS NULL OR p_priority < p_after_priority
+            OR (p_priority, p_id) > (p_after_priority, p_after_id))
+$$;
+
 -- Picks and locks (FOR UPDATE SKIP LOCKED) up to p_max runnable heads of a
 -- queue, by priority then id. A worker passes the (priority, id) of the last
--- head it claimed as a cursor, and the scan starts there: the claim index's
--- entries of the heads claimed before it are dead, but while some other
--- session keeps a transaction open (pinning the vacuum horizon), nothing can
--- remove them, and a scan from the start would step over every one, every
--- time. Heads of a better priority than the cursor's are looked for first;
--- the part before the cursor at its priority (retries, promoted heads, jobs
--- handed back) only when the rest does not fill the claim. Without a cursor
--- (NULL) the scan starts at the beginning.
+-- head its scans found as a cursor, and the scan starts there: the claim
+-- index's entries of the heads claimed before it are dead, but while some
+-- other session keeps a transaction open (pinning the vacuum horizon),
+-- nothing can remove them, and a scan from the start would step over every
+-- one, every time. Heads of a better priority than the cursor's are looked
+-- for first; the part before the cursor at its priority only when the rest
+-- does not fill the claim, and then from p_floor_id on (NULL: from the
+-- start). Heads come to lie behind a cursor when their enqueue commits after
+-- a later one's claim, or when they are promoted, retried or handed back;
+-- the worker passes as the floor a cursor it had when it last looked back
+-- from the start, and looks back from the start again when it is told of
+-- heads behind (the pgtask_behind channel) and once a second: so a claim
+-- steps over the dead entries of about a second's claims, not of every
+-- claim since the horizon was pinned. Without a cursor (NULL) the scan
+-- starts at the beginning.
 --
 -- p_kinds, unless NULL, are the kinds the worker has handlers for: heads of
 -- other kinds are left to workers that have theirs (a rolling deploy that
@@ -59,7 +81,7 @@
 -- index itself (kind in its key) would lose its (priority, id) order across
 -- kinds.
 CREATE OR REPLACE FUNCTION pgtask.pick_heads(p_queue text, p_max integer, p_after_priority smallint, p_after_id bigint,
-                                             p_kinds text[])
+                                             p_floor_id bigint, p_kinds text[])
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -84,7 +106,7 @@ BEGIN
                FOR UPDATE SKIP LOCKED) c;
         IF EXISTS (SELECT 1 FROM unnest(promoted) u WHERE u <> ALL (picked)) THEN
             -- No room for all of them: someone else may take the rest.
-            PERFORM pg_notify('pgtask', p_queue);
+            PERFORM pg_notify('pgtask_behind', p_queue);
         END IF;
     END IF;
     IF cardinality(picked) < p_max AND p_after_priority IS NULL THEN
@@ -124,7 +146,8 @@ BEGIN
             SELECT id FROM pgtask.jobs
              WHERE queue = p_queue AND status = 'queued' AND is_head
                AND (p_kinds IS NULL OR kind = ANY (p_kinds))
-               AND priority >= p_after_priority AND (priority, id) <= (p_after_priority, p_after_id) AND id <> ALL (picked)
+               AND (priority, id) >= (p_after_priority, coalesce(p_floor_id, -9223372036854775808))
+               AND (priority, id) <= (p_after_priority, p_after_id) AND id <> ALL (picked)
              ORDER BY priority, id
              LIMIT p_max - cardinality(picked)
                FOR UPDATE SKIP LOCKED) c;
@@ -209,12 +232,12 @@ $$;
 -- p_kinds, unless NULL, limits the claim to the kinds the worker has
 -- handlers for (see pick_heads).
 CREATE OR REPLACE FUNCTION pgtask.claim_jobs(p_queue text, p_max integer, p_worker integer,
-                                                p_after_priority smallint, p_after_id bigint, p_token bigint,
-                                                p_kinds text[])
+                                                p_after_priority smallint, p_after_id bigint, p_floor_id bigint,
+                                                p_token bigint, p_kinds text[])
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
-    run_after timestamptz, metadata jsonb
+    run_after timestamptz, metadata jsonb, scanned boolean
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -222,6 +245,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     picked bigint[];
+    heads bigint[];
     promoted bigint[];
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
@@ -237,10 +261,10 @@ BEGIN
         IF promoted IS NOT NULL THEN
             PERFORM set_config('pgtask.promoted', '', true);
             IF cardinality(promoted) > 1 THEN
-                PERFORM pg_notify('pgtask', p_queue); -- room for one only
+                PERFORM pg_notify('pgtask_behind', p_queue); -- room for one only
             ELSIF p_kinds IS NOT NULL
                   AND EXISTS (SELECT 1 FROM pgtask.jobs WHERE id = promoted[1] AND kind <> ALL (p_kinds)) THEN
-                PERFORM pg_notify('pgtask', p_queue); -- for a worker that handles it
+                PERFORM pg_notify('pgtask_behind', p_queue); -- for a worker that handles it
             END IF;
         END IF;
         RETURN QUERY
@@ -265,17 +289,21 @@ BEGIN
                    (SELECT id FROM pgtask.jobs
                      WHERE queue = p_queue AND status = 'queued' AND is_head
                        AND (p_kinds IS NULL OR kind = ANY (p_kinds))
-                       AND priority >= p_after_priority AND (priority, id) <= (p_after_priority, p_after_id)
+                       AND (priority, id) >= (p_after_priority, coalesce(p_floor_id, -9223372036854775808))
+                       AND (priority, id) <= (p_after_priority, p_after_id)
                      ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED))
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
-                      j.run_after, j.metadata;
+                      j.run_after, j.metadata,
+                      pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id);
         RETURN;
     END IF;
-    picked := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id, p_kinds);
-    IF cardinality(picked) = 0 THEN
+    promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
+    heads := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id, p_floor_id, p_kinds);
+    IF cardinality(heads) = 0 THEN
         RETURN;
     END IF;
+    picked := heads;
     IF cardinality(picked) < p_max THEN
         picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked), p_max, p_kinds);
     END IF;
@@ -288,7 +316,8 @@ BEGIN
              WHERE j.id = ANY (picked)
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
-                      j.run_after, j.metadata
+                      j.run_after, j.metadata,
+                      j.id = ANY (heads) AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id)
         )
         SELECT * FROM claimed ORDER BY claimed.priority, claimed.id;
 END;
@@ -577,7 +606,7 @@ BEGIN
            errors = pgtask.append_error(errors, entry)
      WHERE id = p_id;
     IF next_status = 'queued' AND j.is_head THEN
-        PERFORM pg_notify('pgtask', j.queue);
+        PERFORM pg_notify('pgtask_behind', j.queue);
     END IF;
     RETURN next_status;
 END;
@@ -654,7 +683,7 @@ BEGIN
            array_agg(g.id) FILTER (WHERE g.status = 'cancelled')
       INTO released, queues, cancelled
       FROM gone g;
-    PERFORM pg_notify('pgtask', q) FROM unnest(queues) q;
+    PERFORM pg_notify('pgtask_behind', q) FROM unnest(queues) q;
     -- A job an operator asked to cancel ends here: its waiters learn it.
     PERFORM pg_notify('pgtask_finished', c::text) FROM unnest(cancelled) c;
     woken := coalesce(cardinality(queues), 0);
@@ -682,12 +711,12 @@ $$;
 -- (hand_back). p_kinds, unless NULL, limits the claim to the
 -- kinds the worker has handlers for (see pick_heads).
 CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
-                                                    p_after_priority smallint, p_after_id bigint, p_token bigint,
-                                                    p_run_max integer, p_kinds text[])
+                                                    p_after_priority smallint, p_after_id bigint, p_floor_id bigint,
+                                                    p_token bigint, p_run_max integer, p_kinds text[])
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
-    run_after timestamptz, metadata jsonb
+    run_after timestamptz, metadata jsonb, scanned boolean
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -695,13 +724,17 @@ AS $$
 #variable_conflict use_column
 DECLARE
     picked bigint[];
+    heads bigint[];
+    promoted bigint[];
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
     PERFORM pg_advisory_xact_lock_shared(pgtask.pause_lock_class(), hashtext(p_queue));
     IF EXISTS (SELECT 1 FROM pgtask.paused_queues q WHERE q.queue = p_queue) THEN
         RETURN;
     END IF;
-    picked := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id, p_kinds);
+    promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
+    heads := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id, p_floor_id, p_kinds);
+    picked := heads;
     IF p_run_max > 0 AND cardinality(picked) BETWEEN 1 AND p_max - 1 THEN
         picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked), p_run_max, p_kinds);
     END IF;
@@ -714,7 +747,8 @@ BEGIN
              WHERE j.id = ANY (picked)
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
-                      j.run_after, j.metadata
+                      j.run_after, j.metadata,
+                      j.id = ANY (heads) AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id)
         )
         SELECT * FROM claimed ORDER BY claimed.priority, claimed.id;
 END;

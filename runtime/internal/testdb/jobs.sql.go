@@ -64,6 +64,21 @@ func (q *Queries) BackendPID(ctx context.Context) (int32, error) {
 	return pid, err
 }
 
+const claimIndexReads = `-- name: ClaimIndexReads :one
+SELECT coalesce((SELECT s.idx_tup_read FROM pg_catalog.pg_stat_all_indexes s
+                  WHERE s.schemaname = 'pgtask' AND s.indexrelname = 'jobs_claim'), 0)::bigint AS reads
+  FROM (SELECT pg_catalog.pg_stat_force_next_flush()) f
+`
+
+// How many entries of the claim index this database's scans have read,
+// after flushing this session's counts.
+func (q *Queries) ClaimIndexReads(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, claimIndexReads)
+	var reads int64
+	err := row.Scan(&reads)
+	return reads, err
+}
+
 const countBlockedBy = `-- name: CountBlockedBy :one
 SELECT count(*)::bigint AS blocked
   FROM pg_catalog.pg_stat_activity
@@ -116,7 +131,7 @@ const countListeners = `-- name: CountListeners :one
 SELECT count(*)::bigint AS listeners
   FROM pg_catalog.pg_stat_activity
  WHERE datname = current_database() AND state = 'idle'
-   AND query ~ '^-- name: (Listen|ListenCancel|ListenFinished|AnnounceIdle|WithdrawIdle|EnqueuesInFlight) '
+   AND query ~ '^-- name: (Listen|ListenBehind|ListenCancel|ListenFinished|AnnounceIdle|WithdrawIdle|EnqueuesInFlight) '
 `
 
 // Sessions of this database waiting for pgtask's notifications: their last
@@ -495,6 +510,19 @@ func (q *Queries) ParseJSONB(ctx context.Context, doc string) (json.RawMessage, 
 	return doc_2, err
 }
 
+const pinHorizon = `-- name: PinHorizon :one
+SELECT count(*)::bigint AS jobs FROM pgtask.jobs
+`
+
+// Run in a REPEATABLE READ transaction left open: its snapshot keeps every
+// row version deleted or updated after it, and their index entries.
+func (q *Queries) PinHorizon(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, pinHorizon)
+	var jobs int64
+	err := row.Scan(&jobs)
+	return jobs, err
+}
+
 const renameMigration = `-- name: RenameMigration :exec
 UPDATE pgtask.migrations SET name = $1 WHERE version = $2
 `
@@ -562,7 +590,7 @@ const terminateListeners = `-- name: TerminateListeners :one
 SELECT count(pg_catalog.pg_terminate_backend(pid))::bigint AS terminated
   FROM pg_catalog.pg_stat_activity
  WHERE datname = current_database() AND pid <> pg_catalog.pg_backend_pid()
-   AND query ~ '^-- name: (Listen|ListenCancel|ListenFinished|AnnounceIdle|WithdrawIdle|EnqueuesInFlight) '
+   AND query ~ '^-- name: (Listen|ListenBehind|ListenCancel|ListenFinished|AnnounceIdle|WithdrawIdle|EnqueuesInFlight) '
 `
 
 // Ends the sessions waiting for pgtask's notifications, as a network cut

@@ -1,0 +1,59 @@
+package runtime
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/gen"
+)
+
+func TestClaimCursorMovesOnlyWithScannedHeadsAndLooksBackFromItsFloor(t *testing.T) {
+	var c claimCursor
+	from := c.get(10)
+	if from.priority.Valid || from.id.Valid || from.floorID.Valid {
+		t.Fatalf("a new cursor: %+v, want none", from)
+	}
+	c.claimed(from, []gen.ClaimJobsRow{{ID: 5, Scanned: true}, {ID: 7, Scanned: true}, {ID: 9}})
+	if !c.set || c.id != 7 {
+		t.Fatalf("cursor at %d (set %v), want 7: a head the claim did not scan for must not move it", c.id, c.set)
+	}
+	// No floor yet: the claim looks back from the start, and its cursor
+	// becomes the floor.
+	from = c.get(10)
+	if !from.full || from.floorID.Valid || from.id.Int64 != 7 {
+		t.Fatalf("first claim after the cursor: %+v, want a look back from the start after 7", from)
+	}
+	c.claimed(from, []gen.ClaimJobsRow{{ID: 3}, {ID: 12, Scanned: true}})
+	from = c.get(10)
+	if from.full || !from.floorID.Valid || from.floorID.Int64 != 7 || from.id.Int64 != 12 {
+		t.Fatalf("next claim: %+v, want one after 12 looking back from 7", from)
+	}
+	c.claimed(from, nil)
+	if c.id != 12 {
+		t.Fatalf("an empty claim moved the cursor to %d", c.id)
+	}
+	// Told of heads behind: from the start once, then from the new floor.
+	c.lookBehind()
+	if from = c.get(10); !from.full {
+		t.Fatalf("after lookBehind: %+v, want a look back from the start", from)
+	}
+	c.claimed(from, nil)
+	if from = c.get(10); from.full || from.floorID.Int64 != 12 {
+		t.Fatalf("after the look back from the start: %+v, want the floor at 12", from)
+	}
+	// Once lookBackEvery has passed: from the start again.
+	c.lastFull = time.Now().Add(-lookBackEvery)
+	if from = c.get(10); !from.full {
+		t.Fatalf("%s after the last look back from the start: %+v, want another", lookBackEvery, from)
+	}
+	// A claim that filled up did not look back: the next one does.
+	c.claimed(from, make([]gen.ClaimJobsRow, 10))
+	if from = c.get(10); !from.full {
+		t.Fatalf("after a full claim that was to look back from the start: %+v, want another", from)
+	}
+	// A floor at another priority than the cursor's is no floor there.
+	c.claimed(from, []gen.ClaimJobsRow{{ID: 20, Priority: 3, Scanned: true}})
+	if from = c.get(10); from.full || from.floorID.Valid {
+		t.Fatalf("cursor at priority 3, floor at 0: %+v, want no floor", from)
+	}
+}

@@ -1,0 +1,109 @@
+package runtime_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgtask/pgtask/gen"
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
+)
+
+// While another session's snapshot pins the vacuum horizon, the claim
+// index keeps an entry for every head claimed since, and a claim that looks
+// behind its cursor steps over them. A claim that comes up short looks back
+// only from its floor, so it does not read the entries of the heads claimed
+// before the floor again; only a look back from the start does.
+func TestShortClaimsDoNotReadDeadEntriesBehindTheirFloor(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	pin, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pin.Rollback(ctx) //nolint:errcheck // it only read
+	if _, err := testdb.New(pin).PinHorizon(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	const claimed = 2000
+	reqs := make([]runtime.EnqueueRequest, claimed)
+	for i := range reqs {
+		reqs[i] = runtime.EnqueueRequest{Kind: "seq", Payload: mustJSON(t, seqPayload{Seq: i})}
+	}
+	if _, err := runtime.EnqueueMany(ctx, b.pool, reqs); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	g, q := gen.New(conn), testdb.New(conn)
+	// Claims in turn, each starting after the last head the one before
+	// found, as a worker's do.
+	var last gen.ClaimJobsRow
+	claim := func(floor pgtype.Int8, max int32) []gen.ClaimJobsRow {
+		t.Helper()
+		p := gen.ClaimJobsParams{Queue: runtime.DefaultQueue, Max: max, WorkerID: 1, FloorID: floor}
+		if last.ID != 0 {
+			p.AfterPriority = pgtype.Int2{Int16: last.Priority, Valid: true}
+			p.AfterID = pgtype.Int8{Int64: last.ID, Valid: true}
+		}
+		rows, err := g.ClaimJobs(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	for n := 0; n < claimed; {
+		rows := claim(pgtype.Int8{}, 100)
+		if len(rows) == 0 {
+			t.Fatalf("claimed %d of %d jobs", n, claimed)
+		}
+		n += len(rows)
+		last = rows[len(rows)-1]
+		if !last.Scanned {
+			t.Fatalf("head %d, found by the claim's scan, is not marked as scanned", last.ID)
+		}
+	}
+	reads := func() int64 {
+		t.Helper()
+		// The first call flushes this session's counts; the second reads
+		// them.
+		if _, err := q.ClaimIndexReads(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r, err := q.ClaimIndexReads(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	shortClaim := func(floor pgtype.Int8) int64 {
+		t.Helper()
+		enqueue(t, b.pool, "seq", seqPayload{Seq: -1})
+		before := reads()
+		rows := claim(floor, 10)
+		after := reads()
+		if len(rows) != 1 {
+			t.Fatalf("claimed %d jobs, want the one new job", len(rows))
+		}
+		last = rows[0]
+		return after - before
+	}
+
+	fromFloor := shortClaim(pgtype.Int8{Int64: last.ID, Valid: true})
+	fromStart := shortClaim(pgtype.Int8{})
+	t.Logf("claim index entries read by a short claim looking back from its floor: %d; from the start: %d", fromFloor, fromStart)
+	if fromStart < claimed {
+		t.Fatalf("a look back from the start read %d entries, fewer than the %d dead ones: the horizon is not pinned", fromStart, claimed)
+	}
+	if fromFloor > 20 {
+		t.Fatalf("a short claim read %d claim index entries, with %d dead ones behind its floor", fromFloor, claimed)
+	}
+}
