@@ -12,13 +12,17 @@ import (
 )
 
 // lookBackEvery bounds how long a head can lie behind a queue's claim
-// cursor unseen when nothing tells the worker of it: an enqueue that
-// commits after a later job's claim (its transaction stayed open longer),
-// or jobs a lost session or lease gave back. Once this long after the last
+// cursor unseen when nothing tells the worker of it. Heads made runnable
+// behind it are announced: promotions, retries, hand-backs and resumed
+// queues on the pgtask_behind channel (a look back from the start), and an
+// enqueue that commits after a later job's claim by its notification, which
+// carries its first job's id (the floor moves back to it), or, when it did
+// not notify since every runner was busy, by the listener's look at the
+// enqueues in flight as a runner goes idle. Once this long after the last
 // look back from the start, a claim that comes up short looks back from the
-// start again. In between, claims look back only as far as the cursor was
-// then (the floor), over the dead entries of that long's claims at most.
-const lookBackEvery = time.Second
+// start again, for anything else. In between, claims look back only as far
+// as the floor, over the dead entries of the claims since at most.
+const lookBackEvery = 5 * time.Second
 
 // claimCursor is where a queue's claims start: the (priority, id) of the
 // last head the claims' scans found. The claim index's entries before it
@@ -76,6 +80,20 @@ func (c *claimCursor) get(max int32) claimFrom {
 		from.floorID = pgtype.Int8{Int64: c.floorID, Valid: true}
 	}
 	return from
+}
+
+// heard lowers the floor to a job that committed after the claims' scans
+// may have passed it (its enqueue's notification came), so that claims
+// looking back find it without looking from the start.
+func (c *claimCursor) heard(id int64) {
+	if id <= 0 {
+		return
+	}
+	c.mu.Lock()
+	if c.floorSet && id < c.floorID {
+		c.floorID = id
+	}
+	c.mu.Unlock()
 }
 
 // lookBehind makes the next claim look back from the start.

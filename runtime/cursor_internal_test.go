@@ -57,3 +57,33 @@ func TestClaimCursorMovesOnlyWithScannedHeadsAndLooksBackFromItsFloor(t *testing
 		t.Fatalf("cursor at priority 3, floor at 0: %+v, want no floor", from)
 	}
 }
+
+func TestAnEnqueuesWakeUpMovesTheFloorBackToItsJob(t *testing.T) {
+	for payload, want := range map[string]struct {
+		first int64
+		queue string
+	}{
+		"42:default": {42, "default"},
+		"7:a:b":      {7, "a:b"},
+		"default":    {0, "default"},
+		"x:y":        {0, "x:y"},
+		"12:":        {12, ""},
+	} {
+		if first, queue := parseWake(payload); first != want.first || queue != want.queue {
+			t.Errorf("parseWake(%q) = %d, %q; want %d, %q", payload, first, queue, want.first, want.queue)
+		}
+	}
+	var c claimCursor
+	c.claimed(c.get(10), []gen.ClaimJobsRow{{ID: 50, Scanned: true}})
+	from := c.get(10)
+	c.claimed(from, []gen.ClaimJobsRow{{ID: 60, Scanned: true}})
+	c.heard(70) // ahead of the cursor: the scan finds it
+	c.heard(55) // behind the cursor, not behind the floor
+	if from = c.get(10); from.full || from.floorID.Int64 != 50 {
+		t.Fatalf("%+v, want a look back from 50", from)
+	}
+	c.heard(20)
+	if from = c.get(10); from.full || from.floorID.Int64 != 20 {
+		t.Fatalf("after an enqueue of job 20 committed: %+v, want a look back from 20", from)
+	}
+}

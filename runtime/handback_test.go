@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,12 @@ func wakeUp(t *testing.T, lc *pgx.Conn, wait time.Duration) string {
 	n, err := lc.WaitForNotification(ctx)
 	if err != nil {
 		return ""
+	}
+	// An enqueue's wake-up names its first new job's id before the queue.
+	if id, queue, ok := strings.Cut(n.Payload, ":"); ok && n.Channel == "pgtask" {
+		if _, err := strconv.ParseInt(id, 10, 64); err == nil {
+			return queue
+		}
 	}
 	return n.Payload
 }

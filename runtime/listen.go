@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,13 +88,34 @@ func (w *Worker) listenOnce(ctx context.Context) (listened bool, err error) {
 			w.cancelNotified(ctx, n.Payload)
 			continue
 		}
-		if q := w.queues[n.Payload]; q != nil {
-			if n.Channel == behindChannel {
+		if n.Channel == behindChannel {
+			if q := w.queues[n.Payload]; q != nil {
 				q.cursor.lookBehind()
+				q.signal()
 			}
+			continue
+		}
+		first, name := parseWake(n.Payload)
+		if q := w.queues[name]; q != nil {
+			q.cursor.heard(first)
 			q.signal()
 		}
 	}
+}
+
+// parseWake reads an enqueue's wake-up: the queue's first new job's id, a
+// colon, and the queue (see pgtask.enqueue_jobs); first is 0 when the
+// payload names the queue alone.
+func parseWake(payload string) (first int64, queue string) {
+	id, rest, ok := strings.Cut(payload, ":")
+	if !ok {
+		return 0, payload
+	}
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil {
+		return 0, payload
+	}
+	return n, rest
 }
 
 // listenConn opens the listener's connection, or on the application's pool

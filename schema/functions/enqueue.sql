@@ -1,4 +1,4 @@
--- revision: 5
+-- revision: 6
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -61,7 +61,7 @@ $$;
 --
 -- Workers listening on the channel "pgtask" are woken, at commit, for each
 -- queue that got a job it can run now, if some runner of the queue may be
--- idle. A transaction that notifies holds the database's notify lock from
+-- idle (the payload: the queue's first new job's id, a colon, the queue). A transaction that notifies holds the database's notify lock from
 -- its commit's start to its end, so notifying enqueues commit one at a
 -- time; while every runner is busy, the next claim of one finds the job
 -- anyway, and the enqueue does not notify. See the wake-up lock classes in
@@ -152,6 +152,7 @@ DECLARE
     used_groups integer[];
     inserted bigint[];
     woken text;
+    woken_queue text;
 BEGIN
     IF n = 0 THEN
         RETURN QUERY SELECT '{}'::bigint[], '{}'::boolean[];
@@ -391,14 +392,20 @@ BEGIN
     -- another's instant mistakes it for an idle runner and notifies. It is
     -- taken and let go in one expression, which no cancel interrupts: a
     -- session left holding it would find it free ever after.
+    -- The notification's payload is the queue's first new job's id, a
+    -- colon and the queue: a worker whose claims' cursor is past that id
+    -- looks back as far as it (see pgtask.pick_heads), since the job
+    -- committed after a later one was claimed.
     FOR woken IN
-        SELECT DISTINCT p_queues[u.o] AS q
-          FROM (SELECT unnest(p_settings) AS o, unnest(p_groups) AS g) u
+        SELECT min(u.id)::text || ':' || p_queues[u.o]
+          FROM (SELECT unnest(ids) AS id, unnest(p_settings) AS o, unnest(p_groups) AS g) u
          WHERE (u.g = 0 OR created) AND starts[u.o] <= now()
+         GROUP BY p_queues[u.o]
     LOOP
-        PERFORM pg_advisory_xact_lock_shared(pgtask.enqueue_lock_class(), hashtext(woken));
-        IF NOT (pg_try_advisory_lock(pgtask.idle_lock_class(), hashtext(woken))
-                AND pg_advisory_unlock(pgtask.idle_lock_class(), hashtext(woken))) THEN
+        woken_queue := substr(woken, length(split_part(woken, ':', 1)) + 2);
+        PERFORM pg_advisory_xact_lock_shared(pgtask.enqueue_lock_class(), hashtext(woken_queue));
+        IF NOT (pg_try_advisory_lock(pgtask.idle_lock_class(), hashtext(woken_queue))
+                AND pg_advisory_unlock(pgtask.idle_lock_class(), hashtext(woken_queue))) THEN
             PERFORM pg_notify('pgtask', woken);
         END IF;
     END LOOP;
