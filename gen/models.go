@@ -129,6 +129,7 @@ type PgtaskJob struct {
 	ClaimToken      pgtype.Int8     `db:"claim_token"`
 	LeaseUntil      *time.Time      `db:"lease_until"`
 	StaleOutcomes   int32           `db:"stale_outcomes"`
+	Snoozes         int32           `db:"snoozes"`
 	UniqueKey       *string         `db:"unique_key"`
 	UniqueStatuses  *string         `db:"unique_statuses"`
 	UniqueUntil     *time.Time      `db:"unique_until"`

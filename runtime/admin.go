@@ -60,13 +60,16 @@ type JobInfo struct {
 	Priority    int16
 	Attempts    int
 	MaxAttempts int
-	Payload     json.RawMessage
-	Result      json.RawMessage // set when the job succeeded with a result
-	Errors      []AttemptError
-	RunAfter    time.Time
-	CreatedAt   time.Time
-	StartedAt   *time.Time
-	FinishedAt  *time.Time
+	// Snoozes counts the job's snoozes (see Snooze), which spend no
+	// attempt.
+	Snoozes    int
+	Payload    json.RawMessage
+	Result     json.RawMessage // set when the job succeeded with a result
+	Errors     []AttemptError
+	RunAfter   time.Time
+	CreatedAt  time.Time
+	StartedAt  *time.Time
+	FinishedAt *time.Time
 	// UniqueKey is a unique job's key as stored: its kind, its key and,
 	// with a window, the window's number.
 	UniqueKey string
@@ -93,7 +96,7 @@ func GetJob(ctx context.Context, db DB, id JobID) (*JobInfo, error) {
 func jobInfo(j gen.PgtaskJob) (*JobInfo, error) {
 	info := &JobInfo{
 		ID: JobID(j.ID), Kind: j.Kind, Queue: j.Queue, Status: Status(j.Status), Priority: j.Priority,
-		Attempts: int(j.Attempts), MaxAttempts: int(j.MaxAttempts), Payload: j.Payload, Result: j.Result,
+		Attempts: int(j.Attempts), MaxAttempts: int(j.MaxAttempts), Snoozes: int(j.Snoozes), Payload: j.Payload, Result: j.Result,
 		RunAfter: j.RunAfter, CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
 	}
 	if j.GroupKey != nil {

@@ -44,6 +44,38 @@ func RetryAfter(delay time.Duration, err error) error {
 	return &retryAfterError{err: err, delay: max(delay, 0)}
 }
 
+// SnoozeError is what Snooze returns: the handler asks for the job to run
+// again after Delay, with no attempt spent. Find it with errors.As; a
+// handler may wrap it.
+type SnoozeError struct {
+	Delay time.Duration // never negative
+}
+
+func (e *SnoozeError) Error() string { return fmt.Sprintf("snoozed for %s", e.Delay) }
+
+// Snooze ends the attempt and has the job run again after delay (at once
+// for zero; a negative delay counts as zero), for a job that waits on
+// something outside it (a file not uploaded yet, an account not verified
+// yet). Unlike RetryAfter it is not a failure: the attempt the claim
+// counted is given back, nothing is added to the error history, and the
+// job's snooze count rises instead. Like a failure it keeps nothing the
+// attempt wrote through Job.Tx: its writes are rolled back, in both modes.
+// A grouped job stays its group's head while it sleeps, so the jobs behind
+// it wait. A job snoozed more often than its task's cap (max_snoozes,
+// Registration.MaxSnoozes; DefaultMaxSnoozes) fails for good.
+func Snooze(delay time.Duration) error {
+	return &SnoozeError{Delay: max(delay, 0)}
+}
+
+// snoozeOf is the snooze err asks for, or nil.
+func snoozeOf(err error) *SnoozeError {
+	var se *SnoozeError
+	if errors.As(err, &se) {
+		return se
+	}
+	return nil
+}
+
 // PanicError is the error recorded when a handler panics.
 type PanicError struct {
 	Value any

@@ -691,6 +691,10 @@ func (s *session) execute(row gen.ClaimJobsRow) (heldOutcome, *abandonment) {
 	end := s.r.q.pace.begin(row.Kind)
 	out, done := s.r.w.attempt(hard, row, func(job *Job) { job.tx = jtx })
 	end()
+	if n := len(s.tokens); n > 0 {
+		// The batch's jobs are those of the session's newest claim.
+		out.claimToken = s.tokens[n-1]
+	}
 	o := heldOutcome{outcome: out}
 	if o.reg == nil {
 		return o, nil

@@ -525,6 +525,7 @@ func (l *leaser) execute(ctx context.Context, row gen.ClaimJobsRow, token int64,
 		job.lease = &jobLease{w: w, id: row.ID, attempt: row.Attempts, token: token}
 		job.tx = ltx
 	})
+	out.claimToken = token
 	o := leaseOutcome{outcome: out}
 	if abandoned != nil {
 		// The handler may still use its transaction: it is never committed,

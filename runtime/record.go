@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +28,12 @@ type outcome struct {
 	// was cut short by the worker's hard shutdown, or rolled back with its
 	// batch or its lost session, not failed by the handler.
 	retryNow bool
+	// claimToken is the token of the claim that took the job (0: not
+	// known). A snooze gives the attempt back, so its number comes round
+	// again: the token fences the snooze's record (see pgtask.fail_job),
+	// lest one sent again after its reply was lost apply to the job's next
+	// claim.
+	claimToken int64
 }
 
 // refusedBy turns the outcome into the failure the server's refusal to
@@ -49,9 +57,20 @@ func (o outcome) stopsGroup() bool {
 	return o.row.GroupKey != "" && o.err != nil && (o.retries() || o.row.FailBlocksGroup)
 }
 
-// retries reports whether a failed attempt will be retried.
+// retries reports whether a failed attempt will be retried. A snooze is
+// (the worker does not know the job's snooze count: one past the cap fails
+// it, which only stops its group's run behind it when it need not).
 func (o outcome) retries() bool {
-	return o.err != nil && !IsNoRetry(o.err) && o.row.Attempts < o.row.MaxAttempts
+	return o.err != nil && !IsNoRetry(o.err) && (o.row.Attempts < o.row.MaxAttempts || o.snooze() != nil)
+}
+
+// snooze is the snooze the handler asked for (see Snooze), or nil: for
+// NoRetry, which is final, none.
+func (o outcome) snooze() *SnoozeError {
+	if o.err == nil || IsNoRetry(o.err) {
+		return nil
+	}
+	return snoozeOf(o.err)
 }
 
 // retryInUs is the backoff before the next attempt in microseconds, or -1
@@ -61,6 +80,8 @@ func (o outcome) retryInUs() int64 {
 	switch {
 	case IsNoRetry(o.err):
 		return -1
+	case o.snooze() != nil:
+		return o.snooze().Delay.Microseconds()
 	case o.retryNow:
 		return 0
 	case errors.As(o.err, &ra):
@@ -75,9 +96,18 @@ func (o outcome) retryInUs() int64 {
 
 // errorEntry is the failure as stored in the job's error history. Its text
 // is cleaned of what jsonb cannot store and capped, so recording it cannot
-// fail on its content.
+// fail on its content. A snooze's entry is not stored: its "snooze" member,
+// the kind's cap, tells pgtask.fail_job to give the attempt back instead
+// (or to fail the job, past the cap).
 func (o outcome) errorEntry() json.RawMessage {
 	entry := map[string]any{"attempt": o.row.Attempts, "error": storable(o.err.Error(), 4096)}
+	if o.snooze() != nil {
+		entry["snooze"] = o.snoozeCap()
+		if o.claimToken != 0 {
+			// As a string: a JSON number may lose a bigint's low digits.
+			entry["token"] = strconv.FormatInt(o.claimToken, 10)
+		}
+	}
 	var pe *PanicError
 	if errors.As(o.err, &pe) {
 		entry["panic"] = true
@@ -91,6 +121,15 @@ func (o outcome) errorEntry() json.RawMessage {
 	return b
 }
 
+// snoozeCap is how often the outcome's job may snooze.
+func (o outcome) snoozeCap() int {
+	n := DefaultMaxSnoozes
+	if o.reg != nil && o.reg.MaxSnoozes > 0 {
+		n = o.reg.MaxSnoozes
+	}
+	return min(n, math.MaxInt32)
+}
+
 func (o outcome) log(w *Worker) {
 	if o.err == nil {
 		return
@@ -100,6 +139,9 @@ func (o outcome) log(w *Worker) {
 	switch {
 	case errors.Is(o.err, ErrJobCancelled):
 		w.log.Info("pgtask: job cancelled", args...)
+	case o.snooze() != nil:
+		w.log.Debug("pgtask: job snoozed", "job_id", o.row.ID, "kind", o.row.Kind, "queue", o.row.Queue,
+			"delay", o.snooze().Delay, "took", time.Since(o.start))
 	case o.retries():
 		w.log.Warn("pgtask: job attempt failed; it will be retried", args...)
 	default:

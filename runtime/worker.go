@@ -59,7 +59,18 @@ type Registration struct {
 	// TaskWithResult tasks set it): workers then announce each one's finish,
 	// success or failure, to those waiting for it (WaitJobs).
 	HasResult bool
+	// MaxSnoozes caps how often one of the kind's jobs may snooze (see
+	// Snooze): the snooze past it fails the job for good. Zero:
+	// DefaultMaxSnoozes. Generated handlers set it from the task's
+	// max_snoozes option.
+	MaxSnoozes int
 }
+
+// DefaultMaxSnoozes is how often a job may snooze when its kind sets no
+// cap (Registration.MaxSnoozes): enough for a job waiting on something
+// outside it, checked every minute, to wait for more than an hour and a
+// half, yet not for ever.
+const DefaultMaxSnoozes = 100
 
 // Mode is how a worker runs a queue's jobs.
 type Mode string
@@ -581,6 +592,12 @@ func (w *Worker) Register(r Registration) error {
 	}
 	if math.IsNaN(r.Backoff.Jitter) {
 		return fmt.Errorf("register %s: Backoff.Jitter is NaN; want a fraction in [0, 1], or negative for none", r.Kind)
+	}
+	if r.MaxSnoozes < 0 {
+		return fmt.Errorf("register %s: MaxSnoozes is %d; want a positive cap, or zero for DefaultMaxSnoozes (%d)", r.Kind, r.MaxSnoozes, DefaultMaxSnoozes)
+	}
+	if r.MaxSnoozes == 0 {
+		r.MaxSnoozes = DefaultMaxSnoozes
 	}
 	if r.Timeout <= 0 {
 		r.Timeout = w.cfg.DefaultTimeout

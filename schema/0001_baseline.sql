@@ -155,6 +155,11 @@ CREATE TABLE pgtask.jobs (
     -- current one (it was taken over, or settled already): refused, never
     -- recorded.
     stale_outcomes    integer NOT NULL DEFAULT 0,
+    -- How often the job snoozed (runtime.Snooze): ran and asked to run
+    -- again later, with its attempt given back and no error recorded. A
+    -- snooze past its kind's cap fails the job, and is counted too. An
+    -- operator's retry sets it back to 0.
+    snoozes           integer NOT NULL DEFAULT 0,
     -- Unique jobs. unique_key is the job's kind and key (and, for a key with
     -- a window, the window it was enqueued in); unique_statuses are the
     -- statuses in which the job holds its key: always the unfinished ones,
@@ -184,6 +189,7 @@ CREATE TABLE pgtask.jobs (
     CONSTRAINT jobs_group_complete CHECK ((group_key IS NULL) = (group_id IS NULL)),
     CONSTRAINT jobs_attempts_valid CHECK (attempts >= 0),
     CONSTRAINT jobs_max_attempts_valid CHECK (max_attempts >= 1),
+    CONSTRAINT jobs_snoozes_valid CHECK (snoozes >= 0),
     CONSTRAINT jobs_payload_object CHECK (jsonb_typeof(payload) IN ('object', 'array')),
     CONSTRAINT jobs_errors_array CHECK (jsonb_typeof(errors) = 'array'),
     -- Queue names, kinds and group keys enter the claim and group indexes,

@@ -1,4 +1,4 @@
--- revision: 3
+-- revision: 13
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -163,7 +163,7 @@ BEGIN
         END IF;
     END IF;
     UPDATE pgtask.jobs
-       SET status = 'queued', is_head = (head IS NOT DISTINCT FROM j.id), group_id = gid, attempts = 0,
+       SET status = 'queued', is_head = (head IS NOT DISTINCT FROM j.id), group_id = gid, attempts = 0, snoozes = 0,
            run_after = now(), started_at = NULL, finished_at = NULL, owner_pid = NULL,
            errors = pgtask.append_error(errors, jsonb_build_array(jsonb_build_object(
                'attempt', j.attempts,

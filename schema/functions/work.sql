@@ -1,4 +1,4 @@
--- revision: 7
+-- revision: 17
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -559,6 +559,17 @@ $$;
 -- cancelled instead, whatever its attempts and backoff; the caller then
 -- advances its group as after a final failure. Returns the job's new status, or NULL when the job is not the started
 -- attempt the caller ran.
+--
+-- A snooze (runtime.Snooze) comes as an entry with a "snooze" member, its
+-- kind's cap on snoozes: the job runs again after p_retry_in_us with its
+-- attempt given back (attempts - 1, as a hand-back does) and its snooze
+-- count raised, and the entry is not stored; a grouped job stays its
+-- group's head, as for a retry. The snooze that takes the count past the
+-- cap fails the job for good instead, with an entry saying so, whatever its
+-- attempts; a cancel request wins over both. Since its attempt's number
+-- comes round again, a snooze is fenced by its claim's token as well (the
+-- entry's "token", when given): a record sent again after its reply was
+-- lost must not apply to the job's next claim.
 CREATE OR REPLACE FUNCTION pgtask.fail_job(p_id bigint, p_attempt integer, p_error jsonb, p_retry_in_us bigint)
 RETURNS pgtask.job_status
 LANGUAGE plpgsql AS $$
@@ -584,6 +595,33 @@ BEGIN
          WHERE id = p_id;
         PERFORM pg_notify('pgtask_finished', p_id::text);
         RETURN 'cancelled';
+    END IF;
+    IF p_error ? 'snooze' AND p_retry_in_us IS NOT NULL THEN
+        IF p_error ? 'token' AND j.claim_token IS DISTINCT FROM (p_error ->> 'token')::bigint THEN
+            RETURN NULL; -- another claim's attempt of the same number
+        END IF;
+        IF j.snoozes >= (p_error ->> 'snooze')::integer THEN
+            UPDATE pgtask.jobs
+               SET status = 'failed', finished_at = clock_timestamp(), owner_pid = NULL, snoozes = j.snoozes + 1,
+                   errors = pgtask.append_error(errors, jsonb_build_array(jsonb_build_object(
+                       'attempt', p_attempt,
+                       'error', format('snoozed %s times, cap %s', j.snoozes + 1, p_error ->> 'snooze'),
+                       'at', clock_timestamp()))),
+                   is_head = (is_head AND group_key IS NOT NULL)
+             WHERE id = p_id;
+            PERFORM pg_notify('pgtask_finished', p_id::text);
+            RETURN 'failed';
+        END IF;
+        next_status := CASE WHEN p_retry_in_us > 0 THEN 'scheduled' ELSE 'queued' END;
+        UPDATE pgtask.jobs
+           SET status = next_status,
+               run_after = clock_timestamp() + p_retry_in_us * interval '1 microsecond',
+               owner_pid = NULL, attempts = j.attempts - 1, snoozes = j.snoozes + 1
+         WHERE id = p_id;
+        IF next_status = 'queued' AND j.is_head THEN
+            PERFORM pg_notify('pgtask_behind', j.queue);
+        END IF;
+        RETURN next_status;
     END IF;
     IF p_retry_in_us IS NULL OR j.attempts >= j.max_attempts THEN
         UPDATE pgtask.jobs

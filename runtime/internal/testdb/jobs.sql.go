@@ -371,7 +371,7 @@ func (q *Queries) GetGroup(ctx context.Context, arg GetGroupParams) (GetGroupRow
 
 const getJob = `-- name: GetJob :one
 
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs WHERE id = $1
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs WHERE id = $1
 `
 
 // Queries runtime's tests read the database with. The runtime never runs
@@ -404,6 +404,7 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 		&i.ClaimToken,
 		&i.LeaseUntil,
 		&i.StaleOutcomes,
+		&i.Snoozes,
 		&i.UniqueKey,
 		&i.UniqueStatuses,
 		&i.UniqueUntil,
@@ -429,7 +430,7 @@ func (q *Queries) GroupPendingIndexReads(ctx context.Context) (int64, error) {
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs WHERE queue = $1 ORDER BY id
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs WHERE queue = $1 ORDER BY id
 `
 
 // A queue's jobs in id order.
@@ -466,6 +467,7 @@ func (q *Queries) ListJobs(ctx context.Context, queue string) ([]PgtaskJob, erro
 			&i.ClaimToken,
 			&i.LeaseUntil,
 			&i.StaleOutcomes,
+			&i.Snoozes,
 			&i.UniqueKey,
 			&i.UniqueStatuses,
 			&i.UniqueUntil,

@@ -107,6 +107,7 @@ type PgtaskJob struct {
 	ClaimToken      pgtype.Int8
 	LeaseUntil      *time.Time
 	StaleOutcomes   int32
+	Snoozes         int32
 	UniqueKey       *string
 	UniqueStatuses  *string
 	UniqueUntil     *time.Time

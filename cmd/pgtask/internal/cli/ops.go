@@ -255,6 +255,7 @@ type jobJSON struct {
 	Priority    int16                  `json:"priority"`
 	Attempts    int                    `json:"attempts"`
 	MaxAttempts int                    `json:"max_attempts"`
+	Snoozes     int                    `json:"snoozes"`
 	Payload     json.RawMessage        `json:"payload"`
 	Result      json.RawMessage        `json:"result,omitempty"`
 	Errors      []runtime.AttemptError `json:"errors"`
@@ -271,7 +272,7 @@ func jsonJob(j *runtime.JobInfo) jobJSON {
 	if errs == nil {
 		errs = []runtime.AttemptError{}
 	}
-	return jobJSON{int64(j.ID), j.Queue, j.Kind, j.Group, j.Status, j.Priority, j.Attempts, j.MaxAttempts,
+	return jobJSON{int64(j.ID), j.Queue, j.Kind, j.Group, j.Status, j.Priority, j.Attempts, j.MaxAttempts, j.Snoozes,
 		j.Payload, j.Result, errs, j.RunAfter, j.CreatedAt, j.StartedAt, j.FinishedAt, j.UniqueKey, j.Metadata}
 }
 
@@ -309,7 +310,7 @@ func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if j.Group != "" {
 		fmt.Fprintf(stdout, ", group %s", j.Group)
 	}
-	fmt.Fprintf(stdout, "\nattempts %d of %d, priority %d\ncreated %s, runs from %s\n", j.Attempts, j.MaxAttempts, j.Priority,
+	fmt.Fprintf(stdout, "\nattempts %d of %d, snoozes %d, priority %d\ncreated %s, runs from %s\n", j.Attempts, j.MaxAttempts, j.Snoozes, j.Priority,
 		j.CreatedAt.UTC().Format(time.RFC3339Nano), j.RunAfter.UTC().Format(time.RFC3339Nano))
 	if j.StartedAt != nil {
 		fmt.Fprintf(stdout, "last started %s\n", j.StartedAt.UTC().Format(time.RFC3339Nano))
