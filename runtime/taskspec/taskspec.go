@@ -20,6 +20,9 @@ type Spec[T any] struct {
 	Timeout  time.Duration          // zero: the worker's default
 	Backoff  runtime.Backoff
 	Mode     runtime.Mode // empty: either
+	// MaxSnoozes caps the job's snoozes (runtime.Registration.MaxSnoozes);
+	// zero: runtime.DefaultMaxSnoozes.
+	MaxSnoozes int
 	// GroupField names the group key field (for messages); GroupKey reads it.
 	// Both are empty for ungrouped tasks.
 	GroupField string
@@ -142,7 +145,8 @@ func (s *Spec[T]) registration(h runtime.Handler) runtime.Registration {
 	if queue == "" {
 		queue = runtime.DefaultQueue
 	}
-	return runtime.Registration{Kind: s.Kind, Queue: queue, Handler: h, Timeout: s.Timeout, Backoff: s.Backoff, Mode: s.Mode}
+	return runtime.Registration{Kind: s.Kind, Queue: queue, Handler: h, Timeout: s.Timeout, Backoff: s.Backoff, Mode: s.Mode,
+		MaxSnoozes: s.MaxSnoozes}
 }
 
 // Handle registers fn as the handler of spec's task on w.

@@ -173,3 +173,53 @@ func TestUniqueByFields(t *testing.T) {
 		t.Fatalf("long unique key %q, %v; want a digest", info.UniqueKey, err)
 	}
 }
+
+type upload struct {
+	File string `json:"file"`
+}
+
+// What the generator writes for max_snoozes=2.
+var uploadSpec = &taskspec.Spec[upload]{Kind: "upload", MaxSnoozes: 2}
+
+// The task's cap on snoozes reaches its handler's registration: the third
+// snooze of a job fails it, saying so, and GetJob shows the count.
+func TestMaxSnoozesReachesTheRegistration(t *testing.T) {
+	t.Parallel()
+	url := pgtasktest.NewDatabase(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := runtime.NewWorker(ctx, pc, runtime.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	if err := taskspec.Handle(w, uploadSpec, func(context.Context, *runtime.Job, upload) error {
+		return runtime.Snooze(0)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := taskspec.Enqueue(ctx, pool, uploadSpec, upload{File: "a.csv"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err := runtime.GetJob(ctx, pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Status != runtime.StatusFailed || info.Snoozes != 3 || info.Attempts != 1 ||
+		len(info.Errors) != 1 || info.Errors[0].Error != "snoozed 3 times, cap 2" {
+		t.Fatalf("job: %s, attempts %d, snoozes %d, errors %+v; want failed after 1 attempt and 3 snoozes, \"snoozed 3 times, cap 2\"",
+			info.Status, info.Attempts, info.Snoozes, info.Errors)
+	}
+}

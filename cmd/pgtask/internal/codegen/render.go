@@ -90,6 +90,9 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	if s.Timeout != 0 {
 		fields = append(fields, field("Timeout", duration(s.Timeout)))
 	}
+	if s.MaxSnoozes != 0 {
+		fields = append(fields, field("MaxSnoozes", jen.Lit(s.MaxSnoozes)))
+	}
 	if s.Unique {
 		fields = append(fields, field("UniqueByPayload", jen.True()))
 	}

@@ -18,6 +18,7 @@ type settings struct {
 	Kind            string
 	Queue           string
 	MaxAttempts     int
+	MaxSnoozes      int // 0: runtime.DefaultMaxSnoozes
 	Priority        int16
 	Timeout         time.Duration
 	BackoffMin      time.Duration
@@ -79,7 +80,7 @@ func parseTaskTag(tag, typeName string) (settings, []error) {
 }
 
 // options lists the tag's options for the "unknown option" message.
-const options = "queue, max_attempts, priority, timeout, backoff, on_fail, mode, unique, unique_window, unique_statuses"
+const options = "queue, max_attempts, max_snoozes, priority, timeout, backoff, on_fail, mode, unique, unique_window, unique_statuses"
 
 func (s *settings) set(key, value string) error {
 	switch key {
@@ -97,6 +98,12 @@ func (s *settings) set(key, value string) error {
 			return fmt.Errorf("want a whole number from 1 to %d", math.MaxInt32)
 		}
 		s.MaxAttempts = n
+	case "max_snoozes":
+		n, err := strconv.Atoi(value)
+		if err != nil || n < 1 || n > math.MaxInt32 {
+			return fmt.Errorf("want a whole number from 1 to %d (without the option: %d)", math.MaxInt32, runtime.DefaultMaxSnoozes)
+		}
+		s.MaxSnoozes = n
 	case "priority":
 		n, err := strconv.ParseInt(value, 10, 16)
 		if err != nil {

@@ -65,3 +65,7 @@ type WindowAlone struct {
 type UnfinishedStatus struct {
 	runtime.Task `task:"unfinished_status,unique=payload,unique_statuses=succeeded+queued"`
 }
+
+type ZeroSnoozes struct {
+	runtime.Task `task:"snooze0,max_snoozes=0"`
+}

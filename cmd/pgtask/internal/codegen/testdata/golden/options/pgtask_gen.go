@@ -21,6 +21,7 @@ var chargeSpec = &taskspec.Spec[Charge]{
 		MaxAttempts: 1,
 	},
 	Timeout:    90 * time.Second,
+	MaxSnoozes: 500,
 	Mode:       runtime.ModeHeld,
 	Backoff:    runtime.Backoff{Min: 3 * time.Second},
 	GroupField: "Account",

@@ -21,7 +21,7 @@ type HTTPRequest struct {
 }
 
 type Charge struct {
-	runtime.Task `task:"billing.charge,max_attempts=1,on_fail=skip,backoff=3s,timeout=90s,mode=held"`
+	runtime.Task `task:"billing.charge,max_attempts=1,max_snoozes=500,on_fail=skip,backoff=3s,timeout=90s,mode=held"`
 	Account      AccountID `json:"account" task:"group"`
 	Cents        int64     `json:"cents" validate:"gt=0"`
 }
