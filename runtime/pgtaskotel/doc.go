@@ -20,6 +20,7 @@
 //	pgtask.jobs.started      counter    attempts started
 //	pgtask.jobs.succeeded    counter    attempts that succeeded
 //	pgtask.jobs.retried      counter    attempts that failed, the job to be tried again
+//	pgtask.jobs.snoozed      counter    attempts that snoozed their job (runtime.Snooze): no failure, no attempt spent
 //	pgtask.jobs.failed       counter    attempts that failed, the job failed for good
 //	pgtask.jobs.cancelled    counter    attempts that failed after an operator cancelled their running job
 //	pgtask.attempt.duration  histogram  seconds an attempt ran; also by pgtask.job.outcome
@@ -35,7 +36,8 @@
 //
 // What the middleware counts is what the handler returned, judged by the
 // worker's rules (a failure is retried unless it is runtime.NoRetry or the
-// job's last attempt; a return after the timeout is a failure; a failure
+// job's last attempt; a runtime.Snooze counts as snoozed, even the one past
+// its task's cap that fails the job; a return after the timeout is a failure; a failure
 // of a job cancelled while it ran ends it cancelled). The worker can still
 // record something else where the handler's return was not the end of the
 // attempt: a success whose transaction then failed or whose database

@@ -23,7 +23,7 @@ const (
 	// and on every span.
 	AttrKind = attribute.Key("pgtask.job.kind")
 	// AttrOutcome is how an attempt ended (OutcomeSucceeded,
-	// OutcomeRetried, OutcomeFailed or OutcomeCancelled), on
+	// OutcomeRetried, OutcomeSnoozed, OutcomeFailed or OutcomeCancelled), on
 	// pgtask.attempt.duration and the attempt's span.
 	AttrOutcome = attribute.Key("pgtask.job.outcome")
 	// AttrStatus is the status of the jobs pgtask.queue.depth counts:
@@ -49,6 +49,9 @@ const (
 	OutcomeSucceeded = "succeeded"
 	OutcomeRetried   = "retried" // the attempt failed; the job will be tried again
 	OutcomeFailed    = "failed"  // the attempt failed and the job failed for good
+	// OutcomeSnoozed: the handler snoozed the job (runtime.Snooze), which
+	// runs again later with no attempt spent; not a failure.
+	OutcomeSnoozed = "snoozed"
 	// OutcomeCancelled: the attempt failed after an operator cancelled its
 	// running job (runtime.ErrJobCancelled), which ends the job cancelled.
 	OutcomeCancelled = "cancelled"
@@ -62,9 +65,10 @@ const (
 	retried
 	failed
 	cancelled
+	snoozed
 )
 
-var outcomeNames = [...]string{succeeded: OutcomeSucceeded, retried: OutcomeRetried, failed: OutcomeFailed, cancelled: OutcomeCancelled}
+var outcomeNames = [...]string{succeeded: OutcomeSucceeded, retried: OutcomeRetried, failed: OutcomeFailed, cancelled: OutcomeCancelled, snoozed: OutcomeSnoozed}
 
 // Histogram bucket boundaries, in seconds. Attempts run from milliseconds
 // to the timeout (a minute by default); a job can wait from milliseconds
@@ -77,8 +81,8 @@ var (
 // instruments are the synchronous instruments of the middleware and the
 // enqueue hook, with the attributes of each (queue, kind) prepared once.
 type instruments struct {
-	enqueued, started, succeeded, retried, failed, cancelled metric.Int64Counter
-	duration, wait                                           metric.Float64Histogram
+	enqueued, started, succeeded, retried, snoozed, failed, cancelled metric.Int64Counter
+	duration, wait                                                    metric.Float64Histogram
 
 	spanKind trace.SpanKind
 	verb     string   // the operation's name, first word of the span name
@@ -108,6 +112,7 @@ func newInstruments(m metric.Meter, spanKind trace.SpanKind, verb, opType string
 	in.started = counter("pgtask.jobs.started", "{attempt}", "Attempts started.")
 	in.succeeded = counter("pgtask.jobs.succeeded", "{job}", "Attempts that succeeded.")
 	in.retried = counter("pgtask.jobs.retried", "{attempt}", "Attempts that failed, their job to be tried again.")
+	in.snoozed = counter("pgtask.jobs.snoozed", "{attempt}", "Attempts that snoozed their job: it runs again later, with no attempt spent.")
 	in.failed = counter("pgtask.jobs.failed", "{job}", "Attempts that failed, their job failed for good.")
 	in.cancelled = counter("pgtask.jobs.cancelled", "{job}", "Attempts that failed after an operator cancelled their running job.")
 	in.duration = histogram("pgtask.attempt.duration", "How long attempts ran, by outcome.", durationBuckets)

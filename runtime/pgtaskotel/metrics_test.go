@@ -3,8 +3,10 @@ package pgtaskotel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,8 +22,8 @@ import (
 
 func panicky(context.Context, *runtime.Job) error { panic("boom") }
 
-// After a run with successes, retried failures, final ones (returned,
-// NoRetry, a panic, a return past the timeout) and a running job cancelled,
+// After a run with successes, retried failures, snoozes, final failures
+// (returned, NoRetry, a panic, a return past the timeout) and a running job cancelled,
 // each counter and histogram holds what the worker recorded, by queue and
 // kind, in both modes.
 func TestMetricsOfARun(t *testing.T) {
@@ -36,6 +38,7 @@ func TestMetricsOfARun(t *testing.T) {
 			// job claimed in a batch may wait in it before its handler
 			// starts, and one cancelled then never runs.
 			running := make(chan struct{})
+			var sleeps atomic.Int32
 			regs := []runtime.Registration{
 				{Kind: "ok", Handler: func(context.Context, *runtime.Job) error {
 					time.Sleep(20 * time.Millisecond)
@@ -49,6 +52,12 @@ func TestMetricsOfARun(t *testing.T) {
 				}},
 				{Kind: "doomed", Handler: func(context.Context, *runtime.Job) error {
 					return runtime.RetryAfter(0, errors.New("never"))
+				}},
+				{Kind: "sleepy", Handler: func(context.Context, *runtime.Job) error {
+					if sleeps.Add(1) <= 2 {
+						return fmt.Errorf("not ready: %w", runtime.Snooze(0))
+					}
+					return nil
 				}},
 				{Kind: "final", Handler: func(context.Context, *runtime.Job) error {
 					return runtime.NoRetry(errors.New("hopeless"))
@@ -80,6 +89,7 @@ func TestMetricsOfARun(t *testing.T) {
 			ids = append(ids,
 				enqueue(t, ctx, pool, "doomed", in, runtime.WithMaxAttempts(2)),
 				enqueue(t, ctx, pool, "final", in, runtime.WithMaxAttempts(5)),
+				enqueue(t, ctx, pool, "sleepy", in, runtime.WithMaxAttempts(1)),
 				enqueue(t, ctx, pool, "panics", in, runtime.WithMaxAttempts(1)),
 				enqueue(t, ctx, pool, "late", in, runtime.WithMaxAttempts(1)))
 			cancel := enqueue(t, ctx, pool, "cancelled", in)
@@ -107,13 +117,14 @@ func TestMetricsOfARun(t *testing.T) {
 
 			rm := tel.collect(t)
 			type want struct {
-				enqueued, started, succeeded, retried, failed, cancelled int64
+				enqueued, started, succeeded, retried, snoozed, failed, cancelled int64
 			}
 			for kind, w := range map[string]want{
 				"ok":        {enqueued: 3, started: 3, succeeded: 3},
 				"flaky":     {enqueued: 2, started: 4, succeeded: 2, retried: 2},
 				"doomed":    {enqueued: 1, started: 2, retried: 1, failed: 1},
 				"final":     {enqueued: 1, started: 1, failed: 1},
+				"sleepy":    {enqueued: 1, started: 3, succeeded: 1, snoozed: 2},
 				"panics":    {enqueued: 1, started: 1, failed: 1},
 				"late":      {enqueued: 1, started: 1, failed: 1},
 				"cancelled": {enqueued: 1, started: 1, cancelled: 1},
@@ -124,18 +135,21 @@ func TestMetricsOfARun(t *testing.T) {
 					started:   counter(t, rm, "pgtask.jobs.started", attrs...),
 					succeeded: counter(t, rm, "pgtask.jobs.succeeded", attrs...),
 					retried:   counter(t, rm, "pgtask.jobs.retried", attrs...),
+					snoozed:   counter(t, rm, "pgtask.jobs.snoozed", attrs...),
 					failed:    counter(t, rm, "pgtask.jobs.failed", attrs...),
 					cancelled: counter(t, rm, "pgtask.jobs.cancelled", attrs...),
 				}
 				if got != w {
 					t.Errorf("%s: counted %+v, want %+v", kind, got, w)
 				}
-				if int64(attempts[kind]) != w.started {
-					t.Errorf("%s: the database counts %d attempts, the metrics %d", kind, attempts[kind], w.started)
+				if int64(attempts[kind]) != w.started-w.snoozed {
+					t.Errorf("%s: the database counts %d attempts, the metrics %d started, %d of them snoozed",
+						kind, attempts[kind], w.started, w.snoozed)
 				}
 				for outcome, n := range map[string]int64{
 					pgtaskotel.OutcomeSucceeded: w.succeeded, pgtaskotel.OutcomeRetried: w.retried,
 					pgtaskotel.OutcomeFailed: w.failed, pgtaskotel.OutcomeCancelled: w.cancelled,
+					pgtaskotel.OutcomeSnoozed: w.snoozed,
 				} {
 					if c, _ := histogram(t, rm, "pgtask.attempt.duration", append(attrs, pgtaskotel.AttrOutcome.String(outcome))...); int64(c) != n {
 						t.Errorf("%s: %d %s attempts timed, want %d", kind, c, outcome, n)

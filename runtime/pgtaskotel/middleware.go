@@ -99,7 +99,8 @@ func (p *processor) endAbruptly(ctx context.Context, span trace.Span, l *labels,
 // outcome.retries (record.go). An attempt whose job an operator cancelled while it ran ends
 // cancelled if it failed, and succeeds if it completed anyway; one that
 // returned after its timeout fails, whatever it returned; a failure is
-// retried unless it is runtime.NoRetry or was the job's last attempt.
+// retried unless it is runtime.NoRetry or was the job's last attempt; a
+// runtime.Snooze is a snooze, not a failure.
 func judge(ctx context.Context, attempt, maxAttempts int, err error) (outcome, error) {
 	if errors.Is(context.Cause(ctx), runtime.ErrJobCancelled) {
 		if err == nil {
@@ -110,9 +111,14 @@ func judge(ctx context.Context, attempt, maxAttempts int, err error) (outcome, e
 	if err == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("the attempt returned after its timeout: %w", ctx.Err())
 	}
+	var se *runtime.SnoozeError
 	switch {
 	case err == nil:
 		return succeeded, nil
+	case !runtime.IsNoRetry(err) && errors.As(err, &se):
+		// One past the task's cap fails the job, which the middleware
+		// cannot know: it counts what the handler asked for.
+		return snoozed, err
 	case !runtime.IsNoRetry(err) && attempt < maxAttempts:
 		return retried, err
 	default:
@@ -186,6 +192,8 @@ func (p *processor) end(ctx context.Context, span trace.Span, l *labels, start t
 	switch o {
 	case retried:
 		counter = p.in.retried
+	case snoozed:
+		counter = p.in.snoozed
 	case failed:
 		counter = p.in.failed
 	case cancelled:
