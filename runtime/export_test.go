@@ -127,3 +127,17 @@ func (w *Worker) PrimePace(queue string, d time.Duration, kinds ...string) {
 		}
 	}
 }
+
+// SettleSnooze records, as a worker does, that attempt of job id, which the
+// claim marked token took, snoozed for delay, and returns how many
+// outcomes the database recorded (0 or 1).
+func (w *Worker) SettleSnooze(ctx context.Context, id int64, attempt int32, token int64, delay time.Duration) (int32, error) {
+	j, err := gen.New(w.pool).GetJob(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	row := gen.ClaimJobsRow{ID: j.ID, Queue: j.Queue, Kind: j.Kind, Attempts: attempt, MaxAttempts: j.MaxAttempts}
+	o := outcome{row: row, reg: w.handler(j.Kind), start: time.Now(), err: Snooze(delay), claimToken: token}
+	res, err := settleNow(ctx, w.pool, j.Queue, []outcome{o})
+	return res.Recorded, err
+}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -242,5 +243,52 @@ func TestSnoozedJobKeepsItsGroupWaiting(t *testing.T) {
 				t.Fatalf("head: attempts %d, snoozes %d; want 1 and 3", j.Attempts, j.Snoozes)
 			}
 		})
+	}
+}
+
+// A snooze gives its attempt back, so the job's next claim has the same
+// attempt number: a snooze's record sent again (its reply was lost) after
+// that claim is refused, by the claim's token, and leaves the running
+// attempt alone.
+func TestResentSnoozeIsRefusedByTheNextClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	w := idleWorker(t, b.url, runtime.Config{})
+	if err := w.Register(runtime.Registration{Kind: "wait", Handler: func(context.Context, *runtime.Job) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	id := enqueue(t, b.pool, "wait", map[string]int{})
+	claim := func(token int64) int32 {
+		t.Helper()
+		rows, err := b.gen.ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: w.ID(), LeaseMs: 600_000, Token: token})
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("claim: %d rows, %v; want the job", len(rows), err)
+		}
+		return rows[0].Attempts
+	}
+	attempt := claim(101)
+	if n, err := w.SettleSnooze(ctx, int64(id), attempt, 101, 0); n != 1 || err != nil {
+		t.Fatalf("snooze: recorded %d, %v; want it recorded", n, err)
+	}
+	if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusQueued || j.Attempts != 0 || j.Snoozes != 1 {
+		t.Fatalf("after the snooze: %s, attempts %d, snoozes %d; want queued, 0, 1", j.Status, j.Attempts, j.Snoozes)
+	}
+	if again := claim(202); again != attempt {
+		t.Fatalf("the next claim is attempt %d, want %d again", again, attempt)
+	}
+	if n, err := w.SettleSnooze(ctx, int64(id), attempt, 101, 0); n != 0 || err != nil {
+		t.Fatalf("the snooze sent again: recorded %d, %v; want it refused", n, err)
+	}
+	if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusStarted || j.Attempts != 1 || j.Snoozes != 1 || j.StaleOutcomes != 1 {
+		t.Fatalf("after the resent snooze: %s, attempts %d, snoozes %d, stale outcomes %d; want started, 1, 1, 1",
+			j.Status, j.Attempts, j.Snoozes, j.StaleOutcomes)
+	}
+	// The running claim's own snooze is recorded.
+	if n, err := w.SettleSnooze(ctx, int64(id), attempt, 202, time.Hour); n != 1 || err != nil {
+		t.Fatalf("the current claim's snooze: recorded %d, %v", n, err)
+	}
+	if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusScheduled || j.Attempts != 0 || j.Snoozes != 2 {
+		t.Fatalf("after its snooze: %s, attempts %d, snoozes %d; want scheduled, 0, 2", j.Status, j.Attempts, j.Snoozes)
 	}
 }
