@@ -278,6 +278,14 @@ func serverRefusal(err error) error {
 
 // recordedIn reports whether job shows the outcome recorded.
 func (o outcome) recordedIn(job gen.PgtaskJob) bool {
+	if o.snooze() != nil {
+		// Its attempt given back, and nothing in the history; or, past its
+		// cap, failed with an entry saying so.
+		e := o.attemptError(job)
+		return job.Attempts == o.row.Attempts-1 &&
+			(job.Status == gen.PgtaskJobStatusQueued || job.Status == gen.PgtaskJobStatusScheduled) ||
+			job.Attempts == o.row.Attempts && job.Status == gen.PgtaskJobStatusFailed && e != nil && strings.HasPrefix(e.Error, "snoozed ")
+	}
 	if job.Attempts != o.row.Attempts {
 		return false
 	}
