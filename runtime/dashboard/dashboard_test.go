@@ -129,7 +129,7 @@ func TestJobPage(t *testing.T) {
 	c := newDashboard(t, s, dashboard.Options{})
 	crashed := text(c.get(fmt.Sprintf("/jobs/%d", s.crashed)))
 	for _, want := range []string{
-		fmt.Sprintf("Job %d send_email failed", s.crashed), "Queue emails", "Group none", "Attempts 1 of 1",
+		fmt.Sprintf("Job %d send_email failed", s.crashed), "Queue emails", "Group none", "Attempts 1 of 1", "Snoozes 0",
 		"Metadata request_id=r-42 tenant=acme",
 		`"to": "crash@example.com"`, "Attempt 1 panic", "template missing", "Stack goroutine", "Created 20", "Finished 20",
 		"Retry Cancel",
@@ -139,7 +139,7 @@ func TestJobPage(t *testing.T) {
 		}
 	}
 	sent := text(c.get(fmt.Sprintf("/jobs/%d", s.sent)))
-	for _, want := range []string{"Result { \"message_id\": \"m-1\" }", "Failed attempts None."} {
+	for _, want := range []string{"Result { \"message_id\": \"m-1\" }", "Failed attempts None.", "Attempts 1 of 20 Snoozes 1"} {
 		if !strings.Contains(sent, want) {
 			t.Errorf("sent job's page lacks %q:\n%s", want, sent)
 		}

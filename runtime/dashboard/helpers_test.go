@@ -24,7 +24,7 @@ import (
 // seeded is a database with jobs in every status, and the ids of some.
 type seeded struct {
 	pool *pgxpool.Pool
-	// emails: sent succeeded (with a result), bounced failed for good,
+	// emails: sent succeeded (with a result) after a snooze, bounced failed for good,
 	// crashed panicked on its only attempt, later is scheduled an hour on.
 	sent, bounced, crashed, later runtime.JobID
 	// reports: blocker failed and blocks group acct-1, behind waits behind
@@ -68,8 +68,14 @@ func seed(t *testing.T) *seeded {
 		t.Fatal(err)
 	}
 	defer w.Close()
+	snoozed := false
 	must(t, w.Register(runtime.Registration{Kind: "send_email", Handler: func(_ context.Context, job *runtime.Job) error {
 		switch job.ID {
+		case s.sent:
+			if !snoozed { // once: sent succeeds after a snooze
+				snoozed = true
+				return runtime.Snooze(0)
+			}
 		case s.bounced:
 			return runtime.NoRetry(errors.New("smtp: 550 mailbox unavailable"))
 		case s.crashed:

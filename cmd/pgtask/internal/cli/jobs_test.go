@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -71,4 +72,32 @@ func quietWorker(t *testing.T, url string) *runtime.Worker {
 	}
 	t.Cleanup(w.Close)
 	return w
+}
+
+// jobs show gives the job's snooze count, in text and in JSON.
+func TestJobsShowShowsSnoozes(t *testing.T) {
+	t.Parallel()
+	url := pgtasktest.NewDatabase(t)
+	ctx := context.Background()
+	w := quietWorker(t, url)
+	if err := w.Register(runtime.Registration{Kind: "upload", Handler: func(_ context.Context, job *runtime.Job) error {
+		return runtime.Snooze(time.Hour)
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := runtime.Enqueue(ctx, w.Pool(), runtime.EnqueueRequest{Kind: "upload", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := w.WorkOne(ctx); err != nil || j == nil || j.Status != runtime.StatusScheduled || j.Snoozes != 1 || j.Attempts != 0 {
+		t.Fatalf("work the snoozing job: %+v, %v; want it scheduled, 1 snooze, no attempt spent", j, err)
+	}
+	code, out, errOut := run(t, "jobs", "show", "-database-url", url, fmt.Sprint(id))
+	if code != 0 || !strings.Contains(out, "attempts 0 of 20, snoozes 1,") {
+		t.Fatalf("jobs show: code %d, stderr %q, stdout:\n%s\nwant \"attempts 0 of 20, snoozes 1,\"", code, errOut, out)
+	}
+	code, out, errOut = run(t, "jobs", "show", "-json", "-database-url", url, fmt.Sprint(id))
+	if code != 0 || !strings.Contains(out, `"snoozes": 1`) {
+		t.Fatalf("jobs show -json: code %d, stderr %q, stdout:\n%s\nwant \"snoozes\": 1", code, errOut, out)
+	}
 }
