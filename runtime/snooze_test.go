@@ -86,7 +86,8 @@ func TestSnoozeSpendsNoAttempt(t *testing.T) {
 			mu.Unlock()
 		}()
 		// A write through the job's transaction: kept only with a success.
-		if _, err := runtime.Enqueue(ctx, job.Tx(), runtime.EnqueueRequest{Kind: "marker", Payload: mustJSON(t, map[string]any{"job": job.ID, "run": n}),
+		payload := fmt.Appendf(nil, `{"job": %d, "run": %d}`, job.ID, n)
+		if _, err := runtime.Enqueue(ctx, job.Tx(), runtime.EnqueueRequest{Kind: "marker", Payload: payload,
 			EnqueueOptions: runtime.EnqueueOptions{Queue: "markers"}}); err != nil {
 			return err
 		}
