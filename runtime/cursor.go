@@ -13,15 +13,15 @@ import (
 
 // lookBackEvery bounds how long a head can lie behind a queue's claim
 // cursor unseen when nothing tells the worker of it. Heads made runnable
-// behind it are announced: promotions, retries, hand-backs and resumed
-// queues on the pgtask_behind channel (a look back from the start), and an
-// enqueue that commits after a later job's claim by its notification, which
-// carries its first job's id (the floor moves back to it), or, when it did
-// not notify since every runner was busy, by the listener's look at the
-// enqueues in flight as a runner goes idle. Once this long after the last
-// look back from the start, a claim that comes up short looks back from the
-// start again, for anything else. In between, claims look back only as far
-// as the floor, over the dead entries of the claims since at most.
+// behind it are announced: an enqueue that commits after a later job's
+// claim by its notification, and promotions, retries, hand-backs and
+// resumed queues on the pgtask_behind channel, each carrying the first
+// such head's id (the floor moves back to it) or naming only the queue (a
+// look back from the start); an enqueue that did not notify, since every
+// runner was busy, by the listener's look at the enqueues in flight as a
+// runner goes idle. Once this long after the last look back from the
+// start, a claim that comes up short looks back from the start again, for
+// anything else.
 const lookBackEvery = 5 * time.Second
 
 // claimCursor is where a queue's claims start: the (priority, id) of the
@@ -35,17 +35,21 @@ type claimCursor struct {
 	set      bool
 	priority int16
 	id       int64
-	// floor is the cursor as it was when a claim last looked back from the
-	// start: nothing was behind it then but heads that would be announced
-	// (behind) or found within lookBackEvery.
+	// floor is the cursor of the last claim that came up short: it looked
+	// behind its cursor as far as its floor, so nothing was behind it then
+	// but heads announced since (heard) or found within lookBackEvery.
 	floorSet      bool
 	floorPriority int16
 	floorID       int64
 	lastFull      time.Time
-	// behind: heads were made runnable behind the cursor (promoted,
-	// retried, handed back, a queue resumed); the next claim looks back
-	// from the start.
+	// behind: heads were made runnable behind the cursor, where is not
+	// known; the next claim looks back from the start.
 	behind bool
+	// heardIDs are the heads announced lately (heard), by epoch: a claim
+	// sent before one was announced may not see it, so its floor goes no
+	// further than the head.
+	epoch    uint64
+	heardIDs [64]int64
 }
 
 // claimFrom is where one claim starts.
@@ -54,9 +58,10 @@ type claimFrom struct {
 	priority pgtype.Int2
 	id       pgtype.Int8
 	floorID  pgtype.Int8
-	// full: the claim looks back from the start; once it is done, its
-	// cursor is the floor.
+	// full: the claim looks back from the start.
 	full bool
+	// epoch is the cursor's epoch when the claim was sent (see heardIDs).
+	epoch uint64
 }
 
 func (c *claimCursor) get(max int32) claimFrom {
@@ -64,6 +69,7 @@ func (c *claimCursor) get(max int32) claimFrom {
 	defer c.mu.Unlock()
 	from := claimFrom{
 		max:      max,
+		epoch:    c.epoch,
 		priority: pgtype.Int2{Int16: c.priority, Valid: c.set},
 		id:       pgtype.Int8{Int64: c.id, Valid: c.set},
 	}
@@ -90,6 +96,8 @@ func (c *claimCursor) heard(id int64) {
 		return
 	}
 	c.mu.Lock()
+	c.epoch++
+	c.heardIDs[c.epoch%uint64(len(c.heardIDs))] = id
 	if c.floorSet && id < c.floorID {
 		c.floorID = id
 	}
@@ -106,17 +114,29 @@ func (c *claimCursor) lookBehind() {
 // claimed moves the cursor to the last head of a claim that its scans
 // found, rows coming in priority, id order. Heads the claim took because
 // its transaction promoted them, or found behind the cursor, leave it
-// where it is: moved past them, it would pass heads nobody has claimed.
+// where it is: moved past them, it would pass heads nobody has claimed. A
+// claim that came up short looked behind its cursor down to its floor (or
+// from the start): its cursor is the new floor, or the lowest head
+// announced since it was sent, which it may not have seen.
 func (c *claimCursor) claimed(from claimFrom, rows []gen.ClaimJobsRow) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if from.full {
-		if len(rows) < int(from.max) {
-			c.floorSet, c.floorPriority, c.floorID = true, from.priority.Int16, from.id.Int64
-		} else {
+	switch {
+	case len(rows) >= int(from.max):
+		if from.full {
 			// A claim that filled up did not look behind its cursor.
 			c.behind = true
 		}
+	case from.id.Valid:
+		floor := from.id.Int64
+		if missed := c.epoch - from.epoch; missed > uint64(len(c.heardIDs)) {
+			c.behind = true // too many announced to tell
+		} else {
+			for e := from.epoch + 1; e <= c.epoch; e++ {
+				floor = min(floor, c.heardIDs[e%uint64(len(c.heardIDs))])
+			}
+		}
+		c.floorSet, c.floorPriority, c.floorID = true, from.priority.Int16, floor
 	}
 	for i := len(rows) - 1; i >= 0; i-- {
 		if rows[i].Scanned {

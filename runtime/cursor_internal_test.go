@@ -87,3 +87,22 @@ func TestAnEnqueuesWakeUpMovesTheFloorBackToItsJob(t *testing.T) {
 		t.Fatalf("after an enqueue of job 20 committed: %+v, want a look back from 20", from)
 	}
 }
+
+// A claim sent before a head behind its cursor was announced may not see
+// it: once it is done, the floor goes back no further than that head.
+func TestAClaimDoesNotRaiseTheFloorPastAHeadAnnouncedWhileItRan(t *testing.T) {
+	var c claimCursor
+	c.claimed(c.get(10), []gen.ClaimJobsRow{{ID: 50, Scanned: true}})
+	c.claimed(c.get(10), []gen.ClaimJobsRow{{ID: 60, Scanned: true}})
+	from := c.get(10) // after 60, from 50
+	c.heard(40)
+	c.claimed(from, []gen.ClaimJobsRow{{ID: 70, Scanned: true}})
+	if next := c.get(10); next.full || next.floorID.Int64 != 40 {
+		t.Fatalf("%+v, want a look back from 40", next)
+	}
+	// The next short claim, sent after the announcement, saw it.
+	c.claimed(c.get(10), nil)
+	if next := c.get(10); next.floorID.Int64 != 70 {
+		t.Fatalf("%+v, want a look back from 70", next)
+	}
+}

@@ -49,8 +49,8 @@ func wakeUp(t *testing.T, lc *pgx.Conn, wait time.Duration) string {
 	if err != nil {
 		return ""
 	}
-	// An enqueue's wake-up names its first new job's id before the queue.
-	if id, queue, ok := strings.Cut(n.Payload, ":"); ok && n.Channel == "pgtask" {
+	// A wake-up may name its first job's id before the queue.
+	if id, queue, ok := strings.Cut(n.Payload, ":"); ok {
 		if _, err := strconv.ParseInt(id, 10, 64); err == nil {
 			return queue
 		}

@@ -88,24 +88,21 @@ func (w *Worker) listenOnce(ctx context.Context) (listened bool, err error) {
 			w.cancelNotified(ctx, n.Payload)
 			continue
 		}
-		if n.Channel == behindChannel {
-			if q := w.queues[n.Payload]; q != nil {
-				q.cursor.lookBehind()
-				q.signal()
-			}
-			continue
-		}
 		first, name := parseWake(n.Payload)
 		if q := w.queues[name]; q != nil {
-			q.cursor.heard(first)
+			if n.Channel == behindChannel && first == 0 {
+				q.cursor.lookBehind()
+			} else {
+				q.cursor.heard(first)
+			}
 			q.signal()
 		}
 	}
 }
 
-// parseWake reads an enqueue's wake-up: the queue's first new job's id, a
-// colon, and the queue (see pgtask.enqueue_jobs); first is 0 when the
-// payload names the queue alone.
+// parseWake reads a wake-up: the first head's id, a colon, and the queue
+// (see pgtask.pick_heads); first is 0 when the payload names the queue
+// alone.
 func parseWake(payload string) (first int64, queue string) {
 	id, rest, ok := strings.Cut(payload, ":")
 	if !ok {

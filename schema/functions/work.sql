@@ -1,4 +1,4 @@
--- revision: 17
+-- revision: 18
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -65,11 +65,16 @@ $$;
 -- does not fill the claim, and then from p_floor_id on (NULL: from the
 -- start). Heads come to lie behind a cursor when their enqueue commits after
 -- a later one's claim, or when they are promoted, retried or handed back;
--- the worker passes as the floor a cursor it had when it last looked back
--- from the start, and looks back from the start again when it is told of
--- heads behind (the pgtask_behind channel) and once a second: so a claim
--- steps over the dead entries of about a second's claims, not of every
--- claim since the horizon was pinned. Without a cursor (NULL) the scan
+-- the worker passes as the floor the cursor of its last claim that came up
+-- short (having looked back to its own floor), so a claim steps over the
+-- dead entries of the claims since then, not of every claim since the
+-- horizon was pinned. Heads that come to lie behind are announced: an
+-- enqueue's notification on the pgtask channel, and those on the
+-- pgtask_behind channel (promotions, retries, hand-backs, a queue resumed),
+-- carry the first such head's id before the queue ("id:queue"), and the
+-- worker moves its floor back to it; one that names the queue alone, or an
+-- enqueue that did not notify, has it look back from the start, as it does
+-- every 5 seconds for anything else. Without a cursor (NULL) the scan
 -- starts at the beginning.
 --
 -- p_kinds, unless NULL, are the kinds the worker has handlers for: heads of
@@ -619,7 +624,7 @@ BEGIN
                owner_pid = NULL, attempts = j.attempts - 1, snoozes = j.snoozes + 1
          WHERE id = p_id;
         IF next_status = 'queued' AND j.is_head THEN
-            PERFORM pg_notify('pgtask_behind', j.queue);
+            PERFORM pg_notify('pgtask_behind', p_id::text || ':' || j.queue);
         END IF;
         RETURN next_status;
     END IF;
@@ -644,7 +649,7 @@ BEGIN
            errors = pgtask.append_error(errors, entry)
      WHERE id = p_id;
     IF next_status = 'queued' AND j.is_head THEN
-        PERFORM pg_notify('pgtask_behind', j.queue);
+        PERFORM pg_notify('pgtask_behind', p_id::text || ':' || j.queue);
     END IF;
     RETURN next_status;
 END;
@@ -717,10 +722,15 @@ BEGIN
                END
         RETURNING j.id, j.queue, j.status, j.is_head
     )
-    SELECT count(*), array_agg(DISTINCT g.queue) FILTER (WHERE g.is_head AND g.status = 'queued'),
-           array_agg(g.id) FILTER (WHERE g.status = 'cancelled')
-      INTO released, queues, cancelled
-      FROM gone g;
+    , woke AS (
+        SELECT g.queue, min(g.id) AS first FROM gone g WHERE g.is_head AND g.status = 'queued' GROUP BY g.queue
+    )
+    SELECT (SELECT count(*) FROM gone),
+           (SELECT array_agg(w.first::text || ':' || w.queue) FROM woke w),
+           (SELECT array_agg(g.id) FROM gone g WHERE g.status = 'cancelled')
+      INTO released, queues, cancelled;
+    -- Each queue's first requeued head, a colon and the queue (see
+    -- pgtask_behind in pick_heads).
     PERFORM pg_notify('pgtask_behind', q) FROM unnest(queues) q;
     -- A job an operator asked to cancel ends here: its waiters learn it.
     PERFORM pg_notify('pgtask_finished', c::text) FROM unnest(cancelled) c;
