@@ -374,7 +374,8 @@ func (q *Queries) ExtendLeases(ctx context.Context, arg ExtendLeasesParams) ([]i
 }
 
 const FailJob = `-- name: FailJob :one
-SELECT COALESCE(pgtask.fail_job($1, $2, $3, $4)::text, '')::text AS status
+SELECT COALESCE(pgtask.fail_job($1, $2, $3, $4,
+                                $5::integer, $6::bigint)::text, '')::text AS status
 `
 
 type FailJobParams struct {
@@ -382,6 +383,8 @@ type FailJobParams struct {
 	Attempt   int32           `db:"attempt"`
 	Error     json.RawMessage `db:"error"`
 	RetryInUs pgtype.Int8     `db:"retry_in_us"`
+	SnoozeCap pgtype.Int4     `db:"snooze_cap"`
+	Token     pgtype.Int8     `db:"token"`
 }
 
 // The status is empty when the job was not the caller's started attempt.
@@ -391,6 +394,8 @@ func (q *Queries) FailJob(ctx context.Context, arg FailJobParams) (string, error
 		arg.Attempt,
 		arg.Error,
 		arg.RetryInUs,
+		arg.SnoozeCap,
+		arg.Token,
 	)
 	var status string
 	err := row.Scan(&status)
@@ -698,17 +703,20 @@ func (q *Queries) SetTransactionIdleTimeout(ctx context.Context, timeoutMspgCata
 
 const SettleJobs = `-- name: SettleJobs :one
 SELECT s.recorded::integer AS recorded, s.busy::text[] AS busy
-  FROM pgtask.settle_jobs($1, $2::bigint[], $3::integer[], $4::jsonb[], $5::jsonb[], $6::bigint[], $7::boolean) s
+  FROM pgtask.settle_jobs($1, $2::bigint[], $3::integer[], $4::jsonb[], $5::jsonb[], $6::bigint[],
+                         $7::integer[], $8::bigint[], $9::boolean) s
 `
 
 type SettleJobsParams struct {
-	Queue     string            `db:"queue"`
-	Ids       []int64           `db:"ids"`
-	Attempts  []int32           `db:"attempts"`
-	Results   []json.RawMessage `db:"results"`
-	Errors    []json.RawMessage `db:"errors"`
-	RetryInUs []int64           `db:"retry_in_us"`
-	Claiming  bool              `db:"claiming"`
+	Queue      string            `db:"queue"`
+	Ids        []int64           `db:"ids"`
+	Attempts   []int32           `db:"attempts"`
+	Results    []json.RawMessage `db:"results"`
+	Errors     []json.RawMessage `db:"errors"`
+	RetryInUs  []int64           `db:"retry_in_us"`
+	SnoozeCaps []int32           `db:"snooze_caps"`
+	Tokens     []int64           `db:"tokens"`
+	Claiming   bool              `db:"claiming"`
 }
 
 type SettleJobsRow struct {
@@ -726,6 +734,8 @@ func (q *Queries) SettleJobs(ctx context.Context, arg SettleJobsParams) (SettleJ
 		arg.Results,
 		arg.Errors,
 		arg.RetryInUs,
+		arg.SnoozeCaps,
+		arg.Tokens,
 		arg.Claiming,
 	)
 	var i SettleJobsRow

@@ -29,7 +29,8 @@ SELECT pgtask.complete_jobs(@ids::bigint[], @attempts::integer[], @results::json
 
 -- name: FailJob :one
 -- The status is empty when the job was not the caller's started attempt.
-SELECT COALESCE(pgtask.fail_job(@id, @attempt, @error, sqlc.narg(retry_in_us))::text, '')::text AS status;
+SELECT COALESCE(pgtask.fail_job(@id, @attempt, @error, sqlc.narg(retry_in_us),
+                                sqlc.narg(snooze_cap)::integer, sqlc.narg(token)::bigint)::text, '')::text AS status;
 
 -- name: HandBack :one
 -- Gives back claimed jobs whose handlers never started, their attempts
@@ -98,7 +99,8 @@ SELECT pg_advisory_lock_shared(pgtask.worker_lock_class(), @worker_id::integer),
 -- Records a batch's outcomes and moves their groups on (see
 -- pgtask.settle_jobs); sent with the next claim and the commit.
 SELECT s.recorded::integer AS recorded, s.busy::text[] AS busy
-  FROM pgtask.settle_jobs(@queue, @ids::bigint[], @attempts::integer[], @results::jsonb[], @errors::jsonb[], @retry_in_us::bigint[], @claiming::boolean) s;
+  FROM pgtask.settle_jobs(@queue, @ids::bigint[], @attempts::integer[], @results::jsonb[], @errors::jsonb[], @retry_in_us::bigint[],
+                         @snooze_caps::integer[], @tokens::bigint[], @claiming::boolean) s;
 
 -- name: HoldClaimedJobs :many
 -- First statement of a job transaction begun in the same round trip as the

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
@@ -96,18 +95,10 @@ func (o outcome) retryInUs() int64 {
 
 // errorEntry is the failure as stored in the job's error history. Its text
 // is cleaned of what jsonb cannot store and capped, so recording it cannot
-// fail on its content. A snooze's entry is not stored: its "snooze" member,
-// the kind's cap, tells pgtask.fail_job to give the attempt back instead
-// (or to fail the job, past the cap).
+// fail on its content. A snooze's entry is stored only when it ends the job
+// (cancelled; past its cap pgtask.fail_job writes its own).
 func (o outcome) errorEntry() json.RawMessage {
 	entry := map[string]any{"attempt": o.row.Attempts, "error": storable(o.err.Error(), 4096)}
-	if o.snooze() != nil {
-		entry["snooze"] = o.snoozeCap()
-		if o.claimToken != 0 {
-			// As a string: a JSON number may lose a bigint's low digits.
-			entry["token"] = strconv.FormatInt(o.claimToken, 10)
-		}
-	}
 	var pe *PanicError
 	if errors.As(o.err, &pe) {
 		entry["panic"] = true
@@ -165,6 +156,8 @@ func settlement(queue string, outs []outcome, claiming bool) gen.SettleJobsParam
 			p.Results = append(p.Results, o.result)
 			p.Errors = append(p.Errors, nil)
 			p.RetryInUs = append(p.RetryInUs, -1)
+			p.SnoozeCaps = append(p.SnoozeCaps, 0)
+			p.Tokens = append(p.Tokens, 0)
 			continue
 		}
 		if o.reg != nil && o.reg.HasResult {
@@ -175,6 +168,13 @@ func settlement(queue string, outs []outcome, claiming bool) gen.SettleJobsParam
 		}
 		p.Errors = append(p.Errors, o.errorEntry())
 		p.RetryInUs = append(p.RetryInUs, o.retryInUs())
+		if o.snooze() != nil {
+			p.SnoozeCaps = append(p.SnoozeCaps, int32(o.snoozeCap()))
+			p.Tokens = append(p.Tokens, o.claimToken)
+		} else {
+			p.SnoozeCaps = append(p.SnoozeCaps, 0)
+			p.Tokens = append(p.Tokens, 0)
+		}
 	}
 	return p
 }
@@ -186,7 +186,7 @@ func settlement(queue string, outs []outcome, claiming bool) gen.SettleJobsParam
 // them, or alone (settleNow).
 func queueSettle(b *pgx.Batch, queue string, outs []outcome, claiming bool, res *gen.SettleJobsRow) gen.SettleJobsParams {
 	p := settlement(queue, outs, claiming)
-	b.Queue(gen.SettleJobs, p.Queue, p.Ids, p.Attempts, p.Results, p.Errors, p.RetryInUs, p.Claiming).QueryRow(func(row pgx.Row) error {
+	b.Queue(gen.SettleJobs, p.Queue, p.Ids, p.Attempts, p.Results, p.Errors, p.RetryInUs, p.SnoozeCaps, p.Tokens, p.Claiming).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&res.Recorded, &res.Busy); err != nil {
 			return &recordError{err}
 		}

@@ -293,3 +293,47 @@ func TestResentSnoozeIsRefusedByTheNextClaim(t *testing.T) {
 		t.Fatalf("after its snooze: %s, attempts %d, snoozes %d; want scheduled, 0, 2", j.Status, j.Attempts, j.Snoozes)
 	}
 }
+
+// An operator cancels a running job whose handler then snoozes: the job
+// ends cancelled, and its error history holds the attempt's error as any
+// failure's entry does, nothing of how the snooze was recorded (its cap,
+// its claim's token).
+func TestCancelledSnoozeStoresAPlainEntry(t *testing.T) {
+	for _, m := range snoozeModes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			started := make(chan struct{}, 1)
+			startSnoozing(t, b.url, m.queue, m.batch, runtime.Registration{Kind: "doze", Handler: func(ctx context.Context, _ *runtime.Job) error {
+				started <- struct{}{}
+				<-ctx.Done()
+				return runtime.Snooze(time.Minute)
+			}})
+			id := enqueue(t, b.pool, "doze", map[string]int{})
+			select {
+			case <-started:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the handler did not start")
+			}
+			if ok, err := runtime.CancelJob(context.Background(), b.pool, id); !ok || err != nil {
+				t.Fatalf("CancelJob: %v, %v", ok, err)
+			}
+			j := b.waitStatus(t, id, 20*time.Second, testdb.PgtaskJobStatusCancelled)
+			var entries []map[string]json.RawMessage
+			if err := json.Unmarshal(j.Errors, &entries); err != nil {
+				t.Fatal(err)
+			}
+			if len(entries) != 1 {
+				t.Fatalf("errors %s, want one entry", j.Errors)
+			}
+			for k := range entries[0] {
+				if k != "attempt" && k != "error" && k != "at" {
+					t.Errorf("the entry has member %q: %s; want attempt, error and at only", k, j.Errors)
+				}
+			}
+			if j.Snoozes != 0 || j.Attempts != 1 {
+				t.Errorf("job: attempts %d, snoozes %d; want 1 and 0 (the cancel won over the snooze)", j.Attempts, j.Snoozes)
+			}
+		})
+	}
+}

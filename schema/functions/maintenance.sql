@@ -1,4 +1,4 @@
--- revision: 2
+-- revision: 12
 -- Maintenance that every worker runs: queueing due jobs and rescuing the
 -- jobs of dead workers.
 --
@@ -175,14 +175,14 @@ BEGIN
                                   ELSE format('worker lost: its database session (pid %s) ended during the attempt', o.owner_pid) END);
                 IF careful THEN
                     BEGIN
-                        PERFORM pgtask.fail_job(o.id, o.attempts, entry, 0);
+                        PERFORM pgtask.fail_job(o.id, o.attempts, entry, 0, NULL, NULL);
                     EXCEPTION WHEN integrity_constraint_violation THEN
                         GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
                         PERFORM pgtask.unwritable_row(format('job %s not rescued', o.id), bad);
                         CONTINUE;
                     END;
                 ELSE
-                    PERFORM pgtask.fail_job(o.id, o.attempts, entry, 0);
+                    PERFORM pgtask.fail_job(o.id, o.attempts, entry, 0, NULL, NULL);
                 END IF;
                 done := done || o.id;
                 queues := queues || o.queue;

@@ -1,4 +1,4 @@
--- revision: 18
+-- revision: 40
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -391,7 +391,10 @@ $$;
 -- groups on. Each element of the arrays is one attempt: p_errors NULL for a
 -- success (p_results its result), else the failure's error entry, with
 -- p_retry_in_us the backoff before the next attempt, or below zero for none
--- (see fail_job). Only jobs still in the started attempt the caller ran change.
+-- (see fail_job). A snooze (runtime.Snooze) has its kind's cap on snoozes
+-- in p_snooze_caps and the token of the claim that took the job in
+-- p_tokens; other outcomes have 0 in both (see fail_job). Only jobs still in
+-- the started attempt the caller ran change.
 -- An outcome whose attempt is no longer the job's current one (a stale
 -- worker's, after another took the job over) is refused and counted.
 -- Groups are advanced without patience (the caller's transaction holds its
@@ -411,7 +414,7 @@ $$;
 -- the jobs someone can wait for pay that, one notification per call.
 CREATE OR REPLACE FUNCTION pgtask.settle_jobs(
     p_queue text, p_ids bigint[], p_attempts integer[], p_results jsonb[], p_errors jsonb[], p_retry_in_us bigint[],
-    p_claiming boolean, OUT recorded integer, OUT busy text[])
+    p_snooze_caps integer[], p_tokens bigint[], p_claiming boolean, OUT recorded integer, OUT busy text[])
 LANGUAGE plpgsql AS $$
 DECLARE
     groups text[];
@@ -493,13 +496,15 @@ BEGIN
       INTO recorded, groups, done_ids, announced
       FROM done;
     FOR f IN
-        SELECT d.id, d.attempt, d.error, d.retry, d.result IS NOT NULL AS announce, j.group_key
-          FROM unnest(p_ids, p_attempts, p_errors, p_retry_in_us, p_results) AS d(id, attempt, error, retry, result)
+        SELECT d.id, d.attempt, d.error, d.retry, d.snooze_cap, d.token, d.result IS NOT NULL AS announce, j.group_key
+          FROM unnest(p_ids, p_attempts, p_errors, p_retry_in_us, p_results, p_snooze_caps, p_tokens)
+                AS d(id, attempt, error, retry, result, snooze_cap, token)
           JOIN pgtask.jobs j ON j.id = d.id
          WHERE d.error IS NOT NULL
          ORDER BY d.id
     LOOP
-        outcome := pgtask.fail_job(f.id, f.attempt, f.error, CASE WHEN f.retry >= 0 THEN f.retry END);
+        outcome := pgtask.fail_job(f.id, f.attempt, f.error, CASE WHEN f.retry >= 0 THEN f.retry END,
+                                   nullif(f.snooze_cap, 0), nullif(f.token, 0));
         CONTINUE WHEN outcome IS NULL;
         done_ids := done_ids || f.id;
         recorded := recorded + 1;
@@ -565,17 +570,18 @@ $$;
 -- advances its group as after a final failure. Returns the job's new status, or NULL when the job is not the started
 -- attempt the caller ran.
 --
--- A snooze (runtime.Snooze) comes as an entry with a "snooze" member, its
--- kind's cap on snoozes: the job runs again after p_retry_in_us with its
--- attempt given back (attempts - 1, as a hand-back does) and its snooze
--- count raised, and the entry is not stored; a grouped job stays its
--- group's head, as for a retry. The snooze that takes the count past the
--- cap fails the job for good instead, with an entry saying so, whatever its
--- attempts; a cancel request wins over both. Since its attempt's number
--- comes round again, a snooze is fenced by its claim's token as well (the
--- entry's "token", when given): a record sent again after its reply was
--- lost must not apply to the job's next claim.
-CREATE OR REPLACE FUNCTION pgtask.fail_job(p_id bigint, p_attempt integer, p_error jsonb, p_retry_in_us bigint)
+-- A snooze (runtime.Snooze) comes with p_snooze_cap, its kind's cap on
+-- snoozes (NULL: not a snooze): the job runs again after p_retry_in_us with
+-- its attempt given back (attempts - 1, as a hand-back does) and its snooze
+-- count raised, and p_error is not stored; a grouped job stays its group's
+-- head, as for a retry. The snooze that takes the count past the cap fails
+-- the job for good instead, with an entry saying so, whatever its attempts;
+-- a cancel request wins over both. Since a snooze's attempt number comes
+-- round again, p_token, the token of the claim that took the job (NULL:
+-- none), fences the record as well: a record sent again after its reply was
+-- lost must not apply to the job's next claim, nor end it cancelled.
+CREATE OR REPLACE FUNCTION pgtask.fail_job(p_id bigint, p_attempt integer, p_error jsonb, p_retry_in_us bigint,
+                                           p_snooze_cap integer, p_token bigint)
 RETURNS pgtask.job_status
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -589,6 +595,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
+    IF p_token IS NOT NULL AND j.claim_token IS DISTINCT FROM p_token THEN
+        RETURN NULL; -- another claim's attempt of the same number
+    END IF;
 
     IF EXISTS (SELECT 1 FROM pgtask.cancel_requests r WHERE r.job_id = p_id AND r.attempt = p_attempt) THEN
         -- An operator cancelled the attempt (see cancel_job): the job ends
@@ -601,16 +610,13 @@ BEGIN
         PERFORM pg_notify('pgtask_finished', p_id::text);
         RETURN 'cancelled';
     END IF;
-    IF p_error ? 'snooze' AND p_retry_in_us IS NOT NULL THEN
-        IF p_error ? 'token' AND j.claim_token IS DISTINCT FROM (p_error ->> 'token')::bigint THEN
-            RETURN NULL; -- another claim's attempt of the same number
-        END IF;
-        IF j.snoozes >= (p_error ->> 'snooze')::integer THEN
+    IF p_snooze_cap IS NOT NULL AND p_retry_in_us IS NOT NULL THEN
+        IF j.snoozes >= p_snooze_cap THEN
             UPDATE pgtask.jobs
                SET status = 'failed', finished_at = clock_timestamp(), owner_pid = NULL, snoozes = j.snoozes + 1,
                    errors = pgtask.append_error(errors, jsonb_build_array(jsonb_build_object(
                        'attempt', p_attempt,
-                       'error', format('snoozed %s times, cap %s', j.snoozes + 1, p_error ->> 'snooze'),
+                       'error', format('snoozed %s times, cap %s', j.snoozes + 1, p_snooze_cap),
                        'at', clock_timestamp()))),
                    is_head = (is_head AND group_key IS NOT NULL)
              WHERE id = p_id;
@@ -861,14 +867,14 @@ BEGIN
                     'error', format('lease expired at %s: worker %s stopped answering for the job; taken over', o.lease_until, o.worker_id));
                 IF careful THEN
                     BEGIN
-                        outcome := pgtask.fail_job(o.id, o.attempts, entry, 0);
+                        outcome := pgtask.fail_job(o.id, o.attempts, entry, 0, NULL, NULL);
                     EXCEPTION WHEN integrity_constraint_violation THEN
                         GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
                         PERFORM pgtask.unwritable_row(format('job %s not taken over', o.id), bad);
                         CONTINUE;
                     END;
                 ELSE
-                    outcome := pgtask.fail_job(o.id, o.attempts, entry, 0);
+                    outcome := pgtask.fail_job(o.id, o.attempts, entry, 0, NULL, NULL);
                 END IF;
                 done := done || o.id;
                 IF outcome IN ('failed', 'cancelled') AND o.group_key IS NOT NULL THEN
