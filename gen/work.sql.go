@@ -103,11 +103,12 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
-       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned
+       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned,
+       c.snoozes::integer AS snoozes
   FROM pgtask.claim_jobs($1, $2, $3, $4::smallint, $5::bigint,
                          $6::bigint, $7::bigint, $8::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
-            run_after, metadata, scanned)
+            run_after, metadata, scanned, snoozes)
 `
 
 type ClaimJobsParams struct {
@@ -135,6 +136,7 @@ type ClaimJobsRow struct {
 	RunAfter        time.Time       `db:"run_after"`
 	Metadata        json.RawMessage `db:"metadata"`
 	Scanned         bool            `db:"scanned"`
+	Snoozes         int32           `db:"snoozes"`
 }
 
 // Claims up to @max jobs of a queue and counts their attempt (see
@@ -178,6 +180,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJo
 			&i.RunAfter,
 			&i.Metadata,
 			&i.Scanned,
+			&i.Snoozes,
 		); err != nil {
 			return nil, err
 		}
@@ -194,12 +197,13 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
-       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned
+       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned,
+       c.snoozes::integer AS snoozes
   FROM pgtask.claim_leased_jobs($1, $2, $3, $4::bigint,
                                  $5::smallint, $6::bigint,
                                  $7::bigint, $8::bigint, $9::integer, $10::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
-            run_after, metadata, scanned)
+            run_after, metadata, scanned, snoozes)
 `
 
 type ClaimLeasedJobsParams struct {
@@ -229,6 +233,7 @@ type ClaimLeasedJobsRow struct {
 	RunAfter        time.Time       `db:"run_after"`
 	Metadata        json.RawMessage `db:"metadata"`
 	Scanned         bool            `db:"scanned"`
+	Snoozes         int32           `db:"snoozes"`
 }
 
 // Claims up to @max jobs with a lease, runnable heads and the runs behind
@@ -268,6 +273,7 @@ func (q *Queries) ClaimLeasedJobs(ctx context.Context, arg ClaimLeasedJobsParams
 			&i.RunAfter,
 			&i.Metadata,
 			&i.Scanned,
+			&i.Snoozes,
 		); err != nil {
 			return nil, err
 		}

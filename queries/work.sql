@@ -12,11 +12,12 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
-       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned
+       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned,
+       c.snoozes::integer AS snoozes
   FROM pgtask.claim_jobs(@queue, @max, @worker_id, sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint,
                          sqlc.narg(floor_id)::bigint, sqlc.narg(token)::bigint, sqlc.narg(kinds)::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
-            run_after, metadata, scanned);
+            run_after, metadata, scanned, snoozes);
 
 -- name: HoldJobs :many
 -- First statement of the job transaction: locks the claimed rows for as long
@@ -123,12 +124,13 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
-       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned
+       c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned,
+       c.snoozes::integer AS snoozes
   FROM pgtask.claim_leased_jobs(@queue, @max, @worker_id, @lease_ms::bigint,
                                  sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint,
                                  sqlc.narg(floor_id)::bigint, @token::bigint, @run_max::integer, sqlc.narg(kinds)::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
-            run_after, metadata, scanned);
+            run_after, metadata, scanned, snoozes);
 
 -- name: ExtendLeases :many
 -- Extends the leases of claimed attempts, each fenced by its attempt and

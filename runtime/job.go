@@ -20,8 +20,14 @@ type Job struct {
 	Priority    int16
 	Attempt     int // this attempt, from 1
 	MaxAttempts int
-	Payload     json.RawMessage
-	CreatedAt   time.Time
+	// Snoozes is how often the job snoozed before this attempt (see
+	// Snooze); a snooze spends no attempt, so Attempt does not count them.
+	Snoozes int
+	// MaxSnoozes is the task's cap on snoozes (Registration.MaxSnoozes):
+	// a snooze when Snoozes has reached it fails the job for good.
+	MaxSnoozes int
+	Payload    json.RawMessage
+	CreatedAt  time.Time
 	// RunAfter is when the job was due to start: when it was enqueued, its
 	// RunAt or Delay, or when its retry's backoff ended. The time from it
 	// to the attempt's start is how long the job waited in its queue.

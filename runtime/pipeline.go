@@ -43,6 +43,7 @@ func (w *Worker) attempt(hard context.Context, row gen.ClaimJobsRow, bind func(*
 		return o, nil
 	}
 	job := newJob(row)
+	job.MaxSnoozes = o.snoozeCap()
 	bind(job)
 	o.err, abandoned = w.call(hard, o.reg, job)
 	if abandoned != nil {
@@ -82,6 +83,7 @@ func newJob(row gen.ClaimJobsRow) *Job {
 		Priority:    row.Priority,
 		Attempt:     int(row.Attempts),
 		MaxAttempts: int(row.MaxAttempts),
+		Snoozes:     int(row.Snoozes),
 		Payload:     row.Payload,
 		CreatedAt:   row.CreatedAt,
 		RunAfter:    row.RunAfter,

@@ -56,11 +56,13 @@ func (o outcome) stopsGroup() bool {
 	return o.row.GroupKey != "" && o.err != nil && (o.retries() || o.row.FailBlocksGroup)
 }
 
-// retries reports whether a failed attempt will be retried. A snooze is
-// (the worker does not know the job's snooze count: one past the cap fails
-// it, which only stops its group's run behind it when it need not).
+// retries reports whether a failed attempt will be retried. A snooze is,
+// unless it takes its job past its cap on snoozes, which fails it.
 func (o outcome) retries() bool {
-	return o.err != nil && !IsNoRetry(o.err) && (o.row.Attempts < o.row.MaxAttempts || o.snooze() != nil)
+	if o.snooze() != nil {
+		return !o.snoozesPastCap()
+	}
+	return o.err != nil && !IsNoRetry(o.err) && o.row.Attempts < o.row.MaxAttempts
 }
 
 // snooze is the snooze the handler asked for (see Snooze), or nil: for
@@ -121,6 +123,13 @@ func (o outcome) snoozeCap() int {
 	return min(n, math.MaxInt32)
 }
 
+// snoozesPastCap reports whether the outcome is a snooze that takes its
+// job's snooze count past its kind's cap, which fails the job for good
+// (see pgtask.fail_job): the count came with the claim.
+func (o outcome) snoozesPastCap() bool {
+	return o.snooze() != nil && int(o.row.Snoozes) >= o.snoozeCap()
+}
+
 func (o outcome) log(w *Worker) {
 	if o.err == nil {
 		return
@@ -130,6 +139,8 @@ func (o outcome) log(w *Worker) {
 	switch {
 	case errors.Is(o.err, ErrJobCancelled):
 		w.log.Info("pgtask: job cancelled", args...)
+	case o.snoozesPastCap():
+		w.log.Error("pgtask: job snoozed past its cap on snoozes; it failed", append(args, "snoozes", o.row.Snoozes+1, "max_snoozes", o.snoozeCap())...)
 	case o.snooze() != nil:
 		w.log.Debug("pgtask: job snoozed", "job_id", o.row.ID, "kind", o.row.Kind, "queue", o.row.Queue,
 			"delay", o.snooze().Delay, "took", time.Since(o.start))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -294,6 +295,55 @@ func TestResentSnoozeIsRefusedByTheNextClaim(t *testing.T) {
 	}
 }
 
+// A handler sees how often its job snoozed so far and its task's cap
+// (Job.Snoozes, Job.MaxSnoozes), in every mode, with several workers
+// racing for the job.
+func TestJobShowsItsSnoozes(t *testing.T) {
+	for _, m := range snoozeModes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var mu sync.Mutex
+			var seen []string
+			regs := []runtime.Registration{
+				{Kind: "capped", MaxSnoozes: 7},
+				{Kind: "uncapped"},
+			}
+			for i := range regs {
+				regs[i].Handler = func(_ context.Context, job *runtime.Job) error {
+					mu.Lock()
+					seen = append(seen, fmt.Sprintf("%s %d/%d", job.Kind, job.Snoozes, job.MaxSnoozes))
+					mu.Unlock()
+					if job.Snoozes < 3 {
+						return runtime.Snooze(0)
+					}
+					return nil
+				}
+			}
+			cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: m.queue}}
+			for range 2 {
+				if m.batch {
+					startBatching(t, b.url, cfg, regs...)
+				} else {
+					startWorker(t, b.url, cfg, regs...)
+				}
+			}
+			capped := enqueue(t, b.pool, "capped", map[string]int{})
+			b.waitStatus(t, capped, 20*time.Second, testdb.PgtaskJobStatusSucceeded)
+			uncapped := enqueue(t, b.pool, "uncapped", map[string]int{})
+			b.waitStatus(t, uncapped, 20*time.Second, testdb.PgtaskJobStatusSucceeded)
+			mu.Lock()
+			got := fmt.Sprint(seen)
+			mu.Unlock()
+			d := runtime.DefaultMaxSnoozes
+			want := fmt.Sprintf("[capped 0/7 capped 1/7 capped 2/7 capped 3/7 uncapped 0/%d uncapped 1/%d uncapped 2/%d uncapped 3/%d]", d, d, d, d)
+			if got != want {
+				t.Fatalf("handlers saw %s, want %s", got, want)
+			}
+		})
+	}
+}
+
 // An operator cancels a running job whose handler then snoozes: the job
 // ends cancelled, and its error history holds the attempt's error as any
 // failure's entry does, nothing of how the snooze was recorded (its cap,
@@ -333,6 +383,44 @@ func TestCancelledSnoozeStoresAPlainEntry(t *testing.T) {
 			}
 			if j.Snoozes != 0 || j.Attempts != 1 {
 				t.Errorf("job: attempts %d, snoozes %d; want 1 and 0 (the cancel won over the snooze)", j.Attempts, j.Snoozes)
+			}
+		})
+	}
+}
+
+// The snooze that takes a job past its cap fails it, and the worker says
+// so as it says of any final failure, at ERROR; the snoozes before it are
+// logged at DEBUG as snoozes.
+func TestSnoozePastTheCapIsLoggedAsAFailure(t *testing.T) {
+	for _, m := range snoozeModes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			logs := &recordedLogs{}
+			cfg := runtime.Config{Logger: slog.New(logs), Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: m.queue}}
+			reg := runtime.Registration{Kind: "insomniac", MaxSnoozes: 1, Handler: func(context.Context, *runtime.Job) error {
+				return runtime.Snooze(0)
+			}}
+			if m.batch {
+				startBatching(t, b.url, cfg, reg)
+			} else {
+				startWorker(t, b.url, cfg, reg)
+			}
+			id := enqueue(t, b.pool, "insomniac", map[string]int{})
+			b.waitStatus(t, id, 20*time.Second, testdb.PgtaskJobStatusFailed)
+			const final = "pgtask: job snoozed past its cap on snoozes; it failed"
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if _, ok := logs.levelOf(final); ok {
+					break
+				}
+			}
+			for msg, want := range map[string]slog.Level{
+				"pgtask: job snoozed": slog.LevelDebug,
+				final:                 slog.LevelError,
+			} {
+				if got, ok := logs.levelOf(msg); !ok || got != want {
+					t.Errorf("%q logged at %v (found %v), want %v", msg, got, ok, want)
+				}
 			}
 		})
 	}

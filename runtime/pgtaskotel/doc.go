@@ -36,8 +36,8 @@
 //
 // What the middleware counts is what the handler returned, judged by the
 // worker's rules (a failure is retried unless it is runtime.NoRetry or the
-// job's last attempt; a runtime.Snooze counts as snoozed, even the one past
-// its task's cap that fails the job; a return after the timeout is a failure; a failure
+// job's last attempt; a runtime.Snooze counts as snoozed, except the one past
+// its task's cap (runtime.Job.MaxSnoozes), which fails the job; a return after the timeout is a failure; a failure
 // of a job cancelled while it ran ends it cancelled). The worker can still
 // record something else where the handler's return was not the end of the
 // attempt: a success whose transaction then failed or whose database

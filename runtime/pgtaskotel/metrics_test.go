@@ -23,7 +23,8 @@ import (
 func panicky(context.Context, *runtime.Job) error { panic("boom") }
 
 // After a run with successes, retried failures, snoozes, final failures
-// (returned, NoRetry, a panic, a return past the timeout) and a running job cancelled,
+// (returned, NoRetry, a panic, a return past the timeout, a snooze past its
+// task's cap) and a running job cancelled,
 // each counter and histogram holds what the worker recorded, by queue and
 // kind, in both modes.
 func TestMetricsOfARun(t *testing.T) {
@@ -59,6 +60,9 @@ func TestMetricsOfARun(t *testing.T) {
 					}
 					return nil
 				}},
+				{Kind: "restless", MaxSnoozes: 1, Handler: func(context.Context, *runtime.Job) error {
+					return runtime.Snooze(0) // the second snooze passes the cap
+				}},
 				{Kind: "final", Handler: func(context.Context, *runtime.Job) error {
 					return runtime.NoRetry(errors.New("hopeless"))
 				}},
@@ -90,6 +94,7 @@ func TestMetricsOfARun(t *testing.T) {
 				enqueue(t, ctx, pool, "doomed", in, runtime.WithMaxAttempts(2)),
 				enqueue(t, ctx, pool, "final", in, runtime.WithMaxAttempts(5)),
 				enqueue(t, ctx, pool, "sleepy", in, runtime.WithMaxAttempts(1)),
+				enqueue(t, ctx, pool, "restless", in, runtime.WithMaxAttempts(5)),
 				enqueue(t, ctx, pool, "panics", in, runtime.WithMaxAttempts(1)),
 				enqueue(t, ctx, pool, "late", in, runtime.WithMaxAttempts(1)))
 			cancel := enqueue(t, ctx, pool, "cancelled", in)
@@ -125,6 +130,7 @@ func TestMetricsOfARun(t *testing.T) {
 				"doomed":    {enqueued: 1, started: 2, retried: 1, failed: 1},
 				"final":     {enqueued: 1, started: 1, failed: 1},
 				"sleepy":    {enqueued: 1, started: 3, succeeded: 1, snoozed: 2},
+				"restless":  {enqueued: 1, started: 2, snoozed: 1, failed: 1},
 				"panics":    {enqueued: 1, started: 1, failed: 1},
 				"late":      {enqueued: 1, started: 1, failed: 1},
 				"cancelled": {enqueued: 1, started: 1, cancelled: 1},

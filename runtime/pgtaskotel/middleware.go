@@ -50,7 +50,7 @@ type processor struct {
 
 func (p *processor) middleware(ctx context.Context, job *runtime.Job, next runtime.Handler) (err error) {
 	// What decides the outcome, read before inner middleware may change the job.
-	attempt, maxAttempts := job.Attempt, job.MaxAttempts
+	st := standing{attempt: job.Attempt, maxAttempts: job.MaxAttempts, snoozes: job.Snoozes, maxSnoozes: job.MaxSnoozes}
 	waits := !job.RunAfter.IsZero() && p.in.wait.Enabled(ctx)
 	var start time.Time // zero: the duration is not recorded
 	if waits || p.in.duration.Enabled(ctx) {
@@ -68,12 +68,12 @@ func (p *processor) middleware(ctx context.Context, job *runtime.Job, next runti
 	returned := false
 	defer func() {
 		if !returned {
-			p.endAbruptly(ctx, span, l, start, attempt, maxAttempts, recover())
+			p.endAbruptly(ctx, span, l, start, st, recover())
 		}
 	}()
 	err = next(ctx, job)
 	returned = true
-	o, recorded := judge(ctx, attempt, maxAttempts, err)
+	o, recorded := judge(ctx, st, err)
 	p.end(ctx, span, l, start, o, recorded)
 	return err
 }
@@ -81,16 +81,23 @@ func (p *processor) middleware(ctx context.Context, job *runtime.Job, next runti
 // endAbruptly records an attempt whose handler panicked with v (the worker
 // recovers the panic and records a failed attempt) or called
 // runtime.Goexit (v is nil), and passes the panic on.
-func (p *processor) endAbruptly(ctx context.Context, span trace.Span, l *labels, start time.Time, attempt, maxAttempts int, v any) {
+func (p *processor) endAbruptly(ctx context.Context, span trace.Span, l *labels, start time.Time, st standing, v any) {
 	var err error = &runtime.PanicError{Value: v}
 	if v == nil {
 		err = errors.New("the handler's goroutine exited without returning")
 	}
-	o, recorded := judge(ctx, attempt, maxAttempts, err)
+	o, recorded := judge(ctx, st, err)
 	p.end(ctx, span, l, start, o, recorded)
 	if v != nil {
 		panic(v)
 	}
+}
+
+// standing is where a job stood when its attempt began: what decides how
+// the attempt's end is recorded.
+type standing struct {
+	attempt, maxAttempts int
+	snoozes, maxSnoozes  int
 }
 
 // judge returns how the worker records an attempt whose handler (and the
@@ -100,8 +107,9 @@ func (p *processor) endAbruptly(ctx context.Context, span trace.Span, l *labels,
 // cancelled if it failed, and succeeds if it completed anyway; one that
 // returned after its timeout fails, whatever it returned; a failure is
 // retried unless it is runtime.NoRetry or was the job's last attempt; a
-// runtime.Snooze is a snooze, not a failure.
-func judge(ctx context.Context, attempt, maxAttempts int, err error) (outcome, error) {
+// runtime.Snooze is a snooze, not a failure, unless the job has snoozed as
+// often as its task allows: then it fails the job for good.
+func judge(ctx context.Context, st standing, err error) (outcome, error) {
 	if errors.Is(context.Cause(ctx), runtime.ErrJobCancelled) {
 		if err == nil {
 			return succeeded, nil
@@ -115,11 +123,11 @@ func judge(ctx context.Context, attempt, maxAttempts int, err error) (outcome, e
 	switch {
 	case err == nil:
 		return succeeded, nil
+	case !runtime.IsNoRetry(err) && errors.As(err, &se) && st.snoozes >= st.maxSnoozes:
+		return failed, err
 	case !runtime.IsNoRetry(err) && errors.As(err, &se):
-		// One past the task's cap fails the job, which the middleware
-		// cannot know: it counts what the handler asked for.
 		return snoozed, err
-	case !runtime.IsNoRetry(err) && attempt < maxAttempts:
+	case !runtime.IsNoRetry(err) && st.attempt < st.maxAttempts:
 		return retried, err
 	default:
 		return failed, err

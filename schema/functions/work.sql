@@ -1,4 +1,4 @@
--- revision: 40
+-- revision: 41
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -231,7 +231,8 @@ $$;
 -- pick_runs): one commit covers many jobs of a group. Every claimed
 -- job gets its attempt counted, this session as owner, p_worker as the
 -- process and p_token (see hold_claimed_jobs); the claim commits before any
--- handler runs. Rows come in priority, id order. A paused queue (see
+-- handler runs. Rows come in priority, id order, each with the job's snooze
+-- count (see fail_job): the worker knows which snooze fails the job. A paused queue (see
 -- pause_queue) gives nothing. started_at is when the claim's statement
 -- began: a claim stamped later than a pause's commit saw the pause.
 -- p_kinds, unless NULL, limits the claim to the kinds the worker has
@@ -242,7 +243,7 @@ CREATE OR REPLACE FUNCTION pgtask.claim_jobs(p_queue text, p_max integer, p_work
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
-    run_after timestamptz, metadata jsonb, scanned boolean
+    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -300,7 +301,8 @@ BEGIN
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
                       j.run_after, j.metadata,
-                      pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id);
+                      pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id),
+                      j.snoozes;
         RETURN;
     END IF;
     promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
@@ -322,7 +324,8 @@ BEGIN
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
                       j.run_after, j.metadata,
-                      j.id = ANY (heads) AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id)
+                      j.id = ANY (heads) AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id),
+                      j.snoozes
         )
         SELECT * FROM claimed ORDER BY claimed.priority, claimed.id;
 END;
@@ -770,7 +773,7 @@ CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs(p_queue text, p_max integer,
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
-    run_after timestamptz, metadata jsonb, scanned boolean
+    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -802,7 +805,8 @@ BEGIN
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
                       j.run_after, j.metadata,
-                      j.id = ANY (heads) AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id)
+                      j.id = ANY (heads) AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id),
+                      j.snoozes
         )
         SELECT * FROM claimed ORDER BY claimed.priority, claimed.id;
 END;
