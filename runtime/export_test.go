@@ -19,6 +19,9 @@ var MigrateWith = migrate
 // server's jsonb input.
 var JSONBRefusal = jsonbRefusal
 
+// ParseWake reads a wake-up notification's payload as the listener does.
+var ParseWake = parseWake
+
 // ID is the worker's id, which its claims carry.
 func (w *Worker) ID() int32 { return w.id }
 

@@ -2,7 +2,6 @@ package runtime_test
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -50,12 +49,8 @@ func wakeUp(t *testing.T, lc *pgx.Conn, wait time.Duration) string {
 		return ""
 	}
 	// A wake-up may name its first job's id before the queue.
-	if id, queue, ok := strings.Cut(n.Payload, ":"); ok {
-		if _, err := strconv.ParseInt(id, 10, 64); err == nil {
-			return queue
-		}
-	}
-	return n.Payload
+	_, queue := runtime.ParseWake(n.Payload)
+	return queue
 }
 
 // A runnable head handed back unstarted (a worker shutting down, either
