@@ -810,3 +810,66 @@ func TestRetriedOlderJobRunsBeforeARunBehindTheHead(t *testing.T) {
 		t.Fatalf("ran %v, want %v", order, want)
 	}
 }
+
+// An operator's retry of an older job of a group while a run of the group's
+// jobs is in flight (claimed behind the head, not finished) must wait for
+// the run: the job becomes the head only once the run's last job is done.
+// Before, the group moved on from each finished job of the run to the
+// retried one, which then ran beside the rest of the run.
+func TestRetriedOlderJobWaitsForARunInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ids := enqueueGroup(t, b, runtime.DefaultQueue, "g", 4)
+	if ok, err := runtime.CancelJob(ctx, b.pool, ids[0]); err != nil || !ok {
+		t.Fatalf("cancel: %v, %v", ok, err)
+	}
+	log := newStartLog()
+	midRun := make(chan struct{})
+	retried := make(chan struct{})
+	olderStarted := make(chan struct{})
+	handler := log.logged(func(job *runtime.Job, p seqPayload) error {
+		switch p.Seq {
+		case 0:
+			close(olderStarted)
+		case 2:
+			close(midRun)
+			<-retried
+		case 3:
+			// Long enough for the retried job to be claimed and started by
+			// a free slot, had the group moved on to it.
+			select {
+			case <-olderStarted:
+			case <-time.After(time.Second):
+			}
+		}
+		return nil
+	})
+	// Room for the head and its run of two, and a free slot beside them.
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{
+		runtime.DefaultQueue: {Mode: runtime.ModeLease, Concurrency: 4},
+	}}, runtime.Registration{Kind: "seq", Handler: handler})
+	select {
+	case <-midRun:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the run did not reach its second job")
+	}
+	if ok, err := runtime.RetryJob(ctx, b.pool, ids[0]); err != nil || !ok {
+		t.Fatalf("retry: %v, %v", ok, err)
+	}
+	close(retried)
+	jobs := b.waitQueueDone(t, runtime.DefaultQueue, 30*time.Second)
+	for _, j := range jobs {
+		if j.Status != testdb.PgtaskJobStatusSucceeded {
+			t.Errorf("job %d is %s", j.ID, j.Status)
+		}
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, o := range log.overlaps {
+		t.Error(o)
+	}
+	if want := []int{1, 2, 3, 0}; !slices.Equal(log.starts["g"], want) {
+		t.Errorf("group ran seqs %v, want %v", log.starts["g"], want)
+	}
+}

@@ -1,4 +1,4 @@
--- revision: 4
+-- revision: 5
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -133,18 +133,30 @@ BEGIN
     -- both when there is none from there (see move_group_on). A started one
     -- (left by a lost session, to be requeued) takes its place at the head
     -- like any other. array_agg keeps NULLs, so the arrays line up.
-    WITH nxt AS (
-        SELECT f.k, f.head, f.row_tid, f.from_id,
-               coalesce((SELECT id FROM pgtask.jobs
+    WITH runs AS (
+        -- A job below the old head waits, but a run claimed behind the old
+        -- head may still be in flight: its next job, started, takes the
+        -- head (see move_group_on).
+        SELECT f.*,
+               CASE WHEN f.from_id < f.head THEN
+                   (SELECT CASE WHEN status = 'started' THEN id END FROM pgtask.jobs
+                     WHERE group_id = f.gid AND pgtask.job_pending(status) AND id > f.head
+                     ORDER BY id LIMIT 1)
+               END AS run_id
+          FROM unnest(finished, finished_ids, finished_rows, old_heads, froms) AS f(k, gid, row_tid, head, from_id)
+    ), nxt AS (
+        SELECT f.k, f.head, f.row_tid, f.from_id, f.run_id,
+               coalesce(f.run_id,
+                        (SELECT id FROM pgtask.jobs
                           WHERE group_id = f.gid AND pgtask.job_pending(status)
                             AND id >= coalesce(least(f.head, f.from_id), 0)
                           ORDER BY id LIMIT 1),
                         (SELECT id FROM pgtask.jobs
                           WHERE least(f.head, f.from_id) IS NOT NULL AND group_id = f.gid AND pgtask.job_pending(status)
                           ORDER BY id LIMIT 1)) AS next_id
-          FROM unnest(finished, finished_ids, finished_rows, old_heads, froms) AS f(k, gid, row_tid, head, from_id)
+          FROM runs f
     ), chosen AS (
-        SELECT nxt.k, nxt.next_id, nxt.row_tid, nxt.from_id,
+        SELECT nxt.k, nxt.next_id, nxt.row_tid, nxt.from_id, nxt.run_id,
                coalesce((SELECT id FROM pgtask.jobs
                           WHERE queue = p_queue AND group_key = nxt.k
                             AND pgtask.job_blocks_group(status, fail_blocks_group)
@@ -161,6 +173,7 @@ BEGIN
         UPDATE pgtask.queue_groups g SET pending_from = NULL
           FROM chosen c
          WHERE g.ctid = ANY (finished_rows) AND g.ctid = c.row_tid AND c.id IS NOT NULL AND c.from_id IS NOT NULL
+           AND c.run_id IS NULL
     ), emptied AS (
         DELETE FROM pgtask.queue_groups g
          USING chosen c
@@ -223,10 +236,26 @@ DECLARE
     chosen bigint;
     promoted pgtask.job_status;
     bound bigint := least(p_old_head, p_pending_from);
+    in_run boolean := false;
 BEGIN
-    SELECT id INTO next_id FROM pgtask.jobs
-     WHERE group_id = p_group_id AND pgtask.job_pending(status) AND id >= coalesce(bound, 0)
-     ORDER BY id LIMIT 1;
+    IF p_pending_from < p_old_head THEN
+        -- A job below the old head waits (an operator retried it). But a
+        -- run claimed behind the old head (see pick_runs) may still be in
+        -- flight: its next job, started, takes the head, and the job below
+        -- waits for the run's end.
+        SELECT id, status = 'started' INTO next_id, in_run FROM pgtask.jobs
+         WHERE group_id = p_group_id AND pgtask.job_pending(status) AND id > p_old_head
+         ORDER BY id LIMIT 1;
+        IF NOT coalesce(in_run, false) THEN
+            next_id := NULL;
+            in_run := false;
+        END IF;
+    END IF;
+    IF NOT in_run THEN
+        SELECT id INTO next_id FROM pgtask.jobs
+         WHERE group_id = p_group_id AND pgtask.job_pending(status) AND id >= coalesce(bound, 0)
+         ORDER BY id LIMIT 1;
+    END IF;
     IF next_id IS NULL AND bound IS NOT NULL THEN
         -- Nothing from the bound on. A job below it is still possible: an
         -- enqueue that created the group's row raced with another that
@@ -247,7 +276,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE pgtask.jobs SET is_head = true WHERE id = chosen RETURNING status INTO promoted;
-    IF p_pending_from IS NOT NULL THEN
+    IF p_pending_from IS NOT NULL AND NOT in_run THEN
         -- The new head is at or below every pending job: no bound below it
         -- is needed any more.
         UPDATE pgtask.queue_groups SET pending_from = NULL WHERE queue = p_queue AND group_key = p_group_key;
