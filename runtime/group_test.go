@@ -811,35 +811,53 @@ func TestRetriedOlderJobRunsBeforeARunBehindTheHead(t *testing.T) {
 	}
 }
 
-// An operator's retry of an older job of a group while a run of the group's
-// jobs is in flight (claimed behind the head, not finished) must wait for
-// the run: the job becomes the head only once the run's last job is done.
-// Before, the group moved on from each finished job of the run to the
-// retried one, which then ran beside the rest of the run.
-func TestRetriedOlderJobWaitsForARunInFlight(t *testing.T) {
-	t.Parallel()
+// An operator's retry of a job of a group while a run of the group's jobs
+// is in flight (claimed with the head, not finished) must wait for the run:
+// the job becomes the head only once the run's last job is done. Before,
+// the group moved on from a finished job of the run to the retried one,
+// which then ran beside the rest of the run: a job below the head, and one
+// the run had stepped over (cancelled when the run was claimed).
+func TestRetriedJobWaitsForARunInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// The job cancelled before the claim and retried while the run is
+		// at seq pause; seq check waits to see whether it starts beside it.
+		cancelled, pause, check int
+		want                    []int
+	}{
+		{"below the head", 0, 2, 3, []int{1, 2, 3, 0}},
+		{"inside the run", 1, 0, 2, []int{0, 2, 3, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testRetriedJobWaitsForARunInFlight(t, tc.cancelled, tc.pause, tc.check, tc.want)
+		})
+	}
+}
+
+func testRetriedJobWaitsForARunInFlight(t *testing.T, cancelled, pause, check int, want []int) {
 	b := setup(t)
 	ctx := context.Background()
 	ids := enqueueGroup(t, b, runtime.DefaultQueue, "g", 4)
-	if ok, err := runtime.CancelJob(ctx, b.pool, ids[0]); err != nil || !ok {
+	if ok, err := runtime.CancelJob(ctx, b.pool, ids[cancelled]); err != nil || !ok {
 		t.Fatalf("cancel: %v, %v", ok, err)
 	}
 	log := newStartLog()
-	midRun := make(chan struct{})
+	paused := make(chan struct{})
 	retried := make(chan struct{})
-	olderStarted := make(chan struct{})
+	retriedStarted := make(chan struct{})
 	handler := log.logged(func(job *runtime.Job, p seqPayload) error {
 		switch p.Seq {
-		case 0:
-			close(olderStarted)
-		case 2:
-			close(midRun)
+		case cancelled:
+			close(retriedStarted)
+		case pause:
+			close(paused)
 			<-retried
-		case 3:
+		case check:
 			// Long enough for the retried job to be claimed and started by
 			// a free slot, had the group moved on to it.
 			select {
-			case <-olderStarted:
+			case <-retriedStarted:
 			case <-time.After(time.Second):
 			}
 		}
@@ -850,11 +868,11 @@ func TestRetriedOlderJobWaitsForARunInFlight(t *testing.T) {
 		runtime.DefaultQueue: {Mode: runtime.ModeLease, Concurrency: 4},
 	}}, runtime.Registration{Kind: "seq", Handler: handler})
 	select {
-	case <-midRun:
+	case <-paused:
 	case <-time.After(30 * time.Second):
-		t.Fatal("the run did not reach its second job")
+		t.Fatal("the run did not reach the job it pauses at")
 	}
-	if ok, err := runtime.RetryJob(ctx, b.pool, ids[0]); err != nil || !ok {
+	if ok, err := runtime.RetryJob(ctx, b.pool, ids[cancelled]); err != nil || !ok {
 		t.Fatalf("retry: %v, %v", ok, err)
 	}
 	close(retried)
@@ -869,7 +887,7 @@ func TestRetriedOlderJobWaitsForARunInFlight(t *testing.T) {
 	for _, o := range log.overlaps {
 		t.Error(o)
 	}
-	if want := []int{1, 2, 3, 0}; !slices.Equal(log.starts["g"], want) {
+	if !slices.Equal(log.starts["g"], want) {
 		t.Errorf("group ran seqs %v, want %v", log.starts["g"], want)
 	}
 }

@@ -1,4 +1,4 @@
--- revision: 5
+-- revision: 6
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -134,14 +134,15 @@ BEGIN
     -- (left by a lost session, to be requeued) takes its place at the head
     -- like any other. array_agg keeps NULLs, so the arrays line up.
     WITH runs AS (
-        -- A job below the old head waits, but a run claimed behind the old
-        -- head may still be in flight: its next job, started, takes the
-        -- head (see move_group_on).
+        -- A job out of the group's order waits, but a run claimed with the
+        -- old head may still be in flight: its next job takes the head (see
+        -- move_group_on).
         SELECT f.*,
-               CASE WHEN f.from_id < f.head THEN
-                   (SELECT CASE WHEN status = 'started' THEN id END FROM pgtask.jobs
-                     WHERE group_id = f.gid AND pgtask.job_pending(status) AND id > f.head
-                     ORDER BY id LIMIT 1)
+               CASE WHEN f.from_id IS NOT NULL THEN
+                   (SELECT r.id FROM pgtask.jobs r
+                     WHERE r.claim_token = (SELECT h.claim_token FROM pgtask.jobs h WHERE h.id = f.head)
+                       AND r.status = 'started' AND r.group_id = f.gid AND r.id > f.head
+                     ORDER BY r.id LIMIT 1)
                END AS run_id
           FROM unnest(finished, finished_ids, finished_rows, old_heads, froms) AS f(k, gid, row_tid, head, from_id)
     ), nxt AS (
@@ -238,18 +239,17 @@ DECLARE
     bound bigint := least(p_old_head, p_pending_from);
     in_run boolean := false;
 BEGIN
-    IF p_pending_from < p_old_head THEN
-        -- A job below the old head waits (an operator retried it). But a
-        -- run claimed behind the old head (see pick_runs) may still be in
-        -- flight: its next job, started, takes the head, and the job below
-        -- waits for the run's end.
-        SELECT id, status = 'started' INTO next_id, in_run FROM pgtask.jobs
-         WHERE group_id = p_group_id AND pgtask.job_pending(status) AND id > p_old_head
-         ORDER BY id LIMIT 1;
-        IF NOT coalesce(in_run, false) THEN
-            next_id := NULL;
-            in_run := false;
-        END IF;
+    IF p_pending_from IS NOT NULL THEN
+        -- A job out of the group's order waits (an operator retried it, or
+        -- an enqueue joined the group late). But a run claimed with the old
+        -- head (see pick_runs) may still be in flight: its next job takes
+        -- the head, and the waiting job runs after the run's end. The run's
+        -- jobs are the started ones of the old head's claim.
+        SELECT r.id INTO next_id FROM pgtask.jobs r
+         WHERE r.claim_token = (SELECT h.claim_token FROM pgtask.jobs h WHERE h.id = p_old_head)
+           AND r.status = 'started' AND r.group_id = p_group_id AND r.id > p_old_head
+         ORDER BY r.id LIMIT 1;
+        in_run := next_id IS NOT NULL;
     END IF;
     IF NOT in_run THEN
         SELECT id INTO next_id FROM pgtask.jobs
