@@ -14,11 +14,11 @@ const InsertJobs = `-- name: InsertJobs :one
 SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
   FROM pgtask.enqueue_jobs(
     $1::jsonb[], $2::integer[], $3::integer[],
-    $4::text[], $5::text[], $6::smallint[], $7::integer[],
-    $8::boolean[], $9::text[], $10::bigint[],
-    $11::text[], $12::text[],
-    $13::text[], $14::bigint[], $15::text[],
-    $16::jsonb[]
+    $4::text[], $5::text[], $6::smallint[], $7::integer[], $8::integer[],
+    $9::boolean[], $10::text[], $11::bigint[],
+    $12::text[], $13::text[],
+    $14::text[], $15::bigint[], $16::text[],
+    $17::jsonb[]
   ) e
 `
 
@@ -29,6 +29,7 @@ type InsertJobsParams struct {
 	Kinds           []string          `db:"kinds"`
 	Queues          []string          `db:"queues"`
 	Priorities      []int16           `db:"priorities"`
+	AgingMs         []int32           `db:"aging_ms"`
 	MaxAttempts     []int32           `db:"max_attempts"`
 	FailBlocksGroup []bool            `db:"fail_blocks_group"`
 	RunAt           []string          `db:"run_at"`
@@ -61,6 +62,7 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) (InsertJ
 		arg.Kinds,
 		arg.Queues,
 		arg.Priorities,
+		arg.AgingMs,
 		arg.MaxAttempts,
 		arg.FailBlocksGroup,
 		arg.RunAt,

@@ -114,6 +114,8 @@ type PgtaskJob struct {
 	IsHead          bool            `db:"is_head"`
 	Status          PgtaskJobStatus `db:"status"`
 	Priority        int16           `db:"priority"`
+	AgingMs         int32           `db:"aging_ms"`
+	AgeDue          *time.Time      `db:"age_due"`
 	Payload         json.RawMessage `db:"payload"`
 	Result          json.RawMessage `db:"result"`
 	Errors          json.RawMessage `db:"errors"`

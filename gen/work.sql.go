@@ -43,6 +43,23 @@ func (q *Queries) AdvanceGroups(ctx context.Context, arg AdvanceGroupsParams) ([
 	return busy, err
 }
 
+const AgePriorities = `-- name: AgePriorities :one
+SELECT a.aged::integer AS aged, a.skipped::bigint[] AS skipped FROM pgtask.age_priorities($1) a
+`
+
+type AgePrioritiesRow struct {
+	Aged    int32   `db:"aged"`
+	Skipped []int64 `db:"skipped"`
+}
+
+// skipped: due jobs whose rows break a check (see pgtask.age_priorities).
+func (q *Queries) AgePriorities(ctx context.Context, max int32) (AgePrioritiesRow, error) {
+	row := q.db.QueryRow(ctx, AgePriorities, max)
+	var i AgePrioritiesRow
+	err := row.Scan(&i.Aged, &i.Skipped)
+	return i, err
+}
+
 const ApplyCancelRequests = `-- name: ApplyCancelRequests :one
 SELECT pgtask.apply_cancel_requests($1::integer) AS cancelled
 `
@@ -106,7 +123,7 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned,
        c.snoozes::integer AS snoozes
   FROM pgtask.claim_jobs($1, $2, $3, $4::smallint, $5::bigint,
-                         $6::bigint, $7::bigint, $8::text[])
+                         $6::bigint, $7::boolean, $8::bigint, $9::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
             run_after, metadata, scanned, snoozes)
 `
@@ -118,6 +135,7 @@ type ClaimJobsParams struct {
 	AfterPriority pgtype.Int2 `db:"after_priority"`
 	AfterID       pgtype.Int8 `db:"after_id"`
 	FloorID       pgtype.Int8 `db:"floor_id"`
+	BehindFirst   bool        `db:"behind_first"`
 	Token         pgtype.Int8 `db:"token"`
 	Kinds         []string    `db:"kinds"`
 }
@@ -156,6 +174,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJo
 		arg.AfterPriority,
 		arg.AfterID,
 		arg.FloorID,
+		arg.BehindFirst,
 		arg.Token,
 		arg.Kinds,
 	)
@@ -201,7 +220,7 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.snoozes::integer AS snoozes
   FROM pgtask.claim_leased_jobs($1, $2, $3, $4::bigint,
                                  $5::smallint, $6::bigint,
-                                 $7::bigint, $8::bigint, $9::integer, $10::text[])
+                                 $7::bigint, $8::boolean, $9::bigint, $10::integer, $11::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
             run_after, metadata, scanned, snoozes)
 `
@@ -214,6 +233,7 @@ type ClaimLeasedJobsParams struct {
 	AfterPriority pgtype.Int2 `db:"after_priority"`
 	AfterID       pgtype.Int8 `db:"after_id"`
 	FloorID       pgtype.Int8 `db:"floor_id"`
+	BehindFirst   bool        `db:"behind_first"`
 	Token         int64       `db:"token"`
 	RunMax        int32       `db:"run_max"`
 	Kinds         []string    `db:"kinds"`
@@ -248,6 +268,7 @@ func (q *Queries) ClaimLeasedJobs(ctx context.Context, arg ClaimLeasedJobsParams
 		arg.AfterPriority,
 		arg.AfterID,
 		arg.FloorID,
+		arg.BehindFirst,
 		arg.Token,
 		arg.RunMax,
 		arg.Kinds,

@@ -9,7 +9,7 @@
 SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
   FROM pgtask.enqueue_jobs(
     @payloads::jsonb[], @settings::integer[], @groups::integer[],
-    @kinds::text[], @queues::text[], @priorities::smallint[], @max_attempts::integer[],
+    @kinds::text[], @queues::text[], @priorities::smallint[], @aging_ms::integer[], @max_attempts::integer[],
     @fail_blocks_group::boolean[], @run_at::text[], @delay_us::bigint[],
     @group_queues::text[], @group_keys::text[],
     @unique_keys::text[], @unique_windows_us::bigint[], @unique_statuses::text[],

@@ -15,7 +15,7 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned,
        c.snoozes::integer AS snoozes
   FROM pgtask.claim_jobs(@queue, @max, @worker_id, sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint,
-                         sqlc.narg(floor_id)::bigint, sqlc.narg(token)::bigint, sqlc.narg(kinds)::text[])
+                         sqlc.narg(floor_id)::bigint, @behind_first::boolean, sqlc.narg(token)::bigint, sqlc.narg(kinds)::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
             run_after, metadata, scanned, snoozes);
 
@@ -46,6 +46,10 @@ SELECT h.released::bigint AS released, h.woken::bigint AS woken
 -- name: RescueOrphans :many
 -- Requeues jobs of dead workers; worker_id is the caller's own worker.
 SELECT r.id::bigint AS id FROM pgtask.rescue_orphans(@max, @worker_id::integer) AS r(id);
+
+-- name: AgePriorities :one
+-- skipped: due jobs whose rows break a check (see pgtask.age_priorities).
+SELECT a.aged::integer AS aged, a.skipped::bigint[] AS skipped FROM pgtask.age_priorities(@max) a;
 
 -- name: PromoteScheduled :one
 -- skipped: due jobs whose rows break a check (see pgtask.promote_scheduled).
@@ -128,7 +132,7 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.snoozes::integer AS snoozes
   FROM pgtask.claim_leased_jobs(@queue, @max, @worker_id, @lease_ms::bigint,
                                  sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint,
-                                 sqlc.narg(floor_id)::bigint, @token::bigint, @run_max::integer, sqlc.narg(kinds)::text[])
+                                 sqlc.narg(floor_id)::bigint, @behind_first::boolean, @token::bigint, @run_max::integer, sqlc.narg(kinds)::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
             run_after, metadata, scanned, snoozes);
 

@@ -25,7 +25,7 @@ func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
 		return gen.InsertJobsParams{
 			Payloads: []json.RawMessage{json.RawMessage(`{}`), json.RawMessage(`[]`)},
 			Settings: []int32{1, 2}, Groups: []int32{0, 1},
-			Kinds: []string{"k", "k"}, Queues: []string{"q", "q"}, Priorities: []int16{0, 0},
+			Kinds: []string{"k", "k"}, Queues: []string{"q", "q"}, Priorities: []int16{0, 0}, AgingMs: []int32{0, 0},
 			MaxAttempts: []int32{1, 1}, FailBlocksGroup: []bool{false, false},
 			RunAt: []string{"", ""}, DelayUs: []int64{0, 0},
 			GroupQueues: []string{"q"}, GroupKeys: []string{"g"},
@@ -38,6 +38,7 @@ func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
 		want  string
 	}{
 		{"empty kind", func(p *gen.InsertJobsParams) { p.Kinds[1] = "" }, "jobs_kind_not_empty"},
+		{"negative aging", func(p *gen.InsertJobsParams) { p.AgingMs[1] = -5 }, "jobs_aging_valid"},
 		{"empty queue", func(p *gen.InsertJobsParams) { p.Queues[0] = "" }, "jobs_queue_not_empty"},
 		{"scalar payload", func(p *gen.InsertJobsParams) { p.Payloads[1] = json.RawMessage(`"x"`) }, "jobs_payload_object"},
 		{"JSON null payload", func(p *gen.InsertJobsParams) { p.Payloads[1] = json.RawMessage(`null`) }, "jobs_payload_object"},

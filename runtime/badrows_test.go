@@ -46,7 +46,7 @@ func insertLongQueueJob(t *testing.T, b *bundle, delayUs int64) int64 {
 	t.Helper()
 	r, err := b.gen.InsertJobs(context.Background(), gen.InsertJobsParams{
 		Payloads: []json.RawMessage{json.RawMessage(`{}`)}, Settings: []int32{1}, Groups: []int32{0},
-		Kinds: []string{"k"}, Queues: []string{longQueue}, Priorities: []int16{0}, MaxAttempts: []int32{3},
+		Kinds: []string{"k"}, Queues: []string{longQueue}, Priorities: []int16{0}, AgingMs: []int32{0}, MaxAttempts: []int32{3},
 		FailBlocksGroup: []bool{false}, RunAt: []string{""}, DelayUs: []int64{delayUs},
 		GroupQueues: []string{}, GroupKeys: []string{},
 	})
@@ -215,7 +215,7 @@ func TestFinishedGroupsMoveOnPastARowThatBreaksAConstraint(t *testing.T) {
 	}
 	r, err := b.gen.InsertJobs(ctx, gen.InsertJobsParams{
 		Payloads: []json.RawMessage{json.RawMessage(`{}`)}, Settings: []int32{1}, Groups: []int32{1},
-		Kinds: []string{"k"}, Queues: []string{"fine"}, Priorities: []int16{0}, MaxAttempts: []int32{3},
+		Kinds: []string{"k"}, Queues: []string{"fine"}, Priorities: []int16{0}, AgingMs: []int32{0}, MaxAttempts: []int32{3},
 		FailBlocksGroup: []bool{false}, RunAt: []string{""}, DelayUs: []int64{0},
 		GroupQueues: []string{"fine"}, GroupKeys: []string{"g"},
 		UniqueKeys: []string{strings.Repeat("u", 1400)}, UniqueWindowsUs: []int64{0}, UniqueStatuses: []string{"scheduled,queued,started"},

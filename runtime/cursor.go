@@ -45,6 +45,9 @@ type claimCursor struct {
 	// behind: heads were made runnable behind the cursor, where is not
 	// known; the next claim looks back from the start.
 	behind bool
+	// heardBehind: a head was announced behind the cursor (heard); the next
+	// claim looks back from the floor before it looks ahead.
+	heardBehind bool
 	// heardIDs are the heads announced lately (heard), by epoch: a claim
 	// sent before one was announced may not see it, so its floor goes no
 	// further than the head.
@@ -60,6 +63,10 @@ type claimFrom struct {
 	floorID  pgtype.Int8
 	// full: the claim looks back from the start.
 	full bool
+	// behindFirst: the claim looks behind the cursor before it looks ahead
+	// of it (see pgtask.pick_heads): heads lie there, announced, or a look
+	// from the start is due.
+	behindFirst bool
 	// epoch is the cursor's epoch when the claim was sent (see heardIDs).
 	epoch uint64
 }
@@ -78,13 +85,14 @@ func (c *claimCursor) get(max int32) claimFrom {
 	}
 	now := time.Now()
 	if c.behind || !c.floorSet || now.Sub(c.lastFull) >= lookBackEvery {
-		c.behind, c.lastFull = false, now
-		from.full = true
+		c.behind, c.heardBehind, c.lastFull = false, false, now
+		from.full, from.behindFirst = true, true
 		return from
 	}
 	if c.floorPriority == c.priority {
 		from.floorID = pgtype.Int8{Int64: c.floorID, Valid: true}
 	}
+	from.behindFirst, c.heardBehind = c.heardBehind, false
 	return from
 }
 
@@ -100,6 +108,9 @@ func (c *claimCursor) heard(id int64) {
 	c.heardIDs[c.epoch%uint64(len(c.heardIDs))] = id
 	if c.floorSet && id < c.floorID {
 		c.floorID = id
+	}
+	if c.set && id <= c.id {
+		c.heardBehind = true
 	}
 	c.mu.Unlock()
 }
@@ -122,10 +133,14 @@ func (c *claimCursor) claimed(from claimFrom, rows []gen.ClaimJobsRow) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
-	case len(rows) >= int(from.max):
-		if from.full {
-			// A claim that filled up did not look behind its cursor.
+	case len(rows) >= int(from.max) && !(from.behindFirst && reachedAhead(from, rows)):
+		// A claim that filled up did not look behind its cursor, or not all
+		// the way: the next one looks again.
+		switch {
+		case from.full:
 			c.behind = true
+		case from.behindFirst:
+			c.heardBehind = true
 		}
 	case from.id.Valid:
 		floor := from.id.Int64
@@ -144,6 +159,18 @@ func (c *claimCursor) claimed(from claimFrom, rows []gen.ClaimJobsRow) {
 			return
 		}
 	}
+}
+
+// reachedAhead reports whether a claim found heads ahead of its cursor, past
+// the part behind it: one that looked behind first then saw all of that
+// part, as a claim that came up short does.
+func reachedAhead(from claimFrom, rows []gen.ClaimJobsRow) bool {
+	for _, r := range rows {
+		if r.Scanned && (r.Priority > from.priority.Int16 || r.Priority == from.priority.Int16 && r.ID > from.id.Int64) {
+			return true
+		}
+	}
+	return false
 }
 
 // collectClaim reads a claim's rows into next and moves the cursor.

@@ -106,3 +106,43 @@ func TestAClaimDoesNotRaiseTheFloorPastAHeadAnnouncedWhileItRan(t *testing.T) {
 		t.Fatalf("%+v, want a look back from 70", next)
 	}
 }
+
+// A head announced behind the cursor has the next claim look behind first;
+// one that fills up there looks again, and one that reaches past the cursor
+// saw all of it, as a claim that came up short does.
+func TestAClaimLooksBehindFirstAfterAHeadIsAnnouncedThere(t *testing.T) {
+	var c claimCursor
+	c.claimed(c.get(10), []gen.ClaimJobsRow{{ID: 50, Scanned: true}})
+	from := c.get(10)
+	if !from.full || !from.behindFirst {
+		t.Fatalf("a look back from the start: %+v, want it to look behind first", from)
+	}
+	c.claimed(from, []gen.ClaimJobsRow{{ID: 60, Scanned: true}}) // short: floor 50
+	c.heard(70)                                                   // ahead of the cursor
+	if from = c.get(10); from.behindFirst {
+		t.Fatalf("after a head announced ahead: %+v, want no look behind first", from)
+	}
+	c.claimed(from, []gen.ClaimJobsRow{{ID: 70, Scanned: true}}) // short: floor 60
+	c.heard(55)                                                   // behind the cursor at 70
+	from = c.get(2)
+	if !from.behindFirst || from.full || from.floorID.Int64 != 55 {
+		t.Fatalf("after a head announced behind: %+v, want a look behind from 55 first", from)
+	}
+	// Filled up behind the cursor: it may not have seen all of that part.
+	c.claimed(from, []gen.ClaimJobsRow{{ID: 55}, {ID: 56}})
+	if from = c.get(2); !from.behindFirst || from.floorID.Int64 != 55 {
+		t.Fatalf("after a claim that filled up behind: %+v, want another look behind from 55", from)
+	}
+	// Filled up, but reached past the cursor: it saw all behind it.
+	c.claimed(from, []gen.ClaimJobsRow{{ID: 57}, {ID: 80, Scanned: true}})
+	if from = c.get(2); from.behindFirst || from.floorID.Int64 != 70 || from.id.Int64 != 80 {
+		t.Fatalf("after a claim that reached past its cursor: %+v, want one after 80 with the floor at 70", from)
+	}
+	// A better priority than the cursor's is ahead of nothing behind it.
+	c.heard(60)
+	from = c.get(1)
+	c.claimed(from, []gen.ClaimJobsRow{{ID: 90, Priority: -1, Scanned: true}})
+	if from = c.get(1); !from.behindFirst {
+		t.Fatalf("after a claim that filled up with a better priority: %+v, want another look behind first", from)
+	}
+}

@@ -52,10 +52,16 @@ const (
 // EnqueueOptions are a job's settings. Generated Enqueue functions fill them
 // from the task's tag; EnqueueOption values passed by the caller override them.
 type EnqueueOptions struct {
-	Queue       string // default DefaultQueue
-	Group       string // FIFO group key; empty means the job is not grouped
-	Priority    int16  // lower runs first among runnable jobs of a queue; default 0
-	MaxAttempts int    // default DefaultMaxAttempts
+	Queue    string // default DefaultQueue
+	Group    string // FIFO group key; empty means the job is not grouped
+	Priority int16  // lower runs first among runnable jobs of a queue; default 0
+	// Aging is how long the job, once due and its group's head, waits for
+	// each level its priority rises while it is queued, until it reaches 0:
+	// a steady stream of better jobs cannot keep it waiting forever.
+	// Default DefaultPriorityAging; StrictPriority (or any negative value)
+	// keeps the priority as it is. A job at priority 0 or better never ages.
+	Aging       time.Duration
+	MaxAttempts int // default DefaultMaxAttempts
 	// RunAt, when set, is the earliest time the job may start (the database's
 	// clock decides). Delay is the same relative to the database's now().
 	// Set one or neither.
@@ -85,6 +91,14 @@ type EnqueueOptions struct {
 	Metadata map[string]string
 }
 
+// DefaultPriorityAging is how long a queued job waits for each level its
+// priority rises, unless its options say otherwise (EnqueueOptions.Aging).
+const DefaultPriorityAging = time.Second
+
+// StrictPriority, as EnqueueOptions.Aging, keeps a job's priority as it is
+// however long it waits.
+const StrictPriority time.Duration = -1
+
 // MaxMetadataBytes bounds the keys and values of a job's metadata, in all.
 const MaxMetadataBytes = 16 << 10
 
@@ -102,6 +116,10 @@ func WithGroup(key string) EnqueueOption { return func(o *EnqueueOptions) { o.Gr
 
 // WithPriority sets the job's priority; lower runs first.
 func WithPriority(p int16) EnqueueOption { return func(o *EnqueueOptions) { o.Priority = p } }
+
+// WithAging sets how long the job waits for each level its priority rises
+// (see EnqueueOptions.Aging); StrictPriority keeps its priority as it is.
+func WithAging(d time.Duration) EnqueueOption { return func(o *EnqueueOptions) { o.Aging = d } }
 
 // WithMaxAttempts sets how many attempts the job gets.
 func WithMaxAttempts(n int) EnqueueOption { return func(o *EnqueueOptions) { o.MaxAttempts = n } }
@@ -250,6 +268,7 @@ type batch struct {
 type jobSettings struct {
 	kind, queue     string
 	priority        int16
+	agingMs         int32 // 0: the priority stays
 	maxAttempts     int32
 	failBlocksGroup bool
 	runAt           string
@@ -266,7 +285,7 @@ type groupRef struct{ queue, key string }
 func newBatch(n int) *batch {
 	return &batch{p: gen.InsertJobsParams{
 		Payloads: make([]json.RawMessage, 0, n), Settings: make([]int32, 0, n), Groups: make([]int32, 0, n),
-		Kinds: []string{}, Queues: []string{}, Priorities: []int16{}, MaxAttempts: []int32{},
+		Kinds: []string{}, Queues: []string{}, Priorities: []int16{}, AgingMs: []int32{}, MaxAttempts: []int32{},
 		FailBlocksGroup: []bool{}, RunAt: []string{}, DelayUs: []int64{},
 		GroupQueues: []string{}, GroupKeys: []string{}, UniqueWindowsUs: []int64{}, UniqueStatuses: []string{},
 	}}
@@ -274,7 +293,7 @@ func newBatch(n int) *batch {
 
 // add appends a checked request.
 func (b *batch) add(r *EnqueueRequest) {
-	js := jobSettings{kind: r.Kind, queue: r.Queue, priority: r.Priority, maxAttempts: int32(r.MaxAttempts),
+	js := jobSettings{kind: r.Kind, queue: r.Queue, priority: r.Priority, agingMs: agingMs(r.Aging), maxAttempts: int32(r.MaxAttempts),
 		failBlocksGroup: r.FailBlocksGroup, delayUs: r.Delay.Microseconds()}
 	if !r.RunAt.IsZero() {
 		js.runAt = r.RunAt.Format(time.RFC3339Nano)
@@ -322,6 +341,7 @@ func (b *batch) setting(js jobSettings) int32 {
 	b.p.Kinds = append(b.p.Kinds, js.kind)
 	b.p.Queues = append(b.p.Queues, js.queue)
 	b.p.Priorities = append(b.p.Priorities, js.priority)
+	b.p.AgingMs = append(b.p.AgingMs, js.agingMs)
 	b.p.MaxAttempts = append(b.p.MaxAttempts, js.maxAttempts)
 	b.p.FailBlocksGroup = append(b.p.FailBlocksGroup, js.failBlocksGroup)
 	b.p.RunAt = append(b.p.RunAt, js.runAt)
@@ -367,6 +387,12 @@ func (r *EnqueueRequest) check() error {
 		if err := checkName("group key", r.Group, MaxGroupKeyBytes); err != nil {
 			return err
 		}
+	}
+	if r.Aging == 0 {
+		r.Aging = DefaultPriorityAging
+	}
+	if r.Aging > 0 && (r.Aging < time.Millisecond || r.Aging > math.MaxInt32*time.Millisecond) {
+		return fmt.Errorf("priority aging %s is out of range [1ms, %s] (StrictPriority keeps the priority)", r.Aging, math.MaxInt32*time.Millisecond)
 	}
 	if r.MaxAttempts == 0 {
 		r.MaxAttempts = DefaultMaxAttempts
@@ -495,4 +521,13 @@ func firstByte(b []byte) byte {
 		return c
 	}
 	return 0
+}
+
+// agingMs is what enqueue_jobs takes for a checked Aging: milliseconds per
+// level, 0 for a priority that stays.
+func agingMs(d time.Duration) int32 {
+	if d <= 0 {
+		return 0
+	}
+	return int32(d / time.Millisecond)
 }

@@ -426,7 +426,7 @@ func TestBatchListingAGroupTwiceKeepsItsFirstJobAsHead(t *testing.T) {
 	row, err := b.gen.InsertJobs(ctx, gen.InsertJobsParams{
 		Payloads: []json.RawMessage{json.RawMessage(`{}`), json.RawMessage(`{}`), json.RawMessage(`{}`)},
 		Settings: []int32{1, 1, 1}, Groups: []int32{2, 1, 2},
-		Kinds: []string{"k"}, Queues: []string{"q"}, Priorities: []int16{0},
+		Kinds: []string{"k"}, Queues: []string{"q"}, Priorities: []int16{0}, AgingMs: []int32{0},
 		MaxAttempts: []int32{1}, FailBlocksGroup: []bool{false}, RunAt: []string{""}, DelayUs: []int64{0},
 		GroupQueues: []string{"q", "q"}, GroupKeys: []string{"g", "g"},
 	})

@@ -238,7 +238,7 @@ func (s *session) start() (cycled, error) {
 func (r *runner) queueClaim(b *pgx.Batch, next *[]gen.ClaimJobsRow, token pgtype.Int8) {
 	max := r.batchSize()
 	from := r.q.cursor.get(max)
-	b.Queue(gen.ClaimJobs, r.q.name, max, r.w.id, from.priority, from.id, from.floorID, token,
+	b.Queue(gen.ClaimJobs, r.q.name, max, r.w.id, from.priority, from.id, from.floorID, from.behindFirst, token,
 		r.w.claimKinds).Query(r.q.collectClaim(from, next))
 }
 

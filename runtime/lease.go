@@ -258,7 +258,7 @@ func (l *leaser) turn(outs []leaseOutcome, want int, token int64) ([]gen.ClaimJo
 	if want > 0 {
 		from := l.q.cursor.get(int32(want))
 		b.Queue(gen.ClaimLeasedJobs, l.q.name, int32(want), l.w.id, l.q.cfg.Lease.Milliseconds(), from.priority, from.id,
-			from.floorID, token, int32(maxLeaseRun), l.w.claimKinds).Query(l.q.collectClaim(from, &next))
+			from.floorID, from.behindFirst, token, int32(maxLeaseRun), l.w.claimKinds).Query(l.q.collectClaim(from, &next))
 	}
 	b.Queue(gen.CommitJobTransaction)
 	bctx, cancel := bookCtx(l.ctx)

@@ -28,7 +28,7 @@ func TestEnqueueFunctionRefusesOversizeJobs(t *testing.T) {
 		n := len(payloads)
 		return gen.InsertJobsParams{
 			Payloads: payloads, Settings: make([]int32, n), Groups: make([]int32, n),
-			Kinds: []string{"big"}, Queues: []string{"limits"}, Priorities: []int16{0}, MaxAttempts: []int32{1},
+			Kinds: []string{"big"}, Queues: []string{"limits"}, Priorities: []int16{0}, AgingMs: []int32{0}, MaxAttempts: []int32{1},
 			FailBlocksGroup: []bool{false}, RunAt: []string{""}, DelayUs: []int64{0},
 			GroupQueues: []string{}, GroupKeys: []string{}, Metadata: metadata,
 		}

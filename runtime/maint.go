@@ -28,7 +28,8 @@ type leaderStatus interface {
 // runs them, one after another, each interval on the connection budget's
 // maintenance share: a worker uses one connection beside its running jobs.
 //
-// Every worker promotes due jobs, rescues orphaned ones and carries out
+// Every worker promotes due jobs, raises the priority of jobs that waited
+// long enough (priority aging), rescues orphaned ones and carries out
 // cancel requests each round (SKIP LOCKED keeps workers from getting in
 // each other's way), and records its kinds now and then. Between rounds it
 // stands for leader; while it leads, it schedules the periodic jobs and
@@ -38,6 +39,7 @@ type maintenance struct {
 	interval time.Duration
 
 	promote *promoter
+	age     *ager
 	rescue  *rescuer
 	cancel  *canceller
 
@@ -55,6 +57,7 @@ func newMaintenance(w *Worker) *maintenance {
 		log:      w.log,
 		interval: w.cfg.MaintenanceInterval,
 		promote:  &promoter{q: q, log: w.log.With("maint", "promote"), batch: maintainBatch},
+		age:      &ager{q: q, log: w.log.With("maint", "aging"), batch: maintainBatch},
 		rescue: &rescuer{pool: w.pool, q: q, log: w.log.With("maint", "rescue"), batch: maintainBatch,
 			workerID: w.id, claims: &w.claims},
 		cancel: &canceller{q: q, log: w.log.With("maint", "cancel"), batch: maintainBatch, running: &w.running},
@@ -106,7 +109,7 @@ func (m *maintenance) round(ctx context.Context) error {
 	defer cancel()
 	// Cancel requests come before this worker's own rescue, so that a
 	// failing rescue of its own orphans does not hold them up.
-	for _, s := range []maintService{m.promote, m.rescue, m.cancel, ownRescue{m.rescue}} {
+	for _, s := range []maintService{m.promote, m.age, m.rescue, m.cancel, ownRescue{m.rescue}} {
 		if err := s.step(ctx); err != nil {
 			return err
 		}

@@ -288,7 +288,7 @@ func TestProducerEnqueuesAndReadsOnlyItsOwnJobs(t *testing.T) {
 	// a group's invariants is refused as from anyone.
 	bad := gen.InsertJobsParams{
 		Payloads: []json.RawMessage{json.RawMessage(`{}`)}, Settings: []int32{1}, Groups: []int32{1},
-		Kinds: []string{"mail"}, Queues: []string{"roles"}, Priorities: []int16{0}, MaxAttempts: []int32{1},
+		Kinds: []string{"mail"}, Queues: []string{"roles"}, Priorities: []int16{0}, AgingMs: []int32{0}, MaxAttempts: []int32{1},
 		FailBlocksGroup: []bool{false}, RunAt: []string{""}, DelayUs: []int64{0},
 		GroupQueues: []string{"elsewhere"}, GroupKeys: []string{"g"},
 	}

@@ -237,7 +237,7 @@ func TestIgnoredStatementErrorFailsTheJob(t *testing.T) {
 			// An invalid payload type makes the insert fail inside the database.
 			_, _ = gen.New(job.Tx()).InsertJobs(ctx, gen.InsertJobsParams{
 				Payloads: []json.RawMessage{json.RawMessage(`1`)}, Settings: []int32{1}, Groups: []int32{0},
-				Kinds: []string{"k"}, Queues: []string{"q"}, Priorities: []int16{0},
+				Kinds: []string{"k"}, Queues: []string{"q"}, Priorities: []int16{0}, AgingMs: []int32{0},
 				MaxAttempts: []int32{1}, FailBlocksGroup: []bool{false}, RunAt: []string{""}, DelayUs: []int64{0},
 				GroupQueues: []string{}, GroupKeys: []string{},
 			})

@@ -119,6 +119,12 @@ CREATE TABLE pgtask.jobs (
     is_head           boolean NOT NULL,
     status            pgtask.job_status NOT NULL,
     priority          smallint NOT NULL DEFAULT 0,
+    -- Priority aging (see age_priorities in functions/maintenance.sql): a
+    -- queued job whose priority is above 0 gets one level better (lower)
+    -- each aging_ms it waits, until it reaches 0; age_due is when it gets
+    -- the next, NULL when it gets none (aging_ms 0, or priority 0 or better).
+    aging_ms          integer NOT NULL DEFAULT 0,
+    age_due           timestamptz,
     payload           jsonb NOT NULL,
     result            jsonb,
     -- One object per failed attempt: {"attempt": n, "error": text, "at": time, ...}.
@@ -190,6 +196,7 @@ CREATE TABLE pgtask.jobs (
     CONSTRAINT jobs_attempts_valid CHECK (attempts >= 0),
     CONSTRAINT jobs_max_attempts_valid CHECK (max_attempts >= 1),
     CONSTRAINT jobs_snoozes_valid CHECK (snoozes >= 0),
+    CONSTRAINT jobs_aging_valid CHECK (aging_ms >= 0),
     CONSTRAINT jobs_payload_object CHECK (jsonb_typeof(payload) IN ('object', 'array')),
     CONSTRAINT jobs_errors_array CHECK (jsonb_typeof(errors) = 'array'),
     -- Queue names, kinds and group keys enter the claim and group indexes,
@@ -206,6 +213,12 @@ CREATE TABLE pgtask.jobs (
 -- could start now, not the backlog and not the number of waiting groups.
 CREATE INDEX jobs_claim ON pgtask.jobs (queue, priority, id)
     WHERE status = 'queued' AND is_head;
+
+-- Queued heads whose priority rises as they wait, by when it next does
+-- (see age_priorities). Jobs at priority 0 or better, and those that keep
+-- their priority, are not in it.
+CREATE INDEX jobs_aging ON pgtask.jobs (age_due)
+    WHERE status = 'queued' AND is_head AND age_due IS NOT NULL;
 
 -- Jobs waiting for their time; the scheduler moves due ones to queued.
 CREATE INDEX jobs_scheduled ON pgtask.jobs (run_after)

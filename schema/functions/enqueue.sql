@@ -1,4 +1,4 @@
--- revision: 6
+-- revision: 7
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -89,6 +89,9 @@ $$;
 -- concurrent enqueue of it waits and then finds this one's job; at most
 -- 1000 such keys per batch.
 --
+-- p_aging_ms, per set of settings, is how long a job waits for each level
+-- its priority rises (0: it keeps its priority); see age_priorities.
+--
 -- p_metadata is each job's metadata (a JSON object of strings, or NULL for
 -- none), or NULL for a batch without any.
 --
@@ -107,7 +110,7 @@ $$;
 -- cannot choose.
 CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs(
     p_payloads jsonb[], p_settings integer[], p_groups integer[],
-    p_kinds text[], p_queues text[], p_priorities smallint[], p_max_attempts integer[],
+    p_kinds text[], p_queues text[], p_priorities smallint[], p_aging_ms integer[], p_max_attempts integer[],
     p_fail_blocks_group boolean[], p_run_at text[], p_delay_us bigint[],
     p_group_queues text[], p_group_keys text[],
     p_unique_keys text[], p_unique_windows_us bigint[], p_unique_statuses text[],
@@ -160,20 +163,22 @@ BEGIN
     END IF;
     IF cardinality(p_settings) IS DISTINCT FROM n OR cardinality(p_groups) IS DISTINCT FROM n
        OR coalesce(cardinality(p_queues), 0) <> ns OR coalesce(cardinality(p_priorities), 0) <> ns
+       OR coalesce(cardinality(p_aging_ms), 0) <> ns
        OR coalesce(cardinality(p_max_attempts), 0) <> ns OR coalesce(cardinality(p_fail_blocks_group), 0) <> ns
        OR coalesce(cardinality(p_run_at), 0) <> ns OR coalesce(cardinality(p_delay_us), 0) <> ns
        OR coalesce(cardinality(p_group_queues), 0) <> ng
        OR (p_metadata IS NOT NULL AND cardinality(p_metadata) <> n) THEN
         RAISE EXCEPTION 'pgtask.enqueue_jobs: the argument arrays differ in length';
     END IF;
-    IF NOT (pgtask.is_list(p_kinds) AND pgtask.is_list(p_queues) AND pgtask.is_list(p_priorities)
+    IF NOT (pgtask.is_list(p_kinds) AND pgtask.is_list(p_queues) AND pgtask.is_list(p_priorities) AND pgtask.is_list(p_aging_ms)
             AND pgtask.is_list(p_max_attempts) AND pgtask.is_list(p_fail_blocks_group)
             AND pgtask.is_list(p_run_at) AND pgtask.is_list(p_delay_us)
             AND pgtask.is_list(p_group_queues) AND pgtask.is_list(p_group_keys)) THEN
         RAISE EXCEPTION 'pgtask.enqueue_jobs: settings and groups must be one-dimensional arrays indexed from 1';
     END IF;
-    IF array_position(p_run_at, NULL) IS NOT NULL OR array_position(p_delay_us, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION 'pgtask.enqueue_jobs: run_at and delay_us must not be NULL';
+    IF array_position(p_run_at, NULL) IS NOT NULL OR array_position(p_delay_us, NULL) IS NOT NULL
+       OR array_position(p_aging_ms, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'pgtask.enqueue_jobs: run_at, delay_us and aging_ms must not be NULL';
     END IF;
     SELECT count(*) FILTER (WHERE u.o IS NULL OR u.o < 1 OR u.o > ns
                                OR u.g IS NULL OR u.g < 0 OR u.g > ng
@@ -275,7 +280,7 @@ BEGIN
                     ARRAY(SELECT u.o FROM unnest(p_settings, keep) WITH ORDINALITY AS u(o, kp, i) WHERE u.kp ORDER BY u.i),
                     ARRAY(SELECT coalesce(array_position(used_groups, u.g), 0)
                             FROM unnest(p_groups, keep) WITH ORDINALITY AS u(g, kp, i) WHERE u.kp ORDER BY u.i),
-                    p_kinds, p_queues, p_priorities, p_max_attempts, p_fail_blocks_group, p_run_at, p_delay_us,
+                    p_kinds, p_queues, p_priorities, p_aging_ms, p_max_attempts, p_fail_blocks_group, p_run_at, p_delay_us,
                     coalesce(ARRAY(SELECT w.q FROM unnest(p_group_queues) WITH ORDINALITY AS w(q, g)
                                     WHERE w.g = ANY (used_groups) ORDER BY w.g), '{}'),
                     coalesce(ARRAY(SELECT w.k FROM unnest(p_group_keys) WITH ORDINALITY AS w(k, g)
@@ -365,14 +370,17 @@ BEGIN
     -- A grouped job is its group's head only if this call created the group
     -- with it; the probe runs only then. (A subscript of 0 is NULL.)
     INSERT INTO pgtask.jobs (
-        id, queue, kind, group_key, group_id, is_head, status, priority, payload,
+        id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload,
         max_attempts, fail_blocks_group, run_after, unique_key, unique_statuses, unique_until, metadata
     )
     SELECT t.id, t.q, p_kinds[t.o], p_group_keys[t.g], gids[t.g],
            t.g = 0 OR (created AND t.id = ANY (made_heads)),
            CASE WHEN t.run_after > now() THEN 'scheduled'::pgtask.job_status
                 ELSE 'queued'::pgtask.job_status END,
-           p_priorities[t.o], t.payload, p_max_attempts[t.o], p_fail_blocks_group[t.o], t.run_after,
+           p_priorities[t.o], p_aging_ms[t.o],
+           CASE WHEN p_aging_ms[t.o] > 0 AND p_priorities[t.o] > 0
+                THEN t.run_after + p_aging_ms[t.o] * interval '1 millisecond' END,
+           t.payload, p_max_attempts[t.o], p_fail_blocks_group[t.o], t.run_after,
            keys[t.i], CASE WHEN keys[t.i] IS NOT NULL THEN string_to_array(p_unique_statuses[t.o], ',')::pgtask.job_status[] END,
            CASE WHEN keys[t.i] IS NOT NULL AND p_unique_windows_us[t.o] > 0
                 THEN to_timestamp((floor(extract(epoch FROM now()) * 1e6 / p_unique_windows_us[t.o]) + 1)

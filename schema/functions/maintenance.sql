@@ -1,4 +1,4 @@
--- revision: 12
+-- revision: 13
 -- Maintenance that every worker runs: queueing due jobs and rescuing the
 -- jobs of dead workers.
 --
@@ -59,6 +59,78 @@ BEGIN
                 moved := moved + 1;
                 IF head AND q <> ALL (woken) THEN
                     woken := woken || q;
+                END IF;
+            EXCEPTION WHEN integrity_constraint_violation THEN
+                skipped := skipped || i;
+            END;
+        END LOOP;
+    END;
+    PERFORM pg_notify('pgtask_behind', w) FROM unnest(woken) w;
+END;
+$$;
+
+-- Priority aging: each queued head that waited aging_ms for its next level
+-- (age_due has passed) gets one level better for every aging_ms waited,
+-- never past 0, up to p_limit jobs, the longest due first. A job's wait
+-- counts from when it was first due to run, so a job that waited behind its
+-- group's earlier jobs, or out a retry's backoff, catches up all at once
+-- when it becomes a queued head. Jobs at priority 0 or better never age:
+-- negative priorities stay ahead of every aged job. Workers of each queue
+-- with a job that got better are woken on "pgtask_behind": the job may now
+-- sort before their claims' cursors. A job whose row cannot be written (it
+-- breaks a check the table was given NOT VALID after it was stored) is left
+-- as it is, in skipped, and the others age; the batch is changed in one
+-- statement, and only when that fails on such a row, one job at a time.
+CREATE OR REPLACE FUNCTION pgtask.age_priorities(p_limit integer, OUT aged integer, OUT skipped bigint[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    due bigint[];
+    woken text[];
+    i bigint;
+    q text;
+BEGIN
+    skipped := '{}';
+    SELECT coalesce(array_agg(d.id ORDER BY d.age_due), '{}') INTO due
+      FROM (SELECT id, age_due FROM pgtask.jobs
+             WHERE status = 'queued' AND is_head AND age_due <= clock_timestamp()
+             ORDER BY age_due
+             LIMIT p_limit
+               FOR UPDATE SKIP LOCKED) d;
+    IF cardinality(due) = 0 THEN
+        aged := 0;
+        RETURN;
+    END IF;
+    BEGIN
+        WITH stepped AS (
+            UPDATE pgtask.jobs j
+               SET priority = n.priority,
+                   age_due = CASE WHEN n.priority > 0 THEN j.age_due + n.steps::float8 * j.aging_ms * interval '1 millisecond' END
+              FROM (SELECT x.id, greatest(0, x.priority - x.steps)::smallint AS priority, x.steps
+                      FROM (SELECT id, priority,
+                                   least(32767, 1 + floor(extract(epoch FROM clock_timestamp() - age_due) * 1000 / aging_ms))::integer AS steps
+                              FROM pgtask.jobs WHERE id = ANY (due) AND aging_ms > 0) x) n
+             WHERE j.id = n.id
+            RETURNING j.queue
+        )
+        SELECT count(*), coalesce(array_agg(DISTINCT queue), '{}') INTO aged, woken FROM stepped;
+    EXCEPTION WHEN integrity_constraint_violation THEN
+        aged := 0;
+        woken := '{}';
+        FOREACH i IN ARRAY due LOOP
+            BEGIN
+                UPDATE pgtask.jobs j
+                   SET priority = greatest(0, j.priority - s.steps),
+                       age_due = CASE WHEN j.priority - s.steps > 0
+                                      THEN j.age_due + s.steps::float8 * j.aging_ms * interval '1 millisecond' END
+                  FROM (SELECT least(32767, 1 + floor(extract(epoch FROM clock_timestamp() - age_due) * 1000 / aging_ms))::integer AS steps
+                          FROM pgtask.jobs WHERE id = i AND aging_ms > 0) s
+                 WHERE j.id = i
+                RETURNING j.queue INTO q;
+                IF FOUND THEN
+                    aged := aged + 1;
+                    IF q <> ALL (woken) THEN
+                        woken := woken || q;
+                    END IF;
                 END IF;
             EXCEPTION WHEN integrity_constraint_violation THEN
                 skipped := skipped || i;

@@ -1,4 +1,4 @@
--- revision: 4
+-- revision: 5
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -99,6 +99,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'extend_leases', 'EXECUTE'),
     ('worker', 'function', 'expire_leases', 'EXECUTE'),
     ('worker', 'function', 'promote_scheduled', 'EXECUTE'),
+    ('worker', 'function', 'age_priorities', 'EXECUTE'),
     ('worker', 'function', 'rescue_orphans', 'EXECUTE'),
     ('worker', 'function', 'own_orphans', 'EXECUTE'),
     ('worker', 'function', 'rescue_jobs', 'EXECUTE'),

@@ -1,4 +1,4 @@
--- revision: 41
+-- revision: 42
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -63,7 +63,11 @@ $$;
 -- one, every time. Heads of a better priority than the cursor's are looked
 -- for first; the part before the cursor at its priority only when the rest
 -- does not fill the claim, and then from p_floor_id on (NULL: from the
--- start). Heads come to lie behind a cursor when their enqueue commits after
+-- start), unless p_behind_first: then right after the better priorities,
+-- before the part after the cursor. The worker asks for that when heads
+-- were announced behind its cursor, or a look from the start is due (see
+-- below): while better heads keep coming after the cursor, a claim would
+-- otherwise fill up there every time and leave those heads waiting. Heads come to lie behind a cursor when their enqueue commits after
 -- a later one's claim, or when they are promoted, retried or handed back;
 -- the worker passes as the floor the cursor of its last claim that came up
 -- short (having looked back to its own floor), so a claim steps over the
@@ -86,7 +90,7 @@ $$;
 -- index itself (kind in its key) would lose its (priority, id) order across
 -- kinds.
 CREATE OR REPLACE FUNCTION pgtask.pick_heads(p_queue text, p_max integer, p_after_priority smallint, p_after_id bigint,
-                                             p_floor_id bigint, p_kinds text[])
+                                             p_floor_id bigint, p_behind_first boolean, p_kinds text[])
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -135,6 +139,22 @@ BEGIN
                FOR UPDATE SKIP LOCKED) c;
         picked := picked || more;
     END IF;
+    IF cardinality(picked) < p_max AND p_behind_first THEN
+        -- Heads were announced behind the cursor (or a look from the start
+        -- is due): they come before the rest in (priority, id) order, and a
+        -- claim that fills up ahead of the cursor would never reach them
+        -- while better heads keep coming.
+        SELECT coalesce(array_agg(c.id ORDER BY c.id), '{}') INTO more FROM (
+            SELECT id FROM pgtask.jobs
+             WHERE queue = p_queue AND status = 'queued' AND is_head
+               AND (p_kinds IS NULL OR kind = ANY (p_kinds))
+               AND (priority, id) >= (p_after_priority, coalesce(p_floor_id, -9223372036854775808))
+               AND (priority, id) <= (p_after_priority, p_after_id) AND id <> ALL (picked)
+             ORDER BY priority, id
+             LIMIT p_max - cardinality(picked)
+               FOR UPDATE SKIP LOCKED) c;
+        picked := picked || more;
+    END IF;
     IF cardinality(picked) < p_max THEN
         SELECT coalesce(array_agg(c.id ORDER BY c.priority, c.id), '{}') INTO more FROM (
             SELECT id, priority FROM pgtask.jobs
@@ -146,7 +166,7 @@ BEGIN
                FOR UPDATE SKIP LOCKED) c;
         picked := picked || more;
     END IF;
-    IF cardinality(picked) < p_max THEN
+    IF cardinality(picked) < p_max AND NOT p_behind_first THEN
         SELECT coalesce(array_agg(c.id ORDER BY c.id), '{}') INTO more FROM (
             SELECT id FROM pgtask.jobs
              WHERE queue = p_queue AND status = 'queued' AND is_head
@@ -239,7 +259,7 @@ $$;
 -- handlers for (see pick_heads).
 CREATE OR REPLACE FUNCTION pgtask.claim_jobs(p_queue text, p_max integer, p_worker integer,
                                                 p_after_priority smallint, p_after_id bigint, p_floor_id bigint,
-                                                p_token bigint, p_kinds text[])
+                                                p_behind_first boolean, p_token bigint, p_kinds text[])
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
@@ -288,12 +308,18 @@ BEGIN
                        AND (p_kinds IS NULL OR kind = ANY (p_kinds)) AND priority < p_after_priority
                      ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED),
                    (SELECT id FROM pgtask.jobs
+                     WHERE p_behind_first AND queue = p_queue AND status = 'queued' AND is_head
+                       AND (p_kinds IS NULL OR kind = ANY (p_kinds))
+                       AND (priority, id) >= (p_after_priority, coalesce(p_floor_id, -9223372036854775808))
+                       AND (priority, id) <= (p_after_priority, p_after_id)
+                     ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED),
+                   (SELECT id FROM pgtask.jobs
                      WHERE queue = p_queue AND status = 'queued' AND is_head
                        AND (p_kinds IS NULL OR kind = ANY (p_kinds))
                        AND (priority, id) > (p_after_priority, p_after_id)
                      ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED),
                    (SELECT id FROM pgtask.jobs
-                     WHERE queue = p_queue AND status = 'queued' AND is_head
+                     WHERE NOT p_behind_first AND queue = p_queue AND status = 'queued' AND is_head
                        AND (p_kinds IS NULL OR kind = ANY (p_kinds))
                        AND (priority, id) >= (p_after_priority, coalesce(p_floor_id, -9223372036854775808))
                        AND (priority, id) <= (p_after_priority, p_after_id)
@@ -306,7 +332,7 @@ BEGIN
         RETURN;
     END IF;
     promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
-    heads := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id, p_floor_id, p_kinds);
+    heads := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id, p_floor_id, p_behind_first, p_kinds);
     IF cardinality(heads) = 0 THEN
         RETURN;
     END IF;
@@ -769,7 +795,7 @@ $$;
 -- kinds the worker has handlers for (see pick_heads).
 CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs(p_queue text, p_max integer, p_worker integer, p_lease_ms bigint,
                                                     p_after_priority smallint, p_after_id bigint, p_floor_id bigint,
-                                                    p_token bigint, p_run_max integer, p_kinds text[])
+                                                    p_behind_first boolean, p_token bigint, p_run_max integer, p_kinds text[])
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
@@ -790,7 +816,7 @@ BEGIN
         RETURN;
     END IF;
     promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
-    heads := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id, p_floor_id, p_kinds);
+    heads := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id, p_floor_id, p_behind_first, p_kinds);
     picked := heads;
     IF p_run_max > 0 AND cardinality(picked) BETWEEN 1 AND p_max - 1 THEN
         picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked), p_run_max, p_kinds);

@@ -371,7 +371,7 @@ func (q *Queries) GetGroup(ctx context.Context, arg GetGroupParams) (GetGroupRow
 
 const getJob = `-- name: GetJob :one
 
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs WHERE id = $1
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs WHERE id = $1
 `
 
 // Queries runtime's tests read the database with. The runtime never runs
@@ -389,6 +389,8 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 		&i.IsHead,
 		&i.Status,
 		&i.Priority,
+		&i.AgingMs,
+		&i.AgeDue,
 		&i.Payload,
 		&i.Result,
 		&i.Errors,
@@ -430,7 +432,7 @@ func (q *Queries) GroupPendingIndexReads(ctx context.Context) (int64, error) {
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs WHERE queue = $1 ORDER BY id
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs WHERE queue = $1 ORDER BY id
 `
 
 // A queue's jobs in id order.
@@ -452,6 +454,8 @@ func (q *Queries) ListJobs(ctx context.Context, queue string) ([]PgtaskJob, erro
 			&i.IsHead,
 			&i.Status,
 			&i.Priority,
+			&i.AgingMs,
+			&i.AgeDue,
 			&i.Payload,
 			&i.Result,
 			&i.Errors,

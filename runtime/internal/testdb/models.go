@@ -92,6 +92,8 @@ type PgtaskJob struct {
 	IsHead          bool
 	Status          PgtaskJobStatus
 	Priority        int16
+	AgingMs         int32
+	AgeDue          *time.Time
 	Payload         json.RawMessage
 	Result          json.RawMessage
 	Errors          json.RawMessage

@@ -10,6 +10,8 @@ import (
 
 	"github.com/dave/jennifer/jen"
 	"golang.org/x/tools/imports"
+
+	"github.com/pgtask/pgtask/runtime"
 )
 
 // pgxpoolPath is the package of the pool waiting for a result listens on.
@@ -66,6 +68,12 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	}
 	if s.Priority != 0 {
 		defaults = append(defaults, field("Priority", jen.Lit(int(s.Priority))))
+	}
+	switch {
+	case s.Aging == runtime.StrictPriority:
+		defaults = append(defaults, field("Aging", rt("StrictPriority")))
+	case s.Aging != 0:
+		defaults = append(defaults, field("Aging", duration(s.Aging)))
 	}
 	if s.MaxAttempts != 0 {
 		defaults = append(defaults, field("MaxAttempts", jen.Lit(s.MaxAttempts)))

@@ -20,6 +20,7 @@ type settings struct {
 	MaxAttempts     int
 	MaxSnoozes      int // 0: runtime.DefaultMaxSnoozes
 	Priority        int16
+	Aging           time.Duration // 0: runtime.DefaultPriorityAging; runtime.StrictPriority: off
 	Timeout         time.Duration
 	BackoffMin      time.Duration
 	BackoffMax      time.Duration
@@ -80,7 +81,7 @@ func parseTaskTag(tag, typeName string) (settings, []error) {
 }
 
 // options lists the tag's options for the "unknown option" message.
-const options = "queue, max_attempts, max_snoozes, priority, timeout, backoff, on_fail, mode, unique, unique_window, unique_statuses"
+const options = "queue, max_attempts, max_snoozes, priority, aging, timeout, backoff, on_fail, mode, unique, unique_window, unique_statuses"
 
 func (s *settings) set(key, value string) error {
 	switch key {
@@ -110,6 +111,17 @@ func (s *settings) set(key, value string) error {
 			return fmt.Errorf("want a whole number from %d to %d", math.MinInt16, math.MaxInt16)
 		}
 		s.Priority = int16(n)
+	case "aging":
+		if value == "off" {
+			s.Aging = runtime.StrictPriority
+			break
+		}
+		d, err := positiveDuration(value)
+		if err != nil || d < time.Millisecond || d > math.MaxInt32*time.Millisecond {
+			return fmt.Errorf("want off (the priority stays) or how long a job waits for each level its priority rises, from 1ms to %s (without the option: %s)",
+				math.MaxInt32*time.Millisecond, runtime.DefaultPriorityAging)
+		}
+		s.Aging = d
 	case "timeout":
 		d, err := positiveDuration(value)
 		if err != nil {

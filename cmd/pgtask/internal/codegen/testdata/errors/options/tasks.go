@@ -69,3 +69,7 @@ type UnfinishedStatus struct {
 type ZeroSnoozes struct {
 	runtime.Task `task:"snooze0,max_snoozes=0"`
 }
+
+type BadAging struct {
+	runtime.Task `task:"aging0,priority=3,aging=1us"`
+}

@@ -61,6 +61,7 @@ var httpRequestSpec = &taskspec.Spec[HTTPRequest]{
 	Defaults: runtime.EnqueueOptions{
 		Queue:           "outbound",
 		Priority:        -5,
+		Aging:           runtime.StrictPriority,
 		FailBlocksGroup: true,
 	},
 	Backoff:    runtime.Backoff{Min: 500 * time.Millisecond, Max: 2 * time.Hour},
@@ -141,6 +142,7 @@ var rebalanceSpec = &taskspec.Spec[Rebalance]{
 	Kind: RebalanceKind,
 	Defaults: runtime.EnqueueOptions{
 		Priority: 7,
+		Aging:    250 * time.Millisecond,
 	},
 	Timeout:    1500 * time.Millisecond,
 	Mode:       runtime.ModeLease,

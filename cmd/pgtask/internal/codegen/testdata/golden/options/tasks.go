@@ -15,7 +15,7 @@ func (r Region) String() string { return r.Code }
 
 // HTTPRequest gets its kind from its name: http_request.
 type HTTPRequest struct {
-	runtime.Task `task:",queue=outbound,priority=-5,backoff=500ms..2h,on_fail=block"`
+	runtime.Task `task:",queue=outbound,priority=-5,aging=off,backoff=500ms..2h,on_fail=block"`
 	Host         string `json:"host" task:"group"`
 	Path         string `json:"path"`
 }
@@ -27,7 +27,7 @@ type Charge struct {
 }
 
 type Rebalance struct {
-	runtime.Task `task:"rebalance,priority=7,timeout=1500ms,mode=lease"`
+	runtime.Task `task:"rebalance,priority=7,aging=250ms,timeout=1500ms,mode=lease"`
 	Region       Region `json:"region" task:"group"`
 }
 
