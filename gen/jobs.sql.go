@@ -178,6 +178,25 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 	return i, err
 }
 
+const GetJobProgress = `-- name: GetJobProgress :one
+SELECT job_id, attempt, percent, message, value, updated_at FROM pgtask.job_progress WHERE job_id = $1
+`
+
+// The progress the job's latest reporting attempt recorded.
+func (q *Queries) GetJobProgress(ctx context.Context, jobID int64) (PgtaskJobProgress, error) {
+	row := q.db.QueryRow(ctx, GetJobProgress, jobID)
+	var i PgtaskJobProgress
+	err := row.Scan(
+		&i.JobID,
+		&i.Attempt,
+		&i.Percent,
+		&i.Message,
+		&i.Value,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
 const GetJobs = `-- name: GetJobs :many
 SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs WHERE id = ANY ($1::bigint[])
 `

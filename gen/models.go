@@ -139,6 +139,15 @@ type PgtaskJob struct {
 	EnqueuedBy      *string         `db:"enqueued_by"`
 }
 
+type PgtaskJobProgress struct {
+	JobID     int64           `db:"job_id"`
+	Attempt   int32           `db:"attempt"`
+	Percent   float64         `db:"percent"`
+	Message   string          `db:"message"`
+	Value     json.RawMessage `db:"value"`
+	UpdatedAt time.Time       `db:"updated_at"`
+}
+
 type PgtaskLeader struct {
 	Duty      string    `db:"duty"`
 	WorkerID  int32     `db:"worker_id"`

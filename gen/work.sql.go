@@ -643,6 +643,49 @@ func (q *Queries) ReleaseJobSavepoint(ctx context.Context) error {
 	return err
 }
 
+const ReportProgress = `-- name: ReportProgress :execrows
+INSERT INTO pgtask.job_progress AS p (job_id, attempt, percent, message, value, updated_at)
+SELECT j.id, j.attempts, $1::double precision, $2::text, $3::jsonb, now()
+  FROM pgtask.jobs j
+ WHERE j.id = $4 AND j.status = 'started' AND j.attempts = $5::integer
+   AND ($6::bigint IS NULL OR j.claim_token = $6::bigint)
+ON CONFLICT (job_id) DO UPDATE
+   SET attempt = excluded.attempt, percent = excluded.percent, message = excluded.message,
+       value = excluded.value, updated_at = excluded.updated_at
+ WHERE p.attempt <= excluded.attempt
+`
+
+type ReportProgressParams struct {
+	Percent    float64         `db:"percent"`
+	Message    string          `db:"message"`
+	Value      json.RawMessage `db:"value"`
+	JobID      int64           `db:"job_id"`
+	Attempt    int32           `db:"attempt"`
+	ClaimToken pgtype.Int8     `db:"claim_token"`
+}
+
+// Records a running attempt's progress, from a connection of the worker's
+// pool rather than the job's transaction, so that other sessions see it at
+// once. Fenced: it writes only while the attempt is the job's current one
+// (started, with this attempt number and, in lease mode, the claim's
+// token), and never replaces the progress of a later attempt; it reports
+// 0 rows when refused. A plain read of the job's row: a held-mode job's
+// row is locked by its attempt, and this must not wait for that lock.
+func (q *Queries) ReportProgress(ctx context.Context, arg ReportProgressParams) (int64, error) {
+	result, err := q.db.Exec(ctx, ReportProgress,
+		arg.Percent,
+		arg.Message,
+		arg.Value,
+		arg.JobID,
+		arg.Attempt,
+		arg.ClaimToken,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const RescueJobs = `-- name: RescueJobs :many
 SELECT r.id::bigint AS id FROM pgtask.rescue_jobs($1::bigint[]) AS r(id)
 `

@@ -74,3 +74,7 @@ SELECT * FROM pgtask.jobs
 -- Finishes of jobs with results (see pgtask.settle_jobs): each
 -- notification's payload is the ids of jobs that ended, joined by commas.
 LISTEN pgtask_finished;
+
+-- name: GetJobProgress :one
+-- The progress the job's latest reporting attempt recorded.
+SELECT * FROM pgtask.job_progress WHERE job_id = @job_id;

@@ -173,3 +173,21 @@ SELECT c.id::bigint AS id FROM pgtask.cancel_requested(@ids::bigint[], @attempts
 -- Cancels the jobs whose cancel request outlived its attempt, and drops the
 -- stale requests (see pgtask.apply_cancel_requests).
 SELECT pgtask.apply_cancel_requests(@max::integer) AS cancelled;
+
+-- name: ReportProgress :execrows
+-- Records a running attempt's progress, from a connection of the worker's
+-- pool rather than the job's transaction, so that other sessions see it at
+-- once. Fenced: it writes only while the attempt is the job's current one
+-- (started, with this attempt number and, in lease mode, the claim's
+-- token), and never replaces the progress of a later attempt; it reports
+-- 0 rows when refused. A plain read of the job's row: a held-mode job's
+-- row is locked by its attempt, and this must not wait for that lock.
+INSERT INTO pgtask.job_progress AS p (job_id, attempt, percent, message, value, updated_at)
+SELECT j.id, j.attempts, @percent::double precision, @message::text, sqlc.narg(value)::jsonb, now()
+  FROM pgtask.jobs j
+ WHERE j.id = @job_id AND j.status = 'started' AND j.attempts = @attempt::integer
+   AND (sqlc.narg(claim_token)::bigint IS NULL OR j.claim_token = sqlc.narg(claim_token)::bigint)
+ON CONFLICT (job_id) DO UPDATE
+   SET attempt = excluded.attempt, percent = excluded.percent, message = excluded.message,
+       value = excluded.value, updated_at = excluded.updated_at
+ WHERE p.attempt <= excluded.attempt;

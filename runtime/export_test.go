@@ -144,3 +144,6 @@ func (w *Worker) SettleSnooze(ctx context.Context, id int64, attempt int32, toke
 	res, err := settleNow(ctx, w.pool, j.Queue, []outcome{o})
 	return res.Recorded, err
 }
+
+// ProgressWrites counts the progress writes the worker has sent.
+func (w *Worker) ProgressWrites() int64 { return w.progressWrites.Load() }

@@ -39,6 +39,9 @@ type Job struct {
 	tx     pgx.Tx
 	result json.RawMessage
 	lease  *jobLease // nil in the held-transaction mode
+	// progress writes ReportProgress's reports; nil for a Job no worker
+	// runs.
+	progress *progressReporter
 }
 
 // Tx is the job's transaction. What the handler writes through it commits

@@ -45,6 +45,11 @@ func (w *Worker) attempt(hard context.Context, row gen.ClaimJobsRow, bind func(*
 	job := newJob(row)
 	job.MaxSnoozes = o.snoozeCap()
 	bind(job)
+	job.progress = w.newProgressReporter(hard, job)
+	// The last progress reported lands before the outcome is recorded,
+	// while the attempt is still the job's current one; an abandoned
+	// handler reports nothing more.
+	defer job.progress.finish()
 	o.err, abandoned = w.call(hard, o.reg, job)
 	if abandoned != nil {
 		w.log.Error("pgtask: abandoning a handler that ignores its context", "job_id", row.ID, "kind", row.Kind, "error", o.err)

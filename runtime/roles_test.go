@@ -362,6 +362,9 @@ func TestWorkerRoleWorksJobsInBothModes(t *testing.T) {
 	for _, mode := range []string{"held", "lease"} {
 		regs = append(regs,
 			runtime.Registration{Kind: mode + "_ok", Queue: mode, Handler: func(ctx context.Context, job *runtime.Job) error {
+				if err := job.ReportProgress(ctx, 50, mode); err != nil {
+					return err
+				}
 				return job.SetResult(map[string]string{"mode": mode})
 			}},
 			runtime.Registration{Kind: mode + "_flaky", Queue: mode, Backoff: fastRetry, Handler: func(ctx context.Context, job *runtime.Job) error {
@@ -423,6 +426,13 @@ func TestWorkerRoleWorksJobsInBothModes(t *testing.T) {
 		}
 		if err == nil && info.Kind == "lease_ok" && string(info.Result) != `{"mode": "lease"}` {
 			t.Errorf("job %d: result %s", w.id, info.Result)
+		}
+		if err == nil && strings.HasSuffix(info.Kind, "_ok") {
+			if p, err := runtime.GetJobProgress(ctx, b.pool, w.id); err != nil || p == nil || p.Message != info.Queue {
+				t.Errorf("job %d: progress %+v, %v", w.id, p, err)
+			}
+			_, err := runtime.GetJobProgress(ctx, producer, w.id)
+			wantDenied(t, "a producer reading progress", err)
 		}
 	}
 	mu.Lock()
@@ -613,6 +623,9 @@ func TestAdminRoleRunsOperationsOnly(t *testing.T) {
 
 	if info, err := runtime.GetJob(ctx, admin, a); err != nil || string(info.Payload) != `{"n": 1}` {
 		t.Fatalf("an admin reading a job: %+v, %v", info, err)
+	}
+	if p, err := runtime.GetJobProgress(ctx, admin, a); err != nil || p != nil {
+		t.Fatalf("an admin reading a job's progress: %+v, %v", p, err)
 	}
 	if n, err := runtime.CountJobs(ctx, admin, runtime.JobFilter{Queue: "ops"}); err != nil || n != 3 {
 		t.Fatalf("an admin counting jobs: %d, %v", n, err)

@@ -295,6 +295,9 @@ type Worker struct {
 	// its held-mode runners take turns on (see divideConnections).
 	maxConns int
 	slots    *connSlots
+	// progressWrites counts the writes of progress reports sent, for tests
+	// of the throttle.
+	progressWrites atomic.Int64
 
 	mu       sync.RWMutex
 	handlers map[string]*Registration

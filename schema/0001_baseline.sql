@@ -389,3 +389,34 @@ CREATE TABLE pgtask.worker_kinds (
     recorded_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (worker_id, queue, kind)
 );
+
+-- The progress a running attempt reported (runtime.Job.ReportProgress), one
+-- row per job that reported any. It is written from a connection of the
+-- worker's pool, not in the job's transaction, so other sessions see it at
+-- once; a held-mode job's row is locked by its attempt for the whole
+-- handler, so the progress cannot live there (and has no foreign key, whose
+-- check would wait for that lock). It is apart from the jobs row for bloat
+-- too: a report rewrites a row, and while some session keeps a transaction
+-- open vacuum can remove none of the versions left behind; a small row with
+-- no index but its key leaves small versions, where the jobs row is large
+-- and in many indexes. The worker writes a job's row at most every
+-- quarter second. The row stays when the attempt ends, so a finished job
+-- shows where it got; attempt says which attempt reported it, and a write
+-- of an earlier attempt never replaces a later one's. The statement
+-- trigger that advances groups after a DELETE of jobs deletes their
+-- progress (functions/groups.sql), and TRUNCATE empties it.
+CREATE TABLE pgtask.job_progress (
+    job_id     bigint PRIMARY KEY,
+    attempt    integer NOT NULL,
+    -- How far the attempt has got, from 0 to 100.
+    percent    double precision NOT NULL,
+    message    text NOT NULL DEFAULT '',
+    -- A JSON value the handler reported beside them, or NULL.
+    value      jsonb,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT job_progress_attempt_valid CHECK (attempt >= 1),
+    CONSTRAINT job_progress_percent_valid CHECK (percent >= 0 AND percent <= 100),
+    -- The bound matches runtime.MaxProgressMessageBytes; the runtime bounds
+    -- the value (runtime.MaxProgressBytes).
+    CONSTRAINT job_progress_message_bounded CHECK (octet_length(message) <= 1024)
+);

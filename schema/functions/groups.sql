@@ -1,4 +1,4 @@
--- revision: 6
+-- revision: 7
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -427,6 +427,9 @@ BEGIN
         SELECT g.queue, k FROM unnest(busy) k
         ON CONFLICT DO NOTHING;
     END LOOP;
+    -- The deleted jobs' progress goes with them (it has no foreign key: see
+    -- pgtask.job_progress).
+    DELETE FROM pgtask.job_progress p USING gone WHERE p.job_id = gone.id;
     RETURN NULL;
 END;
 $$;
@@ -437,6 +440,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM pgtask.queue_groups;
     DELETE FROM pgtask.stale_groups;
+    DELETE FROM pgtask.job_progress;
     RETURN NULL;
 END;
 $$;

@@ -1,4 +1,4 @@
--- revision: 5
+-- revision: 6
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -65,6 +65,12 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'table', 'worker_kinds', 'SELECT, INSERT, DELETE'),
     ('admin', 'table', 'worker_kinds', 'SELECT'),
     ('admin', 'table', 'cancel_requests', 'SELECT, INSERT, UPDATE, DELETE'),
+    -- A worker writes its running jobs' progress; deleting jobs deletes
+    -- theirs (the trigger runs as whoever deletes). Producers do not read
+    -- it: the table has no row-level security, so "own jobs only" could
+    -- not hold there.
+    ('worker', 'table', 'job_progress', 'SELECT, INSERT, UPDATE, DELETE'),
+    ('admin', 'table', 'job_progress', 'SELECT, DELETE'),
     -- A worker checks at start that the schema is as new as its code.
     ('worker', 'table', 'migrations', 'SELECT'),
     ('worker', 'table', 'function_files', 'SELECT'),
