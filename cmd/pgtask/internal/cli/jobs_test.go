@@ -101,3 +101,46 @@ func TestJobsShowShowsSnoozes(t *testing.T) {
 		t.Fatalf("jobs show -json: code %d, stderr %q, stdout:\n%s\nwant \"snoozes\": 1", code, errOut, out)
 	}
 }
+
+// jobs show gives the progress the job's attempt last reported, in text and
+// in JSON; a job that reported none shows no progress.
+func TestJobsShowShowsProgress(t *testing.T) {
+	t.Parallel()
+	url := pgtasktest.NewDatabase(t)
+	ctx := context.Background()
+	w := quietWorker(t, url)
+	if err := w.Register(runtime.Registration{Kind: "import", Handler: func(ctx context.Context, job *runtime.Job) error {
+		if err := job.ReportProgressValue(ctx, 62.5, "rows imported", map[string]int{"rows": 625}); err != nil {
+			return err
+		}
+		return runtime.NoRetry(errors.New("the file ended early"))
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := runtime.Enqueue(ctx, w.Pool(), runtime.EnqueueRequest{Kind: "import", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := w.WorkOne(ctx); err != nil || j == nil || j.Status != runtime.StatusFailed {
+		t.Fatalf("work the job: %+v, %v", j, err)
+	}
+	code, out, errOut := run(t, "jobs", "show", "-database-url", url, fmt.Sprint(id))
+	if code != 0 || !strings.Contains(out, "\nprogress 62.5% at attempt 1, reported ") || !strings.Contains(out, ": rows imported\n") ||
+		!strings.Contains(out, "\nprogress value {\"rows\": 625}\n") {
+		t.Fatalf("jobs show: code %d, stderr %q, stdout:\n%s\nwant the progress, its attempt, message and value", code, errOut, out)
+	}
+	code, out, errOut = run(t, "jobs", "show", "-json", "-database-url", url, fmt.Sprint(id))
+	if code != 0 || !strings.Contains(out, `"progress": {`) || !strings.Contains(out, `"percent": 62.5`) ||
+		!strings.Contains(out, `"message": "rows imported"`) || !strings.Contains(out, `"attempt": 1,`) {
+		t.Fatalf("jobs show -json: code %d, stderr %q, stdout:\n%s\nwant its progress", code, errOut, out)
+	}
+
+	other, err := runtime.Enqueue(ctx, w.Pool(), runtime.EnqueueRequest{Kind: "import", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = run(t, "jobs", "show", "-database-url", url, fmt.Sprint(other))
+	if code != 0 || strings.Contains(out, "progress") {
+		t.Fatalf("jobs show of a job that reported nothing: code %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+}

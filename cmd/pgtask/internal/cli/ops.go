@@ -14,6 +14,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pgtask/pgtask/runtime"
 )
 
@@ -265,6 +267,18 @@ type jobJSON struct {
 	FinishedAt  *time.Time             `json:"finished_at,omitempty"`
 	UniqueKey   string                 `json:"unique_key,omitempty"`
 	Metadata    map[string]string      `json:"metadata,omitempty"`
+	// Progress is what the job's attempts last reported; only jobs show
+	// reads it.
+	Progress *progressJSON `json:"progress,omitempty"`
+}
+
+// progressJSON is a job's progress as jobs show prints it with -json.
+type progressJSON struct {
+	Attempt   int             `json:"attempt"`
+	Percent   float64         `json:"percent"`
+	Message   string          `json:"message"`
+	Value     json.RawMessage `json:"value,omitempty"`
+	UpdatedAt time.Time       `json:"updated_at"`
 }
 
 func jsonJob(j *runtime.JobInfo) jobJSON {
@@ -273,7 +287,7 @@ func jsonJob(j *runtime.JobInfo) jobJSON {
 		errs = []runtime.AttemptError{}
 	}
 	return jobJSON{int64(j.ID), j.Queue, j.Kind, j.Group, j.Status, j.Priority, j.Attempts, j.MaxAttempts, j.Snoozes,
-		j.Payload, j.Result, errs, j.RunAfter, j.CreatedAt, j.StartedAt, j.FinishedAt, j.UniqueKey, j.Metadata}
+		j.Payload, j.Result, errs, j.RunAfter, j.CreatedAt, j.StartedAt, j.FinishedAt, j.UniqueKey, j.Metadata, nil}
 }
 
 func jsonJobs(list []*runtime.JobInfo) []jobJSON {
@@ -303,8 +317,22 @@ func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	p, err := runtime.GetJobProgress(ctx, conn, j.ID)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		// Insufficient privilege: the producer role reads jobs but not
+		// their progress. Show the rest.
+		p, err = nil, nil
+	}
+	if err != nil {
+		return err
+	}
 	if *c.asJSON {
-		return printJSON(stdout, jsonJob(j))
+		out := jsonJob(j)
+		if p != nil {
+			out.Progress = &progressJSON{p.Attempt, p.Percent, p.Message, p.Value, p.UpdatedAt}
+		}
+		return printJSON(stdout, out)
 	}
 	fmt.Fprintf(stdout, "job %d: %s, kind %s, queue %s", j.ID, j.Status, j.Kind, j.Queue)
 	if j.Group != "" {
@@ -327,6 +355,17 @@ func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "payload %s\n", j.Payload)
 	if len(j.Result) > 0 {
 		fmt.Fprintf(stdout, "result %s\n", j.Result)
+	}
+	if p != nil {
+		fmt.Fprintf(stdout, "progress %s%% at attempt %d, reported %s", strconv.FormatFloat(p.Percent, 'f', -1, 64), p.Attempt,
+			p.UpdatedAt.UTC().Format(time.RFC3339Nano))
+		if p.Message != "" {
+			fmt.Fprintf(stdout, ": %s", oneLine(p.Message, runtime.MaxProgressMessageBytes))
+		}
+		fmt.Fprintln(stdout)
+		if len(p.Value) > 0 {
+			fmt.Fprintf(stdout, "progress value %s\n", p.Value)
+		}
 	}
 	for _, e := range j.Errors {
 		fmt.Fprintf(stdout, "attempt %d failed %s: %s\n", e.Attempt, e.At.UTC().Format(time.RFC3339Nano), e.Error)
