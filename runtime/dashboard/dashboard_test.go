@@ -121,8 +121,9 @@ func TestJobsPageFilters(t *testing.T) {
 	}
 }
 
-// A job's page shows its settings, payload, result, timeline, and each
-// failed attempt's error and stack.
+// A job's page shows its settings, payload, result, the progress its
+// attempt last reported, timeline, and each failed attempt's error and
+// stack.
 func TestJobPage(t *testing.T) {
 	t.Parallel()
 	s := seed(t)
@@ -146,6 +147,19 @@ func TestJobPage(t *testing.T) {
 	}
 	if strings.Contains(sent, "Retry") || strings.Contains(sent, "Cancel") {
 		t.Errorf("a succeeded job offers an action:\n%s", sent)
+	}
+	if strings.Contains(sent, "Progress") {
+		t.Errorf("a job that reported no progress shows some:\n%s", sent)
+	}
+	bouncedBody := c.get(fmt.Sprintf("/jobs/%d", s.bounced))
+	bounced := text(bouncedBody)
+	for _, want := range []string{"Progress 37.5% waiting for the mail server reported by attempt 1,", `{ "tries": 3 }`} {
+		if !strings.Contains(bounced, want) {
+			t.Errorf("the page of a job that reported progress lacks %q:\n%s", want, bounced)
+		}
+	}
+	if !strings.Contains(bouncedBody, `<progress max="100" value="37.5">`) {
+		t.Errorf("the page of a job that reported progress has no progress bar:\n%s", bouncedBody)
 	}
 	behind := text(c.get(fmt.Sprintf("/jobs/%d", s.behind)))
 	if !strings.Contains(behind, "Group acct-1") || !strings.Contains(behind, "Last started not started") {

@@ -69,7 +69,7 @@ func seed(t *testing.T) *seeded {
 	}
 	defer w.Close()
 	snoozed := false
-	must(t, w.Register(runtime.Registration{Kind: "send_email", Handler: func(_ context.Context, job *runtime.Job) error {
+	must(t, w.Register(runtime.Registration{Kind: "send_email", Handler: func(ctx context.Context, job *runtime.Job) error {
 		switch job.ID {
 		case s.sent:
 			if !snoozed { // once: sent succeeds after a snooze
@@ -77,6 +77,9 @@ func seed(t *testing.T) *seeded {
 				return runtime.Snooze(0)
 			}
 		case s.bounced:
+			if err := job.ReportProgressValue(ctx, 37.5, "waiting for the mail server", map[string]int{"tries": 3}); err != nil {
+				return err
+			}
 			return runtime.NoRetry(errors.New("smtp: 550 mailbox unavailable"))
 		case s.crashed:
 			panic("template missing")

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
@@ -341,6 +342,11 @@ type jobPage struct {
 	CanRetry, CanCancel bool
 	// Metadata is what the job was enqueued with, by key.
 	Metadata [][2]string
+	// Progress is what the job's attempts last reported, nil for none;
+	// Percent is its percent for the page, ProgressValue its value laid out.
+	Progress      *runtime.JobProgress
+	Percent       string
+	ProgressValue string
 }
 
 func (h *handler) jobPage(w http.ResponseWriter, r *http.Request) {
@@ -358,13 +364,30 @@ func (h *handler) jobPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.render(w, r, http.StatusOK, "job", jobPage{
+	progress, err := runtime.GetJobProgress(r.Context(), h.db, job.ID)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		// Insufficient privilege: a dashboard on the producer role reads
+		// jobs but not their progress. Show the rest.
+		progress, err = nil, nil
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	p := jobPage{
 		page: h.page(r, "jobs", fmt.Sprintf("Job %d", id)), Job: job,
 		Payload: indentJSON(job.Payload), Result: indentJSON(job.Result), Attempts: latestFirst(job.Errors),
 		CanRetry:  job.Status == runtime.StatusFailed || job.Status == runtime.StatusCancelled,
 		CanCancel: !job.Status.Finished() || job.Status == runtime.StatusFailed,
 		Metadata:  sortedMetadata(job.Metadata),
-	})
+		Progress:  progress,
+	}
+	if progress != nil {
+		p.Percent = strconv.FormatFloat(progress.Percent, 'f', -1, 64)
+		p.ProgressValue = indentJSON(progress.Value)
+	}
+	h.render(w, r, http.StatusOK, "job", p)
 }
 
 func sortedMetadata(m map[string]string) [][2]string {
