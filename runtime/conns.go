@@ -16,7 +16,8 @@ import (
 //
 //   - one connection listens for notifications;
 //   - one, at least, is left to maintenance, leadership and the other short
-//     statements (recording a lost batch's outcomes, moving groups on);
+//     statements (recording a lost batch's outcomes, moving groups on,
+//     handlers' progress reports);
 //   - lease-mode queues claim, record and extend leases in short
 //     statements too, and are left two each where the budget allows;
 //   - the rest are the held-mode runners': a runner holds one while its
