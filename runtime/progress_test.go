@@ -292,3 +292,43 @@ func TestProgressStaysWithAFailedJobAndGoesWithItsDeletion(t *testing.T) {
 		t.Fatalf("progress of a job that never ran: %+v, %v", p, err)
 	}
 }
+
+// A report never replaces the progress of a later attempt, even when the
+// job's row still names the reporting attempt (as when a later attempt's
+// report races an earlier one's check of the row).
+func TestProgressOfALaterAttemptIsNotReplaced(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	reported := make(chan struct{})
+	bumped := make(chan struct{})
+	late := make(chan error, 1)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{Kind: "racing", Handler: func(ctx context.Context, job *runtime.Job) error {
+		if err := job.ReportProgress(ctx, 10, "mine"); err != nil {
+			return err
+		}
+		close(reported)
+		<-bumped
+		time.Sleep(runtime.ProgressInterval) // so the next report is written at once
+		late <- job.ReportProgress(ctx, 20, "late")
+		return nil
+	}})
+	id := enqueue(t, b.pool, "racing", map[string]int{})
+	select {
+	case <-reported:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job did not start")
+	}
+	if n, err := b.q.SetProgressAttempt(ctx, testdb.SetProgressAttemptParams{JobID: int64(id), Attempt: 9}); err != nil || n != 1 {
+		t.Fatalf("set the progress's attempt: %d, %v", n, err)
+	}
+	close(bumped)
+	if err := <-late; !errors.Is(err, runtime.ErrAttemptNotCurrent) {
+		t.Fatalf("a report over a later attempt's progress: %v, want ErrAttemptNotCurrent", err)
+	}
+	b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	p, err := runtime.GetJobProgress(ctx, b.pool, id)
+	if err != nil || p == nil || p.Attempt != 9 || p.Message != "mine" {
+		t.Fatalf("progress after the refused report: %+v, %v", p, err)
+	}
+}

@@ -195,3 +195,8 @@ SELECT coalesce((SELECT s.idx_tup_read FROM pg_catalog.pg_stat_all_indexes s
 -- Run in a REPEATABLE READ transaction left open: its snapshot keeps every
 -- row version deleted or updated after it, and their index entries.
 SELECT count(*)::bigint AS jobs FROM pgtask.jobs;
+
+-- name: SetProgressAttempt :execrows
+-- Makes a job's progress look reported by another attempt, as a later
+-- attempt's report racing an earlier one's would leave it.
+UPDATE pgtask.job_progress SET attempt = @attempt WHERE job_id = @job_id;

@@ -580,6 +580,25 @@ func (q *Queries) SetGroupPendingFrom(ctx context.Context, arg SetGroupPendingFr
 	return err
 }
 
+const setProgressAttempt = `-- name: SetProgressAttempt :execrows
+UPDATE pgtask.job_progress SET attempt = $1 WHERE job_id = $2
+`
+
+type SetProgressAttemptParams struct {
+	Attempt int32
+	JobID   int64
+}
+
+// Makes a job's progress look reported by another attempt, as a later
+// attempt's report racing an earlier one's would leave it.
+func (q *Queries) SetProgressAttempt(ctx context.Context, arg SetProgressAttemptParams) (int64, error) {
+	result, err := q.db.Exec(ctx, setProgressAttempt, arg.Attempt, arg.JobID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const terminateBackend = `-- name: TerminateBackend :one
 SELECT pg_catalog.pg_terminate_backend($1::integer) AS terminated
 `
