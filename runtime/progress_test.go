@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -330,5 +331,44 @@ func TestProgressOfALaterAttemptIsNotReplaced(t *testing.T) {
 	p, err := runtime.GetJobProgress(ctx, b.pool, id)
 	if err != nil || p == nil || p.Attempt != 9 || p.Message != "mine" {
 		t.Fatalf("progress after the refused report: %+v, %v", p, err)
+	}
+}
+
+// An operator's retry starts the job's attempts from 1 again, and clean:
+// the progress of the attempts before goes, and the fresh attempts'
+// reports are recorded.
+func TestProgressAfterAnOperatorsRetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var runs atomic.Int32
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{Kind: "again", Backoff: fastRetry,
+		Handler: func(ctx context.Context, job *runtime.Job) error {
+			run := runs.Add(1)
+			if err := job.ReportProgress(ctx, float64(10*run), fmt.Sprintf("run %d, attempt %d", run, job.Attempt)); err != nil {
+				return runtime.NoRetry(err)
+			}
+			if run <= 2 {
+				return errors.New("not yet")
+			}
+			return nil
+		}})
+	id := enqueue(t, b.pool, "again", map[string]int{}, runtime.WithMaxAttempts(2))
+	b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusFailed)
+	if p, err := runtime.GetJobProgress(ctx, b.pool, id); err != nil || p == nil || p.Attempt != 2 || p.Message != "run 2, attempt 2" {
+		t.Fatalf("progress of the failed job: %+v, %v", p, err)
+	}
+	if ok, err := runtime.RetryJob(ctx, b.pool, id); err != nil || !ok {
+		t.Fatalf("retry: %v, %v", ok, err)
+	}
+	if p, err := runtime.GetJobProgress(ctx, b.pool, id); err != nil || p != nil {
+		t.Fatalf("progress of the retried job before it runs: %+v, %v", p, err)
+	}
+	j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded, testdb.PgtaskJobStatusFailed)
+	if j.Status != testdb.PgtaskJobStatusSucceeded {
+		t.Fatalf("the retried job %s: %s", j.Status, j.Errors)
+	}
+	if p, err := runtime.GetJobProgress(ctx, b.pool, id); err != nil || p == nil || p.Attempt != 1 || p.Message != "run 3, attempt 1" {
+		t.Fatalf("progress of the retried job's attempt: %+v, %v", p, err)
 	}
 }

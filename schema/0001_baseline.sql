@@ -402,7 +402,8 @@ CREATE TABLE pgtask.worker_kinds (
 -- and in many indexes. The worker writes a job's row at most every
 -- quarter second. The row stays when the attempt ends, so a finished job
 -- shows where it got; attempt says which attempt reported it, and a write
--- of an earlier attempt never replaces a later one's. The statement
+-- of an earlier attempt never replaces a later one's. An operator's retry,
+-- whose attempts count from 1 again, deletes it (retry_job). The statement
 -- trigger that advances groups after a DELETE of jobs deletes their
 -- progress (functions/groups.sql), and TRUNCATE empties it.
 CREATE TABLE pgtask.job_progress (

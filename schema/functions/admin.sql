@@ -1,4 +1,4 @@
--- revision: 13
+-- revision: 14
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -105,8 +105,8 @@ BEGIN
 END;
 $$;
 
--- Puts a failed or cancelled job back in line with a fresh set of attempts;
--- its error history stays, with the retry marked in it: an entry with
+-- Puts a failed or cancelled job back in line with a fresh set of attempts
+-- and no progress; its error history stays, with the retry marked in it: an entry with
 -- "operator_retry": true, the attempts made before it and when, since the
 -- attempts after it count from 1 again. In a group it takes its place by id: a job that
 -- blocked its group becomes runnable again, any other waits for the head.
@@ -147,6 +147,10 @@ BEGIN
     END IF;
     -- A request left from before does not cancel the fresh attempts.
     DELETE FROM pgtask.cancel_requests WHERE job_id = p_id;
+    -- Nor does progress left from before stay: the fresh attempts count
+    -- from 1 again, and their reports would be refused as earlier than the
+    -- attempt that made it (see ReportProgress in queries/work.sql).
+    DELETE FROM pgtask.job_progress WHERE job_id = p_id;
     head := j.id;
     IF j.group_key IS NOT NULL THEN
         -- The group's row may be a newer one than the job's: the job joins
