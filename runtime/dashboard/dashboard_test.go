@@ -158,6 +158,9 @@ func TestJobPage(t *testing.T) {
 			t.Errorf("the page of a job that reported progress lacks %q:\n%s", want, bounced)
 		}
 	}
+	if strings.Contains(bounced, "attempts so far") {
+		t.Errorf("the page of a job whose only attempt reported progress counts its attempts apart:\n%s", bounced)
+	}
 	if !strings.Contains(bouncedBody, `<progress max="100" value="37.5">`) {
 		t.Errorf("the page of a job that reported progress has no progress bar:\n%s", bouncedBody)
 	}
