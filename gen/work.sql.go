@@ -667,8 +667,8 @@ type ReportProgressParams struct {
 // Records a running attempt's progress, from a connection of the worker's
 // pool rather than the job's transaction, so that other sessions see it at
 // once. Fenced: it writes only while the attempt is the job's current one
-// (started, with this attempt number and, in lease mode, the claim's
-// token), and never replaces the progress of a later attempt; it reports
+// (started, with this attempt number and the claim's token, NULL for a
+// claim without one), and never replaces the progress of a later attempt; it reports
 // 0 rows when refused. A plain read of the job's row: a held-mode job's
 // row is locked by its attempt, and this must not wait for that lock.
 func (q *Queries) ReportProgress(ctx context.Context, arg ReportProgressParams) (int64, error) {

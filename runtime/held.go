@@ -689,11 +689,16 @@ func (s *session) execute(row gen.ClaimJobsRow) (heldOutcome, *abandonment) {
 	hard := s.r.hard
 	jtx := &jobTx{Tx: s.tx, savepoint: gen.New(s.tx).SavepointJob}
 	end := s.r.q.pace.begin(row.Kind)
-	out, done := s.r.w.attempt(hard, row, func(job *Job) { job.tx = jtx })
-	end()
-	if n := len(s.tokens); n > 0 {
+	var token int64
+	n := len(s.tokens)
+	if n > 0 {
 		// The batch's jobs are those of the session's newest claim.
-		out.claimToken = s.tokens[n-1]
+		token = s.tokens[n-1]
+	}
+	out, done := s.r.w.attempt(hard, row, func(job *Job) { job.tx, job.claimToken = jtx, token })
+	end()
+	if n > 0 {
+		out.claimToken = token
 	}
 	o := heldOutcome{outcome: out}
 	if o.reg == nil {

@@ -39,6 +39,9 @@ type Job struct {
 	tx     pgx.Tx
 	result json.RawMessage
 	lease  *jobLease // nil in the held-transaction mode
+	// claimToken is the token of the held-mode claim that took the job, 0
+	// for none: progress writes are fenced by it (see progressReporter).
+	claimToken int64
 	// progress writes ReportProgress's reports; nil for a Job no worker
 	// runs.
 	progress *progressReporter

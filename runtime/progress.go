@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,9 +21,12 @@ import (
 const (
 	// ProgressInterval is the least time between two writes of one job's
 	// progress: a handler may report as often as it likes, and the reports
-	// that come within ProgressInterval of the last write wait, only the
+	// that come within the interval of the last write wait, only the
 	// latest of them being written once the interval has passed (or when
-	// the attempt ends, whichever comes first).
+	// the attempt ends, whichever comes first). The interval grows with the
+	// attempt's age: ProgressInterval for its first minute, 1 s until its
+	// tenth, 5 s after that (see progressReporter.interval). A report the
+	// same as the last one written is not written again.
 	ProgressInterval = 250 * time.Millisecond
 	// MaxProgressMessageBytes bounds a progress report's message, in bytes
 	// of UTF-8; the schema refuses longer ones too.
@@ -143,19 +147,23 @@ func checkProgress(percent float64, message string) error {
 }
 
 // progressReporter writes one attempt's progress, at most once per
-// ProgressInterval, fenced by the attempt (and in lease mode its claim's
-// token).
+// ProgressInterval, fenced by the attempt and its claim's token.
 type progressReporter struct {
 	w       *Worker
 	base    context.Context // for writes no handler waits for
 	jobID   int64
 	attempt int32
-	token   pgtype.Int8 // lease mode: the claim's; NULL in held mode
+	token   pgtype.Int8 // the claim's, NULL for a claim without one
+
+	// start is when the attempt began: the interval grows with its age.
+	start time.Time
 
 	mu sync.Mutex
-	// last is when the last write began; pending is the latest report kept
-	// since, which timer writes when the interval has passed.
+	// last is when the last write began, and written what it wrote;
+	// pending is the latest report kept since, which timer writes when the
+	// interval has passed.
 	last    time.Time
+	written *gen.ReportProgressParams
 	pending *gen.ReportProgressParams
 	timer   *time.Timer
 	// ended: the attempt is over and reports are refused; refused: a write
@@ -164,9 +172,15 @@ type progressReporter struct {
 }
 
 func (w *Worker) newProgressReporter(base context.Context, job *Job) *progressReporter {
-	p := &progressReporter{w: w, base: base, jobID: int64(job.ID), attempt: int32(job.Attempt)}
-	if job.lease != nil {
+	p := &progressReporter{w: w, base: base, jobID: int64(job.ID), attempt: int32(job.Attempt), start: time.Now()}
+	switch {
+	case job.lease != nil:
 		p.token = pgtype.Int8{Int64: job.lease.token, Valid: true}
+	case job.claimToken != 0:
+		// An attempt of a lost session that goes on may share its number
+		// with the current one after an operator's retry; its claim's
+		// token does not.
+		p.token = pgtype.Int8{Int64: job.claimToken, Valid: true}
 	}
 	return p
 }
@@ -177,7 +191,13 @@ func (p *progressReporter) report(ctx context.Context, params gen.ReportProgress
 	if p.ended || p.refused {
 		return fmt.Errorf("job %d attempt %d: progress not recorded: %w", p.jobID, p.attempt, ErrAttemptNotCurrent)
 	}
-	if wait := ProgressInterval - time.Since(p.last); wait > 0 {
+	if p.written != nil && sameProgress(*p.written, params) {
+		// Nothing new: a write would only leave one more version of the
+		// row behind (see interval).
+		p.pending = nil
+		return nil
+	}
+	if wait := p.interval() - time.Since(p.last); wait > 0 {
 		p.pending = &params
 		if p.timer == nil {
 			p.timer = time.AfterFunc(wait, p.tick)
@@ -186,6 +206,28 @@ func (p *progressReporter) report(ctx context.Context, params gen.ReportProgress
 	}
 	p.pending = nil
 	return p.write(ctx, params)
+}
+
+// interval is the least time between two writes now. Each write leaves a
+// version of the progress row behind, and while some session keeps a
+// transaction open (a held-mode batch's, for one) vacuum removes none of
+// them, so every later write and read of the row steps over them all: an
+// attempt that runs long writes less often, which bounds them to about 700
+// an hour.
+func (p *progressReporter) interval() time.Duration {
+	switch age := time.Since(p.start); {
+	case age < time.Minute:
+		return ProgressInterval
+	case age < 10*time.Minute:
+		return time.Second
+	default:
+		return 5 * time.Second
+	}
+}
+
+// sameProgress reports whether two reports say the same.
+func sameProgress(a, b gen.ReportProgressParams) bool {
+	return a.Percent == b.Percent && a.Message == b.Message && bytes.Equal(a.Value, b.Value)
 }
 
 // tick writes the report kept since the last write, once the interval has
@@ -199,7 +241,7 @@ func (p *progressReporter) tick() {
 	}
 	// A report may have written since this tick was set (one that came
 	// when the interval had passed, before the tick got the lock).
-	if wait := ProgressInterval - time.Since(p.last); wait > 0 {
+	if wait := p.interval() - time.Since(p.last); wait > 0 {
 		p.timer = time.AfterFunc(wait, p.tick)
 		return
 	}
@@ -248,6 +290,7 @@ func (p *progressReporter) write(ctx context.Context, params gen.ReportProgressP
 		return fmt.Errorf("job %d: record progress: %w", p.jobID, err)
 	}
 	p.w.progressWrites.Add(1)
+	p.written = &params
 	if n == 0 {
 		p.refused = true
 		return fmt.Errorf("job %d attempt %d: progress not recorded: %w", p.jobID, p.attempt, ErrAttemptNotCurrent)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -358,11 +360,18 @@ func TestProgressAfterAnOperatorsRetry(t *testing.T) {
 	if p, err := runtime.GetJobProgress(ctx, b.pool, id); err != nil || p == nil || p.Attempt != 2 || p.Message != "run 2, attempt 2" {
 		t.Fatalf("progress of the failed job: %+v, %v", p, err)
 	}
-	if ok, err := runtime.RetryJob(ctx, b.pool, id); err != nil || !ok {
-		t.Fatalf("retry: %v, %v", ok, err)
-	}
-	if p, err := runtime.GetJobProgress(ctx, b.pool, id); err != nil || p != nil {
-		t.Fatalf("progress of the retried job before it runs: %+v, %v", p, err)
+	// Read in the retry's own transaction: once it commits, the worker may
+	// run the job and report before a read from outside.
+	if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if ok, err := runtime.RetryJob(ctx, tx, id); err != nil || !ok {
+			return fmt.Errorf("retry: %v, %w", ok, err)
+		}
+		if p, err := runtime.GetJobProgress(ctx, tx, id); err != nil || p != nil {
+			return fmt.Errorf("progress of the retried job before it runs: %+v, %w", p, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded, testdb.PgtaskJobStatusFailed)
 	if j.Status != testdb.PgtaskJobStatusSucceeded {
@@ -370,5 +379,91 @@ func TestProgressAfterAnOperatorsRetry(t *testing.T) {
 	}
 	if p, err := runtime.GetJobProgress(ctx, b.pool, id); err != nil || p == nil || p.Attempt != 1 || p.Message != "run 3, attempt 1" {
 		t.Fatalf("progress of the retried job's attempt: %+v, %v", p, err)
+	}
+}
+
+// Held mode: attempt 1 loses its session and keeps running; the job is
+// rescued (out of attempts), an operator retries it, and a fresh attempt 1
+// runs. The lost attempt 1's report is refused: it shares the current
+// attempt's number, not its claim's token.
+func TestProgressOfALostHeldAttemptIsRefusedAfterAnOperatorsRetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var runs atomic.Int32
+	running := make(chan struct{}, 2)
+	release := make(chan struct{})
+	late := make(chan error, 1)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{Kind: "stale", Handler: func(ctx context.Context, job *runtime.Job) error {
+		if runs.Add(1) == 1 {
+			_ = job.ReportProgress(ctx, 10, "first")
+			running <- struct{}{}
+			<-release
+			time.Sleep(runtime.ProgressInterval)
+			late <- job.ReportProgress(ctx, 90, "stale")
+			return nil
+		}
+		_ = job.ReportProgress(ctx, 5, "second")
+		running <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}})
+	id := enqueue(t, b.pool, "stale", map[string]int{}, runtime.WithMaxAttempts(1))
+	<-running
+	b.waitProgress(t, id, "first", 5*time.Second)
+	j := b.job(t, id)
+	if _, err := b.q.TerminateBackend(ctx, j.OwnerPid.Int32); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	// What another worker's rescue_orphans does once this worker's sessions are all gone.
+	if _, err := b.gen.RescueJobs(ctx, []int64{int64(id)}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitStatus(t, id, 5*time.Second, testdb.PgtaskJobStatusFailed)
+	if ok, err := runtime.RetryJob(ctx, b.pool, id); err != nil || !ok {
+		t.Fatalf("retry: %v %v", ok, err)
+	}
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("fresh attempt did not start")
+	}
+	b.waitProgress(t, id, "second", 5*time.Second)
+	close(release)
+	err := <-late
+	p, perr := runtime.GetJobProgress(ctx, b.pool, id)
+	if perr != nil || p == nil {
+		t.Fatalf("progress: %+v, %v", p, perr)
+	}
+	if !errors.Is(err, runtime.ErrAttemptNotCurrent) || p.Message != "second" {
+		t.Fatalf("the lost attempt's report: %v; progress now %+v; want it refused and the current attempt's kept", err, p)
+	}
+}
+
+// A report the same as the last one written is not written again: each
+// write leaves a version of the row behind.
+func TestProgressRepeatedIsNotWrittenAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	done := make(chan error, 1)
+	w := startWorker(t, b.url, runtime.Config{}, runtime.Registration{Kind: "same", Handler: func(ctx context.Context, job *runtime.Job) error {
+		for range 4 {
+			if err := job.ReportProgress(ctx, 50, "halfway"); err != nil {
+				done <- err
+				return err
+			}
+			time.Sleep(runtime.ProgressInterval + 50*time.Millisecond)
+		}
+		done <- nil
+		return nil
+	}})
+	id := enqueue(t, b.pool, "same", map[string]int{})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	if n := w.ProgressWrites(); n != 1 {
+		t.Errorf("4 reports of the same progress, %s apart, made %d writes, want 1", runtime.ProgressInterval+50*time.Millisecond, n)
 	}
 }
