@@ -429,6 +429,30 @@ func (q *Queries) FailJob(ctx context.Context, arg FailJobParams) (string, error
 	return status, err
 }
 
+const FinishBatches = `-- name: FinishBatches :one
+SELECT f.checked::integer AS checked, f.last::bigint AS last, f.finished::integer AS finished
+  FROM pgtask.finish_batches($1::bigint, $2::integer) f
+`
+
+type FinishBatchesParams struct {
+	After int64 `db:"after"`
+	Max   int32 `db:"max"`
+}
+
+type FinishBatchesRow struct {
+	Checked  int32 `db:"checked"`
+	Last     int64 `db:"last"`
+	Finished int32 `db:"finished"`
+}
+
+// See pgtask.finish_batches.
+func (q *Queries) FinishBatches(ctx context.Context, arg FinishBatchesParams) (FinishBatchesRow, error) {
+	row := q.db.QueryRow(ctx, FinishBatches, arg.After, arg.Max)
+	var i FinishBatchesRow
+	err := row.Scan(&i.Checked, &i.Last, &i.Finished)
+	return i, err
+}
+
 const HandBack = `-- name: HandBack :one
 SELECT h.released::bigint AS released, h.woken::bigint AS woken
   FROM pgtask.hand_back($1::bigint[], $2::integer, $3::integer,

@@ -1,4 +1,4 @@
--- revision: 6
+-- revision: 7
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -72,6 +72,13 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'table', 'job_progress', 'SELECT, INSERT, UPDATE, DELETE'),
     ('admin', 'table', 'job_progress', 'SELECT, DELETE'),
     -- A worker checks at start that the schema is as new as its code.
+    -- Batches: producers make them through create_batch and read them
+    -- (GetBatch); maintenance ends them; an operator's retry of a job of
+    -- an open batch moves the batch's cursor back.
+    ('producer', 'table', 'batches', 'SELECT'),
+    ('worker', 'table', 'batches', 'SELECT, UPDATE'),
+    ('admin', 'table', 'batches', 'SELECT, UPDATE'),
+    ('none', 'sequence', 'batches_id_seq', ''),
     ('worker', 'table', 'migrations', 'SELECT'),
     ('worker', 'table', 'function_files', 'SELECT'),
     ('none', 'table', 'granted_roles', ''),
@@ -85,6 +92,12 @@ LANGUAGE sql IMMUTABLE AS $$
     ('producer', 'function', 'enqueue_jobs', 'EXECUTE'),
     ('worker', 'function', 'enqueue_jobs', 'EXECUTE'),
     ('none', 'function', 'share_lock_groups', ''),
+    ('producer', 'function', 'create_batch', 'EXECUTE'),
+    ('worker', 'function', 'create_batch', 'EXECUTE'),
+    ('worker', 'function', 'finish_batches', 'EXECUTE'),
+    ('worker', 'function', 'batch_summary', 'EXECUTE'),
+    ('worker', 'function', 'release_callback', 'EXECUTE'),
+    ('worker', 'function', 'parked_at', 'EXECUTE'),
     ('none', 'function', 'is_list', ''),
 
     -- Working (work.sql), maintenance (maintenance.sql), groups

@@ -115,4 +115,5 @@ type PgtaskJob struct {
 	UniqueUntil     *time.Time
 	Metadata        json.RawMessage
 	EnqueuedBy      *string
+	BatchID         pgtype.Int8
 }
