@@ -501,3 +501,47 @@ func TestEnqueueBatchRefusesBadInput(t *testing.T) {
 		t.Fatalf("BatchSummaryOf a plain job: %v", err)
 	}
 }
+
+// A producer with own jobs only makes batches and reads its own, not
+// another login's; create_batch, which runs as the owner, takes in no job
+// but those the caller's transaction enqueued; a worker of the worker role
+// ends the batch and runs its callback.
+func TestProducerMakesAndReadsItsOwnBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	r := grantTestRoles(t, b, true)
+	producer := poolAs(t, b, r.Producer)
+
+	theirs, theirJobs, err := runtime.EnqueueBatch(ctx, b.pool, []runtime.EnqueueRequest{req("ok")}, runtime.BatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, _, err := runtime.EnqueueBatch(ctx, producer, []runtime.EnqueueRequest{req("ok"), req("ok")},
+		runtime.BatchOptions{OnFinish: ptr(req("done"))})
+	if err != nil {
+		t.Fatalf("a producer's EnqueueBatch: %v", err)
+	}
+	if bt, err := runtime.GetBatch(ctx, producer, mine); err != nil || bt.Total != 2 || bt.Finished() {
+		t.Fatalf("the producer reading its batch: %+v, %v", bt, err)
+	}
+	if _, err := runtime.GetBatch(ctx, producer, theirs); !errors.Is(err, runtime.ErrBatchNotFound) {
+		t.Errorf("the producer reading a batch it did not make: %v, want ErrBatchNotFound", err)
+	}
+	// Calling create_batch with another's job: refused, and the job stays
+	// in its own batch.
+	if j := b.job(t, theirJobs[0]); !j.BatchID.Valid || j.BatchID.Int64 != int64(theirs) {
+		t.Fatalf("their job's batch is %v, want %d", j.BatchID, theirs)
+	}
+	_, err = testdb.New(producer).CreateBatch(ctx, testdb.CreateBatchParams{Ids: []int64{int64(theirJobs[0])}, Existed: []bool{false}})
+	if err == nil || !strings.Contains(err.Error(), "not one this transaction enqueued") {
+		t.Fatalf("create_batch of another's job: %v", err)
+	}
+
+	cb := newCallbacks()
+	startWorker(t, urlAs(t, b.url, r.Worker), runtime.Config{MaintenanceInterval: 20 * time.Millisecond}, noop("ok"), cb.registration("done"))
+	cb.waitRuns(t, 30*time.Second, mine)
+	if got := cb.of(mine); len(got) != 1 || got[0].Succeeded != 2 {
+		t.Fatalf("callbacks %+v", got)
+	}
+}

@@ -200,3 +200,8 @@ SELECT count(*)::bigint AS jobs FROM pgtask.jobs;
 -- Makes a job's progress look reported by another attempt, as a later
 -- attempt's report racing an earlier one's would leave it.
 UPDATE pgtask.job_progress SET attempt = @attempt WHERE job_id = @job_id;
+
+-- name: CreateBatch :one
+-- Calls create_batch with ids of the caller's choosing, as a producer
+-- could, to show what it refuses.
+SELECT pgtask.create_batch(@ids::bigint[], @existed::boolean[], false, false)::bigint AS batch_id;

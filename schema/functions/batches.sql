@@ -1,4 +1,4 @@
--- revision: 1
+-- revision: 2
 -- Batches (runtime.EnqueueBatch): jobs enqueued together, with callback
 -- jobs released when all of them have finished and when the first of them
 -- fails for good. See pgtask.batches in 0001_baseline.sql.
@@ -22,8 +22,10 @@ AS $$ SELECT timestamptz '9999-12-31 23:59:59+00' $$;
 -- batch's id.
 --
 -- It runs as its owner, like enqueue_jobs, so that a producer role makes
--- batches without any privilege on the tables; it changes only the jobs
--- the caller's statement inserted (their batch_id) and inserts the batch.
+-- batches without any privilege on the tables. So it takes in only jobs
+-- that the caller's login enqueued in this transaction (their enqueued_by
+-- and created_at say so), callbacks only parked, and none that is in a
+-- batch already: a caller cannot make a batch of anyone else's jobs.
 CREATE OR REPLACE FUNCTION pgtask.create_batch(p_ids bigint[], p_existed boolean[],
                                                p_on_finish boolean, p_on_failure boolean) RETURNS bigint
 LANGUAGE plpgsql
@@ -34,7 +36,9 @@ DECLARE
     ncb integer := p_on_finish::integer + p_on_failure::integer;
     n integer := coalesce(cardinality(p_ids), 0);
     members bigint[];
+    callbacks bigint[];
     bid bigint;
+    taken integer;
 BEGIN
     IF n <= ncb THEN
         RAISE EXCEPTION 'pgtask.create_batch: a batch needs at least one job' USING ERRCODE = 'invalid_parameter_value';
@@ -43,15 +47,25 @@ BEGIN
         -- A unique job whose key was held: the batch would take in another's job.
         RAISE EXCEPTION 'pgtask.create_batch: every job of a batch must be new (no unique keys)' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    callbacks := p_ids[1 : ncb];
     members := p_ids[ncb + 1 : n];
+    IF (SELECT count(*) FROM pgtask.jobs j
+         WHERE j.id = ANY (callbacks) AND j.batch_id IS NULL AND j.enqueued_by = session_user AND j.created_at = now()
+           AND j.status = 'scheduled' AND j.run_after = pgtask.parked_at()) <> ncb THEN
+        RAISE EXCEPTION 'pgtask.create_batch: a callback is not a parked job this transaction enqueued' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     INSERT INTO pgtask.batches (total, on_finish, on_failure, pending_from)
     VALUES (n - ncb,
             CASE WHEN p_on_finish THEN p_ids[1] END,
             CASE WHEN p_on_failure THEN p_ids[ncb] END,
             (SELECT min(m) FROM unnest(members) m))
     RETURNING id INTO bid;
-    -- Only rows this transaction inserted: no other session can see them.
-    UPDATE pgtask.jobs SET batch_id = bid WHERE id = ANY (members) AND batch_id IS NULL;
+    UPDATE pgtask.jobs j SET batch_id = bid
+     WHERE j.id = ANY (members) AND j.batch_id IS NULL AND j.enqueued_by = session_user AND j.created_at = now();
+    GET DIAGNOSTICS taken = ROW_COUNT;
+    IF taken <> n - ncb OR (SELECT count(DISTINCT m) FROM unnest(members) m) <> n - ncb THEN
+        RAISE EXCEPTION 'pgtask.create_batch: a job is not one this transaction enqueued, or is in a batch already' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     RETURN bid;
 END;
 $$;

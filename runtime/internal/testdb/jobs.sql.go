@@ -206,6 +206,24 @@ func (q *Queries) CountSuccessCommits(ctx context.Context, queue string) (int64,
 	return commits, err
 }
 
+const createBatch = `-- name: CreateBatch :one
+SELECT pgtask.create_batch($1::bigint[], $2::boolean[], false, false)::bigint AS batch_id
+`
+
+type CreateBatchParams struct {
+	Ids     []int64
+	Existed []bool
+}
+
+// Calls create_batch with ids of the caller's choosing, as a producer
+// could, to show what it refuses.
+func (q *Queries) CreateBatch(ctx context.Context, arg CreateBatchParams) (int64, error) {
+	row := q.db.QueryRow(ctx, createBatch, arg.Ids, arg.Existed)
+	var batch_id int64
+	err := row.Scan(&batch_id)
+	return batch_id, err
+}
+
 const currentLeader = `-- name: CurrentLeader :one
 SELECT worker_id FROM pgtask.leaders WHERE duty = 'leader'
 `
