@@ -1,4 +1,4 @@
--- revision: 2
+-- revision: 3
 -- Batches (runtime.EnqueueBatch): jobs enqueued together, with callback
 -- jobs released when all of them have finished and when the first of them
 -- fails for good. See pgtask.batches in 0001_baseline.sql.
@@ -95,6 +95,17 @@ LANGUAGE sql AS $$
      WHERE id = p_job AND status = 'scheduled' AND run_after = pgtask.parked_at()
 $$;
 
+-- Whether batch p_batch has a failed job (for its on_failure), and its
+-- first unfinished job from p_from on (NULL for none).
+CREATE OR REPLACE FUNCTION pgtask.batch_progress(p_batch bigint, p_from bigint, OUT has_failed boolean, OUT next_pending bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM pgtask.jobs j WHERE j.batch_id = p_batch AND j.status = 'failed'),
+           (SELECT j.id FROM pgtask.jobs j
+             WHERE j.batch_id = p_batch AND j.id >= p_from AND pgtask.job_pending(j.status)
+             ORDER BY j.id
+             LIMIT 1)
+$$;
+
 -- Looks at up to p_limit open batches whose id is above p_after, in id
 -- order, and ends those whose jobs have all finished (succeeded, failed for
 -- good, cancelled or deleted): records their counts, releases on_finish,
@@ -103,24 +114,30 @@ $$;
 -- is how many batches it looked at, last the id of the last one (0 for
 -- none), finished how many it ended.
 --
--- Exactly once: each batch is looked at under its row lock (a batch that
--- another worker has locked is skipped: that worker looks at it now), and
--- a callback is released only in the transaction that sets the batch's
--- failed_at or finished_at, when it was not set. Whoever crashes, the
--- transaction commits both or neither. A job finishing in a transaction not
--- yet committed is unfinished here, and found finished a round later.
+-- Exactly once: a batch is changed only under its row lock, taken with
+-- SKIP LOCKED (a batch that another worker has locked is passed over: that
+-- worker decides it now), and looked at again under it; a callback is
+-- released only in the transaction that sets the batch's failed_at or
+-- finished_at, when it was not set. Whoever crashes, the transaction
+-- commits both or neither. A job finishing in a transaction not yet
+-- committed is unfinished here, and found finished a round later. An
+-- operator's retry of one of its jobs (retry_job) updates the batch's row,
+-- so it waits for the lock: it commits before the batch is looked at, and
+-- is seen, or after the batch ended, and changes nothing.
 --
--- Cost: the check reads the batch's jobs from pending_from, which it moves
--- on to the first unfinished job, so a finished job is stepped over about
--- once (not each round, however many dead index entries a long
--- transaction elsewhere keeps around); a batch's counts are read when it
--- fails first and when it ends.
+-- Cost: a batch that goes on is only read, and its row written only when
+-- its cursor moves. The check reads the batch's jobs from pending_from,
+-- which it moves on to the first unfinished job, so a finished job is
+-- stepped over about once (not each round, however many dead index
+-- entries a long transaction elsewhere keeps around); a batch's counts are
+-- read when it fails first and when it ends.
 CREATE OR REPLACE FUNCTION pgtask.finish_batches(p_after bigint, p_limit integer,
                                                  OUT checked integer, OUT last bigint, OUT finished integer)
 LANGUAGE plpgsql AS $$
 DECLARE
     b pgtask.batches;
-    nxt bigint;
+    st record;
+    failure_due boolean;
     summary text;
 BEGIN
     checked := 0;
@@ -130,23 +147,34 @@ BEGIN
               WHERE finished_at IS NULL AND id > p_after
               ORDER BY id
               LIMIT p_limit
-                FOR UPDATE SKIP LOCKED
     LOOP
         checked := checked + 1;
         last := b.id;
-        IF b.on_failure IS NOT NULL AND b.failed_at IS NULL
-           AND EXISTS (SELECT 1 FROM pgtask.jobs j WHERE j.batch_id = b.id AND j.status = 'failed') THEN
+        st := pgtask.batch_progress(b.id, b.pending_from);
+        failure_due := b.on_failure IS NOT NULL AND b.failed_at IS NULL AND st.has_failed;
+        IF st.next_pending IS NOT NULL AND NOT failure_due THEN
+            IF st.next_pending > b.pending_from THEN
+                -- Only if no retry moved it back since it was read (a
+                -- retry in flight is waited for, then seen).
+                UPDATE pgtask.batches SET pending_from = st.next_pending
+                 WHERE id = b.id AND pending_from = b.pending_from;
+            END IF;
+            CONTINUE;
+        END IF;
+        -- Something to do: under the lock, from what is committed now.
+        SELECT * INTO b FROM pgtask.batches WHERE id = b.id AND finished_at IS NULL FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            CONTINUE;
+        END IF;
+        st := pgtask.batch_progress(b.id, b.pending_from);
+        IF b.on_failure IS NOT NULL AND b.failed_at IS NULL AND st.has_failed THEN
             b.failed_at := clock_timestamp();
             UPDATE pgtask.batches SET failed_at = b.failed_at WHERE id = b.id;
             PERFORM pgtask.release_callback(b.on_failure, pgtask.batch_summary(b.id, b.total, false));
         END IF;
-        SELECT j.id INTO nxt FROM pgtask.jobs j
-         WHERE j.batch_id = b.id AND j.id >= b.pending_from AND pgtask.job_pending(j.status)
-         ORDER BY j.id
-         LIMIT 1;
-        IF nxt IS NOT NULL THEN
-            IF nxt > b.pending_from THEN
-                UPDATE pgtask.batches SET pending_from = nxt WHERE id = b.id;
+        IF st.next_pending IS NOT NULL THEN
+            IF st.next_pending > b.pending_from THEN
+                UPDATE pgtask.batches SET pending_from = st.next_pending WHERE id = b.id;
             END IF;
             CONTINUE;
         END IF;

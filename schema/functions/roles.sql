@@ -1,4 +1,4 @@
--- revision: 8
+-- revision: 9
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -97,6 +97,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'create_batch', 'EXECUTE'),
     ('worker', 'function', 'finish_batches', 'EXECUTE'),
     ('worker', 'function', 'batch_summary', 'EXECUTE'),
+    ('worker', 'function', 'batch_progress', 'EXECUTE'),
     ('worker', 'function', 'release_callback', 'EXECUTE'),
     ('worker', 'function', 'parked_at', 'EXECUTE'),
     ('none', 'function', 'is_list', ''),
