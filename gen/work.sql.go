@@ -332,6 +332,23 @@ func (q *Queries) CompleteJobs(ctx context.Context, arg CompleteJobsParams) (int
 	return recorded, err
 }
 
+const DeleteFinishedBatches = `-- name: DeleteFinishedBatches :one
+SELECT pgtask.delete_finished_batches($1::bigint, $2::integer)::integer AS deleted
+`
+
+type DeleteFinishedBatchesParams struct {
+	OlderThanMs int64 `db:"older_than_ms"`
+	Max         int32 `db:"max"`
+}
+
+// See pgtask.delete_finished_batches.
+func (q *Queries) DeleteFinishedBatches(ctx context.Context, arg DeleteFinishedBatchesParams) (int32, error) {
+	row := q.db.QueryRow(ctx, DeleteFinishedBatches, arg.OlderThanMs, arg.Max)
+	var deleted int32
+	err := row.Scan(&deleted)
+	return deleted, err
+}
+
 const ExpireLeases = `-- name: ExpireLeases :many
 SELECT e.id::bigint AS id FROM pgtask.expire_leases($1, $2::integer) AS e(id)
 `

@@ -545,3 +545,51 @@ func TestProducerMakesAndReadsItsOwnBatches(t *testing.T) {
 		t.Fatalf("callbacks %+v", got)
 	}
 }
+
+// Retention deletes ended batches once the longest of the jobs' ages has
+// passed since they ended, and keeps open batches and younger ones.
+func TestRetentionDeletesEndedBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	w := idleWorker(t, b.url, runtime.Config{Retention: runtime.Retention{
+		Succeeded: time.Hour, Failed: 2 * time.Hour, Cancelled: time.Hour, Interval: time.Hour,
+	}})
+	batchOf := func() (runtime.BatchID, runtime.JobID) {
+		t.Helper()
+		id, jobs, err := runtime.EnqueueBatch(ctx, b.pool, []runtime.EnqueueRequest{req("later", runtime.WithDelay(time.Hour))}, runtime.BatchOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, jobs[0]
+	}
+	old, oldJob := batchOf()
+	young, youngJob := batchOf()
+	open, _ := batchOf()
+	for _, j := range []runtime.JobID{oldJob, youngJob} {
+		if ok, err := runtime.CancelJob(ctx, b.pool, j); err != nil || !ok {
+			t.Fatalf("cancel: %v %v", ok, err)
+		}
+	}
+	if r, err := b.gen.FinishBatches(ctx, gen.FinishBatchesParams{After: 0, Max: 10}); err != nil || r.Finished != 2 {
+		t.Fatalf("ending the batches: %+v, %v", r, err)
+	}
+	for id, age := range map[runtime.BatchID]time.Duration{old: 3 * time.Hour, young: 90 * time.Minute} {
+		if err := b.q.BackdateBatchFinished(ctx, testdb.BackdateBatchFinishedParams{ID: int64(id), AgeSeconds: age.Seconds()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.LeaderStep(ctx)
+	if !w.IsLeader() {
+		t.Fatal("the worker was not elected")
+	}
+	w.RetainStep(ctx)
+	if _, err := runtime.GetBatch(ctx, b.pool, old); !errors.Is(err, runtime.ErrBatchNotFound) {
+		t.Errorf("the batch ended 3h ago, past the longest age (2h): %v, want it deleted", err)
+	}
+	for _, id := range []runtime.BatchID{young, open} {
+		if _, err := runtime.GetBatch(ctx, b.pool, id); err != nil {
+			t.Errorf("batch %d: %v, want it kept", id, err)
+		}
+	}
+}

@@ -311,6 +311,10 @@ CREATE TABLE pgtask.batches (
 CREATE INDEX batches_open ON pgtask.batches (id)
     WHERE finished_at IS NULL;
 
+-- Ended batches by when they ended, oldest first, for retention.
+CREATE INDEX batches_finished ON pgtask.batches (finished_at)
+    WHERE finished_at IS NOT NULL;
+
 -- One row per group that has unfinished work. The group's head, the job that
 -- runs next (or is running, or failed and blocks the group, or has just
 -- finished), is the job of the group marked is_head; the row does not name

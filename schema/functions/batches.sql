@@ -1,4 +1,4 @@
--- revision: 3
+-- revision: 4
 -- Batches (runtime.EnqueueBatch): jobs enqueued together, with callback
 -- jobs released when all of them have finished and when the first of them
 -- fails for good. See pgtask.batches in 0001_baseline.sql.
@@ -196,5 +196,27 @@ BEGIN
              WHERE id = b.on_failure AND status = 'scheduled' AND run_after = pgtask.parked_at();
         END IF;
     END LOOP;
+END;
+$$;
+
+-- Retention: deletes up to p_limit batches that ended more than
+-- p_older_than_ms ago, the oldest first, and returns how many. Their jobs
+-- keep their batch_id; retention deletes them by their own ages.
+CREATE OR REPLACE FUNCTION pgtask.delete_finished_batches(p_older_than_ms bigint, p_limit integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    deleted integer;
+BEGIN
+    WITH doomed AS (
+        SELECT b.id FROM pgtask.batches b
+         WHERE b.finished_at IS NOT NULL
+           AND b.finished_at < clock_timestamp() - p_older_than_ms * interval '1 millisecond'
+         ORDER BY b.finished_at
+         LIMIT p_limit
+           FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM pgtask.batches b USING doomed WHERE b.id = doomed.id;
+    GET DIAGNOSTICS deleted = ROW_COUNT;
+    RETURN deleted;
 END;
 $$;

@@ -1,4 +1,4 @@
--- revision: 9
+-- revision: 10
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -74,10 +74,10 @@ LANGUAGE sql IMMUTABLE AS $$
     ('admin', 'table', 'job_progress', 'SELECT, DELETE'),
     -- A worker checks at start that the schema is as new as its code.
     -- Batches: producers make them through create_batch and read them
-    -- (GetBatch); maintenance ends them; an operator's retry of a job of
+    -- (GetBatch); maintenance ends them, retention deletes them; an operator's retry of a job of
     -- an open batch moves the batch's cursor back.
     ('producer', 'table', 'batches', 'SELECT'),
-    ('worker', 'table', 'batches', 'SELECT, UPDATE'),
+    ('worker', 'table', 'batches', 'SELECT, UPDATE, DELETE'),
     ('admin', 'table', 'batches', 'SELECT, UPDATE'),
     ('none', 'sequence', 'batches_id_seq', ''),
     ('worker', 'table', 'migrations', 'SELECT'),
@@ -98,6 +98,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'finish_batches', 'EXECUTE'),
     ('worker', 'function', 'batch_summary', 'EXECUTE'),
     ('worker', 'function', 'batch_progress', 'EXECUTE'),
+    ('worker', 'function', 'delete_finished_batches', 'EXECUTE'),
     ('worker', 'function', 'release_callback', 'EXECUTE'),
     ('worker', 'function', 'parked_at', 'EXECUTE'),
     ('none', 'function', 'is_list', ''),

@@ -23,6 +23,22 @@ func (q *Queries) AnalyzeJobs(ctx context.Context) error {
 	return err
 }
 
+const backdateBatchFinished = `-- name: BackdateBatchFinished :exec
+UPDATE pgtask.batches SET finished_at = clock_timestamp() - make_interval(secs => $1::float8)
+ WHERE id = $2 AND finished_at IS NOT NULL
+`
+
+type BackdateBatchFinishedParams struct {
+	AgeSeconds float64
+	ID         int64
+}
+
+// Makes an ended batch look as if it ended age_seconds ago.
+func (q *Queries) BackdateBatchFinished(ctx context.Context, arg BackdateBatchFinishedParams) error {
+	_, err := q.db.Exec(ctx, backdateBatchFinished, arg.AgeSeconds, arg.ID)
+	return err
+}
+
 const backdateFinished = `-- name: BackdateFinished :exec
 UPDATE pgtask.jobs SET finished_at = clock_timestamp() - make_interval(secs => $1::float8) WHERE id = $2
 `
