@@ -57,6 +57,12 @@ type BatchSummary struct {
 	Finished bool `json:"finished"`
 }
 
+// The EnqueueError.Index of EnqueueBatch's callbacks.
+const (
+	BatchOnFinish  = -1
+	BatchOnFailure = -2
+)
+
 // ErrNotBatchCallback is returned by BatchSummaryOf for a job that no batch
 // released.
 var ErrNotBatchCallback = errors.New("pgtask: the job is not a batch's callback")
@@ -123,7 +129,7 @@ func GetBatch(ctx context.Context, db DB, id BatchID) (*Batch, error) {
 //
 // Every job must be new: a request with a unique key is refused, like an
 // empty batch and a callback without a kind; each such error is an
-// *EnqueueError (Index -1 for OnFinish, -2 for OnFailure) or, for the batch
+// *EnqueueError (Index BatchOnFinish or BatchOnFailure for a callback) or, for the batch
 // as a whole, an error saying what is wrong. Nothing is inserted then.
 func EnqueueBatch(ctx context.Context, db DB, reqs []EnqueueRequest, opts BatchOptions) (BatchID, []JobID, error) {
 	if len(reqs) == 0 {
@@ -135,7 +141,7 @@ func EnqueueBatch(ctx context.Context, db DB, reqs []EnqueueRequest, opts BatchO
 		req   *EnqueueRequest
 		index int
 		set   *bool
-	}{{opts.OnFinish, -1, &onFinish}, {opts.OnFailure, -2, &onFailure}} {
+	}{{opts.OnFinish, BatchOnFinish, &onFinish}, {opts.OnFailure, BatchOnFailure, &onFailure}} {
 		if cb.req == nil {
 			continue
 		}

@@ -478,9 +478,9 @@ func TestEnqueueBatchRefusesBadInput(t *testing.T) {
 		want string
 	}{
 		{"empty", nil, runtime.BatchOptions{OnFinish: ptr(req("done"))}, "at least one job"},
-		{"callback without kind", ok, runtime.BatchOptions{OnFinish: ptr(req(""))}, "callback's kind is empty"},
+		{"callback without kind", ok, runtime.BatchOptions{OnFinish: ptr(req(""))}, "(the batch's OnFinish callback): the callback's kind is empty"},
 		{"grouped callback", ok, runtime.BatchOptions{OnFinish: ptr(req("done", runtime.WithGroup("g")))}, "cannot be grouped"},
-		{"delayed callback", ok, runtime.BatchOptions{OnFailure: ptr(req("done", runtime.WithDelay(time.Minute)))}, "RunAt or Delay"},
+		{"delayed callback", ok, runtime.BatchOptions{OnFailure: ptr(req("done", runtime.WithDelay(time.Minute)))}, "(the batch's OnFailure callback): a batch's callback cannot have RunAt or Delay"},
 		{"unique callback", ok, runtime.BatchOptions{OnFinish: ptr(req("done", runtime.WithUniqueKey("k")))}, "cannot be unique"},
 		{"reserved metadata", ok, runtime.BatchOptions{OnFinish: ptr(req("done", runtime.WithMetadata(runtime.BatchMetadataKey, "x")))}, runtime.BatchMetadataKey},
 		{"unique job", []runtime.EnqueueRequest{req("ok"), req("ok", runtime.WithUniqueKey("k"))}, runtime.BatchOptions{}, "item 1 of the batch"},
