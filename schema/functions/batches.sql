@@ -1,4 +1,4 @@
--- revision: 4
+-- revision: 5
 -- Batches (runtime.EnqueueBatch): jobs enqueued together, with callback
 -- jobs released when all of them have finished and when the first of them
 -- fails for good. See pgtask.batches in 0001_baseline.sql.
@@ -116,7 +116,8 @@ $$;
 --
 -- Exactly once: a batch is changed only under its row lock, taken with
 -- SKIP LOCKED (a batch that another worker has locked is passed over: that
--- worker decides it now), and looked at again under it; a callback is
+-- worker decides it now), and looked at again under it; no lock is waited
+-- for, and locks are taken in id order; a callback is
 -- released only in the transaction that sets the batch's failed_at or
 -- finished_at, when it was not set. Whoever crashes, the transaction
 -- commits both or neither. A job finishing in a transaction not yet
@@ -154,10 +155,14 @@ BEGIN
         failure_due := b.on_failure IS NOT NULL AND b.failed_at IS NULL AND st.has_failed;
         IF st.next_pending IS NOT NULL AND NOT failure_due THEN
             IF st.next_pending > b.pending_from THEN
-                -- Only if no retry moved it back since it was read (a
-                -- retry in flight is waited for, then seen).
+                -- Only if no retry moved it back since it was read, and
+                -- without waiting: a batch someone has locked (a retry in
+                -- flight, another worker) keeps its cursor until a later
+                -- round.
                 UPDATE pgtask.batches SET pending_from = st.next_pending
-                 WHERE id = b.id AND pending_from = b.pending_from;
+                 WHERE id = (SELECT l.id FROM pgtask.batches l
+                              WHERE l.id = b.id AND l.pending_from = b.pending_from
+                                FOR UPDATE SKIP LOCKED);
             END IF;
             CONTINUE;
         END IF;
