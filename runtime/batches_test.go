@@ -593,3 +593,44 @@ func TestRetentionDeletesEndedBatches(t *testing.T) {
 		}
 	}
 }
+
+// The check for a batch's end reads the batch's jobs from its cursor, which
+// moves to the first unfinished job, so jobs that finished before it are
+// not read again: after the first three of five jobs finished, the cursor
+// is at the fourth, and stays there while it is unfinished, whatever
+// finishes after it.
+func TestBatchCursorMovesToTheFirstUnfinishedJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var reqs []runtime.EnqueueRequest
+	for range 5 {
+		reqs = append(reqs, req("later", runtime.WithDelay(time.Hour)))
+	}
+	bid, ids, err := runtime.EnqueueBatch(ctx, b.pool, reqs, runtime.BatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cursor := func() int64 {
+		t.Helper()
+		if _, err := b.gen.FinishBatches(ctx, gen.FinishBatchesParams{After: 0, Max: 10}); err != nil {
+			t.Fatal(err)
+		}
+		row, err := b.q.GetBatchRow(ctx, int64(bid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return row.PendingFrom
+	}
+	if c := cursor(); c != int64(ids[0]) {
+		t.Fatalf("cursor %d before anything finished, want the first job, %d", c, ids[0])
+	}
+	for _, i := range []int{0, 1, 2, 4} {
+		if ok, err := runtime.CancelJob(ctx, b.pool, ids[i]); err != nil || !ok {
+			t.Fatalf("cancel: %v %v", ok, err)
+		}
+	}
+	if c := cursor(); c != int64(ids[3]) {
+		t.Fatalf("cursor %d, want the first unfinished job, %d", c, ids[3])
+	}
+}

@@ -210,3 +210,6 @@ UPDATE pgtask.batches SET finished_at = clock_timestamp() - make_interval(secs =
 -- Calls create_batch with ids of the caller's choosing, as a producer
 -- could, to show what it refuses.
 SELECT pgtask.create_batch(@ids::bigint[], @existed::boolean[], false, false)::bigint AS batch_id;
+
+-- name: GetBatchRow :one
+SELECT * FROM pgtask.batches WHERE id = @id;

@@ -365,6 +365,31 @@ func (q *Queries) ForgetWorkerKinds(ctx context.Context) error {
 	return err
 }
 
+const getBatchRow = `-- name: GetBatchRow :one
+SELECT id, total, on_finish, on_failure, pending_from, created_at, failed_at, finished_at, succeeded, failed, cancelled, deleted, enqueued_by FROM pgtask.batches WHERE id = $1
+`
+
+func (q *Queries) GetBatchRow(ctx context.Context, id int64) (PgtaskBatch, error) {
+	row := q.db.QueryRow(ctx, getBatchRow, id)
+	var i PgtaskBatch
+	err := row.Scan(
+		&i.ID,
+		&i.Total,
+		&i.OnFinish,
+		&i.OnFailure,
+		&i.PendingFrom,
+		&i.CreatedAt,
+		&i.FailedAt,
+		&i.FinishedAt,
+		&i.Succeeded,
+		&i.Failed,
+		&i.Cancelled,
+		&i.Deleted,
+		&i.EnqueuedBy,
+	)
+	return i, err
+}
+
 const getGroup = `-- name: GetGroup :one
 SELECT g.id, g.queue, g.group_key, g.created_at, g.pending_from, g.xmin::text AS row_xmin,
        coalesce((SELECT j.id FROM pgtask.jobs j WHERE j.group_id = g.id AND j.is_head ORDER BY j.id LIMIT 1), 0)::bigint AS head_id
