@@ -52,12 +52,18 @@ type AttemptError struct {
 
 // JobInfo is a job as stored.
 type JobInfo struct {
-	ID          JobID
-	Kind        string
-	Queue       string
-	Group       string
-	Status      Status
-	Priority    int16
+	ID       JobID
+	Kind     string
+	Queue    string
+	Group    string
+	Status   Status
+	Priority int16 // as reached by priority aging
+	// Aging is how long the job waits for each level its priority rises
+	// (EnqueueOptions.Aging), StrictPriority when it keeps its priority.
+	// AgesAt is when its priority next rises, should it be queued then;
+	// nil when it never will (priority 0 or better, or StrictPriority).
+	Aging       time.Duration
+	AgesAt      *time.Time
 	Attempts    int
 	MaxAttempts int
 	// Snoozes counts the job's snoozes (see Snooze), which spend no
@@ -101,6 +107,10 @@ func jobInfo(j gen.PgtaskJob) (*JobInfo, error) {
 		ID: JobID(j.ID), Kind: j.Kind, Queue: j.Queue, Status: Status(j.Status), Priority: j.Priority,
 		Attempts: int(j.Attempts), MaxAttempts: int(j.MaxAttempts), Snoozes: int(j.Snoozes), Payload: j.Payload, Result: j.Result,
 		RunAfter: j.RunAfter, CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
+		Aging: StrictPriority, AgesAt: j.AgeDue,
+	}
+	if j.AgingMs > 0 {
+		info.Aging = time.Duration(j.AgingMs) * time.Millisecond
 	}
 	if j.GroupKey != nil {
 		info.Group = *j.GroupKey

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -145,5 +146,82 @@ func TestJobsBehindTheCursorStartWhileABetterStreamGoesOn(t *testing.T) {
 				t.Errorf("the strict job started at %s, while the stream ran (its last job at %s)", strict.Sub(begin), streamEnd.Sub(begin))
 			}
 		})
+	}
+}
+
+// A maintenance round reads only the jobs that are due. With 2,000 queued
+// jobs that may age but are not due yet, and 2,000 scheduled for later, a
+// round reads a few index entries, not all of them.
+func TestMaintenanceRoundsReadOnlyTheJobsThatAreDue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const n = 2000
+	reqs := make([]runtime.EnqueueRequest, 0, 2*n)
+	for i := range 2 * n {
+		r := runtime.EnqueueRequest{Kind: "k", Payload: mustJSON(t, map[string]int{"i": i})}
+		if i < n {
+			r.Apply(runtime.WithPriority(5), runtime.WithAging(time.Hour))
+		} else {
+			r.Apply(runtime.WithDelay(time.Hour))
+		}
+		reqs = append(reqs, r)
+	}
+	if _, err := runtime.EnqueueMany(ctx, b.pool, reqs); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	q, tq := gen.New(conn), testdb.New(conn)
+	reads := func(index string) int64 {
+		t.Helper()
+		// The first call flushes this session's counts; the second reads them.
+		if _, err := tq.IndexReads(ctx, index); err != nil {
+			t.Fatal(err)
+		}
+		r, err := tq.IndexReads(ctx, index)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	before := reads("jobs_aging")
+	if r, err := q.AgePriorities(ctx, 100); err != nil || r.Aged != 0 {
+		t.Fatalf("aging: %+v, %v; want nothing due", r, err)
+	}
+	if got := reads("jobs_aging") - before; got > 10 {
+		t.Errorf("an aging round read %d entries of jobs_aging with nothing due, want at most 10", got)
+	}
+	before = reads("jobs_scheduled")
+	if r, err := q.PromoteScheduled(ctx, 100); err != nil || r.Moved != 0 {
+		t.Fatalf("promotion: %+v, %v; want nothing due", r, err)
+	}
+	if got := reads("jobs_scheduled") - before; got > 10 {
+		t.Errorf("a promotion round read %d entries of jobs_scheduled with nothing due, want at most 10", got)
+	}
+}
+
+// An operator's retry starts a job's wait for a better priority again:
+// the time it spent finished does not count as waiting.
+func TestAnOperatorsRetryStartsTheAgingWaitAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithPriority(10), runtime.WithAging(100*time.Millisecond))
+	if ok, err := runtime.CancelJob(ctx, b.pool, id); err != nil || !ok {
+		t.Fatalf("cancel: %v, %v", ok, err)
+	}
+	time.Sleep(600 * time.Millisecond)
+	if ok, err := runtime.RetryJob(ctx, b.pool, id); err != nil || !ok {
+		t.Fatalf("retry: %v, %v", ok, err)
+	}
+	if _, err := b.gen.AgePriorities(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if j := b.job(t, id); j.Priority != 10 || j.AgeDue == nil {
+		t.Errorf("right after the retry: priority %d, age_due %v; want 10, due in 100 ms", j.Priority, j.AgeDue)
 	}
 }

@@ -156,7 +156,19 @@ func (c *claimCursor) claimed(from claimFrom, rows []gen.ClaimJobsRow) {
 	for i := len(rows) - 1; i >= 0; i-- {
 		if rows[i].Scanned {
 			c.set, c.priority, c.id = true, rows[i].Priority, rows[i].ID
-			return
+			break
+		}
+	}
+	// Heads announced while the claim ran lay ahead of the cursor then, or
+	// heard said so; the claim's scan may not have seen them (they
+	// committed after it began) and has moved the cursor past them.
+	if missed := c.epoch - from.epoch; missed > uint64(len(c.heardIDs)) {
+		c.behind = true
+	} else {
+		for e := from.epoch + 1; e <= c.epoch; e++ {
+			if c.heardIDs[e%uint64(len(c.heardIDs))] <= c.id {
+				c.heardBehind = true
+			}
 		}
 	}
 }

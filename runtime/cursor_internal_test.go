@@ -118,12 +118,12 @@ func TestAClaimLooksBehindFirstAfterAHeadIsAnnouncedThere(t *testing.T) {
 		t.Fatalf("a look back from the start: %+v, want it to look behind first", from)
 	}
 	c.claimed(from, []gen.ClaimJobsRow{{ID: 60, Scanned: true}}) // short: floor 50
-	c.heard(70)                                                   // ahead of the cursor
+	c.heard(70)                                                  // ahead of the cursor
 	if from = c.get(10); from.behindFirst {
 		t.Fatalf("after a head announced ahead: %+v, want no look behind first", from)
 	}
 	c.claimed(from, []gen.ClaimJobsRow{{ID: 70, Scanned: true}}) // short: floor 60
-	c.heard(55)                                                   // behind the cursor at 70
+	c.heard(55)                                                  // behind the cursor at 70
 	from = c.get(2)
 	if !from.behindFirst || from.full || from.floorID.Int64 != 55 {
 		t.Fatalf("after a head announced behind: %+v, want a look behind from 55 first", from)
@@ -144,5 +144,23 @@ func TestAClaimLooksBehindFirstAfterAHeadIsAnnouncedThere(t *testing.T) {
 	c.claimed(from, []gen.ClaimJobsRow{{ID: 90, Priority: -1, Scanned: true}})
 	if from = c.get(1); !from.behindFirst {
 		t.Fatalf("after a claim that filled up with a better priority: %+v, want another look behind first", from)
+	}
+}
+
+// A head announced while a claim ran, ahead of the cursor then, lies behind
+// it once the claim moves it past: the next claim looks behind first.
+func TestAHeadAnnouncedWhileAClaimRanIsLookedForBehindTheCursorItMoved(t *testing.T) {
+	var c claimCursor
+	c.claimed(c.get(10), []gen.ClaimJobsRow{{ID: 100, Scanned: true}})
+	c.claimed(c.get(10), nil) // short: floor 100
+	from := c.get(10)
+	c.heard(150) // ahead of the cursor at 100, committed after the claim's scan began
+	rows := make([]gen.ClaimJobsRow, 10)
+	for i := range rows {
+		rows[i] = gen.ClaimJobsRow{ID: int64(200 + 10*i), Scanned: true}
+	}
+	c.claimed(from, rows)
+	if from = c.get(10); !from.behindFirst || from.floorID.Int64 > 150 {
+		t.Fatalf("after a claim moved the cursor past a head announced while it ran: %+v, want a look behind from 150 or lower first", from)
 	}
 }

@@ -191,6 +191,13 @@ SELECT coalesce((SELECT s.idx_tup_read FROM pg_catalog.pg_stat_all_indexes s
                   WHERE s.schemaname = 'pgtask' AND s.indexrelname = 'jobs_claim'), 0)::bigint AS reads
   FROM (SELECT pg_catalog.pg_stat_force_next_flush()) f;
 
+-- name: IndexReads :one
+-- How many entries of the pgtask index named index this database's scans
+-- have read, after flushing this session's counts.
+SELECT coalesce((SELECT s.idx_tup_read FROM pg_catalog.pg_stat_all_indexes s
+                  WHERE s.schemaname = 'pgtask' AND s.indexrelname = @index::text), 0)::bigint AS reads
+  FROM (SELECT pg_catalog.pg_stat_force_next_flush()) f;
+
 -- name: PinHorizon :one
 -- Run in a REPEATABLE READ transaction left open: its snapshot keeps every
 -- row version deleted or updated after it, and their index entries.

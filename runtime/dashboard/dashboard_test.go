@@ -159,6 +159,24 @@ func TestJobPage(t *testing.T) {
 	if strings.Contains(sent, "Retry") || strings.Contains(sent, "Cancel") {
 		t.Errorf("a succeeded job offers an action:\n%s", sent)
 	}
+	if !strings.Contains(sent, "Priority 0 ") || strings.Contains(sent, "waited") {
+		t.Errorf("a priority-0 job's page says how it ages:\n%s", sent)
+	}
+	// How a job's priority ages: per how long a level, or strict. Jobs of
+	// a queue no other page reads.
+	for _, tc := range []struct {
+		aging time.Duration
+		want  string
+	}{{2 * time.Second, "Priority 3 a level better per 2s waited"}, {runtime.StrictPriority, "Priority 3 strict: it does not age"}} {
+		id, err := runtime.Enqueue(context.Background(), s.pool, runtime.EnqueueRequest{Kind: "k", Payload: []byte(`{}`),
+			EnqueueOptions: runtime.EnqueueOptions{Queue: "aging", Priority: 3, Aging: tc.aging}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if page := text(c.get(fmt.Sprintf("/jobs/%d", id))); !strings.Contains(page, tc.want) {
+			t.Errorf("job page lacks %q:\n%s", tc.want, page)
+		}
+	}
 	if strings.Contains(sent, "Progress") {
 		t.Errorf("a job that reported no progress shows some:\n%s", sent)
 	}

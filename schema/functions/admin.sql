@@ -1,4 +1,4 @@
--- revision: 15
+-- revision: 16
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -175,6 +175,8 @@ BEGIN
     UPDATE pgtask.jobs
        SET status = 'queued', is_head = (head IS NOT DISTINCT FROM j.id), group_id = gid, attempts = 0, snoozes = 0,
            run_after = now(), started_at = NULL, finished_at = NULL, owner_pid = NULL,
+           -- Its wait for a better priority starts again too.
+           age_due = CASE WHEN j.aging_ms > 0 AND j.priority > 0 THEN now() + j.aging_ms * interval '1 millisecond' END,
            errors = pgtask.append_error(errors, jsonb_build_array(jsonb_build_object(
                'attempt', j.attempts,
                'error', format('retried by an operator after %s attempt(s); attempts count from 1 again', j.attempts),

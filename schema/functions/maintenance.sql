@@ -1,4 +1,4 @@
--- revision: 13
+-- revision: 14
 -- Maintenance that every worker runs: queueing due jobs and rescuing the
 -- jobs of dead workers.
 --
@@ -19,7 +19,9 @@ END;
 $$;
 
 -- Moves due scheduled jobs to queued and wakes workers of the queues that got
--- runnable work: moved is how many it moved. A row that breaks a check the
+-- runnable work, on "pgtask_behind" with the queue's first such job
+-- ("id:queue"; the queue alone when it moved jobs one at a time): moved is
+-- how many it moved. A row that breaks a check the
 -- table was given NOT VALID after the row was stored (by a migration after
 -- the baseline) cannot be written at all, so no update can
 -- move or fail it; it is left as it is, in skipped, for an operator to
@@ -33,11 +35,15 @@ DECLARE
     i bigint;
     q text;
     head boolean;
+    -- A value, not clock_timestamp() in the condition: a volatile call
+    -- cannot bound the index scan, which would then read every scheduled
+    -- job, due or not, every round.
+    now_ts timestamptz := clock_timestamp();
 BEGIN
     skipped := '{}';
     SELECT coalesce(array_agg(d.id ORDER BY d.run_after), '{}') INTO due
       FROM (SELECT id, run_after FROM pgtask.jobs
-             WHERE status = 'scheduled' AND run_after <= clock_timestamp()
+             WHERE status = 'scheduled' AND run_after <= now_ts
              ORDER BY run_after
              LIMIT p_limit
                FOR UPDATE SKIP LOCKED) d;
@@ -45,11 +51,12 @@ BEGIN
         WITH promoted AS (
             UPDATE pgtask.jobs j SET status = 'queued'
              WHERE j.id = ANY (due)
-            RETURNING j.queue, j.is_head
+            RETURNING j.queue, j.is_head, j.id
         )
-        SELECT count(*), coalesce(array_agg(DISTINCT queue) FILTER (WHERE is_head), '{}')
-          INTO moved, woken
-          FROM promoted;
+        SELECT (SELECT count(*) FROM promoted),
+               coalesce((SELECT array_agg(h.first_id || ':' || h.queue)
+                           FROM (SELECT queue, min(id) AS first_id FROM promoted WHERE is_head GROUP BY queue) h), '{}')
+          INTO moved, woken;
     EXCEPTION WHEN integrity_constraint_violation THEN
         moved := 0;
         woken := '{}';
@@ -76,8 +83,9 @@ $$;
 -- group's earlier jobs, or out a retry's backoff, catches up all at once
 -- when it becomes a queued head. Jobs at priority 0 or better never age:
 -- negative priorities stay ahead of every aged job. Workers of each queue
--- with a job that got better are woken on "pgtask_behind": the job may now
--- sort before their claims' cursors. A job whose row cannot be written (it
+-- with a job that got better are woken on "pgtask_behind", with the
+-- queue's first such job ("id:queue"): the job may now sort before their
+-- claims' cursors, and they look behind them from there. A job whose row cannot be written (it
 -- breaks a check the table was given NOT VALID after it was stored) is left
 -- as it is, in skipped, and the others age; the batch is changed in one
 -- statement, and only when that fails on such a row, one job at a time.
@@ -88,11 +96,17 @@ DECLARE
     woken text[];
     i bigint;
     q text;
+    aged_ids bigint[] := '{}';
+    aged_queues text[] := '{}';
+    -- A value, not clock_timestamp() in the condition: a volatile call
+    -- cannot bound the index scan, which would then read every job that may
+    -- age, due or not, every round.
+    now_ts timestamptz := clock_timestamp();
 BEGIN
     skipped := '{}';
     SELECT coalesce(array_agg(d.id ORDER BY d.age_due), '{}') INTO due
       FROM (SELECT id, age_due FROM pgtask.jobs
-             WHERE status = 'queued' AND is_head AND age_due <= clock_timestamp()
+             WHERE status = 'queued' AND is_head AND age_due <= now_ts
              ORDER BY age_due
              LIMIT p_limit
                FOR UPDATE SKIP LOCKED) d;
@@ -107,12 +121,13 @@ BEGIN
                    age_due = CASE WHEN n.priority > 0 THEN j.age_due + n.steps::float8 * j.aging_ms * interval '1 millisecond' END
               FROM (SELECT x.id, greatest(0, x.priority - x.steps)::smallint AS priority, x.steps
                       FROM (SELECT id, priority,
-                                   least(32767, 1 + floor(extract(epoch FROM clock_timestamp() - age_due) * 1000 / aging_ms))::integer AS steps
+                                   least(32767, 1 + floor(extract(epoch FROM now_ts - age_due) * 1000 / aging_ms))::integer AS steps
                               FROM pgtask.jobs WHERE id = ANY (due) AND aging_ms > 0) x) n
              WHERE j.id = n.id
-            RETURNING j.queue
+            RETURNING j.queue, j.id
         )
-        SELECT count(*), coalesce(array_agg(DISTINCT queue), '{}') INTO aged, woken FROM stepped;
+        SELECT coalesce(sum(w.n), 0), coalesce(array_agg(w.first_id || ':' || w.queue), '{}') INTO aged, woken
+          FROM (SELECT queue, count(*) AS n, min(id) AS first_id FROM stepped GROUP BY queue) w;
     EXCEPTION WHEN integrity_constraint_violation THEN
         aged := 0;
         woken := '{}';
@@ -122,21 +137,24 @@ BEGIN
                    SET priority = greatest(0, j.priority - s.steps),
                        age_due = CASE WHEN j.priority - s.steps > 0
                                       THEN j.age_due + s.steps::float8 * j.aging_ms * interval '1 millisecond' END
-                  FROM (SELECT least(32767, 1 + floor(extract(epoch FROM clock_timestamp() - age_due) * 1000 / aging_ms))::integer AS steps
+                  FROM (SELECT least(32767, 1 + floor(extract(epoch FROM now_ts - age_due) * 1000 / aging_ms))::integer AS steps
                           FROM pgtask.jobs WHERE id = i AND aging_ms > 0) s
                  WHERE j.id = i
                 RETURNING j.queue INTO q;
                 IF FOUND THEN
                     aged := aged + 1;
-                    IF q <> ALL (woken) THEN
-                        woken := woken || q;
-                    END IF;
+                    aged_ids := aged_ids || i;
+                    aged_queues := aged_queues || q;
                 END IF;
             EXCEPTION WHEN integrity_constraint_violation THEN
                 skipped := skipped || i;
             END;
         END LOOP;
     END;
+    IF cardinality(aged_ids) > 0 THEN
+        SELECT array_agg(w.first_id || ':' || w.q) INTO woken
+          FROM (SELECT u.q, min(u.id) AS first_id FROM unnest(aged_queues, aged_ids) AS u(q, id) GROUP BY u.q) w;
+    END IF;
     PERFORM pg_notify('pgtask_behind', w) FROM unnest(woken) w;
 END;
 $$;

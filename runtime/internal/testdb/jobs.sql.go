@@ -491,6 +491,21 @@ func (q *Queries) GroupPendingIndexReads(ctx context.Context) (int64, error) {
 	return reads, err
 }
 
+const indexReads = `-- name: IndexReads :one
+SELECT coalesce((SELECT s.idx_tup_read FROM pg_catalog.pg_stat_all_indexes s
+                  WHERE s.schemaname = 'pgtask' AND s.indexrelname = $1::text), 0)::bigint AS reads
+  FROM (SELECT pg_catalog.pg_stat_force_next_flush()) f
+`
+
+// How many entries of the pgtask index named index this database's scans
+// have read, after flushing this session's counts.
+func (q *Queries) IndexReads(ctx context.Context, index string) (int64, error) {
+	row := q.db.QueryRow(ctx, indexReads, index)
+	var reads int64
+	err := row.Scan(&reads)
+	return reads, err
+}
+
 const listJobs = `-- name: ListJobs :many
 SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id FROM pgtask.jobs WHERE queue = $1 ORDER BY id
 `

@@ -181,3 +181,40 @@ func TestBatchesShow(t *testing.T) {
 		t.Fatalf("batches show x: code %d, want 2", code)
 	}
 }
+
+// jobs show says how a job's priority ages: per how long a level, and when
+// next; or that it is strict; or nothing for a job at priority 0.
+func TestJobsShowShowsPriorityAging(t *testing.T) {
+	t.Parallel()
+	url := pgtasktest.NewDatabase(t)
+	ctx := context.Background()
+	w := quietWorker(t, url)
+	enq := func(opts ...runtime.EnqueueOption) runtime.JobID {
+		t.Helper()
+		r := runtime.EnqueueRequest{Kind: "k", Payload: []byte(`{}`)}
+		r.Apply(opts...)
+		id, err := runtime.Enqueue(ctx, w.Pool(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	for _, tc := range []struct {
+		id         runtime.JobID
+		text, js   string
+		textAbsent bool
+	}{
+		{enq(runtime.WithPriority(4), runtime.WithAging(2*time.Second)), "priority 4 (a level better per 2s waited; next at ", `"aging_ms": 2000`, false},
+		{enq(runtime.WithPriority(4), runtime.WithAging(runtime.StrictPriority)), "priority 4 (strict: it does not age)", `"aging_ms": 0`, false},
+		{enq(), "priority 0 (", `"aging_ms": 1000`, true},
+	} {
+		code, out, errOut := run(t, "jobs", "show", "-database-url", url, fmt.Sprint(tc.id))
+		if code != 0 || strings.Contains(out, tc.text) == tc.textAbsent {
+			t.Errorf("jobs show %d: code %d, stderr %q, stdout:\n%s\nwant %q present: %v", tc.id, code, errOut, out, tc.text, !tc.textAbsent)
+		}
+		code, out, errOut = run(t, "jobs", "show", "-json", "-database-url", url, fmt.Sprint(tc.id))
+		if code != 0 || !strings.Contains(out, tc.js) {
+			t.Errorf("jobs show -json %d: code %d, stderr %q, stdout:\n%s\nwant %s", tc.id, code, errOut, out, tc.js)
+		}
+	}
+}

@@ -255,6 +255,8 @@ type jobJSON struct {
 	Group       string                 `json:"group,omitempty"`
 	Status      runtime.Status         `json:"status"`
 	Priority    int16                  `json:"priority"`
+	AgingMs     int64                  `json:"aging_ms"` // 0: strict priority
+	AgesAt      *time.Time             `json:"ages_at,omitempty"`
 	Attempts    int                    `json:"attempts"`
 	MaxAttempts int                    `json:"max_attempts"`
 	Snoozes     int                    `json:"snoozes"`
@@ -287,7 +289,7 @@ func jsonJob(j *runtime.JobInfo) jobJSON {
 	if errs == nil {
 		errs = []runtime.AttemptError{}
 	}
-	return jobJSON{int64(j.ID), j.Queue, j.Kind, j.Group, j.Status, j.Priority, j.Attempts, j.MaxAttempts, j.Snoozes,
+	return jobJSON{int64(j.ID), j.Queue, j.Kind, j.Group, j.Status, j.Priority, max(j.Aging.Milliseconds(), 0), j.AgesAt, j.Attempts, j.MaxAttempts, j.Snoozes,
 		j.Payload, j.Result, errs, j.RunAfter, j.CreatedAt, j.StartedAt, j.FinishedAt, j.UniqueKey, j.Metadata, int64(j.BatchID), nil}
 }
 
@@ -398,8 +400,8 @@ func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if j.Group != "" {
 		fmt.Fprintf(stdout, ", group %s", j.Group)
 	}
-	fmt.Fprintf(stdout, "\nattempts %d of %d, snoozes %d, priority %d\ncreated %s, runs from %s\n", j.Attempts, j.MaxAttempts, j.Snoozes, j.Priority,
-		j.CreatedAt.UTC().Format(time.RFC3339Nano), j.RunAfter.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(stdout, "\nattempts %d of %d, snoozes %d, priority %d%s\ncreated %s, runs from %s\n", j.Attempts, j.MaxAttempts, j.Snoozes, j.Priority,
+		aging(j), j.CreatedAt.UTC().Format(time.RFC3339Nano), j.RunAfter.UTC().Format(time.RFC3339Nano))
 	if j.StartedAt != nil {
 		fmt.Fprintf(stdout, "last started %s\n", j.StartedAt.UTC().Format(time.RFC3339Nano))
 	}
@@ -589,4 +591,19 @@ func printCount(c *command, stdout io.Writer, done string, n int) error {
 	}
 	fmt.Fprintf(stdout, "%s %d jobs\n", done, n)
 	return nil
+}
+
+// aging says how a job's priority ages, for jobs show: nothing for one at
+// priority 0 or better, which never ages.
+func aging(j *runtime.JobInfo) string {
+	switch {
+	case j.Priority <= 0:
+		return ""
+	case j.Aging == runtime.StrictPriority:
+		return " (strict: it does not age)"
+	case j.AgesAt != nil:
+		return fmt.Sprintf(" (a level better per %s waited; next at %s)", j.Aging, j.AgesAt.UTC().Format(time.RFC3339Nano))
+	default:
+		return fmt.Sprintf(" (a level better per %s waited)", j.Aging)
+	}
 }
