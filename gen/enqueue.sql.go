@@ -8,7 +8,131 @@ package gen
 import (
 	"context"
 	"encoding/json"
+	"time"
 )
+
+const GetBatch = `-- name: GetBatch :one
+SELECT b.id, b.total, coalesce(b.on_finish, 0)::bigint AS on_finish, coalesce(b.on_failure, 0)::bigint AS on_failure,
+       b.created_at, b.failed_at, b.finished_at,
+       coalesce(b.succeeded, c.succeeded)::integer AS succeeded,
+       coalesce(b.failed, c.failed)::integer AS failed,
+       coalesce(b.cancelled, c.cancelled)::integer AS cancelled,
+       coalesce(b.deleted, b.total - c.present)::integer AS deleted
+  FROM pgtask.batches b
+ CROSS JOIN LATERAL (
+       SELECT count(*) FILTER (WHERE j.status = 'succeeded') AS succeeded,
+              count(*) FILTER (WHERE j.status = 'failed') AS failed,
+              count(*) FILTER (WHERE j.status = 'cancelled') AS cancelled,
+              count(*) AS present
+         FROM pgtask.jobs j
+        WHERE j.batch_id = b.id AND b.finished_at IS NULL) c
+ WHERE b.id = $1
+`
+
+type GetBatchRow struct {
+	ID         int64      `db:"id"`
+	Total      int32      `db:"total"`
+	OnFinish   int64      `db:"on_finish"`
+	OnFailure  int64      `db:"on_failure"`
+	CreatedAt  time.Time  `db:"created_at"`
+	FailedAt   *time.Time `db:"failed_at"`
+	FinishedAt *time.Time `db:"finished_at"`
+	Succeeded  int32      `db:"succeeded"`
+	Failed     int32      `db:"failed"`
+	Cancelled  int32      `db:"cancelled"`
+	Deleted    int32      `db:"deleted"`
+}
+
+// A batch and its counts: those recorded when it ended, or, while it is
+// open, its jobs' now (a job gone counts as deleted).
+func (q *Queries) GetBatch(ctx context.Context, id int64) (GetBatchRow, error) {
+	row := q.db.QueryRow(ctx, GetBatch, id)
+	var i GetBatchRow
+	err := row.Scan(
+		&i.ID,
+		&i.Total,
+		&i.OnFinish,
+		&i.OnFailure,
+		&i.CreatedAt,
+		&i.FailedAt,
+		&i.FinishedAt,
+		&i.Succeeded,
+		&i.Failed,
+		&i.Cancelled,
+		&i.Deleted,
+	)
+	return i, err
+}
+
+const InsertBatch = `-- name: InsertBatch :one
+SELECT e.job_ids::bigint[] AS ids,
+       pgtask.create_batch(e.job_ids, e.job_existed, $1::boolean, $2::boolean)::bigint AS batch_id
+  FROM pgtask.enqueue_jobs(
+    $3::jsonb[], $4::integer[], $5::integer[],
+    $6::text[], $7::text[], $8::smallint[], $9::integer[], $10::integer[],
+    $11::boolean[], $12::text[], $13::bigint[],
+    $14::text[], $15::text[],
+    $16::text[], $17::bigint[], $18::text[],
+    $19::jsonb[]
+  ) e
+`
+
+type InsertBatchParams struct {
+	OnFinish        bool              `db:"on_finish"`
+	OnFailure       bool              `db:"on_failure"`
+	Payloads        []json.RawMessage `db:"payloads"`
+	Settings        []int32           `db:"settings"`
+	Groups          []int32           `db:"groups"`
+	Kinds           []string          `db:"kinds"`
+	Queues          []string          `db:"queues"`
+	Priorities      []int16           `db:"priorities"`
+	AgingMs         []int32           `db:"aging_ms"`
+	MaxAttempts     []int32           `db:"max_attempts"`
+	FailBlocksGroup []bool            `db:"fail_blocks_group"`
+	RunAt           []string          `db:"run_at"`
+	DelayUs         []int64           `db:"delay_us"`
+	GroupQueues     []string          `db:"group_queues"`
+	GroupKeys       []string          `db:"group_keys"`
+	UniqueKeys      []string          `db:"unique_keys"`
+	UniqueWindowsUs []int64           `db:"unique_windows_us"`
+	UniqueStatuses  []string          `db:"unique_statuses"`
+	Metadata        []json.RawMessage `db:"metadata"`
+}
+
+type InsertBatchRow struct {
+	Ids     []int64 `db:"ids"`
+	BatchID int64   `db:"batch_id"`
+}
+
+// Inserts a batch's callbacks (parked: see pgtask.parked_at) and jobs as
+// InsertJobs does, and makes the batch of them, in one statement; see
+// pgtask.create_batch. ids are the callbacks' then the jobs'.
+func (q *Queries) InsertBatch(ctx context.Context, arg InsertBatchParams) (InsertBatchRow, error) {
+	row := q.db.QueryRow(ctx, InsertBatch,
+		arg.OnFinish,
+		arg.OnFailure,
+		arg.Payloads,
+		arg.Settings,
+		arg.Groups,
+		arg.Kinds,
+		arg.Queues,
+		arg.Priorities,
+		arg.AgingMs,
+		arg.MaxAttempts,
+		arg.FailBlocksGroup,
+		arg.RunAt,
+		arg.DelayUs,
+		arg.GroupQueues,
+		arg.GroupKeys,
+		arg.UniqueKeys,
+		arg.UniqueWindowsUs,
+		arg.UniqueStatuses,
+		arg.Metadata,
+	)
+	var i InsertBatchRow
+	err := row.Scan(&i.Ids, &i.BatchID)
+	return i, err
+}
 
 const InsertJobs = `-- name: InsertJobs :one
 SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed

@@ -83,6 +83,22 @@ func AllPgtaskJobStatusValues() []PgtaskJobStatus {
 	}
 }
 
+type PgtaskBatch struct {
+	ID          int64       `db:"id"`
+	Total       int32       `db:"total"`
+	OnFinish    pgtype.Int8 `db:"on_finish"`
+	OnFailure   pgtype.Int8 `db:"on_failure"`
+	PendingFrom int64       `db:"pending_from"`
+	CreatedAt   time.Time   `db:"created_at"`
+	FailedAt    *time.Time  `db:"failed_at"`
+	FinishedAt  *time.Time  `db:"finished_at"`
+	Succeeded   pgtype.Int4 `db:"succeeded"`
+	Failed      pgtype.Int4 `db:"failed"`
+	Cancelled   pgtype.Int4 `db:"cancelled"`
+	Deleted     pgtype.Int4 `db:"deleted"`
+	EnqueuedBy  *string     `db:"enqueued_by"`
+}
+
 type PgtaskCancelRequest struct {
 	JobID       int64     `db:"job_id"`
 	Attempt     int32     `db:"attempt"`
@@ -137,6 +153,7 @@ type PgtaskJob struct {
 	UniqueUntil     *time.Time      `db:"unique_until"`
 	Metadata        json.RawMessage `db:"metadata"`
 	EnqueuedBy      *string         `db:"enqueued_by"`
+	BatchID         pgtype.Int8     `db:"batch_id"`
 }
 
 type PgtaskJobProgress struct {

@@ -332,6 +332,23 @@ func (q *Queries) CompleteJobs(ctx context.Context, arg CompleteJobsParams) (int
 	return recorded, err
 }
 
+const DeleteFinishedBatches = `-- name: DeleteFinishedBatches :one
+SELECT pgtask.delete_finished_batches($1::bigint, $2::integer)::integer AS deleted
+`
+
+type DeleteFinishedBatchesParams struct {
+	OlderThanMs int64 `db:"older_than_ms"`
+	Max         int32 `db:"max"`
+}
+
+// See pgtask.delete_finished_batches.
+func (q *Queries) DeleteFinishedBatches(ctx context.Context, arg DeleteFinishedBatchesParams) (int32, error) {
+	row := q.db.QueryRow(ctx, DeleteFinishedBatches, arg.OlderThanMs, arg.Max)
+	var deleted int32
+	err := row.Scan(&deleted)
+	return deleted, err
+}
+
 const ExpireLeases = `-- name: ExpireLeases :many
 SELECT e.id::bigint AS id FROM pgtask.expire_leases($1, $2::integer) AS e(id)
 `
@@ -427,6 +444,30 @@ func (q *Queries) FailJob(ctx context.Context, arg FailJobParams) (string, error
 	var status string
 	err := row.Scan(&status)
 	return status, err
+}
+
+const FinishBatches = `-- name: FinishBatches :one
+SELECT f.checked::integer AS checked, f.last::bigint AS last, f.finished::integer AS finished
+  FROM pgtask.finish_batches($1::bigint, $2::integer) f
+`
+
+type FinishBatchesParams struct {
+	After int64 `db:"after"`
+	Max   int32 `db:"max"`
+}
+
+type FinishBatchesRow struct {
+	Checked  int32 `db:"checked"`
+	Last     int64 `db:"last"`
+	Finished int32 `db:"finished"`
+}
+
+// See pgtask.finish_batches.
+func (q *Queries) FinishBatches(ctx context.Context, arg FinishBatchesParams) (FinishBatchesRow, error) {
+	row := q.db.QueryRow(ctx, FinishBatches, arg.After, arg.Max)
+	var i FinishBatchesRow
+	err := row.Scan(&i.Checked, &i.Last, &i.Finished)
+	return i, err
 }
 
 const HandBack = `-- name: HandBack :one

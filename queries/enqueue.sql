@@ -15,3 +15,37 @@ SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
     @unique_keys::text[], @unique_windows_us::bigint[], @unique_statuses::text[],
     sqlc.narg(metadata)::jsonb[]
   ) e;
+
+-- name: InsertBatch :one
+-- Inserts a batch's callbacks (parked: see pgtask.parked_at) and jobs as
+-- InsertJobs does, and makes the batch of them, in one statement; see
+-- pgtask.create_batch. ids are the callbacks' then the jobs'.
+SELECT e.job_ids::bigint[] AS ids,
+       pgtask.create_batch(e.job_ids, e.job_existed, @on_finish::boolean, @on_failure::boolean)::bigint AS batch_id
+  FROM pgtask.enqueue_jobs(
+    @payloads::jsonb[], @settings::integer[], @groups::integer[],
+    @kinds::text[], @queues::text[], @priorities::smallint[], @aging_ms::integer[], @max_attempts::integer[],
+    @fail_blocks_group::boolean[], @run_at::text[], @delay_us::bigint[],
+    @group_queues::text[], @group_keys::text[],
+    @unique_keys::text[], @unique_windows_us::bigint[], @unique_statuses::text[],
+    sqlc.narg(metadata)::jsonb[]
+  ) e;
+
+-- name: GetBatch :one
+-- A batch and its counts: those recorded when it ended, or, while it is
+-- open, its jobs' now (a job gone counts as deleted).
+SELECT b.id, b.total, coalesce(b.on_finish, 0)::bigint AS on_finish, coalesce(b.on_failure, 0)::bigint AS on_failure,
+       b.created_at, b.failed_at, b.finished_at,
+       coalesce(b.succeeded, c.succeeded)::integer AS succeeded,
+       coalesce(b.failed, c.failed)::integer AS failed,
+       coalesce(b.cancelled, c.cancelled)::integer AS cancelled,
+       coalesce(b.deleted, b.total - c.present)::integer AS deleted
+  FROM pgtask.batches b
+ CROSS JOIN LATERAL (
+       SELECT count(*) FILTER (WHERE j.status = 'succeeded') AS succeeded,
+              count(*) FILTER (WHERE j.status = 'failed') AS failed,
+              count(*) FILTER (WHERE j.status = 'cancelled') AS cancelled,
+              count(*) AS present
+         FROM pgtask.jobs j
+        WHERE j.batch_id = b.id AND b.finished_at IS NULL) c
+ WHERE b.id = @id;

@@ -51,6 +51,15 @@ SELECT r.id::bigint AS id FROM pgtask.rescue_orphans(@max, @worker_id::integer) 
 -- skipped: due jobs whose rows break a check (see pgtask.age_priorities).
 SELECT a.aged::integer AS aged, a.skipped::bigint[] AS skipped FROM pgtask.age_priorities(@max) a;
 
+-- name: FinishBatches :one
+-- See pgtask.finish_batches.
+SELECT f.checked::integer AS checked, f.last::bigint AS last, f.finished::integer AS finished
+  FROM pgtask.finish_batches(@after::bigint, @max::integer) f;
+
+-- name: DeleteFinishedBatches :one
+-- See pgtask.delete_finished_batches.
+SELECT pgtask.delete_finished_batches(@older_than_ms::bigint, @max::integer)::integer AS deleted;
+
 -- name: PromoteScheduled :one
 -- skipped: due jobs whose rows break a check (see pgtask.promote_scheduled).
 SELECT p.moved::integer AS moved, p.skipped::bigint[] AS skipped FROM pgtask.promote_scheduled(@max) p;

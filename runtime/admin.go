@@ -81,6 +81,9 @@ type JobInfo struct {
 	UniqueKey string
 	// Metadata is what the job was enqueued with; nil for none.
 	Metadata map[string]string
+	// BatchID is the batch the job belongs to (see EnqueueBatch); 0 for
+	// none. A batch's callbacks are not its jobs: they have none.
+	BatchID BatchID
 }
 
 // ErrJobNotFound is returned for an id with no job.
@@ -116,6 +119,9 @@ func jobInfo(j gen.PgtaskJob) (*JobInfo, error) {
 		info.UniqueKey = *j.UniqueKey
 	}
 	info.Metadata = decodeMetadata(j.Metadata)
+	if j.BatchID.Valid {
+		info.BatchID = BatchID(j.BatchID.Int64)
+	}
 	if err := json.Unmarshal(j.Errors, &info.Errors); err != nil {
 		return nil, fmt.Errorf("get job %d: error history: %w", j.ID, err)
 	}

@@ -171,6 +171,7 @@ type EnqueueRequest struct {
 	EnqueueOptions
 
 	metadata json.RawMessage // Metadata encoded, by check
+	parked   bool            // a batch's callback, waiting for its batch (see EnqueueBatch)
 }
 
 // Apply applies opts to the request's options, in order.
@@ -297,6 +298,11 @@ func (b *batch) add(r *EnqueueRequest) {
 		failBlocksGroup: r.FailBlocksGroup, delayUs: r.Delay.Microseconds()}
 	if !r.RunAt.IsZero() {
 		js.runAt = r.RunAt.Format(time.RFC3339Nano)
+	}
+	if r.parked {
+		// A batch's callback: scheduled for no time, until its batch
+		// releases it (see pgtask.finish_batches).
+		js.runAt = parkedAt
 	}
 	if r.UniqueKey != "" {
 		js.uniqueWindowUs = r.UniqueWindow.Microseconds()

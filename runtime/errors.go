@@ -87,7 +87,10 @@ func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
 // EnqueueError reports a request that was refused before anything was
 // inserted.
 type EnqueueError struct {
-	Index int // the request's position in its batch; 0 for a single Enqueue
+	// Index is the request's position in its batch; 0 for a single
+	// Enqueue. For EnqueueBatch's callbacks it is BatchOnFinish or
+	// BatchOnFailure.
+	Index int
 	Kind  string
 	Err   error
 	Batch bool // the request was one of several sent together
@@ -98,6 +101,12 @@ func (e *EnqueueError) Error() string {
 	var ve *ValidationError
 	if errors.As(e.Err, &ve) {
 		what = "enqueue" // the validation error names the kind
+	}
+	switch {
+	case e.Index == BatchOnFinish:
+		return fmt.Sprintf("%s (the batch's OnFinish callback): %v", what, e.Err)
+	case e.Index == BatchOnFailure:
+		return fmt.Sprintf("%s (the batch's OnFailure callback): %v", what, e.Err)
 	}
 	if e.Batch {
 		return fmt.Sprintf("%s (item %d of the batch): %v", what, e.Index, e.Err)

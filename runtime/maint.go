@@ -28,7 +28,7 @@ type leaderStatus interface {
 // runs them, one after another, each interval on the connection budget's
 // maintenance share: a worker uses one connection beside its running jobs.
 //
-// Every worker promotes due jobs, raises the priority of jobs that waited
+// Every worker ends the batches whose jobs have finished, promotes due jobs, raises the priority of jobs that waited
 // long enough (priority aging), rescues orphaned ones and carries out
 // cancel requests each round (SKIP LOCKED keeps workers from getting in
 // each other's way), and records its kinds now and then. Between rounds it
@@ -38,6 +38,7 @@ type maintenance struct {
 	log      *slog.Logger
 	interval time.Duration
 
+	batches *batchFinisher
 	promote *promoter
 	age     *ager
 	rescue  *rescuer
@@ -56,6 +57,7 @@ func newMaintenance(w *Worker) *maintenance {
 	return &maintenance{
 		log:      w.log,
 		interval: w.cfg.MaintenanceInterval,
+		batches:  &batchFinisher{q: q, batch: maintainBatch},
 		promote:  &promoter{q: q, log: w.log.With("maint", "promote"), batch: maintainBatch},
 		age:      &ager{q: q, log: w.log.With("maint", "aging"), batch: maintainBatch},
 		rescue: &rescuer{pool: w.pool, q: q, log: w.log.With("maint", "rescue"), batch: maintainBatch,
@@ -109,7 +111,9 @@ func (m *maintenance) round(ctx context.Context) error {
 	defer cancel()
 	// Cancel requests come before this worker's own rescue, so that a
 	// failing rescue of its own orphans does not hold them up.
-	for _, s := range []maintService{m.promote, m.age, m.rescue, m.cancel, ownRescue{m.rescue}} {
+	// Batches come before promotion: a callback a batch releases is queued
+	// in the same round.
+	for _, s := range []maintService{m.batches, m.promote, m.age, m.rescue, m.cancel, ownRescue{m.rescue}} {
 		if err := s.step(ctx); err != nil {
 			return err
 		}

@@ -10,7 +10,9 @@ import (
 
 // Retention is how long finished jobs are kept, by status, before the
 // leader deletes them. A zero field takes its default; KeepForever (or any
-// negative value) keeps such jobs.
+// negative value) keeps such jobs. Ended batches (see EnqueueBatch) are
+// kept as long as the longest of the three, and forever if any is
+// KeepForever.
 type Retention struct {
 	Succeeded time.Duration // default 24 hours
 	Failed    time.Duration // default 7 days
@@ -97,5 +99,19 @@ func (r *retainer) deleteBatch(ctx context.Context) (more bool) {
 		}
 		more = more || n == r.batch
 	}
-	return more
+	// Ended batches are kept as long as the longest-kept of their jobs.
+	age := max(r.cfg.Succeeded, r.cfg.Failed, r.cfg.Cancelled)
+	if min(r.cfg.Succeeded, r.cfg.Failed, r.cfg.Cancelled) < 0 {
+		return more
+	}
+	bctx, cancel := context.WithTimeout(ctx, bookkeeping)
+	defer cancel()
+	n, err := r.q.DeleteFinishedBatches(bctx, gen.DeleteFinishedBatchesParams{OlderThanMs: age.Milliseconds(), Max: r.batch})
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("pgtask: retention of batches failed; will retry", "error", err)
+		}
+		return false
+	}
+	return more || n == r.batch
 }

@@ -207,3 +207,16 @@ SELECT count(*)::bigint AS jobs FROM pgtask.jobs;
 -- Makes a job's progress look reported by another attempt, as a later
 -- attempt's report racing an earlier one's would leave it.
 UPDATE pgtask.job_progress SET attempt = @attempt WHERE job_id = @job_id;
+
+-- name: BackdateBatchFinished :exec
+-- Makes an ended batch look as if it ended age_seconds ago.
+UPDATE pgtask.batches SET finished_at = clock_timestamp() - make_interval(secs => @age_seconds::float8)
+ WHERE id = @id AND finished_at IS NOT NULL;
+
+-- name: CreateBatch :one
+-- Calls create_batch with ids of the caller's choosing, as a producer
+-- could, to show what it refuses.
+SELECT pgtask.create_batch(@ids::bigint[], @existed::boolean[], false, false)::bigint AS batch_id;
+
+-- name: GetBatchRow :one
+SELECT * FROM pgtask.batches WHERE id = @id;

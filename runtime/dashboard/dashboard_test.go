@@ -139,6 +139,17 @@ func TestJobPage(t *testing.T) {
 			t.Errorf("crashed job's page lacks %q:\n%s", want, crashed)
 		}
 	}
+	if strings.Contains(crashed, "Batch") {
+		t.Errorf("a job of no batch names one:\n%s", crashed)
+	}
+	bid, inBatch, err := runtime.EnqueueBatch(context.Background(), s.pool, []runtime.EnqueueRequest{{Kind: "import_row", Payload: []byte(`{}`),
+		EnqueueOptions: runtime.EnqueueOptions{Queue: "imports"}}}, runtime.BatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if page := text(c.get(fmt.Sprintf("/jobs/%d", inBatch[0]))); !strings.Contains(page, fmt.Sprintf("Batch %d", bid)) {
+		t.Errorf("a batch's job's page does not name its batch %d:\n%s", bid, page)
+	}
 	sent := text(c.get(fmt.Sprintf("/jobs/%d", s.sent)))
 	for _, want := range []string{"Result { \"message_id\": \"m-1\" }", "Failed attempts None.", "Attempts 1 of 20 Snoozes 1"} {
 		if !strings.Contains(sent, want) {

@@ -1,4 +1,4 @@
--- revision: 15
+-- revision: 16
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -151,6 +151,12 @@ BEGIN
     -- from 1 again, and their reports would be refused as earlier than the
     -- attempt that made it (see ReportProgress in queries/work.sql).
     DELETE FROM pgtask.job_progress WHERE job_id = p_id;
+    -- A job of an open batch is unfinished again: the batch's end is looked
+    -- for from it on (see finish_batches). A batch that ended stays ended.
+    IF j.batch_id IS NOT NULL THEN
+        UPDATE pgtask.batches SET pending_from = least(pending_from, j.id)
+         WHERE id = j.batch_id AND finished_at IS NULL;
+    END IF;
     head := j.id;
     IF j.group_key IS NOT NULL THEN
         -- The group's row may be a newer one than the job's: the job joins

@@ -1,4 +1,4 @@
--- revision: 6
+-- revision: 10
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -9,7 +9,8 @@
 --   producer  enqueues, only through the enqueue functions, which run as
 --             their owner (it has no privilege to write a table), and reads
 --             jobs: all of them, or with "own jobs only" those its login
---             enqueued (row-level security on pgtask.jobs, by enqueued_by);
+--             enqueued (row-level security on pgtask.jobs, by enqueued_by,
+--             and likewise on pgtask.batches);
 --   worker    works jobs: claims, settles, maintenance (which carries out
 --             the cancel requests operators filed), the leader's duties
 --             (retention, periodic jobs), and enqueues (periodic jobs,
@@ -72,6 +73,13 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'table', 'job_progress', 'SELECT, INSERT, UPDATE, DELETE'),
     ('admin', 'table', 'job_progress', 'SELECT, DELETE'),
     -- A worker checks at start that the schema is as new as its code.
+    -- Batches: producers make them through create_batch and read them
+    -- (GetBatch); maintenance ends them, retention deletes them; an operator's retry of a job of
+    -- an open batch moves the batch's cursor back.
+    ('producer', 'table', 'batches', 'SELECT'),
+    ('worker', 'table', 'batches', 'SELECT, UPDATE, DELETE'),
+    ('admin', 'table', 'batches', 'SELECT, UPDATE'),
+    ('none', 'sequence', 'batches_id_seq', ''),
     ('worker', 'table', 'migrations', 'SELECT'),
     ('worker', 'table', 'function_files', 'SELECT'),
     ('none', 'table', 'granted_roles', ''),
@@ -85,6 +93,14 @@ LANGUAGE sql IMMUTABLE AS $$
     ('producer', 'function', 'enqueue_jobs', 'EXECUTE'),
     ('worker', 'function', 'enqueue_jobs', 'EXECUTE'),
     ('none', 'function', 'share_lock_groups', ''),
+    ('producer', 'function', 'create_batch', 'EXECUTE'),
+    ('worker', 'function', 'create_batch', 'EXECUTE'),
+    ('worker', 'function', 'finish_batches', 'EXECUTE'),
+    ('worker', 'function', 'batch_summary', 'EXECUTE'),
+    ('worker', 'function', 'batch_progress', 'EXECUTE'),
+    ('worker', 'function', 'delete_finished_batches', 'EXECUTE'),
+    ('worker', 'function', 'release_callback', 'EXECUTE'),
+    ('worker', 'function', 'parked_at', 'EXECUTE'),
     ('none', 'function', 'is_list', ''),
 
     -- Working (work.sql), maintenance (maintenance.sql), groups
@@ -260,8 +276,9 @@ $$;
 -- privileges role_privileges lists, and no others on pgtask's objects, and
 -- takes every privilege on them from PUBLIC and from the roles recorded
 -- before that are no longer named. With p_own_jobs_only, producers read
--- only the jobs their login enqueued: row-level security on pgtask.jobs,
--- a policy per role (workers and admins see every job). With p_create,
+-- only the jobs and batches their login enqueued: row-level security on
+-- pgtask.jobs and pgtask.batches, a policy per role (workers and admins
+-- see every row). With p_create,
 -- roles that do not exist are created, as LOGIN roles without a password
 -- (set one, or let them log in another way). With p_apply the statements
 -- run, the roles are recorded in granted_roles, and the statements are
@@ -269,8 +286,8 @@ $$;
 --
 -- Grants and revokes lock no table. Row-level security is switched, and a
 -- policy created or dropped, only when it is not as asked: those lock
--- pgtask.jobs against everyone until the transaction ends, so the caller
--- bounds its wait (lock_timeout), as a migration does. Role names are
+-- pgtask.jobs (or pgtask.batches) against everyone until the transaction
+-- ends, so the caller bounds its wait (lock_timeout), as a migration does. Role names are
 -- quoted with format('%I'); nothing else comes from the caller.
 CREATE OR REPLACE FUNCTION pgtask.grant_roles(p_producer text, p_worker text, p_admin text,
                                               p_own_jobs_only boolean, p_create boolean, p_apply boolean)
@@ -287,6 +304,7 @@ DECLARE
     statements text[] := '{}';
     policies text[] := '{}';
     rls_on boolean;
+    tab text;
     pol record;
     k record;
     o record;
@@ -368,35 +386,39 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- Row-level security: a policy per role, created or dropped only when
-    -- not as asked, since either locks the jobs table.
-    FOR pol IN
-        SELECT v.policy, v.role_name, v.rule,
-               p_own_jobs_only AND v.role_name IS NOT NULL AS wanted,
-               (SELECT p.polroles FROM pg_policy p
-                 WHERE p.polrelid = 'pgtask.jobs'::regclass AND p.polname = v.policy) AS has_roles,
-               ARRAY(SELECT r.oid FROM pg_roles r WHERE r.rolname = v.role_name) AS wants_roles
-          FROM (VALUES
-                ('pgtask_producer_own_jobs', p_producer, 'FOR SELECT TO %I USING (enqueued_by = session_user)'),
-                ('pgtask_worker_all_jobs', p_worker, 'FOR ALL TO %I USING (true) WITH CHECK (true)'),
-                ('pgtask_admin_all_jobs', p_admin, 'FOR ALL TO %I USING (true) WITH CHECK (true)')
-               ) AS v(policy, role_name, rule)
-    LOOP
-        IF pol.has_roles IS NOT NULL AND NOT (pol.wanted AND pol.has_roles = pol.wants_roles) THEN
-            policies := policies || format('DROP POLICY %I ON pgtask.jobs', pol.policy);
-        END IF;
-        IF pol.wanted AND (pol.has_roles IS NULL OR pol.has_roles <> pol.wants_roles) THEN
-            policies := policies || (format('CREATE POLICY %I ON pgtask.jobs ', pol.policy) || format(pol.rule, pol.role_name));
+    -- Row-level security, on the jobs and on the batches: a policy per
+    -- role, created or dropped only when not as asked, since either locks
+    -- the table.
+    FOREACH tab IN ARRAY ARRAY['jobs', 'batches'] LOOP
+        policies := '{}';
+        FOR pol IN
+            SELECT v.policy, v.role_name, v.rule,
+                   p_own_jobs_only AND v.role_name IS NOT NULL AS wanted,
+                   (SELECT p.polroles FROM pg_policy p
+                     WHERE p.polrelid = format('pgtask.%I', tab)::regclass AND p.polname = v.policy) AS has_roles,
+                   ARRAY(SELECT r.oid FROM pg_roles r WHERE r.rolname = v.role_name) AS wants_roles
+              FROM (VALUES
+                    ('pgtask_producer_own_' || tab, p_producer, 'FOR SELECT TO %I USING (enqueued_by = session_user)'),
+                    ('pgtask_worker_all_' || tab, p_worker, 'FOR ALL TO %I USING (true) WITH CHECK (true)'),
+                    ('pgtask_admin_all_' || tab, p_admin, 'FOR ALL TO %I USING (true) WITH CHECK (true)')
+                   ) AS v(policy, role_name, rule)
+        LOOP
+            IF pol.has_roles IS NOT NULL AND NOT (pol.wanted AND pol.has_roles = pol.wants_roles) THEN
+                policies := policies || format('DROP POLICY %I ON pgtask.%I', pol.policy, tab);
+            END IF;
+            IF pol.wanted AND (pol.has_roles IS NULL OR pol.has_roles <> pol.wants_roles) THEN
+                policies := policies || (format('CREATE POLICY %I ON pgtask.%I ', pol.policy, tab) || format(pol.rule, pol.role_name));
+            END IF;
+        END LOOP;
+        SELECT c.relrowsecurity INTO rls_on FROM pg_class c WHERE c.oid = format('pgtask.%I', tab)::regclass;
+        IF p_own_jobs_only AND NOT rls_on THEN
+            statements := statements || policies || format('ALTER TABLE pgtask.%I ENABLE ROW LEVEL SECURITY', tab);
+        ELSIF NOT p_own_jobs_only AND rls_on THEN
+            statements := statements || format('ALTER TABLE pgtask.%I DISABLE ROW LEVEL SECURITY', tab) || policies;
+        ELSE
+            statements := statements || policies;
         END IF;
     END LOOP;
-    SELECT c.relrowsecurity INTO rls_on FROM pg_class c WHERE c.oid = 'pgtask.jobs'::regclass;
-    IF p_own_jobs_only AND NOT rls_on THEN
-        statements := statements || policies || 'ALTER TABLE pgtask.jobs ENABLE ROW LEVEL SECURITY'::text;
-    ELSIF NOT p_own_jobs_only AND rls_on THEN
-        statements := statements || 'ALTER TABLE pgtask.jobs DISABLE ROW LEVEL SECURITY'::text || policies;
-    ELSE
-        statements := statements || policies;
-    END IF;
 
     IF p_apply THEN
         FOREACH s IN ARRAY statements LOOP
@@ -443,8 +465,8 @@ $$;
 -- the policies that name them and forgets them as recorded roles, then
 -- drops the roles (which fails if they own objects, or hold privileges in
 -- other databases). Names of roles that do not exist are passed over. When
--- no recorded role is left, row-level security on pgtask.jobs is switched
--- off. Returns the statements it ran.
+-- no recorded role is left, row-level security on pgtask.jobs and
+-- pgtask.batches is switched off. Returns the statements it ran.
 CREATE OR REPLACE FUNCTION pgtask.drop_roles(p_roles text[]) RETURNS SETOF text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -488,6 +510,10 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pgtask.granted_roles)
        AND (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'pgtask.jobs'::regclass) THEN
         statements := statements || 'ALTER TABLE pgtask.jobs DISABLE ROW LEVEL SECURITY'::text;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgtask.granted_roles)
+       AND (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'pgtask.batches'::regclass) THEN
+        statements := statements || 'ALTER TABLE pgtask.batches DISABLE ROW LEVEL SECURITY'::text;
     END IF;
     FOREACH s IN ARRAY existing LOOP
         statements := statements || format('DROP ROLE %I', s);

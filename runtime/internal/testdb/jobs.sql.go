@@ -23,6 +23,22 @@ func (q *Queries) AnalyzeJobs(ctx context.Context) error {
 	return err
 }
 
+const backdateBatchFinished = `-- name: BackdateBatchFinished :exec
+UPDATE pgtask.batches SET finished_at = clock_timestamp() - make_interval(secs => $1::float8)
+ WHERE id = $2 AND finished_at IS NOT NULL
+`
+
+type BackdateBatchFinishedParams struct {
+	AgeSeconds float64
+	ID         int64
+}
+
+// Makes an ended batch look as if it ended age_seconds ago.
+func (q *Queries) BackdateBatchFinished(ctx context.Context, arg BackdateBatchFinishedParams) error {
+	_, err := q.db.Exec(ctx, backdateBatchFinished, arg.AgeSeconds, arg.ID)
+	return err
+}
+
 const backdateFinished = `-- name: BackdateFinished :exec
 UPDATE pgtask.jobs SET finished_at = clock_timestamp() - make_interval(secs => $1::float8) WHERE id = $2
 `
@@ -206,6 +222,24 @@ func (q *Queries) CountSuccessCommits(ctx context.Context, queue string) (int64,
 	return commits, err
 }
 
+const createBatch = `-- name: CreateBatch :one
+SELECT pgtask.create_batch($1::bigint[], $2::boolean[], false, false)::bigint AS batch_id
+`
+
+type CreateBatchParams struct {
+	Ids     []int64
+	Existed []bool
+}
+
+// Calls create_batch with ids of the caller's choosing, as a producer
+// could, to show what it refuses.
+func (q *Queries) CreateBatch(ctx context.Context, arg CreateBatchParams) (int64, error) {
+	row := q.db.QueryRow(ctx, createBatch, arg.Ids, arg.Existed)
+	var batch_id int64
+	err := row.Scan(&batch_id)
+	return batch_id, err
+}
+
 const currentLeader = `-- name: CurrentLeader :one
 SELECT worker_id FROM pgtask.leaders WHERE duty = 'leader'
 `
@@ -331,6 +365,31 @@ func (q *Queries) ForgetWorkerKinds(ctx context.Context) error {
 	return err
 }
 
+const getBatchRow = `-- name: GetBatchRow :one
+SELECT id, total, on_finish, on_failure, pending_from, created_at, failed_at, finished_at, succeeded, failed, cancelled, deleted, enqueued_by FROM pgtask.batches WHERE id = $1
+`
+
+func (q *Queries) GetBatchRow(ctx context.Context, id int64) (PgtaskBatch, error) {
+	row := q.db.QueryRow(ctx, getBatchRow, id)
+	var i PgtaskBatch
+	err := row.Scan(
+		&i.ID,
+		&i.Total,
+		&i.OnFinish,
+		&i.OnFailure,
+		&i.PendingFrom,
+		&i.CreatedAt,
+		&i.FailedAt,
+		&i.FinishedAt,
+		&i.Succeeded,
+		&i.Failed,
+		&i.Cancelled,
+		&i.Deleted,
+		&i.EnqueuedBy,
+	)
+	return i, err
+}
+
 const getGroup = `-- name: GetGroup :one
 SELECT g.id, g.queue, g.group_key, g.created_at, g.pending_from, g.xmin::text AS row_xmin,
        coalesce((SELECT j.id FROM pgtask.jobs j WHERE j.group_id = g.id AND j.is_head ORDER BY j.id LIMIT 1), 0)::bigint AS head_id
@@ -371,7 +430,7 @@ func (q *Queries) GetGroup(ctx context.Context, arg GetGroupParams) (GetGroupRow
 
 const getJob = `-- name: GetJob :one
 
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs WHERE id = $1
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id FROM pgtask.jobs WHERE id = $1
 `
 
 // Queries runtime's tests read the database with. The runtime never runs
@@ -412,6 +471,7 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 		&i.UniqueUntil,
 		&i.Metadata,
 		&i.EnqueuedBy,
+		&i.BatchID,
 	)
 	return i, err
 }
@@ -447,7 +507,7 @@ func (q *Queries) IndexReads(ctx context.Context, index string) (int64, error) {
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by FROM pgtask.jobs WHERE queue = $1 ORDER BY id
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id FROM pgtask.jobs WHERE queue = $1 ORDER BY id
 `
 
 // A queue's jobs in id order.
@@ -492,6 +552,7 @@ func (q *Queries) ListJobs(ctx context.Context, queue string) ([]PgtaskJob, erro
 			&i.UniqueUntil,
 			&i.Metadata,
 			&i.EnqueuedBy,
+			&i.BatchID,
 		); err != nil {
 			return nil, err
 		}

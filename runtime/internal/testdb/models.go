@@ -83,6 +83,22 @@ func AllPgtaskJobStatusValues() []PgtaskJobStatus {
 	}
 }
 
+type PgtaskBatch struct {
+	ID          int64
+	Total       int32
+	OnFinish    pgtype.Int8
+	OnFailure   pgtype.Int8
+	PendingFrom int64
+	CreatedAt   time.Time
+	FailedAt    *time.Time
+	FinishedAt  *time.Time
+	Succeeded   pgtype.Int4
+	Failed      pgtype.Int4
+	Cancelled   pgtype.Int4
+	Deleted     pgtype.Int4
+	EnqueuedBy  *string
+}
+
 type PgtaskJob struct {
 	ID              int64
 	Queue           string
@@ -115,4 +131,5 @@ type PgtaskJob struct {
 	UniqueUntil     *time.Time
 	Metadata        json.RawMessage
 	EnqueuedBy      *string
+	BatchID         pgtype.Int8
 }

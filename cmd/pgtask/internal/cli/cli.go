@@ -30,6 +30,7 @@ commands:
   migrate   apply pgtask's schema migrations to a database, and grant roles
   stats     jobs per queue and status, oldest wait, blocked groups, paused queues
   jobs      list jobs by filter, or show one (pgtask jobs list|show)
+  batches   show a batch: its jobs' counts and its callbacks (pgtask batches show)
   retry     retry the failed and cancelled jobs a filter matches
   cancel    cancel the jobs a filter matches, running ones included
   purge     delete the finished jobs a filter matches
@@ -65,6 +66,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = stats(ctx, args[1:], stdout, stderr)
 	case "jobs":
 		err = jobs(ctx, args[1:], stdout, stderr)
+	case "batches":
+		err = batches(ctx, args[1:], stdout, stderr)
 	case "retry", "cancel", "purge":
 		err = bulkCommand(ctx, args[0], args[1:], stdout, stderr)
 	case "ui":

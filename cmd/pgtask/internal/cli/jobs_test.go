@@ -145,6 +145,43 @@ func TestJobsShowShowsProgress(t *testing.T) {
 	}
 }
 
+// jobs show names a job's batch; batches show prints the batch's counts
+// and callbacks, and says so for an id with no batch.
+func TestBatchesShow(t *testing.T) {
+	t.Parallel()
+	url := pgtasktest.NewDatabase(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	job := runtime.EnqueueRequest{Kind: "mail", Payload: []byte(`{}`)}
+	done := runtime.EnqueueRequest{Kind: "mailed", Payload: []byte(`{}`)}
+	bid, ids, err := runtime.EnqueueBatch(ctx, pool, []runtime.EnqueueRequest{job, job}, runtime.BatchOptions{OnFinish: &done})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := runtime.CancelJob(ctx, pool, ids[1]); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	code, out, errOut := run(t, "jobs", "show", fmt.Sprint(ids[0]), "-database-url", url)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("\nbatch %d\n", bid)) {
+		t.Fatalf("jobs show: code %d, stderr %q, stdout:\n%s\nwant the batch named", code, errOut, out)
+	}
+	code, out, errOut = run(t, "batches", "show", fmt.Sprint(bid), "-database-url", url)
+	want := fmt.Sprintf("batch %d: open\n2 jobs: 0 succeeded, 0 failed, 1 cancelled, 0 deleted\n", bid)
+	if code != 0 || !strings.HasPrefix(out, want) || !strings.Contains(out, "on finish: job ") {
+		t.Fatalf("batches show: code %d, stderr %q, stdout:\n%s\nwant it to begin %q", code, errOut, out, want)
+	}
+	if code, _, errOut = run(t, "batches", "show", "999", "-database-url", url); code != 1 || !strings.Contains(errOut, "batch not found") {
+		t.Fatalf("batches show 999: code %d, stderr %q", code, errOut)
+	}
+	if code, _, _ = run(t, "batches", "show", "x", "-database-url", url); code != 2 {
+		t.Fatalf("batches show x: code %d, want 2", code)
+	}
+}
+
 // jobs show says how a job's priority ages: per how long a level, and when
 // next; or that it is strict; or nothing for a job at priority 0.
 func TestJobsShowShowsPriorityAging(t *testing.T) {

@@ -269,6 +269,7 @@ type jobJSON struct {
 	FinishedAt  *time.Time             `json:"finished_at,omitempty"`
 	UniqueKey   string                 `json:"unique_key,omitempty"`
 	Metadata    map[string]string      `json:"metadata,omitempty"`
+	BatchID     int64                  `json:"batch_id,omitempty"`
 	// Progress is what the job's attempts last reported; only jobs show
 	// reads it.
 	Progress *progressJSON `json:"progress,omitempty"`
@@ -289,7 +290,7 @@ func jsonJob(j *runtime.JobInfo) jobJSON {
 		errs = []runtime.AttemptError{}
 	}
 	return jobJSON{int64(j.ID), j.Queue, j.Kind, j.Group, j.Status, j.Priority, max(j.Aging.Milliseconds(), 0), j.AgesAt, j.Attempts, j.MaxAttempts, j.Snoozes,
-		j.Payload, j.Result, errs, j.RunAfter, j.CreatedAt, j.StartedAt, j.FinishedAt, j.UniqueKey, j.Metadata, nil}
+		j.Payload, j.Result, errs, j.RunAfter, j.CreatedAt, j.StartedAt, j.FinishedAt, j.UniqueKey, j.Metadata, int64(j.BatchID), nil}
 }
 
 func jsonJobs(list []*runtime.JobInfo) []jobJSON {
@@ -298,6 +299,65 @@ func jsonJobs(list []*runtime.JobInfo) []jobJSON {
 		out[i] = jsonJob(j)
 	}
 	return out
+}
+
+// batches runs pgtask batches show.
+func batches(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "show" {
+		fmt.Fprintln(stderr, "usage: pgtask batches show [flags] ID")
+		return errUsage
+	}
+	c := newCommand("batches show", "usage: pgtask batches show [-json] ID\n\n"+
+		"Shows a batch: its jobs' counts (when it ended, or now while it is open) and its callbacks' job ids.", stderr)
+	if err := c.parse(args[1:], 1, stderr); err != nil {
+		return err
+	}
+	id, err := strconv.ParseInt(c.args[0], 10, 64)
+	if err != nil {
+		fmt.Fprintf(stderr, "pgtask batches show: %q is not a batch id\n", c.args[0])
+		return errUsage
+	}
+	conn, err := connect(ctx, *c.url, true)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	b, err := runtime.GetBatch(ctx, conn, runtime.BatchID(id))
+	if err != nil {
+		return err
+	}
+	if *c.asJSON {
+		return printJSON(stdout, struct {
+			ID         int64      `json:"id"`
+			Total      int        `json:"total"`
+			Succeeded  int        `json:"succeeded"`
+			Failed     int        `json:"failed"`
+			Cancelled  int        `json:"cancelled"`
+			Deleted    int        `json:"deleted"`
+			OnFinish   int64      `json:"on_finish,omitempty"`
+			OnFailure  int64      `json:"on_failure,omitempty"`
+			CreatedAt  time.Time  `json:"created_at"`
+			FailedAt   *time.Time `json:"failed_at,omitempty"`
+			FinishedAt *time.Time `json:"finished_at,omitempty"`
+		}{int64(b.ID), b.Total, b.Succeeded, b.Failed, b.Cancelled, b.Deleted, int64(b.OnFinish), int64(b.OnFailure),
+			b.CreatedAt, b.FailedAt, b.FinishedAt})
+	}
+	state := "open"
+	if b.FinishedAt != nil {
+		state = "finished " + b.FinishedAt.UTC().Format(time.RFC3339Nano)
+	}
+	fmt.Fprintf(stdout, "batch %d: %s\n%d jobs: %d succeeded, %d failed, %d cancelled, %d deleted\ncreated %s\n",
+		b.ID, state, b.Total, b.Succeeded, b.Failed, b.Cancelled, b.Deleted, b.CreatedAt.UTC().Format(time.RFC3339Nano))
+	if b.FailedAt != nil {
+		fmt.Fprintf(stdout, "first failure found %s\n", b.FailedAt.UTC().Format(time.RFC3339Nano))
+	}
+	if b.OnFinish != 0 {
+		fmt.Fprintf(stdout, "on finish: job %d\n", b.OnFinish)
+	}
+	if b.OnFailure != 0 {
+		fmt.Fprintf(stdout, "on failure: job %d\n", b.OnFailure)
+	}
+	return nil
 }
 
 func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -350,6 +410,9 @@ func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if j.UniqueKey != "" {
 		fmt.Fprintf(stdout, "unique key %s\n", j.UniqueKey)
+	}
+	if j.BatchID != 0 {
+		fmt.Fprintf(stdout, "batch %d\n", j.BatchID)
 	}
 	for _, k := range slices.Sorted(maps.Keys(j.Metadata)) {
 		fmt.Fprintf(stdout, "metadata %s=%s\n", k, j.Metadata[k])
