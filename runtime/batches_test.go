@@ -634,3 +634,86 @@ func TestBatchCursorMovesToTheFirstUnfinishedJob(t *testing.T) {
 		t.Fatalf("cursor %d, want the first unfinished job, %d", c, ids[3])
 	}
 }
+
+// A released callback ages like any job: its wait counts from its release,
+// not from the far date it was parked with.
+func TestReleasedCallbackAges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	bid, ids, err := runtime.EnqueueBatch(ctx, b.pool, []runtime.EnqueueRequest{req("later", runtime.WithDelay(time.Hour))},
+		runtime.BatchOptions{OnFinish: ptr(req("done", runtime.WithPriority(5), runtime.WithAging(time.Millisecond)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := runtime.CancelJob(ctx, b.pool, ids[0]); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if _, err := b.gen.FinishBatches(ctx, gen.FinishBatchesParams{After: 0, Max: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.gen.PromoteScheduled(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := b.gen.AgePriorities(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	bt, err := runtime.GetBatch(ctx, b.pool, bid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := b.job(t, bt.OnFinish); j.Status != testdb.PgtaskJobStatusQueued || j.Priority != 0 {
+		t.Fatalf("released callback: %s, priority %d, age_due %v; want it queued and aged to 0", j.Status, j.Priority, j.AgeDue)
+	}
+}
+
+// A parked callback whose row breaks a check added NOT VALID after it was
+// stored cannot be released; its batch still ends, the other batches'
+// callbacks are released, and the rest of maintenance goes on.
+func TestAnUnwritableCallbackStopsNothingElse(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	badBatch, badIDs, err := runtime.EnqueueBatch(ctx, b.pool, []runtime.EnqueueRequest{req("later", runtime.WithDelay(time.Hour))},
+		runtime.BatchOptions{OnFinish: ptr(req("done"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	goodBatch, goodIDs, err := runtime.EnqueueBatch(ctx, b.pool, []runtime.EnqueueRequest{req("later", runtime.WithDelay(time.Hour))},
+		runtime.BatchOptions{OnFinish: ptr(req("done"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := runtime.GetBatch(ctx, b.pool, badBatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withoutQueueBound(t, b, func() {
+		if err := b.q.SetJobQueue(ctx, testdb.SetJobQueueParams{ID: int64(bad.OnFinish), Queue: longQueue}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, id := range []runtime.JobID{badIDs[0], goodIDs[0]} {
+		if ok, err := runtime.CancelJob(ctx, b.pool, id); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+	}
+	if _, err := b.gen.FinishBatches(ctx, gen.FinishBatchesParams{After: 0, Max: 10}); err != nil {
+		t.Fatalf("a round with an unwritable callback: %v", err)
+	}
+	for id, released := range map[runtime.BatchID]bool{badBatch: false, goodBatch: true} {
+		bt, err := runtime.GetBatch(ctx, b.pool, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := b.job(t, bt.OnFinish)
+		if bt.FinishedAt == nil || (j.RunAfter.Year() < 9999) != released {
+			t.Errorf("batch %d: ended at %v, callback runs from %s; want it ended and its callback released: %v", id, bt.FinishedAt, j.RunAfter, released)
+		}
+	}
+	// Maintenance goes on: a delayed job is promoted.
+	late := enqueue(t, b.pool, "k", map[string]int{}, runtime.WithDelay(time.Millisecond))
+	startWorker(t, b.url, runtime.Config{MaintenanceInterval: 20 * time.Millisecond})
+	b.waitStatus(t, late, 10*time.Second, testdb.PgtaskJobStatusQueued)
+}

@@ -220,3 +220,8 @@ SELECT pgtask.create_batch(@ids::bigint[], @existed::boolean[], false, false)::b
 
 -- name: GetBatchRow :one
 SELECT * FROM pgtask.batches WHERE id = @id;
+
+-- name: SetJobQueue :exec
+-- Moves a job to another queue, as a test that makes a row the table's
+-- checks refuse (see DropQueueBound) needs.
+UPDATE pgtask.jobs SET queue = @queue WHERE id = @id;

@@ -1,4 +1,4 @@
--- revision: 5
+-- revision: 6
 -- Batches (runtime.EnqueueBatch): jobs enqueued together, with callback
 -- jobs released when all of them have finished and when the first of them
 -- fails for good. See pgtask.batches in 0001_baseline.sql.
@@ -84,15 +84,20 @@ LANGUAGE sql STABLE AS $$
      WHERE j.batch_id = p_batch
 $$;
 
--- Releases a parked callback job: due now, with the summary in its
--- metadata under "pgtask.batch". A callback an operator cancelled (or that
--- is no longer parked for any reason) is left as it is.
-CREATE OR REPLACE FUNCTION pgtask.release_callback(p_job bigint, p_summary text) RETURNS void
+-- Releases parked callback jobs (p_jobs, each with its summary in
+-- p_summaries): due now, with the summary in its metadata under
+-- "pgtask.batch", and its wait for a better priority (see age_priorities)
+-- counted from now. A callback an operator cancelled (or that is no longer
+-- parked for any reason) is left as it is.
+CREATE OR REPLACE FUNCTION pgtask.release_callbacks(p_jobs bigint[], p_summaries text[]) RETURNS void
 LANGUAGE sql AS $$
-    UPDATE pgtask.jobs
+    UPDATE pgtask.jobs j
        SET run_after = clock_timestamp(),
-           metadata = coalesce(metadata, '{}') || jsonb_build_object('pgtask.batch', p_summary)
-     WHERE id = p_job AND status = 'scheduled' AND run_after = pgtask.parked_at()
+           age_due = CASE WHEN j.aging_ms > 0 AND j.priority > 0
+                          THEN clock_timestamp() + j.aging_ms * interval '1 millisecond' END,
+           metadata = coalesce(j.metadata, '{}') || jsonb_build_object('pgtask.batch', u.summary)
+      FROM unnest(p_jobs, p_summaries) AS u(id, summary)
+     WHERE j.id = u.id AND j.status = 'scheduled' AND j.run_after = pgtask.parked_at()
 $$;
 
 -- Whether batch p_batch has a failed job (for its on_failure), and its
@@ -116,8 +121,9 @@ $$;
 --
 -- Exactly once: a batch is changed only under its row lock, taken with
 -- SKIP LOCKED (a batch that another worker has locked is passed over: that
--- worker decides it now), and looked at again under it; no lock is waited
--- for, and locks are taken in id order; a callback is
+-- worker decides it now), and looked at again under it; no batch's lock
+-- is waited for (only a callback's row that someone else holds locked),
+-- and locks are taken in id order; a callback is
 -- released only in the transaction that sets the batch's failed_at or
 -- finished_at, when it was not set. Whoever crashes, the transaction
 -- commits both or neither. A job finishing in a transaction not yet
@@ -140,6 +146,13 @@ DECLARE
     st record;
     failure_due boolean;
     summary text;
+    -- The callbacks to release and to cancel, at the end, in one statement
+    -- each (see there).
+    release_ids bigint[] := '{}';
+    release_summaries text[] := '{}';
+    cancel_ids bigint[] := '{}';
+    i integer;
+    bad text;
 BEGIN
     checked := 0;
     last := 0;
@@ -155,14 +168,19 @@ BEGIN
         failure_due := b.on_failure IS NOT NULL AND b.failed_at IS NULL AND st.has_failed;
         IF st.next_pending IS NOT NULL AND NOT failure_due THEN
             IF st.next_pending > b.pending_from THEN
-                -- Only if no retry moved it back since it was read, and
-                -- without waiting: a batch someone has locked (a retry in
-                -- flight, another worker) keeps its cursor until a later
-                -- round.
-                UPDATE pgtask.batches SET pending_from = st.next_pending
-                 WHERE id = (SELECT l.id FROM pgtask.batches l
-                              WHERE l.id = b.id AND l.pending_from = b.pending_from
-                                FOR UPDATE SKIP LOCKED);
+                -- Moved under the lock, from what is committed then: an
+                -- operator's retry of a job at or past the cursor, which
+                -- committed after the read above, leaves pending_from as it
+                -- was, and must not be stepped past. Without waiting: a batch
+                -- someone has locked (a retry in flight, another worker)
+                -- keeps its cursor until a later round.
+                SELECT * INTO b FROM pgtask.batches WHERE id = b.id AND finished_at IS NULL FOR UPDATE SKIP LOCKED;
+                IF FOUND THEN
+                    st := pgtask.batch_progress(b.id, b.pending_from);
+                    IF st.next_pending > b.pending_from THEN
+                        UPDATE pgtask.batches SET pending_from = st.next_pending WHERE id = b.id;
+                    END IF;
+                END IF;
             END IF;
             CONTINUE;
         END IF;
@@ -175,7 +193,8 @@ BEGIN
         IF b.on_failure IS NOT NULL AND b.failed_at IS NULL AND st.has_failed THEN
             b.failed_at := clock_timestamp();
             UPDATE pgtask.batches SET failed_at = b.failed_at WHERE id = b.id;
-            PERFORM pgtask.release_callback(b.on_failure, pgtask.batch_summary(b.id, b.total, false));
+            release_ids := release_ids || b.on_failure;
+            release_summaries := release_summaries || pgtask.batch_summary(b.id, b.total, false);
         END IF;
         IF st.next_pending IS NOT NULL THEN
             IF st.next_pending > b.pending_from THEN
@@ -193,14 +212,46 @@ BEGIN
          WHERE id = b.id;
         finished := finished + 1;
         IF b.on_finish IS NOT NULL THEN
-            PERFORM pgtask.release_callback(b.on_finish, summary);
+            release_ids := release_ids || b.on_finish;
+            release_summaries := release_summaries || summary;
         END IF;
         IF b.on_failure IS NOT NULL AND b.failed_at IS NULL THEN
             -- No job failed: the on-failure callback will never run.
-            UPDATE pgtask.jobs SET status = 'cancelled', finished_at = now()
-             WHERE id = b.on_failure AND status = 'scheduled' AND run_after = pgtask.parked_at();
+            cancel_ids := cancel_ids || b.on_failure;
         END IF;
     END LOOP;
+    -- The callbacks change in the transaction that ends or fails their
+    -- batches, so both commit or neither. All at once; only when that
+    -- fails on a row that breaks a check the table was given NOT VALID
+    -- after it was stored (see unwritable_row), one at a time, so that the
+    -- others are released, the batches end, and the rest of maintenance
+    -- goes on: such a callback stays parked for an operator to delete.
+    IF cardinality(release_ids) + cardinality(cancel_ids) = 0 THEN
+        RETURN;
+    END IF;
+    BEGIN
+        PERFORM pgtask.release_callbacks(release_ids, release_summaries);
+        UPDATE pgtask.jobs SET status = 'cancelled', finished_at = now()
+         WHERE id = ANY (cancel_ids) AND status = 'scheduled' AND run_after = pgtask.parked_at();
+    EXCEPTION WHEN integrity_constraint_violation THEN
+        FOR i IN 1 .. cardinality(release_ids) LOOP
+            BEGIN
+                PERFORM pgtask.release_callbacks(ARRAY[release_ids[i]], ARRAY[release_summaries[i]]);
+            EXCEPTION WHEN integrity_constraint_violation THEN
+                GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
+                PERFORM pgtask.unwritable_row(format('callback job %s of a batch not released', release_ids[i]), bad);
+            END;
+        END LOOP;
+        FOR i IN 1 .. cardinality(cancel_ids) LOOP
+            BEGIN
+                UPDATE pgtask.jobs SET status = 'cancelled', finished_at = now()
+                 WHERE id = cancel_ids[i] AND status = 'scheduled' AND run_after = pgtask.parked_at();
+            EXCEPTION WHEN integrity_constraint_violation THEN
+                GET STACKED DIAGNOSTICS bad = CONSTRAINT_NAME;
+                PERFORM pgtask.unwritable_row(format('on-failure callback job %s of a batch not cancelled', cancel_ids[i]), bad);
+            END;
+        END LOOP;
+    END;
 END;
 $$;
 

@@ -1,4 +1,4 @@
--- revision: 10
+-- revision: 11
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -99,7 +99,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'batch_summary', 'EXECUTE'),
     ('worker', 'function', 'batch_progress', 'EXECUTE'),
     ('worker', 'function', 'delete_finished_batches', 'EXECUTE'),
-    ('worker', 'function', 'release_callback', 'EXECUTE'),
+    ('worker', 'function', 'release_callbacks', 'EXECUTE'),
     ('worker', 'function', 'parked_at', 'EXECUTE'),
     ('none', 'function', 'is_list', ''),
 

@@ -656,6 +656,22 @@ func (q *Queries) SetGroupPendingFrom(ctx context.Context, arg SetGroupPendingFr
 	return err
 }
 
+const setJobQueue = `-- name: SetJobQueue :exec
+UPDATE pgtask.jobs SET queue = $1 WHERE id = $2
+`
+
+type SetJobQueueParams struct {
+	Queue string
+	ID    int64
+}
+
+// Moves a job to another queue, as a test that makes a row the table's
+// checks refuse (see DropQueueBound) needs.
+func (q *Queries) SetJobQueue(ctx context.Context, arg SetJobQueueParams) error {
+	_, err := q.db.Exec(ctx, setJobQueue, arg.Queue, arg.ID)
+	return err
+}
+
 const setProgressAttempt = `-- name: SetProgressAttempt :execrows
 UPDATE pgtask.job_progress SET attempt = $1 WHERE job_id = $2
 `
