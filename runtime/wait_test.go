@@ -127,13 +127,18 @@ func TestWaitResultOfACancelledJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The cancel has a context of its own, and the test waits for it: the
+	// waiter may see the cancellation commit before CancelJob returns.
+	cancelled := make(chan error, 1)
 	go func() {
 		time.Sleep(200 * time.Millisecond)
-		if _, err := runtime.CancelJob(ctx, b.pool, id); err != nil {
-			t.Error(err)
-		}
+		_, err := runtime.CancelJob(context.Background(), b.pool, id)
+		cancelled <- err
 	}()
 	_, err = taskspec.WaitResult[int](ctx, b.pool, squareSpec, id)
+	if cerr := <-cancelled; cerr != nil {
+		t.Fatal(cerr)
+	}
 	var fe *runtime.JobFailedError
 	if !errors.Is(err, runtime.ErrJobCancelled) || !errors.Is(err, runtime.ErrJobFailed) || !errors.As(err, &fe) ||
 		fe.Status != runtime.StatusCancelled || fe.ID != id {
