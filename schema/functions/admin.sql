@@ -1,4 +1,4 @@
--- revision: 16
+-- revision: 17
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -183,7 +183,7 @@ BEGIN
                'at', clock_timestamp(), 'operator_retry', true)))
      WHERE id = p_id;
     IF head IS NOT DISTINCT FROM j.id THEN
-        PERFORM pg_notify('pgtask_behind', j.queue);
+        PERFORM pg_notify('pgtask_behind', j.id || ':' || j.queue);
     ELSE
         -- The group's head may be one that finished, or gone; let it move on.
         PERFORM pgtask.advance_group(j.queue, j.group_key);

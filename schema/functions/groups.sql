@@ -1,4 +1,4 @@
--- revision: 7
+-- revision: 8
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -85,7 +85,7 @@ DECLARE
     finished_rows tid[];
     old_heads bigint[];
     froms bigint[];
-    runnable boolean;
+    first_runnable bigint;
 BEGIN
     PERFORM pgtask.require_read_committed('advancing a group');
     -- Each group's row is looked up by its key, one key at a time (a
@@ -167,7 +167,7 @@ BEGIN
     ), promoted AS (
         UPDATE pgtask.jobs j SET is_head = true
           FROM chosen c WHERE j.id = c.id
-        RETURNING j.status
+        RETURNING j.id, j.status
     ), passed AS (
         -- The new head is at or below every pending job: no bound below it
         -- is needed any more.
@@ -180,9 +180,11 @@ BEGIN
          USING chosen c
          WHERE g.ctid = ANY (finished_rows) AND g.ctid = c.row_tid AND c.id IS NULL
     )
-    SELECT coalesce(bool_or(status = 'queued'), false) INTO runnable FROM promoted;
-    IF runnable THEN
-        PERFORM pg_notify('pgtask_behind', p_queue);
+    SELECT min(id) FILTER (WHERE status = 'queued') INTO first_runnable FROM promoted;
+    IF first_runnable IS NOT NULL THEN
+        -- With the first such head's id: workers look behind their cursors
+        -- from there, not from the start.
+        PERFORM pg_notify('pgtask_behind', first_runnable || ':' || p_queue);
     END IF;
     RETURN busy;
 END;
@@ -283,7 +285,7 @@ BEGIN
     END IF;
     IF promoted = 'queued' THEN
         IF p_notify THEN
-            PERFORM pg_notify('pgtask_behind', p_queue);
+            PERFORM pg_notify('pgtask_behind', chosen || ':' || p_queue);
         ELSE
             PERFORM set_config('pgtask.promoted',
                                concat_ws(',', nullif(current_setting('pgtask.promoted', true), ''), chosen), true);

@@ -1,4 +1,4 @@
--- revision: 42
+-- revision: 43
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -114,8 +114,10 @@ BEGIN
              LIMIT p_max
                FOR UPDATE SKIP LOCKED) c;
         IF EXISTS (SELECT 1 FROM unnest(promoted) u WHERE u <> ALL (picked)) THEN
-            -- No room for all of them: someone else may take the rest.
-            PERFORM pg_notify('pgtask_behind', p_queue);
+            -- No room for all of them: someone else may take the rest,
+            -- looking behind its cursor from the first of them.
+            PERFORM pg_notify('pgtask_behind',
+                              (SELECT min(u) FROM unnest(promoted) u WHERE u <> ALL (picked)) || ':' || p_queue);
         END IF;
     END IF;
     IF cardinality(picked) < p_max AND p_after_priority IS NULL THEN
@@ -287,10 +289,11 @@ BEGIN
         IF promoted IS NOT NULL THEN
             PERFORM set_config('pgtask.promoted', '', true);
             IF cardinality(promoted) > 1 THEN
-                PERFORM pg_notify('pgtask_behind', p_queue); -- room for one only
+                -- Room for one only.
+                PERFORM pg_notify('pgtask_behind', (SELECT min(u) FROM unnest(promoted) u) || ':' || p_queue);
             ELSIF p_kinds IS NOT NULL
                   AND EXISTS (SELECT 1 FROM pgtask.jobs WHERE id = promoted[1] AND kind <> ALL (p_kinds)) THEN
-                PERFORM pg_notify('pgtask_behind', p_queue); -- for a worker that handles it
+                PERFORM pg_notify('pgtask_behind', promoted[1] || ':' || p_queue); -- for a worker that handles it
             END IF;
         END IF;
         RETURN QUERY
