@@ -39,8 +39,8 @@ type maintenance struct {
 	interval time.Duration
 
 	batches *batchFinisher
-	promote *promoter
-	age     *ager
+	promote *dueMover
+	age     *dueMover
 	rescue  *rescuer
 	cancel  *canceller
 
@@ -58,8 +58,8 @@ func newMaintenance(w *Worker) *maintenance {
 		log:      w.log,
 		interval: w.cfg.MaintenanceInterval,
 		batches:  &batchFinisher{q: q, batch: maintainBatch},
-		promote:  &promoter{q: q, log: w.log.With("maint", "promote"), batch: maintainBatch},
-		age:      &ager{q: q, log: w.log.With("maint", "aging"), batch: maintainBatch},
+		promote:  newPromoter(q, w.log.With("maint", "promote"), maintainBatch),
+		age:      newAger(q, w.log.With("maint", "aging"), maintainBatch),
 		rescue: &rescuer{pool: w.pool, q: q, log: w.log.With("maint", "rescue"), batch: maintainBatch,
 			workerID: w.id, claims: &w.claims},
 		cancel: &canceller{q: q, log: w.log.With("maint", "cancel"), batch: maintainBatch, running: &w.running},
