@@ -73,7 +73,8 @@ SELECT e.job_ids::bigint[] AS ids,
     $11::boolean[], $12::text[], $13::bigint[],
     $14::text[], $15::text[],
     $16::text[], $17::bigint[], $18::text[],
-    $19::jsonb[]
+    $19::jsonb[],
+    $20::integer[], $21::text[], $22::text[], $23::integer[]
   ) e
 `
 
@@ -97,6 +98,10 @@ type InsertBatchParams struct {
 	UniqueWindowsUs []int64           `db:"unique_windows_us"`
 	UniqueStatuses  []string          `db:"unique_statuses"`
 	Metadata        []json.RawMessage `db:"metadata"`
+	Limits          []int32           `db:"limits"`
+	LimitQueues     []string          `db:"limit_queues"`
+	LimitKeys       []string          `db:"limit_keys"`
+	LimitMax        []int32           `db:"limit_max"`
 }
 
 type InsertBatchRow struct {
@@ -128,6 +133,10 @@ func (q *Queries) InsertBatch(ctx context.Context, arg InsertBatchParams) (Inser
 		arg.UniqueWindowsUs,
 		arg.UniqueStatuses,
 		arg.Metadata,
+		arg.Limits,
+		arg.LimitQueues,
+		arg.LimitKeys,
+		arg.LimitMax,
 	)
 	var i InsertBatchRow
 	err := row.Scan(&i.Ids, &i.BatchID)
@@ -142,7 +151,8 @@ SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
     $9::boolean[], $10::text[], $11::bigint[],
     $12::text[], $13::text[],
     $14::text[], $15::bigint[], $16::text[],
-    $17::jsonb[]
+    $17::jsonb[],
+    $18::integer[], $19::text[], $20::text[], $21::integer[]
   ) e
 `
 
@@ -164,6 +174,10 @@ type InsertJobsParams struct {
 	UniqueWindowsUs []int64           `db:"unique_windows_us"`
 	UniqueStatuses  []string          `db:"unique_statuses"`
 	Metadata        []json.RawMessage `db:"metadata"`
+	Limits          []int32           `db:"limits"`
+	LimitQueues     []string          `db:"limit_queues"`
+	LimitKeys       []string          `db:"limit_keys"`
+	LimitMax        []int32           `db:"limit_max"`
 }
 
 type InsertJobsRow struct {
@@ -177,7 +191,9 @@ type InsertJobsRow struct {
 // empty run_at means "now plus the delay". unique_keys has one per job
 // (empty for none, or NULL for none in the batch), unique_windows_us and
 // unique_statuses one per set of settings; metadata one per job (NULL for
-// none), or NULL for none in the batch.
+// none), or NULL for none in the batch. limits, like groups, names each
+// job's limit by its position in limit_queues/limit_keys/limit_max (0:
+// none), or is NULL for none in the batch.
 func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) (InsertJobsRow, error) {
 	row := q.db.QueryRow(ctx, InsertJobs,
 		arg.Payloads,
@@ -197,6 +213,10 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) (InsertJ
 		arg.UniqueWindowsUs,
 		arg.UniqueStatuses,
 		arg.Metadata,
+		arg.Limits,
+		arg.LimitQueues,
+		arg.LimitKeys,
+		arg.LimitMax,
 	)
 	var i InsertJobsRow
 	err := row.Scan(&i.Ids, &i.Existed)

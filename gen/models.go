@@ -154,6 +154,7 @@ type PgtaskJob struct {
 	Metadata        json.RawMessage `db:"metadata"`
 	EnqueuedBy      *string         `db:"enqueued_by"`
 	BatchID         pgtype.Int8     `db:"batch_id"`
+	LimitID         pgtype.Int8     `db:"limit_id"`
 }
 
 type PgtaskJobProgress struct {
@@ -170,6 +171,29 @@ type PgtaskLeader struct {
 	WorkerID  int32     `db:"worker_id"`
 	ElectedAt time.Time `db:"elected_at"`
 	Until     time.Time `db:"until"`
+}
+
+type PgtaskLimitCheck struct {
+	ID       int64       `db:"id"`
+	KeyID    int64       `db:"key_id"`
+	Released int32       `db:"released"`
+	Declared pgtype.Int4 `db:"declared"`
+}
+
+type PgtaskLimitKey struct {
+	ID         pgtype.Int8 `db:"id"`
+	Queue      string      `db:"queue"`
+	LimitKey   string      `db:"limit_key"`
+	Declared   int32       `db:"declared"`
+	MaxRunning int32       `db:"max_running"`
+	Free       int32       `db:"free"`
+}
+
+type PgtaskLimitOverride struct {
+	Queue      string    `db:"queue"`
+	LimitKey   *string   `db:"limit_key"`
+	MaxRunning int32     `db:"max_running"`
+	SetAt      time.Time `db:"set_at"`
 }
 
 type PgtaskMigration struct {

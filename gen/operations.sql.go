@@ -8,6 +8,8 @@ package gen
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const DeleteFinishedJobs = `-- name: DeleteFinishedJobs :one
@@ -82,6 +84,100 @@ func (q *Queries) LastPeriodicTicks(ctx context.Context, names []string) ([]Last
 	return items, nil
 }
 
+const ListLimitOverrides = `-- name: ListLimitOverrides :many
+SELECT o.queue, o.limit_key, o.max_running, o.set_at
+  FROM pgtask.limit_overrides o
+ ORDER BY o.queue, o.limit_key NULLS FIRST
+`
+
+// The operators' limits, by queue and key (NULL: every key of the queue).
+func (q *Queries) ListLimitOverrides(ctx context.Context) ([]PgtaskLimitOverride, error) {
+	rows, err := q.db.Query(ctx, ListLimitOverrides)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PgtaskLimitOverride{}
+	for rows.Next() {
+		var i PgtaskLimitOverride
+		if err := rows.Scan(
+			&i.Queue,
+			&i.LimitKey,
+			&i.MaxRunning,
+			&i.SetAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const ListLimits = `-- name: ListLimits :many
+SELECT k.queue, k.limit_key, k.declared, k.max_running, k.free,
+       (SELECT count(*) FROM pgtask.jobs j
+         WHERE j.limit_id = k.id AND j.is_head AND j.status = 'started')::bigint AS running,
+       (SELECT count(*) FROM pgtask.jobs j
+         WHERE j.limit_id = k.id AND j.status = 'queued' AND NOT j.is_head)::bigint AS waiting,
+       EXISTS (SELECT 1 FROM pgtask.limit_overrides o
+                WHERE o.queue = k.queue AND (o.limit_key = k.limit_key OR (o.limit_key IS NULL AND k.limit_key <> '')))::boolean AS overridden
+  FROM pgtask.limit_keys k
+ WHERE $1::text = '' OR k.queue = $1::text
+ ORDER BY k.queue, k.limit_key
+ LIMIT $2::integer
+`
+
+type ListLimitsParams struct {
+	Queue   string `db:"queue"`
+	MaxRows int32  `db:"max_rows"`
+}
+
+type ListLimitsRow struct {
+	Queue      string `db:"queue"`
+	LimitKey   string `db:"limit_key"`
+	Declared   int32  `db:"declared"`
+	MaxRunning int32  `db:"max_running"`
+	Free       int32  `db:"free"`
+	Running    int64  `db:"running"`
+	Waiting    int64  `db:"waiting"`
+	Overridden bool   `db:"overridden"`
+}
+
+// Each key of a queue (all queues for an empty one) that has a limit, with
+// its limit, the override in force if any, and its admitted, running and
+// waiting jobs now.
+func (q *Queries) ListLimits(ctx context.Context, arg ListLimitsParams) ([]ListLimitsRow, error) {
+	rows, err := q.db.Query(ctx, ListLimits, arg.Queue, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListLimitsRow{}
+	for rows.Next() {
+		var i ListLimitsRow
+		if err := rows.Scan(
+			&i.Queue,
+			&i.LimitKey,
+			&i.Declared,
+			&i.MaxRunning,
+			&i.Free,
+			&i.Running,
+			&i.Waiting,
+			&i.Overridden,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const PauseQueue = `-- name: PauseQueue :one
 SELECT pgtask.pause_queue($1) AS paused
 `
@@ -140,6 +236,26 @@ func (q *Queries) ResumeQueue(ctx context.Context, queue string) (bool, error) {
 	var resumed bool
 	err := row.Scan(&resumed)
 	return resumed, err
+}
+
+const SetLimit = `-- name: SetLimit :one
+SELECT pgtask.set_limit($1::text, $2::text, $3::integer)::integer AS changed
+`
+
+type SetLimitParams struct {
+	Queue      string      `db:"queue"`
+	LimitKey   *string     `db:"limit_key"`
+	MaxRunning pgtype.Int4 `db:"max_running"`
+}
+
+// Sets (max_running) or clears (NULL) an operator's concurrency limit for a
+// key of a queue, or for every key of it but the queue's own (limit_key
+// NULL); see pgtask.set_limit.
+func (q *Queries) SetLimit(ctx context.Context, arg SetLimitParams) (int32, error) {
+	row := q.db.QueryRow(ctx, SetLimit, arg.Queue, arg.LimitKey, arg.MaxRunning)
+	var changed int32
+	err := row.Scan(&changed)
+	return changed, err
 }
 
 const TakePeriodicTick = `-- name: TakePeriodicTick :one

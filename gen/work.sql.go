@@ -115,6 +115,19 @@ func (q *Queries) CancelRequested(ctx context.Context, arg CancelRequestedParams
 	return items, nil
 }
 
+const CheckLimits = `-- name: CheckLimits :one
+SELECT pgtask.check_limits($1::integer)::integer AS admitted
+`
+
+// Applies pending checks of limited keys and admits waiting jobs into free
+// slots; see pgtask.check_limits.
+func (q *Queries) CheckLimits(ctx context.Context, max int32) (int32, error) {
+	row := q.db.QueryRow(ctx, CheckLimits, max)
+	var admitted int32
+	err := row.Scan(&admitted)
+	return admitted, err
+}
+
 const ClaimJobs = `-- name: ClaimJobs :many
 SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,

@@ -5,7 +5,9 @@
 -- empty run_at means "now plus the delay". unique_keys has one per job
 -- (empty for none, or NULL for none in the batch), unique_windows_us and
 -- unique_statuses one per set of settings; metadata one per job (NULL for
--- none), or NULL for none in the batch.
+-- none), or NULL for none in the batch. limits, like groups, names each
+-- job's limit by its position in limit_queues/limit_keys/limit_max (0:
+-- none), or is NULL for none in the batch.
 SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
   FROM pgtask.enqueue_jobs(
     @payloads::jsonb[], @settings::integer[], @groups::integer[],
@@ -13,7 +15,8 @@ SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
     @fail_blocks_group::boolean[], @run_at::text[], @delay_us::bigint[],
     @group_queues::text[], @group_keys::text[],
     @unique_keys::text[], @unique_windows_us::bigint[], @unique_statuses::text[],
-    sqlc.narg(metadata)::jsonb[]
+    sqlc.narg(metadata)::jsonb[],
+    sqlc.narg(limits)::integer[], @limit_queues::text[], @limit_keys::text[], @limit_max::integer[]
   ) e;
 
 -- name: InsertBatch :one
@@ -28,7 +31,8 @@ SELECT e.job_ids::bigint[] AS ids,
     @fail_blocks_group::boolean[], @run_at::text[], @delay_us::bigint[],
     @group_queues::text[], @group_keys::text[],
     @unique_keys::text[], @unique_windows_us::bigint[], @unique_statuses::text[],
-    sqlc.narg(metadata)::jsonb[]
+    sqlc.narg(metadata)::jsonb[],
+    sqlc.narg(limits)::integer[], @limit_queues::text[], @limit_keys::text[], @limit_max::integer[]
   ) e;
 
 -- name: GetBatch :one

@@ -29,3 +29,31 @@ SELECT n.name::text AS name, coalesce(t.tick_at, 'epoch')::timestamptz AS last_t
 
 -- name: TakePeriodicTick :one
 SELECT pgtask.take_periodic_tick(@name, @tick_at::timestamptz, @keep_after::timestamptz) AS taken;
+
+-- name: SetLimit :one
+-- Sets (max_running) or clears (NULL) an operator's concurrency limit for a
+-- key of a queue, or for every key of it but the queue's own (limit_key
+-- NULL); see pgtask.set_limit.
+SELECT pgtask.set_limit(@queue::text, sqlc.narg(limit_key)::text, sqlc.narg(max_running)::integer)::integer AS changed;
+
+-- name: ListLimits :many
+-- Each key of a queue (all queues for an empty one) that has a limit, with
+-- its limit, the override in force if any, and its admitted, running and
+-- waiting jobs now.
+SELECT k.queue, k.limit_key, k.declared, k.max_running, k.free,
+       (SELECT count(*) FROM pgtask.jobs j
+         WHERE j.limit_id = k.id AND j.is_head AND j.status = 'started')::bigint AS running,
+       (SELECT count(*) FROM pgtask.jobs j
+         WHERE j.limit_id = k.id AND j.status = 'queued' AND NOT j.is_head)::bigint AS waiting,
+       EXISTS (SELECT 1 FROM pgtask.limit_overrides o
+                WHERE o.queue = k.queue AND (o.limit_key = k.limit_key OR (o.limit_key IS NULL AND k.limit_key <> '')))::boolean AS overridden
+  FROM pgtask.limit_keys k
+ WHERE @queue::text = '' OR k.queue = @queue::text
+ ORDER BY k.queue, k.limit_key
+ LIMIT @max_rows::integer;
+
+-- name: ListLimitOverrides :many
+-- The operators' limits, by queue and key (NULL: every key of the queue).
+SELECT o.queue, o.limit_key, o.max_running, o.set_at
+  FROM pgtask.limit_overrides o
+ ORDER BY o.queue, o.limit_key NULLS FIRST;

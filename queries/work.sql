@@ -64,6 +64,11 @@ SELECT pgtask.delete_finished_batches(@older_than_ms::bigint, @max::integer)::in
 -- skipped: due jobs whose rows break a check (see pgtask.promote_scheduled).
 SELECT p.moved::integer AS moved, p.skipped::bigint[] AS skipped FROM pgtask.promote_scheduled(@max) p;
 
+-- name: CheckLimits :one
+-- Applies pending checks of limited keys and admits waiting jobs into free
+-- slots; see pgtask.check_limits.
+SELECT pgtask.check_limits(@max::integer)::integer AS admitted;
+
 -- name: TerminateBackend :one
 SELECT pg_terminate_backend(@pid) AS terminated;
 

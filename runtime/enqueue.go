@@ -84,6 +84,14 @@ type EnqueueOptions struct {
 	// UniqueStatuses are the finished statuses in which a job still holds
 	// its key (the unfinished ones always do).
 	UniqueStatuses []Status
+	// Limit, when above 0, caps how many jobs of the job's limit key run at
+	// once across every worker: jobs of (Queue, LimitKey) beyond Limit wait,
+	// without a worker polling for them, until a running one ends. An empty
+	// LimitKey is the queue's own limit. The limit is the tasks'
+	// declaration; an operator's SetLimit wins over it. A grouped job cannot
+	// have one: a group is its own limit of 1.
+	Limit    int
+	LimitKey string
 	// Metadata is stored with the job apart from its payload and given to
 	// each attempt (Job.Metadata): a trace context, a tenant, a request id.
 	// Keys are not empty; keys and values together are at most
@@ -110,6 +118,12 @@ type EnqueueOption func(*EnqueueOptions)
 
 // WithQueue puts the job on queue q.
 func WithQueue(q string) EnqueueOption { return func(o *EnqueueOptions) { o.Queue = q } }
+
+// WithLimit caps at n the jobs of key that run at once across every worker
+// (see EnqueueOptions.Limit); key "" is the queue's own limit.
+func WithLimit(key string, n int) EnqueueOption {
+	return func(o *EnqueueOptions) { o.LimitKey, o.Limit = key, n }
+}
 
 // WithGroup sets the job's FIFO group key.
 func WithGroup(key string) EnqueueOption { return func(o *EnqueueOptions) { o.Group = key } }
@@ -262,6 +276,7 @@ type batch struct {
 	p        gen.InsertJobsParams
 	settings map[jobSettings]int32
 	groups   map[groupRef]int32
+	limits   map[groupRef]int32
 	last     jobSettings
 }
 
@@ -289,6 +304,7 @@ func newBatch(n int) *batch {
 		Kinds: []string{}, Queues: []string{}, Priorities: []int16{}, AgingMs: []int32{}, MaxAttempts: []int32{},
 		FailBlocksGroup: []bool{}, RunAt: []string{}, DelayUs: []int64{},
 		GroupQueues: []string{}, GroupKeys: []string{}, UniqueWindowsUs: []int64{}, UniqueStatuses: []string{},
+		LimitQueues: []string{}, LimitKeys: []string{}, LimitMax: []int32{},
 	}}
 }
 
@@ -319,6 +335,17 @@ func (b *batch) add(r *EnqueueRequest) {
 	}
 	if b.p.UniqueKeys != nil {
 		b.p.UniqueKeys = append(b.p.UniqueKeys, r.UniqueKey)
+	}
+	if r.Limit > 0 && b.p.Limits == nil {
+		// The batch's first limited job: the jobs before it have none.
+		b.p.Limits = make([]int32, len(b.p.Payloads), cap(b.p.Payloads))
+	}
+	if b.p.Limits != nil {
+		var l int32
+		if r.Limit > 0 {
+			l = b.limit(groupRef{r.Queue, r.LimitKey}, int32(r.Limit))
+		}
+		b.p.Limits = append(b.p.Limits, l)
 	}
 	if len(r.Metadata) > 0 && b.p.Metadata == nil {
 		// The batch's first job with metadata: the jobs before it have none.
@@ -374,6 +401,24 @@ func (b *batch) group(ref groupRef) int32 {
 	return g
 }
 
+// limit returns the position of the limit of key ref, listing it with max
+// if it is new. Jobs of one key in one batch that declare different limits
+// list it with the first one's.
+func (b *batch) limit(ref groupRef, max int32) int32 {
+	if l, ok := b.limits[ref]; ok {
+		return l
+	}
+	if b.limits == nil {
+		b.limits = make(map[groupRef]int32)
+	}
+	b.p.LimitQueues = append(b.p.LimitQueues, ref.queue)
+	b.p.LimitKeys = append(b.p.LimitKeys, ref.key)
+	b.p.LimitMax = append(b.p.LimitMax, max)
+	l := int32(len(b.p.LimitKeys))
+	b.limits[ref] = l
+	return l
+}
+
 // check fills defaults and refuses what the database would refuse, with a
 // message that names the setting.
 func (r *EnqueueRequest) check() error {
@@ -391,6 +436,18 @@ func (r *EnqueueRequest) check() error {
 	}
 	if r.Group != "" {
 		if err := checkName("group key", r.Group, MaxGroupKeyBytes); err != nil {
+			return err
+		}
+	}
+	switch {
+	case r.Limit < 0 || r.Limit > math.MaxInt32:
+		return fmt.Errorf("limit %d is out of range [1, %d] (0: none)", r.Limit, math.MaxInt32)
+	case r.Limit == 0 && r.LimitKey != "":
+		return fmt.Errorf("limit key %q without a limit", r.LimitKey)
+	case r.Limit > 0 && r.Group != "":
+		return errors.New("a grouped job cannot have a limit: its group runs one job at a time already")
+	case r.Limit > 0 && r.LimitKey != "":
+		if err := checkName("limit key", r.LimitKey, MaxGroupKeyBytes); err != nil {
 			return err
 		}
 	}

@@ -28,7 +28,8 @@ type leaderStatus interface {
 // runs them, one after another, each interval on the connection budget's
 // maintenance share: a worker uses one connection beside its running jobs.
 //
-// Every worker ends the batches whose jobs have finished, promotes due jobs, raises the priority of jobs that waited
+// Every worker ends the batches whose jobs have finished, promotes due jobs,
+// admits limited jobs into the slots it finds free, raises the priority of jobs that waited
 // long enough (priority aging), rescues orphaned ones and carries out
 // cancel requests each round (SKIP LOCKED keeps workers from getting in
 // each other's way), and records its kinds now and then. Between rounds it
@@ -41,6 +42,7 @@ type maintenance struct {
 	batches *batchFinisher
 	promote *dueMover
 	age     *dueMover
+	limits  *limitChecker
 	rescue  *rescuer
 	cancel  *canceller
 
@@ -60,6 +62,7 @@ func newMaintenance(w *Worker) *maintenance {
 		batches:  &batchFinisher{q: q, batch: maintainBatch},
 		promote:  newPromoter(q, w.log.With("maint", "promote"), maintainBatch),
 		age:      newAger(q, w.log.With("maint", "aging"), maintainBatch),
+		limits:   &limitChecker{q: q, batch: maintainBatch},
 		rescue: &rescuer{pool: w.pool, q: q, log: w.log.With("maint", "rescue"), batch: maintainBatch,
 			workerID: w.id, claims: &w.claims},
 		cancel: &canceller{q: q, log: w.log.With("maint", "cancel"), batch: maintainBatch, running: &w.running},
@@ -112,8 +115,9 @@ func (m *maintenance) round(ctx context.Context) error {
 	// Cancel requests come before this worker's own rescue, so that a
 	// failing rescue of its own orphans does not hold them up.
 	// Batches come before promotion: a callback a batch releases is queued
-	// in the same round.
-	for _, s := range []maintService{m.batches, m.promote, m.age, m.rescue, m.cancel, ownRescue{m.rescue}} {
+	// in the same round; and promotion before the limits, which admit the
+	// limited jobs it queued.
+	for _, s := range []maintService{m.batches, m.promote, m.limits, m.age, m.rescue, m.cancel, ownRescue{m.rescue}} {
 		if err := s.step(ctx); err != nil {
 			return err
 		}

@@ -191,10 +191,18 @@ CREATE TABLE pgtask.jobs (
     enqueued_by       text COLLATE "C" DEFAULT session_user,
     -- The batch the job belongs to (pgtask.batches), NULL for none.
     batch_id          bigint,
+    -- The concurrency limit the job counts against (pgtask.limit_keys.id),
+    -- NULL for none. A limited job runs only while admitted: is_head marks
+    -- it, as it marks a group's head, so the claim index holds admitted
+    -- jobs only and a key at its limit costs a claim nothing. See
+    -- functions/limits.sql.
+    limit_id          bigint,
     CONSTRAINT jobs_queue_not_empty CHECK (queue <> ''),
     CONSTRAINT jobs_kind_not_empty CHECK (kind <> ''),
     CONSTRAINT jobs_group_key_not_empty CHECK (group_key <> ''),
     CONSTRAINT jobs_group_complete CHECK ((group_key IS NULL) = (group_id IS NULL)),
+    -- A group is its own limit (one job at a time); a grouped job has no other.
+    CONSTRAINT jobs_limit_ungrouped CHECK (limit_id IS NULL OR group_key IS NULL),
     CONSTRAINT jobs_attempts_valid CHECK (attempts >= 0),
     CONSTRAINT jobs_max_attempts_valid CHECK (max_attempts >= 1),
     CONSTRAINT jobs_snoozes_valid CHECK (snoozes >= 0),
@@ -269,6 +277,11 @@ CREATE INDEX jobs_batch ON pgtask.jobs (batch_id, id)
 -- The failed jobs of each batch, for its on-failure callback.
 CREATE INDEX jobs_batch_failed ON pgtask.jobs (batch_id)
     WHERE batch_id IS NOT NULL AND status = 'failed';
+
+-- The limited jobs waiting for a free slot of their key, in the order they
+-- are admitted (see functions/limits.sql).
+CREATE INDEX jobs_limit_waiting ON pgtask.jobs (limit_id, priority, id)
+    WHERE limit_id IS NOT NULL AND status = 'queued' AND NOT is_head;
 
 -- Batches (runtime.EnqueueBatch): jobs enqueued together, and the callback
 -- jobs that run when all of them have finished (on_finish) and when the
@@ -375,6 +388,87 @@ CREATE TRIGGER jobs_advance_after_delete
 CREATE TRIGGER jobs_forget_groups_after_truncate
     AFTER TRUNCATE ON pgtask.jobs
     FOR EACH STATEMENT EXECUTE FUNCTION pgtask.forget_groups_after_truncate();
+
+-- Concurrency limits (see functions/limits.sql): one row per key that has
+-- had a limited job, with its limit and how many of its slots are free.
+-- Jobs admitted (is_head) and free slots add up to max_running. The row is
+-- changed when a slot is taken from it or given back to it, not when a
+-- finished job hands its slot on to a waiting one, so a key working off a
+-- backlog leaves its row alone.
+CREATE TABLE pgtask.limit_keys (
+    id          bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+    queue       text COLLATE "C" NOT NULL,
+    -- '' for the queue's own limit.
+    limit_key   text COLLATE "C" NOT NULL,
+    -- The limit the tasks declared (the latest enqueue's), and the one in
+    -- force: an operator's override (pgtask.limit_overrides), else declared.
+    declared    integer NOT NULL,
+    max_running integer NOT NULL,
+    -- Below 0 after a limit was lowered under the jobs already admitted:
+    -- slots given back fill it first.
+    free        integer NOT NULL,
+    PRIMARY KEY (queue, limit_key),
+    CONSTRAINT limit_keys_declared_valid CHECK (declared >= 1),
+    CONSTRAINT limit_keys_max_valid CHECK (max_running >= 1),
+    CONSTRAINT limit_keys_free_valid CHECK (free <= max_running),
+    CONSTRAINT limit_keys_queue_bounded CHECK (octet_length(queue) <= 128),
+    CONSTRAINT limit_keys_key_bounded CHECK (octet_length(limit_key) <= 1024)
+);
+
+-- Limits an operator set, which win over the declared ones: for one key of
+-- a queue, or (limit_key NULL) for every key of it but the queue's own ('').
+CREATE TABLE pgtask.limit_overrides (
+    queue       text COLLATE "C" NOT NULL,
+    limit_key   text COLLATE "C",
+    max_running integer NOT NULL,
+    set_at      timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT limit_overrides_unique UNIQUE NULLS NOT DISTINCT (queue, limit_key),
+    CONSTRAINT limit_overrides_max_valid CHECK (max_running >= 1)
+);
+
+-- Keys to look at again, left by whoever could not take the key's row lock
+-- without waiting (it was held by another enqueue or finisher): an enqueue
+-- that left jobs waiting, a finished job's slot to give back (released), a
+-- changed declared limit. Every worker's maintenance round applies them
+-- under the key's lock, then admits waiting jobs into free slots.
+CREATE TABLE pgtask.limit_checks (
+    id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key_id   bigint NOT NULL,
+    released integer NOT NULL DEFAULT 0,
+    declared integer
+);
+CREATE INDEX limit_checks_key ON pgtask.limit_checks (key_id);
+
+-- The triggers that keep the slots of limited jobs counted whatever changes
+-- a job (see functions/limits.sql, which replaces these placeholders). A
+-- limited job holds a slot only while admitted and queued or started; the
+-- BEFORE trigger unmarks one that leaves those, and the AFTER triggers
+-- hand its slot on or give it back. Their WHEN clauses keep every other
+-- job's updates free of them.
+CREATE FUNCTION pgtask.limit_unadmit() RETURNS trigger
+LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END; $$;
+
+CREATE FUNCTION pgtask.limit_release() RETURNS trigger
+LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END; $$;
+
+CREATE TRIGGER jobs_limit_unadmit
+    BEFORE UPDATE ON pgtask.jobs
+    FOR EACH ROW
+    WHEN (NEW.limit_id IS NOT NULL AND NEW.is_head AND NEW.status NOT IN ('queued', 'started'))
+    EXECUTE FUNCTION pgtask.limit_unadmit();
+
+CREATE TRIGGER jobs_limit_release
+    AFTER UPDATE ON pgtask.jobs
+    FOR EACH ROW
+    WHEN (OLD.limit_id IS NOT NULL AND OLD.is_head AND OLD.status IN ('queued', 'started')
+          AND NOT (NEW.is_head AND NEW.status IN ('queued', 'started')))
+    EXECUTE FUNCTION pgtask.limit_release();
+
+CREATE TRIGGER jobs_limit_release_deleted
+    AFTER DELETE ON pgtask.jobs
+    FOR EACH ROW
+    WHEN (OLD.limit_id IS NOT NULL AND OLD.is_head AND OLD.status IN ('queued', 'started'))
+    EXECUTE FUNCTION pgtask.limit_release();
 
 -- Cluster-wide duties and operations: a leader among the workers, paused
 -- queues, periodic jobs' ticks, cancel requests, and the kinds each worker

@@ -1,4 +1,4 @@
--- revision: 17
+-- revision: 18
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -157,7 +157,8 @@ BEGIN
         UPDATE pgtask.batches SET pending_from = least(pending_from, j.id)
          WHERE id = j.batch_id AND finished_at IS NULL;
     END IF;
-    head := j.id;
+    -- A limited job waits for a slot of its key (see functions/limits.sql).
+    head := CASE WHEN j.limit_id IS NULL THEN j.id END;
     IF j.group_key IS NOT NULL THEN
         -- The group's row may be a newer one than the job's: the job joins
         -- it, and the group's next job is looked for from the job's id on
@@ -182,7 +183,9 @@ BEGIN
                'error', format('retried by an operator after %s attempt(s); attempts count from 1 again', j.attempts),
                'at', clock_timestamp(), 'operator_retry', true)))
      WHERE id = p_id;
-    IF head IS NOT DISTINCT FROM j.id THEN
+    IF j.limit_id IS NOT NULL THEN
+        INSERT INTO pgtask.limit_checks (key_id) VALUES (j.limit_id);
+    ELSIF head IS NOT DISTINCT FROM j.id THEN
         PERFORM pg_notify('pgtask_behind', j.id || ':' || j.queue);
     ELSE
         -- The group's head may be one that finished, or gone; let it move on.

@@ -1,4 +1,4 @@
--- revision: 7
+-- revision: 8
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -95,6 +95,18 @@ $$;
 -- p_metadata is each job's metadata (a JSON object of strings, or NULL for
 -- none), or NULL for a batch without any.
 --
+-- Concurrency limits (see functions/limits.sql): the batch's limits are
+-- listed once each (p_limit_queues, p_limit_keys, with the limit the tasks
+-- declare in p_limit_max), and every job gives the 1-based position of its
+-- limit (p_limits, 0 for none; NULL for a batch without any). A limited
+-- job is never grouped, and its queue is its limit's. Each key's row is
+-- created, or locked with SKIP LOCKED; the batch's jobs due now take its
+-- free slots, by priority then place in the batch, and the others wait.
+-- When the row is locked by someone else, all of them wait, and the key is
+-- left to maintenance to look at (pgtask.limit_checks) once this commits.
+-- The keys are handled in (queue, key) order, and nobody waits for a key's
+-- row but for another's insert of it.
+--
 -- A job over the size limits (a payload over 8 MiB, metadata over 16 KiB)
 -- fails the batch with SQLSTATE 54000 (program_limit_exceeded), metadata
 -- that is not an object of strings with 22023 (invalid_parameter_value);
@@ -114,7 +126,8 @@ CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs(
     p_fail_blocks_group boolean[], p_run_at text[], p_delay_us bigint[],
     p_group_queues text[], p_group_keys text[],
     p_unique_keys text[], p_unique_windows_us bigint[], p_unique_statuses text[],
-    p_metadata jsonb[]
+    p_metadata jsonb[],
+    p_limits integer[], p_limit_queues text[], p_limit_keys text[], p_limit_max integer[]
 ) RETURNS TABLE (job_ids bigint[], job_existed boolean[])
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -156,6 +169,17 @@ DECLARE
     inserted bigint[];
     woken text;
     woken_queue text;
+    -- Concurrency limits: the keys' row ids, the slots this call may take
+    -- (0 where it could not lock the row), whether it locked it, and which
+    -- jobs it admits.
+    nl integer := coalesce(cardinality(p_limit_keys), 0);
+    lids bigint[];
+    lfree integer[];
+    llocked boolean[];
+    admit boolean[];
+    lk record;
+    lrow record;
+    lmax integer;
 BEGIN
     IF n = 0 THEN
         RETURN QUERY SELECT '{}'::bigint[], '{}'::boolean[];
@@ -191,6 +215,24 @@ BEGIN
     END IF;
     IF used < ng THEN
         RAISE EXCEPTION 'pgtask.enqueue_jobs: % listed group(s) have no job', ng - used;
+    END IF;
+    IF p_limits IS NOT NULL THEN
+        IF cardinality(p_limits) <> n OR coalesce(cardinality(p_limit_queues), 0) <> nl
+           OR coalesce(cardinality(p_limit_max), 0) <> nl
+           OR NOT (pgtask.is_list(p_limit_queues) AND pgtask.is_list(p_limit_keys) AND pgtask.is_list(p_limit_max)) THEN
+            RAISE EXCEPTION 'pgtask.enqueue_jobs: the limit arrays differ in length';
+        END IF;
+        SELECT count(*) FILTER (WHERE u.l IS NULL OR u.l < 0 OR u.l > nl
+                                   OR (u.l > 0 AND (u.g > 0 OR p_queues[u.o] IS DISTINCT FROM p_limit_queues[u.l]
+                                                    OR p_limit_keys[u.l] IS NULL
+                                                    OR p_limit_max[u.l] IS NULL OR p_limit_max[u.l] < 1)))
+          INTO bad
+          FROM (SELECT unnest(p_limits) AS l, unnest(p_groups) AS g, unnest(p_settings) AS o) u;
+        IF bad > 0 THEN
+            RAISE EXCEPTION 'pgtask.enqueue_jobs: % job(s) name no listed limit of their queue, are grouped and limited, or have a limit below 1', bad;
+        END IF;
+    ELSIF nl > 0 THEN
+        RAISE EXCEPTION 'pgtask.enqueue_jobs: limits listed without jobs naming them';
     END IF;
     -- The limits of the Go side (runtime.MaxPayloadBytes, MaxMetadataBytes),
     -- for callers that come here past its checks. A payload is measured as
@@ -287,7 +329,10 @@ BEGIN
                                     WHERE w.g = ANY (used_groups) ORDER BY w.g), '{}'),
                     ARRAY(SELECT u.k FROM unnest(p_unique_keys, keep) WITH ORDINALITY AS u(k, kp, i) WHERE u.kp ORDER BY u.i),
                     p_unique_windows_us, p_unique_statuses,
-                    ARRAY(SELECT u.m FROM unnest(p_metadata, keep) WITH ORDINALITY AS u(m, kp, i) WHERE u.kp ORDER BY u.i)) e;
+                    ARRAY(SELECT u.m FROM unnest(p_metadata, keep) WITH ORDINALITY AS u(m, kp, i) WHERE u.kp ORDER BY u.i),
+                    CASE WHEN p_limits IS NOT NULL THEN
+                        ARRAY(SELECT u.l FROM unnest(p_limits, keep) WITH ORDINALITY AS u(l, kp, i) WHERE u.kp ORDER BY u.i) END,
+                    p_limit_queues, p_limit_keys, p_limit_max) e;
             END IF;
             RETURN QUERY
                 SELECT array_agg(coalesce(r.h, inserted[r.pos]) ORDER BY r.i), array_agg(NOT keep[r.i] ORDER BY r.i)
@@ -367,14 +412,75 @@ BEGIN
         END IF;
     END IF;
 
+    IF nl > 0 THEN
+        lids := array_fill(NULL::bigint, ARRAY[nl]);
+        lfree := array_fill(0, ARRAY[nl]);
+        llocked := array_fill(false, ARRAY[nl]);
+        FOR lk IN
+            SELECT w.q, w.k, w.m, w.ord FROM unnest(p_limit_queues, p_limit_keys, p_limit_max) WITH ORDINALITY AS w(q, k, m, ord)
+             ORDER BY w.q COLLATE "C", w.k COLLATE "C"
+        LOOP
+            LOOP
+                SELECT id, free, declared INTO lrow FROM pgtask.limit_keys
+                 WHERE queue = lk.q AND limit_key = lk.k
+                   FOR NO KEY UPDATE SKIP LOCKED;
+                IF FOUND THEN
+                    llocked[lk.ord] := true;
+                    EXIT;
+                END IF;
+                -- Locked by someone else, or missing. A key's row, once
+                -- there, stays: its id needs no lock.
+                SELECT id, free, declared INTO lrow FROM pgtask.limit_keys
+                 WHERE queue = lk.q AND limit_key = lk.k;
+                EXIT WHEN FOUND;
+                lmax := pgtask.limit_in_force(lk.q, lk.k, lk.m);
+                INSERT INTO pgtask.limit_keys (queue, limit_key, declared, max_running, free)
+                VALUES (lk.q, lk.k, lk.m, lmax, lmax)
+                ON CONFLICT (queue, limit_key) DO NOTHING
+                RETURNING id, free, declared INTO lrow;
+                IF FOUND THEN
+                    llocked[lk.ord] := true;
+                    EXIT;
+                END IF;
+            END LOOP;
+            lids[lk.ord] := lrow.id;
+            IF llocked[lk.ord] THEN
+                lfree[lk.ord] := greatest(lrow.free, 0);
+            END IF;
+            IF lrow.declared <> lk.m THEN
+                -- The tasks declare another limit now: maintenance applies
+                -- it under the key's lock.
+                INSERT INTO pgtask.limit_checks (key_id, declared) VALUES (lrow.id, lk.m);
+            END IF;
+        END LOOP;
+        -- The jobs due now take the free slots of the keys this call holds,
+        -- by priority, then place in the batch.
+        SELECT array_agg(u.l > 0 AND u.due AND u.rn <= lfree[u.l] ORDER BY u.i) INTO admit
+          FROM (SELECT x.l, x.i, starts[x.o] <= now() AS due,
+                       row_number() OVER (PARTITION BY x.l, starts[x.o] <= now() ORDER BY p_priorities[x.o], x.i) AS rn
+                  FROM unnest(p_limits, p_settings) WITH ORDINALITY AS x(l, o, i)) u;
+        UPDATE pgtask.limit_keys k SET free = k.free - a.taken
+          FROM (SELECT lids[u.l] AS id, count(*) AS taken
+                  FROM unnest(p_limits, admit) AS u(l, a)
+                 WHERE u.a GROUP BY u.l) a
+         WHERE k.id = a.id;
+        -- Jobs due now that wait on a key this call could not lock: the key
+        -- is looked at again once this commits.
+        INSERT INTO pgtask.limit_checks (key_id)
+        SELECT DISTINCT lids[u.l]
+          FROM unnest(p_limits, p_settings) AS u(l, o)
+         WHERE u.l > 0 AND NOT llocked[u.l] AND starts[u.o] <= now();
+    END IF;
+
     -- A grouped job is its group's head only if this call created the group
-    -- with it; the probe runs only then. (A subscript of 0 is NULL.)
+    -- with it; the probe runs only then. (A subscript of 0 is NULL.) A
+    -- limited job is admitted (is_head) if it took a slot above.
     INSERT INTO pgtask.jobs (
         id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload,
-        max_attempts, fail_blocks_group, run_after, unique_key, unique_statuses, unique_until, metadata
+        max_attempts, fail_blocks_group, run_after, unique_key, unique_statuses, unique_until, metadata, limit_id
     )
     SELECT t.id, t.q, p_kinds[t.o], p_group_keys[t.g], gids[t.g],
-           t.g = 0 OR (created AND t.id = ANY (made_heads)),
+           CASE WHEN t.l > 0 THEN admit[t.i] ELSE t.g = 0 OR (created AND t.id = ANY (made_heads)) END,
            CASE WHEN t.run_after > now() THEN 'scheduled'::pgtask.job_status
                 ELSE 'queued'::pgtask.job_status END,
            p_priorities[t.o], p_aging_ms[t.o],
@@ -385,12 +491,12 @@ BEGIN
            CASE WHEN keys[t.i] IS NOT NULL AND p_unique_windows_us[t.o] > 0
                 THEN to_timestamp((floor(extract(epoch FROM now()) * 1e6 / p_unique_windows_us[t.o]) + 1)
                                   * p_unique_windows_us[t.o] / 1e6) END,
-           t.meta
-      FROM (SELECT u.id, u.i, u.o, u.g, u.payload, u.meta, p_queues[u.o] AS q, starts[u.o] AS run_after
+           t.meta, lids[t.l]
+      FROM (SELECT u.id, u.i, u.o, u.g, coalesce(u.l, 0) AS l, u.payload, u.meta, p_queues[u.o] AS q, starts[u.o] AS run_after
               -- unnest in the select list zips the arrays without
               -- materialising them as a table function would.
               FROM (SELECT unnest(ids) AS id, generate_series(1, n) AS i, unnest(p_settings) AS o, unnest(p_groups) AS g,
-                           unnest(p_payloads) AS payload, unnest(p_metadata) AS meta) u) t;
+                           unnest(p_payloads) AS payload, unnest(p_metadata) AS meta, unnest(p_limits) AS l) u) t;
 
     -- Wake workers of queues that got a runnable head: an ungrouped job, or
     -- a new group's first job, due now, when a runner may be idle (see
@@ -406,8 +512,9 @@ BEGIN
     -- committed after a later one was claimed.
     FOR woken IN
         SELECT min(u.id)::text || ':' || p_queues[u.o]
-          FROM (SELECT unnest(ids) AS id, unnest(p_settings) AS o, unnest(p_groups) AS g) u
-         WHERE (u.g = 0 OR created) AND starts[u.o] <= now()
+          FROM (SELECT unnest(ids) AS id, unnest(p_settings) AS o, unnest(p_groups) AS g,
+                       unnest(p_limits) AS l, unnest(admit) AS a) u
+         WHERE CASE WHEN u.l > 0 THEN u.a ELSE u.g = 0 OR created END AND starts[u.o] <= now()
          GROUP BY p_queues[u.o]
     LOOP
         woken_queue := substr(woken, length(split_part(woken, ':', 1)) + 2);

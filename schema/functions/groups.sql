@@ -1,4 +1,4 @@
--- revision: 8
+-- revision: 9
 -- Groups: moving a group on to its next job once its head has finished.
 --
 -- Grouped jobs run one at a time per (queue, group_key), in id order. Only a
@@ -436,13 +436,17 @@ BEGIN
 END;
 $$;
 
--- TRUNCATE of the jobs leaves no group with work: their rows go too.
+-- TRUNCATE of the jobs leaves no group with work: their rows go too, and
+-- every limit's slots are free.
 CREATE OR REPLACE FUNCTION pgtask.forget_groups_after_truncate() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM pgtask.queue_groups;
     DELETE FROM pgtask.stale_groups;
     DELETE FROM pgtask.job_progress;
+    -- No job holds a slot of any limit now.
+    DELETE FROM pgtask.limit_checks;
+    UPDATE pgtask.limit_keys SET free = max_running WHERE free <> max_running;
     RETURN NULL;
 END;
 $$;

@@ -1,4 +1,4 @@
--- revision: 14
+-- revision: 15
 -- Maintenance that every worker runs: queueing due jobs and rescuing the
 -- jobs of dead workers.
 --
@@ -35,6 +35,7 @@ DECLARE
     i bigint;
     q text;
     head boolean;
+    lim bigint;
     -- A value, not clock_timestamp() in the condition: a volatile call
     -- cannot bound the index scan, which would then read every scheduled
     -- job, due or not, every round.
@@ -51,7 +52,12 @@ BEGIN
         WITH promoted AS (
             UPDATE pgtask.jobs j SET status = 'queued'
              WHERE j.id = ANY (due)
-            RETURNING j.queue, j.is_head, j.id
+            RETURNING j.queue, j.is_head, j.id, j.limit_id
+        ), checks AS (
+            -- A limited job due now waits for a slot of its key (see
+            -- functions/limits.sql): check_limits admits it.
+            INSERT INTO pgtask.limit_checks (key_id)
+            SELECT DISTINCT limit_id FROM promoted WHERE limit_id IS NOT NULL
         )
         SELECT (SELECT count(*) FROM promoted),
                coalesce((SELECT array_agg(h.first_id || ':' || h.queue)
@@ -62,8 +68,11 @@ BEGIN
         woken := '{}';
         FOREACH i IN ARRAY due LOOP
             BEGIN
-                UPDATE pgtask.jobs SET status = 'queued' WHERE id = i RETURNING queue, is_head INTO q, head;
+                UPDATE pgtask.jobs SET status = 'queued' WHERE id = i RETURNING queue, is_head, limit_id INTO q, head, lim;
                 moved := moved + 1;
+                IF lim IS NOT NULL THEN
+                    INSERT INTO pgtask.limit_checks (key_id) VALUES (lim);
+                END IF;
                 IF head AND q <> ALL (woken) THEN
                     woken := woken || q;
                 END IF;

@@ -1,4 +1,4 @@
--- revision: 11
+-- revision: 12
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -80,6 +80,19 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'table', 'batches', 'SELECT, UPDATE, DELETE'),
     ('admin', 'table', 'batches', 'SELECT, UPDATE'),
     ('none', 'sequence', 'batches_id_seq', ''),
+    -- Concurrency limits (limits.sql): enqueues take slots inside
+    -- enqueue_jobs; a job that ends frees its slot through the triggers,
+    -- which run as whoever changes or deletes the job (a worker, or an
+    -- operator's cancel, retry or delete); maintenance applies the checks
+    -- they leave; an operator sets limits.
+    ('worker', 'table', 'limit_keys', 'SELECT, UPDATE'),
+    ('admin', 'table', 'limit_keys', 'SELECT, UPDATE'),
+    ('worker', 'table', 'limit_checks', 'SELECT, INSERT, DELETE'),
+    ('admin', 'table', 'limit_checks', 'INSERT'),
+    ('worker', 'table', 'limit_overrides', 'SELECT'),
+    ('admin', 'table', 'limit_overrides', 'SELECT, INSERT, UPDATE, DELETE'),
+    ('none', 'sequence', 'limit_keys_id_seq', ''),
+    ('none', 'sequence', 'limit_checks_id_seq', ''),
     ('worker', 'table', 'migrations', 'SELECT'),
     ('worker', 'table', 'function_files', 'SELECT'),
     ('none', 'table', 'granted_roles', ''),
@@ -150,6 +163,18 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'idle_lock_class', 'EXECUTE'),
     ('worker', 'function', 'enqueue_lock_class', 'EXECUTE'),
     ('none', 'function', 'advance_after_delete', ''),
+    ('none', 'function', 'limit_unadmit', ''),
+    ('none', 'function', 'limit_release', ''),
+    ('worker', 'function', 'check_limits', 'EXECUTE'),
+    ('worker', 'function', 'release_slot', 'EXECUTE'),
+    ('worker', 'function', 'admit_waiting', 'EXECUTE'),
+    ('worker', 'function', 'announce_admitted', 'EXECUTE'),
+    ('worker', 'function', 'limit_in_force', 'EXECUTE'),
+    ('admin', 'function', 'release_slot', 'EXECUTE'),
+    ('admin', 'function', 'admit_waiting', 'EXECUTE'),
+    ('admin', 'function', 'announce_admitted', 'EXECUTE'),
+    ('admin', 'function', 'limit_in_force', 'EXECUTE'),
+    ('admin', 'function', 'set_limit', 'EXECUTE'),
     ('none', 'function', 'forget_groups_after_truncate', ''),
 
     -- What both workers and operators' changes use: advancing a group (also

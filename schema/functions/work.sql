@@ -1,4 +1,4 @@
--- revision: 43
+-- revision: 44
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -459,6 +459,9 @@ DECLARE
     done_ids bigint[];
     announced bigint[];
 BEGIN
+    -- A slot of a limit this frees and hands on (see functions/limits.sql)
+    -- is left for the claim that follows, like a group's next head.
+    PERFORM set_config('pgtask.claiming', CASE WHEN p_claiming THEN 'on' ELSE 'off' END, true);
     IF cardinality(p_ids) = 1 AND p_errors[1] IS NULL THEN
         -- One success, as BatchSize 1 gives: plain statements whose plans
         -- the session keeps. A group's head, its attempt still current:

@@ -132,4 +132,5 @@ type PgtaskJob struct {
 	Metadata        json.RawMessage
 	EnqueuedBy      *string
 	BatchID         pgtype.Int8
+	LimitID         pgtype.Int8
 }

@@ -1,0 +1,194 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
+)
+
+// keyGauge counts, per limit key, the handlers running now across every
+// worker of a test, and the most seen at once.
+type keyGauge struct {
+	mu      sync.Mutex
+	running map[string]int
+	most    map[string]int
+}
+
+func newKeyGauge() *keyGauge {
+	return &keyGauge{running: map[string]int{}, most: map[string]int{}}
+}
+
+func (g *keyGauge) enter(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.running[key]++
+	g.most[key] = max(g.most[key], g.running[key])
+}
+
+func (g *keyGauge) leave(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.running[key]--
+}
+
+func (g *keyGauge) mostOf(key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.most[key]
+}
+
+// A concurrency limit holds across every worker: three workers of
+// Concurrency 4 each run jobs of two keys limited to 3 and 2, and of the
+// queue's own limit of 4 (no key), while jobs fail and retry with backoff
+// (giving their slot up meanwhile), snooze, and more jobs are enqueued as
+// they run, one by one and in batches. No key ever runs more than its
+// limit, each reaches it (the limit binds, it does not serialise), every
+// job succeeds, and every key's slots are all free at the end.
+func TestConcurrencyLimitHoldsAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			gauge := newKeyGauge()
+			limits := map[string]int{"a": 3, "b": 2, "": 4}
+			var failed sync.Map
+			handler := func(ctx context.Context, job *runtime.Job) error {
+				var p struct {
+					Key string `json:"key"`
+					N   int    `json:"n"`
+				}
+				if err := json.Unmarshal(job.Payload, &p); err != nil {
+					return err
+				}
+				gauge.enter(p.Key)
+				defer gauge.leave(p.Key)
+				// Longer than a held batch's commit budget: each runner's batches
+				// hold one job, so the keys' slots spread over runners.
+				time.Sleep(time.Duration(12+rand.IntN(8)) * time.Millisecond)
+				switch {
+				case p.N%7 == 0 && job.Attempt == 1:
+					if _, loaded := failed.LoadOrStore(p.N, true); !loaded {
+						return errors.New("first attempt fails")
+					}
+				case p.N%11 == 0 && job.Snoozes == 0:
+					return runtime.Snooze(5 * time.Millisecond)
+				}
+				return nil
+			}
+			cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{"lim": {Mode: mode, Concurrency: 4}}}
+			reg := runtime.Registration{Kind: "limited", Queue: "lim", Handler: handler, Backoff: fastRetry}
+			opts := func(key string) []runtime.EnqueueOption {
+				return []runtime.EnqueueOption{runtime.WithQueue("lim"), runtime.WithLimit(key, limits[key])}
+			}
+			var ids []runtime.JobID
+			n := 0
+			add := func(key string) {
+				n++
+				ids = append(ids, enqueue(t, b.pool, "limited", map[string]any{"key": key, "n": n}, opts(key)...))
+			}
+			for range 20 {
+				for _, key := range []string{"a", "b", ""} {
+					add(key)
+				}
+			}
+			for range 3 {
+				startWorker(t, b.url, cfg, reg)
+			}
+			// More while they run: single enqueues and a batch mixing keys.
+			for range 10 {
+				for _, key := range []string{"a", "b", ""} {
+					add(key)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			var reqs []runtime.EnqueueRequest
+			for i := range 60 {
+				key := []string{"a", "b", ""}[i%3]
+				n++
+				r := runtime.EnqueueRequest{Kind: "limited", Payload: mustJSON(t, map[string]any{"key": key, "n": n})}
+				r.Apply(opts(key)...)
+				reqs = append(reqs, r)
+			}
+			more, err := runtime.EnqueueMany(ctx, b.pool, reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, more...)
+			for _, id := range ids {
+				b.waitStatus(t, id, 30*time.Second, testdb.PgtaskJobStatusSucceeded)
+			}
+			for key, limit := range limits {
+				if got := gauge.mostOf(key); got > limit {
+					t.Errorf("key %q: %d jobs ran at once, over its limit of %d", key, got, limit)
+				} else if got < limit {
+					t.Errorf("key %q: at most %d jobs ran at once, never its limit of %d: the limit serialised them", key, got, limit)
+				}
+			}
+			waitLimitsIdle(t, b, "lim", limits)
+		})
+	}
+}
+
+// waitLimitsIdle waits until every key of queue has all its slots free and
+// nothing waiting, as it must once its jobs have ended (slots left to
+// maintenance come back within a round or two).
+func waitLimitsIdle(t *testing.T, b *bundle, queue string, limits map[string]int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		infos, err := runtime.Limits(context.Background(), b.pool, queue, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var off []string
+		for _, in := range infos {
+			if in.Free != in.Limit || in.Running != 0 || in.Waiting != 0 || in.Limit != limits[in.Key] {
+				off = append(off, fmt.Sprintf("%+v", in))
+			}
+		}
+		if len(infos) != len(limits) {
+			off = append(off, fmt.Sprintf("%d keys, want %d", len(infos), len(limits)))
+		}
+		if len(off) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("limit keys of %s not idle: %v", queue, off)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The enqueue refuses what a limit cannot be: a grouped job with a limit, a
+// key without a limit, a limit below 0.
+func TestEnqueueRefusesBadLimits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, c := range []struct {
+		name string
+		opts []runtime.EnqueueOption
+		want string
+	}{
+		{"grouped", []runtime.EnqueueOption{runtime.WithGroup("g"), runtime.WithLimit("k", 2)}, "a grouped job cannot have a limit"},
+		{"key without a limit", []runtime.EnqueueOption{runtime.WithLimit("k", 0)}, `limit key "k" without a limit`},
+		{"negative", []runtime.EnqueueOption{runtime.WithLimit("k", -1)}, "limit -1 is out of range"},
+	} {
+		req := runtime.EnqueueRequest{Kind: "k", Payload: mustJSON(t, map[string]int{})}
+		req.Apply(c.opts...)
+		_, err := runtime.Enqueue(context.Background(), b.pool, req)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err %v, want one saying %q", c.name, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,237 @@
+-- revision: 2
+-- Concurrency limits: at most max_running jobs of a key run at once, across
+-- every worker.
+--
+-- A limited job (limit_id set, never grouped) runs only while admitted,
+-- which is_head marks as it marks a group's head: the claim index holds
+-- runnable heads only, so jobs waiting on a key at its limit are not in it
+-- and a claim never steps over them, however many there are. A job is
+-- admitted into a free slot of its key (pgtask.limit_keys.free) and holds
+-- its slot while it is queued or started; when it leaves those (it
+-- finished, was cancelled or deleted, or waits out a retry's backoff or a
+-- snooze) the triggers of 0001_baseline.sql hand the slot on:
+--   - to the key's first waiting job (by priority, then id), without
+--     touching the key's row: a key working off a backlog leaves its row
+--     alone, so its lookups do not slow down while another session keeps a
+--     transaction open (vacuum could remove none of the versions);
+--   - or, with none waiting, back to the key's row (free + 1).
+-- So, for each key, the admitted jobs and its free slots add up to its
+-- limit, and free never goes below 0 by an admission: the limit holds.
+--
+-- The key's row is locked (FOR NO KEY UPDATE) to take or give back slots,
+-- always with SKIP LOCKED by enqueues and finishers: an enqueue that finds
+-- the row locked leaves its jobs waiting, and a finisher its slot, in
+-- pgtask.limit_checks, which every worker's maintenance round applies
+-- (check_limits). No enqueue or worker waits for another on a key, so they
+-- cannot deadlock, whatever order their transactions touch keys in. A
+-- waiting job's enqueue commits either while holding the row (then whoever
+-- gives a slot back meanwhile leaves it in limit_checks) or with a check
+-- of its own: a slot given back never misses a job that waits.
+--
+-- Applied with CREATE OR REPLACE when this file's revision rises (see
+-- schema/functions.go): raise it with every change.
+
+-- Makes the job p_id, just admitted, known to workers: left for the claim
+-- that follows in the same transaction (see pick_heads) when the caller
+-- said one does (pgtask.claiming, see settle_jobs), else announced on
+-- pgtask_behind with its id, since it may lie behind the workers' cursors.
+CREATE OR REPLACE FUNCTION pgtask.announce_admitted(p_id bigint, p_queue text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('pgtask.claiming', true) = 'on' THEN
+        PERFORM set_config('pgtask.promoted',
+                           concat_ws(',', nullif(current_setting('pgtask.promoted', true), ''), p_id), true);
+    ELSE
+        PERFORM pg_notify('pgtask_behind', p_id || ':' || p_queue);
+    END IF;
+END;
+$$;
+
+-- Admits up to p_room waiting jobs of key p_key, by priority then id, and
+-- returns the first one's id (NULL: none). The caller holds the key's row
+-- and takes the slots from it.
+CREATE OR REPLACE FUNCTION pgtask.admit_waiting(p_key bigint, p_room integer, OUT admitted integer, OUT first_id bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    WITH picked AS (
+        SELECT id FROM pgtask.jobs
+         WHERE limit_id = p_key AND status = 'queued' AND NOT is_head
+         ORDER BY priority, id
+         LIMIT greatest(p_room, 0)
+           FOR UPDATE SKIP LOCKED
+    ), marked AS (
+        UPDATE pgtask.jobs j SET is_head = true FROM picked p WHERE j.id = p.id RETURNING j.id
+    )
+    SELECT count(*), min(id) INTO admitted, first_id FROM marked;
+END;
+$$;
+
+-- A limited job's slot, freed (see the top of this file): handed on to the
+-- key's first waiting job, or given back to the key's row; left in
+-- limit_checks when that row is locked by someone else.
+CREATE OR REPLACE FUNCTION pgtask.release_slot(p_key bigint, p_queue text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    k record;
+    nxt bigint;
+BEGIN
+    -- Read without a lock: a limit lowered below the jobs admitted leaves
+    -- free below 0, and a slot then goes back to the row instead.
+    SELECT free INTO k FROM pgtask.limit_keys WHERE id = p_key;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF k.free >= 0 THEN
+        SELECT a.first_id INTO nxt FROM pgtask.admit_waiting(p_key, 1) a;
+        IF nxt IS NOT NULL THEN
+            PERFORM pgtask.announce_admitted(nxt, p_queue);
+            RETURN;
+        END IF;
+    END IF;
+    SELECT free INTO k FROM pgtask.limit_keys WHERE id = p_key FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        INSERT INTO pgtask.limit_checks (key_id, released) VALUES (p_key, 1);
+        RETURN;
+    END IF;
+    -- With the row held, a job whose enqueue committed since the look above
+    -- is seen now (each statement takes a new snapshot); one still in
+    -- flight commits with a check of its own.
+    IF k.free >= 0 THEN
+        SELECT a.first_id INTO nxt FROM pgtask.admit_waiting(p_key, 1) a;
+        IF nxt IS NOT NULL THEN
+            PERFORM pgtask.announce_admitted(nxt, p_queue);
+            RETURN;
+        END IF;
+    END IF;
+    UPDATE pgtask.limit_keys SET free = free + 1 WHERE id = p_key;
+END;
+$$;
+
+-- The BEFORE UPDATE trigger on jobs (see 0001_baseline.sql): a limited job
+-- leaving queued and started is no longer admitted. A retry's backoff and a
+-- snooze give the slot up too: the job is admitted again when it is due.
+CREATE OR REPLACE FUNCTION pgtask.limit_unadmit() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.is_head := false;
+    RETURN NEW;
+END;
+$$;
+
+-- The AFTER UPDATE and AFTER DELETE triggers on jobs: an admitted job's
+-- slot is freed.
+CREATE OR REPLACE FUNCTION pgtask.limit_release() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pgtask.release_slot(OLD.limit_id, OLD.queue);
+    RETURN NULL;
+END;
+$$;
+
+-- The limit in force for a key: an override of the key, else one for every
+-- key of its queue (not for the queue's own limit, key ''), else p_declared.
+CREATE OR REPLACE FUNCTION pgtask.limit_in_force(p_queue text, p_key text, p_declared integer) RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(
+        (SELECT o.max_running FROM pgtask.limit_overrides o WHERE o.queue = p_queue AND o.limit_key = p_key),
+        (SELECT o.max_running FROM pgtask.limit_overrides o
+          WHERE p_key <> '' AND o.queue = p_queue AND o.limit_key IS NULL),
+        p_declared)
+$$;
+
+-- Applies the keys' pending checks (pgtask.limit_checks), up to p_limit
+-- keys, each under its row's lock taken with SKIP LOCKED (a key locked now
+-- keeps its checks for a later round): slots given back, a changed declared
+-- limit, then waiting jobs admitted into the free slots. Workers of each
+-- queue with jobs admitted are woken with the first one's id. Returns how
+-- many jobs it admitted.
+CREATE OR REPLACE FUNCTION pgtask.check_limits(p_limit integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
+    k pgtask.limit_keys;
+    given_back integer;
+    now_declared integer;
+    new_max integer;
+    got record;
+    total integer := 0;
+BEGIN
+    FOR c IN
+        SELECT DISTINCT key_id FROM pgtask.limit_checks ORDER BY key_id LIMIT p_limit
+    LOOP
+        SELECT * INTO k FROM pgtask.limit_keys WHERE id = c.key_id FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            IF NOT EXISTS (SELECT 1 FROM pgtask.limit_keys WHERE id = c.key_id) THEN
+                DELETE FROM pgtask.limit_checks WHERE key_id = c.key_id;
+            END IF;
+            CONTINUE;
+        END IF;
+        -- Under the key's lock, so no one else applies these checks too.
+        WITH gone AS (
+            DELETE FROM pgtask.limit_checks WHERE key_id = c.key_id RETURNING id, released, declared
+        )
+        SELECT coalesce(sum(g.released), 0), (SELECT g2.declared FROM gone g2 WHERE g2.declared IS NOT NULL
+                                                ORDER BY g2.id DESC LIMIT 1)
+          INTO given_back, now_declared
+          FROM gone g;
+        k.free := k.free + given_back;
+        IF now_declared IS NOT NULL THEN
+            k.declared := now_declared;
+            new_max := pgtask.limit_in_force(k.queue, k.limit_key, now_declared);
+            k.free := k.free + new_max - k.max_running;
+            k.max_running := new_max;
+        END IF;
+        SELECT * INTO got FROM pgtask.admit_waiting(k.id, k.free);
+        k.free := k.free - got.admitted;
+        UPDATE pgtask.limit_keys SET free = k.free, declared = k.declared, max_running = k.max_running
+         WHERE id = k.id;
+        IF got.first_id IS NOT NULL THEN
+            PERFORM pg_notify('pgtask_behind', got.first_id || ':' || k.queue);
+            total := total + got.admitted;
+        END IF;
+    END LOOP;
+    RETURN total;
+END;
+$$;
+
+-- Sets (p_max) or clears (NULL) an operator's limit for key p_key of queue
+-- p_queue, or for every key of it but the queue's own (p_key NULL), and
+-- applies it to the keys' rows at once: a raised limit admits waiting jobs
+-- (by maintenance's next round), a lowered one admits none until enough
+-- admitted jobs have finished. Jobs already running go on. Returns how many
+-- keys' rows it changed.
+CREATE OR REPLACE FUNCTION pgtask.set_limit(p_queue text, p_key text, p_max integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    changed integer := 0;
+    k record;
+    new_max integer;
+BEGIN
+    PERFORM pgtask.require_read_committed('setting a limit');
+    IF p_max IS NOT NULL AND p_max < 1 THEN
+        RAISE EXCEPTION 'pgtask.set_limit: a limit of % is below 1', p_max USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_max IS NULL THEN
+        DELETE FROM pgtask.limit_overrides WHERE queue = p_queue AND limit_key IS NOT DISTINCT FROM p_key;
+    ELSE
+        INSERT INTO pgtask.limit_overrides AS o (queue, limit_key, max_running) VALUES (p_queue, p_key, p_max)
+        ON CONFLICT ON CONSTRAINT limit_overrides_unique
+        DO UPDATE SET max_running = excluded.max_running, set_at = now();
+    END IF;
+    FOR k IN
+        SELECT id, limit_key, declared FROM pgtask.limit_keys
+         WHERE queue = p_queue AND (limit_key = p_key OR (p_key IS NULL AND limit_key <> ''))
+         ORDER BY limit_key
+    LOOP
+        new_max := pgtask.limit_in_force(p_queue, k.limit_key, k.declared);
+        UPDATE pgtask.limit_keys SET free = free + new_max - max_running, max_running = new_max
+         WHERE id = k.id AND max_running <> new_max;
+        IF FOUND THEN
+            changed := changed + 1;
+            -- Waiting jobs may fit now; maintenance admits them.
+            INSERT INTO pgtask.limit_checks (key_id) VALUES (k.id);
+        END IF;
+    END LOOP;
+    RETURN changed;
+END;
+$$;
