@@ -27,6 +27,12 @@ type Spec[T any] struct {
 	// Both are empty for ungrouped tasks.
 	GroupField string
 	GroupKey   func(T) string
+	// LimitField names the field tagged task:"limit" (for messages);
+	// LimitKey reads it: the key the declared limit (Defaults.Limit)
+	// counts jobs by. Both are empty when the limit is the queue's own,
+	// or there is none.
+	LimitField string
+	LimitKey   func(T) string
 	// UniqueByPayload makes each job unique by its whole payload: its
 	// unique key is a digest of the payload's JSON (see
 	// runtime.EnqueueOptions.UniqueKey), unless the caller gives one.
@@ -61,19 +67,39 @@ func (s *Spec[T]) request(t T, opts []runtime.EnqueueOption) (runtime.EnqueueReq
 			return runtime.EnqueueRequest{}, err
 		}
 	}
-	var keyErr error
+	var groupErr, limitErr error
 	if s.GroupKey != nil {
-		req.Group, keyErr = s.groupKey(t)
+		req.Group, groupErr = s.key(t, "group", s.GroupField, s.GroupKey)
+	}
+	if s.LimitKey != nil {
+		req.LimitKey, limitErr = s.key(t, "limit", s.LimitField, s.LimitKey)
 	}
 	req.Apply(opts...)
 	switch {
 	case s.GroupKey == nil || req.Group != "":
-		return req, nil // WithGroup may stand in for a key that could not be read
-	case keyErr != nil:
-		return runtime.EnqueueRequest{}, keyErr
+		// WithGroup may stand in for a key that could not be read.
+	case groupErr != nil:
+		return runtime.EnqueueRequest{}, groupErr
 	default:
 		return runtime.EnqueueRequest{}, fmt.Errorf("%s: group key %s is empty", s.Kind, s.GroupField)
 	}
+	// An empty limit key would count the job under the queue's own limit:
+	// refused, unless the caller's WithLimit says which limit it is under.
+	if s.LimitKey != nil && req.Limit > 0 && req.LimitKey == "" && !setsLimit(opts) {
+		if limitErr != nil {
+			return runtime.EnqueueRequest{}, limitErr
+		}
+		return runtime.EnqueueRequest{}, fmt.Errorf("%s: limit key %s is empty", s.Kind, s.LimitField)
+	}
+	return req, nil
+}
+
+// setsLimit reports whether opts set the job's limit (WithLimit). Options
+// only set fields, so applying them to a probe changes nothing else.
+func setsLimit(opts []runtime.EnqueueOption) bool {
+	probe := runtime.EnqueueRequest{EnqueueOptions: runtime.EnqueueOptions{Limit: -1}}
+	probe.Apply(opts...)
+	return probe.Limit != -1
 }
 
 // uniqueKey makes t's unique key from its unique fields: "fields:" and
@@ -92,15 +118,16 @@ func (s *Spec[T]) uniqueKey(t T) (string, error) {
 	return "fields-sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
-// groupKey reads t's group key. A String method that panics (on a value it
-// does not expect) makes an error, not a crash of the caller.
-func (s *Spec[T]) groupKey(t T) (key string, err error) {
+// key reads t's group or limit key (role) from its field with read. A
+// String method that panics (on a value it does not expect) makes an error,
+// not a crash of the caller.
+func (s *Spec[T]) key(t T, role, field string, read func(T) string) (key string, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("%s: reading group key %s panicked: %v", s.Kind, s.GroupField, v)
+			err = fmt.Errorf("%s: reading %s key %s panicked: %v", s.Kind, role, field, v)
 		}
 	}()
-	return s.GroupKey(t), nil
+	return read(t), nil
 }
 
 // Enqueue validates t and inserts it as a job. opts override the task's

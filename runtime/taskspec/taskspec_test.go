@@ -2,6 +2,7 @@ package taskspec_test
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -221,5 +222,85 @@ func TestMaxSnoozesReachesTheRegistration(t *testing.T) {
 		len(info.Errors) != 1 || info.Errors[0].Error != "snoozed 3 times, cap 2" {
 		t.Fatalf("job: %s, attempts %d, snoozes %d, errors %+v; want failed after 1 attempt and 3 snoozes, \"snoozed 3 times, cap 2\"",
 			info.Status, info.Attempts, info.Snoozes, info.Errors)
+	}
+}
+
+type fetch struct {
+	Partner *region `json:"partner"`
+}
+
+// What the generator writes for limit=2 and a pointer field tagged
+// task:"limit".
+var fetchSpec = &taskspec.Spec[fetch]{
+	Kind:       "fetch",
+	Defaults:   runtime.EnqueueOptions{Queue: "outbound", Limit: 2},
+	LimitField: "Partner",
+	LimitKey: func(t fetch) string {
+		if t.Partner == nil {
+			return ""
+		}
+		return t.Partner.String()
+	},
+}
+
+// A limit key that panics when read.
+var panickyFetchSpec = &taskspec.Spec[fetch]{
+	Kind:       "fetch",
+	Defaults:   runtime.EnqueueOptions{Queue: "outbound", Limit: 2},
+	LimitField: "Partner",
+	LimitKey:   func(t fetch) string { return t.Partner.String() },
+}
+
+// The limit key field's value is the key the declared limit counts by;
+// an empty or unreadable one is refused, with nothing inserted, unless
+// WithLimit says which limit the job is under.
+func TestLimitKeyFromAField(t *testing.T) {
+	t.Parallel()
+	pool := pgtasktest.NewPool(t)
+	ctx := context.Background()
+	declared := func() map[string]int {
+		t.Helper()
+		infos, err := runtime.Limits(ctx, pool, "outbound", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, in := range infos {
+			out[in.Key] = in.Declared
+		}
+		return out
+	}
+	if _, err := taskspec.Enqueue(ctx, pool, fetchSpec, fetch{Partner: &region{"eu"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskspec.EnqueueMany(ctx, pool, fetchSpec, []fetch{{Partner: &region{"us"}}, {Partner: &region{"eu"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := declared(), map[string]int{"eu": 2, "us": 2}; !maps.Equal(got, want) {
+		t.Fatalf("limits %v, want %v", got, want)
+	}
+	for spec, want := range map[*taskspec.Spec[fetch]]string{
+		fetchSpec:        "limit key Partner is empty",
+		panickyFetchSpec: "reading limit key Partner panicked",
+	} {
+		if _, err := taskspec.Enqueue(ctx, pool, spec, fetch{}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Enqueue = %v, want an error saying %q", err, want)
+		}
+		if _, err := taskspec.EnqueueMany(ctx, pool, spec, []fetch{{Partner: &region{"apac"}}, {}}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("EnqueueMany = %v, want an error saying %q", err, want)
+		}
+	}
+	if got, want := declared(), map[string]int{"eu": 2, "us": 2}; !maps.Equal(got, want) {
+		t.Fatalf("after refused enqueues, limits %v, want %v", got, want)
+	}
+	// The caller's WithLimit stands in for the field: another key, the
+	// queue's own limit, or none.
+	for _, opt := range []runtime.EnqueueOption{runtime.WithLimit("apac", 1), runtime.WithLimit("", 3), runtime.WithLimit("", 0)} {
+		if _, err := taskspec.Enqueue(ctx, pool, panickyFetchSpec, fetch{}, opt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := declared(), map[string]int{"eu": 2, "us": 2, "apac": 1, "": 3}; !maps.Equal(got, want) {
+		t.Fatalf("after WithLimit, limits %v, want %v", got, want)
 	}
 }

@@ -22,3 +22,11 @@ type Report struct {
 	runtime.Task `task:"report"`
 	Day          time.Time `json:"day"`
 }
+
+// Fetch calls a partner's API: at most 5 calls at once per partner, across
+// every worker (docs/limits.md).
+type Fetch struct {
+	runtime.Task `task:"fetch,queue=outbound,limit=5"`
+	Partner      string `json:"partner" task:"limit"`
+	URL          string `json:"url" validate:"required,url"`
+}

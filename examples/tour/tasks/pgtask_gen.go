@@ -64,6 +64,44 @@ func GetAddResults(ctx context.Context, db runtime.DB, ids []runtime.JobID) ([]r
 	return taskspec.Results[Sum](ctx, db, addSpec, ids)
 }
 
+// FetchKind is the kind of Fetch jobs, as stored in the jobs table.
+const FetchKind = "fetch"
+
+// fetchSpec holds Fetch's settings from its task tag.
+var fetchSpec = &taskspec.Spec[Fetch]{
+	Kind: FetchKind,
+	Defaults: runtime.EnqueueOptions{
+		Queue: "outbound",
+		Limit: 5,
+	},
+	LimitField: "Partner",
+	LimitKey: func(t Fetch) string {
+		return string(t.Partner)
+	},
+}
+
+// EnqueueFetch validates t and inserts it as a job of kind "fetch" on queue
+// "outbound", at most 5 running at once per Partner. db may be a pool, a
+// connection or a transaction: in a transaction the job exists only if it
+// commits. opts override the declared settings.
+func EnqueueFetch(ctx context.Context, db runtime.DB, t Fetch, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
+	return taskspec.Enqueue(ctx, db, fetchSpec, t, opts...)
+}
+
+// EnqueueFetchMany validates every element of ts and inserts them all in one
+// statement, or none if any is invalid. Ids are returned in the order of ts,
+// and jobs of one group run in that order.
+func EnqueueFetchMany(ctx context.Context, db runtime.DB, ts []Fetch, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
+	return taskspec.EnqueueMany(ctx, db, fetchSpec, ts, opts...)
+}
+
+// HandleFetch registers fn as the handler of "fetch" jobs on w. fn runs in the
+// job's transaction (job.Tx()): its writes there commit if and only if it
+// returns nil.
+func HandleFetch(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Fetch) error) error {
+	return taskspec.Handle(w, fetchSpec, fn)
+}
+
 // InviteKind is the kind of Invite jobs, as stored in the jobs table.
 const InviteKind = "invite"
 

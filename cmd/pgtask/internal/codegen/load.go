@@ -25,13 +25,16 @@ type task struct {
 	Pos      token.Position
 	settings settings
 	Group    *groupField
+	// Limit is the field tagged task:"limit", whose value is the key the
+	// declared limit counts jobs by; nil: the queue's own limit.
+	Limit *groupField
 	// Unique are the fields tagged task:"unique", in declaration order: the
 	// job's unique key is made of their values.
 	Unique []string
 	Result types.Type // nil unless the task embeds runtime.TaskWithResult[R]
 }
 
-// groupKind says how a group field becomes the text key.
+// groupKind says how a group or limit key field becomes the text key.
 type groupKind int
 
 const (
@@ -41,8 +44,11 @@ const (
 	groupStringer                  // v.String()
 )
 
+// groupField is a field whose value, as text, is a key: a group's, or a
+// limit's.
 type groupField struct {
 	Name string
+	Pos  token.Pos
 	Kind groupKind
 	// Nilable: a stringer field that can be nil (a pointer or an
 	// interface), whose String method would panic on nil.
@@ -285,16 +291,16 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec, rules *ruleChecker) (task,
 		if !has {
 			continue
 		}
-		group, unique, ok := fieldTag(tag)
+		roles, ok := fieldTag(tag)
 		if !ok {
-			fail(f.Pos(), `field %s: task tag %q: on a field only task:"group", task:"unique" or task:"group,unique" is allowed`, f.Name(), tag)
+			fail(f.Pos(), `field %s: task tag %q: on a field only group, limit and unique are allowed, each at most once, joined by commas (task:"group,unique")`, f.Name(), tag)
 			continue
 		}
 		if !f.Exported() {
 			fail(f.Pos(), "field %s is unexported, so it is not in the JSON payload; export it", f.Name())
 			continue
 		}
-		if unique {
+		if roles.unique {
 			if !encodable(f.Type()) {
 				fail(f.Pos(), "unique field %s has type %s, which JSON cannot encode; a unique key is made of the fields' JSON",
 					f.Name(), types.TypeString(f.Type(), types.RelativeTo(pkg.Types)))
@@ -302,20 +308,41 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec, rules *ruleChecker) (task,
 				t.Unique = append(t.Unique, f.Name())
 			}
 		}
-		if !group {
-			continue
+		key := func(role string, into **groupField) {
+			if *into != nil {
+				fail(f.Pos(), "field %s: %s already has a %s field, %s; a task has at most one", f.Name(), ts.Name.Name, role, (*into).Name)
+				return
+			}
+			kind, ok := groupKindOf(f.Type())
+			if !ok {
+				fail(f.Pos(), "%s field %s has type %s; want a string or integer type, or a type with a String() string method",
+					role, f.Name(), types.TypeString(f.Type(), types.RelativeTo(pkg.Types)))
+				return
+			}
+			*into = &groupField{Name: f.Name(), Pos: f.Pos(), Kind: kind, Nilable: kind == groupStringer && nilable(f.Type())}
 		}
-		if t.Group != nil {
-			fail(f.Pos(), "field %s: %s already has a group field, %s; a task has at most one", f.Name(), ts.Name.Name, t.Group.Name)
-			continue
+		if roles.group {
+			key("group", &t.Group)
 		}
-		kind, ok := groupKindOf(f.Type())
-		if !ok {
-			fail(f.Pos(), "group field %s has type %s; want a string or integer type, or a type with a String() string method",
-				f.Name(), types.TypeString(f.Type(), types.RelativeTo(pkg.Types)))
-			continue
+		if roles.limit {
+			key("limit", &t.Limit)
 		}
-		t.Group = &groupField{Name: f.Name(), Kind: kind, Nilable: kind == groupStringer && nilable(f.Type())}
+	}
+	// A group runs one job at a time already, and the runtime refuses a
+	// grouped job with a limit: say so here, where the declaration is.
+	switch {
+	case t.Group != nil && t.Limit != nil && t.Limit.Name == t.Group.Name:
+		fail(t.Limit.Pos, "field %s is both the group key and the limit key; a grouped task cannot have a limit, its group runs one job at a time already",
+			t.Limit.Name)
+	case t.Group != nil && t.Limit != nil:
+		fail(t.Limit.Pos, "field %s: %s has a group field, %s, so it cannot have a limit key; its group runs one job at a time already",
+			t.Limit.Name, ts.Name.Name, t.Group.Name)
+	case t.Group != nil && settings.Limit > 0:
+		fail(strct.Field(marker).Pos(), "%s: limit=%d with group field %s: a grouped task cannot have a limit; its group runs one job at a time already",
+			ts.Name.Name, settings.Limit, t.Group.Name)
+	case t.Limit != nil && settings.Limit == 0:
+		fail(t.Limit.Pos, "field %s: task:\"limit\" makes the key of %s's limit, but it declares none; add limit=N to its task tag",
+			t.Limit.Name, ts.Name.Name)
 	}
 	switch {
 	case len(t.Unique) > 0 && settings.Unique:
@@ -326,26 +353,34 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec, rules *ruleChecker) (task,
 	return t, true, errs
 }
 
-// fieldTag reads a field's task tag: "group", "unique", or both joined by
-// a comma.
-func fieldTag(tag string) (group, unique, ok bool) {
+// fieldRoles are what a field's task tag makes of it.
+type fieldRoles struct {
+	group  bool // its value is the FIFO group key
+	limit  bool // its value is the key the task's limit counts by
+	unique bool // its value is part of the unique key
+}
+
+// fieldTag reads a field's task tag: "group", "limit", "unique", or some of
+// them joined by commas, each at most once.
+func fieldTag(tag string) (roles fieldRoles, ok bool) {
 	for _, part := range strings.Split(tag, ",") {
+		var role *bool
 		switch strings.TrimSpace(part) {
 		case "group":
-			if group {
-				return false, false, false
-			}
-			group = true
+			role = &roles.group
+		case "limit":
+			role = &roles.limit
 		case "unique":
-			if unique {
-				return false, false, false
-			}
-			unique = true
+			role = &roles.unique
 		default:
-			return false, false, false
+			return fieldRoles{}, false
 		}
+		if *role {
+			return fieldRoles{}, false
+		}
+		*role = true
 	}
-	return group, unique, true
+	return roles, true
 }
 
 // encodable reports whether encoding/json can encode a value of typ: not a

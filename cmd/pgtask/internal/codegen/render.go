@@ -81,6 +81,9 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	if s.FailBlocksGroup {
 		defaults = append(defaults, field("FailBlocksGroup", jen.True()))
 	}
+	if s.Limit != 0 {
+		defaults = append(defaults, field("Limit", jen.Lit(s.Limit)))
+	}
 	if s.UniqueWindow != 0 {
 		defaults = append(defaults, field("UniqueWindow", duration(s.UniqueWindow)))
 	}
@@ -129,24 +132,33 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 		}
 		fields = append(fields, field("Backoff", rt("Backoff").Values(backoff...)))
 	}
+	keyFunc := func(g *groupField) jen.Code {
+		return jen.Func().Params(jen.Id("t").Add(typ)).String().BlockFunc(func(b *jen.Group) {
+			if g.Nilable {
+				// No key: enqueueing then fails with an error naming the field.
+				b.If(jen.Id("t").Dot(g.Name).Op("==").Nil()).Block(jen.Return(jen.Lit("")))
+			}
+			b.Return(groupKey(g, jen.Id("t").Dot(g.Name)))
+		})
+	}
 	if g := t.Group; g != nil {
-		fields = append(fields,
-			field("GroupField", jen.Lit(g.Name)),
-			field("GroupKey", jen.Func().Params(jen.Id("t").Add(typ)).String().BlockFunc(func(b *jen.Group) {
-				if g.Nilable {
-					// No key: enqueueing then fails with an error naming the field.
-					b.If(jen.Id("t").Dot(g.Name).Op("==").Nil()).Block(jen.Return(jen.Lit("")))
-				}
-				b.Return(groupKey(g, jen.Id("t").Dot(g.Name)))
-			})))
+		fields = append(fields, field("GroupField", jen.Lit(g.Name)), field("GroupKey", keyFunc(g)))
+	}
+	if g := t.Limit; g != nil {
+		fields = append(fields, field("LimitField", jen.Lit(g.Name)), field("LimitKey", keyFunc(g)))
 	}
 	comment(f, "%s holds %s's settings from its task tag.", spec, t.Name)
 	f.Var().Id(spec).Op("=").Op("&").Add(ts("Spec")).Types(typ).Values(multiline(fields)...)
 	f.Line()
 
 	where := fmt.Sprintf("on queue %q", queue)
-	if t.Group != nil {
+	switch {
+	case t.Group != nil:
 		where += fmt.Sprintf(", in the FIFO group of its %s", t.Group.Name)
+	case t.Limit != nil:
+		where += fmt.Sprintf(", at most %d running at once per %s", s.Limit, t.Limit.Name)
+	case s.Limit != 0:
+		where += fmt.Sprintf(", at most %d running at once under the queue's limit", s.Limit)
 	}
 	enqueueParams := func(arg string, argType jen.Code) []jen.Code {
 		return []jen.Code{

@@ -26,6 +26,9 @@ type settings struct {
 	BackoffMax      time.Duration
 	FailBlocksGroup bool
 	Mode            string // "held", "lease", or empty for either
+	// Limit caps the jobs of a limit key that run at once across every
+	// worker (runtime.EnqueueOptions.Limit); 0: no limit.
+	Limit int
 	// Unique jobs: by the whole payload, within a window, holding the key
 	// in these finished statuses too.
 	Unique         bool
@@ -81,7 +84,7 @@ func parseTaskTag(tag, typeName string) (settings, []error) {
 }
 
 // options lists the tag's options for the "unknown option" message.
-const options = "queue, max_attempts, max_snoozes, priority, aging, timeout, backoff, on_fail, mode, unique, unique_window, unique_statuses"
+const options = "queue, max_attempts, max_snoozes, priority, aging, timeout, backoff, on_fail, mode, limit, unique, unique_window, unique_statuses"
 
 func (s *settings) set(key, value string) error {
 	switch key {
@@ -162,6 +165,12 @@ func (s *settings) set(key, value string) error {
 		default:
 			return fmt.Errorf("want held (each job in a transaction that holds its lock) or lease (handlers without a connection, under a lease)")
 		}
+	case "limit":
+		n, err := strconv.Atoi(value)
+		if err != nil || n < 1 || n > math.MaxInt32 {
+			return fmt.Errorf("want how many jobs of a limit key may run at once, a whole number from 1 to %d", math.MaxInt32)
+		}
+		s.Limit = n
 	case "unique":
 		if value != "payload" {
 			return fmt.Errorf(`want payload (a job is unique by its whole payload); to make it unique by some fields, tag them task:"unique"`)
