@@ -74,7 +74,8 @@ SELECT e.job_ids::bigint[] AS ids,
     $14::text[], $15::text[],
     $16::text[], $17::bigint[], $18::text[],
     $19::jsonb[],
-    $20::integer[], $21::text[], $22::text[], $23::integer[]
+    $20::integer[], $21::text[], $22::text[], $23::integer[],
+    $24::text[]
   ) e
 `
 
@@ -102,6 +103,7 @@ type InsertBatchParams struct {
 	LimitQueues     []string          `db:"limit_queues"`
 	LimitKeys       []string          `db:"limit_keys"`
 	LimitMax        []int32           `db:"limit_max"`
+	LimitStrategies []string          `db:"limit_strategies"`
 }
 
 type InsertBatchRow struct {
@@ -137,6 +139,7 @@ func (q *Queries) InsertBatch(ctx context.Context, arg InsertBatchParams) (Inser
 		arg.LimitQueues,
 		arg.LimitKeys,
 		arg.LimitMax,
+		arg.LimitStrategies,
 	)
 	var i InsertBatchRow
 	err := row.Scan(&i.Ids, &i.BatchID)
@@ -152,7 +155,8 @@ SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
     $12::text[], $13::text[],
     $14::text[], $15::bigint[], $16::text[],
     $17::jsonb[],
-    $18::integer[], $19::text[], $20::text[], $21::integer[]
+    $18::integer[], $19::text[], $20::text[], $21::integer[],
+    $22::text[]
   ) e
 `
 
@@ -178,6 +182,7 @@ type InsertJobsParams struct {
 	LimitQueues     []string          `db:"limit_queues"`
 	LimitKeys       []string          `db:"limit_keys"`
 	LimitMax        []int32           `db:"limit_max"`
+	LimitStrategies []string          `db:"limit_strategies"`
 }
 
 type InsertJobsRow struct {
@@ -217,6 +222,7 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) (InsertJ
 		arg.LimitQueues,
 		arg.LimitKeys,
 		arg.LimitMax,
+		arg.LimitStrategies,
 	)
 	var i InsertJobsRow
 	err := row.Scan(&i.Ids, &i.Existed)

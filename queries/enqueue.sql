@@ -16,7 +16,8 @@ SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
     @group_queues::text[], @group_keys::text[],
     @unique_keys::text[], @unique_windows_us::bigint[], @unique_statuses::text[],
     sqlc.narg(metadata)::jsonb[],
-    sqlc.narg(limits)::integer[], @limit_queues::text[], @limit_keys::text[], @limit_max::integer[]
+    sqlc.narg(limits)::integer[], @limit_queues::text[], @limit_keys::text[], @limit_max::integer[],
+    @limit_strategies::text[]
   ) e;
 
 -- name: InsertBatch :one
@@ -32,7 +33,8 @@ SELECT e.job_ids::bigint[] AS ids,
     @group_queues::text[], @group_keys::text[],
     @unique_keys::text[], @unique_windows_us::bigint[], @unique_statuses::text[],
     sqlc.narg(metadata)::jsonb[],
-    sqlc.narg(limits)::integer[], @limit_queues::text[], @limit_keys::text[], @limit_max::integer[]
+    sqlc.narg(limits)::integer[], @limit_queues::text[], @limit_keys::text[], @limit_max::integer[],
+    @limit_strategies::text[]
   ) e;
 
 -- name: GetBatch :one

@@ -192,3 +192,112 @@ func TestEnqueueRefusesBadLimits(t *testing.T) {
 		}
 	}
 }
+
+// What becomes of jobs that find their key at its limit, by strategy, with
+// no worker running: the key's slot is taken by its first job, and the
+// strategy decides about the rest, enqueued one by one and in a batch.
+func TestLimitStrategiesAtTheLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	status := func(id runtime.JobID) testdb.PgtaskJobStatus { return b.job(t, id).Status }
+	admitted := func(id runtime.JobID) bool {
+		j := b.job(t, id)
+		return j.IsHead && j.Status == testdb.PgtaskJobStatusQueued
+	}
+	one := func(key string, s runtime.LimitStrategy) runtime.JobID {
+		return enqueue(t, b.pool, "k", map[string]int{}, runtime.WithLimit(key, 1), runtime.WithLimitStrategy(s))
+	}
+	const queued, cancelled = testdb.PgtaskJobStatusQueued, testdb.PgtaskJobStatusCancelled
+
+	// cancel_newest: every job that finds no slot is cancelled, with why.
+	first := one("cn", runtime.LimitCancelNewest)
+	late := one("cn", runtime.LimitCancelNewest)
+	if !admitted(first) || status(late) != cancelled {
+		t.Errorf("cancel_newest: first admitted %v, late %s; want admitted, cancelled", admitted(first), status(late))
+	}
+	if errs := errorsOf(t, b.job(t, late)); len(errs) != 1 || !strings.Contains(errs[0].Error, "cancel_newest") {
+		t.Errorf("cancel_newest: the late job's errors %+v do not say why it was cancelled", errs)
+	}
+
+	// keep_oldest: the first job that waits stays; later ones are cancelled.
+	first = one("ko", runtime.LimitKeepOldest)
+	waiting := one("ko", runtime.LimitKeepOldest)
+	late = one("ko", runtime.LimitKeepOldest)
+	if !admitted(first) || status(waiting) != queued || admitted(waiting) || status(late) != cancelled {
+		t.Errorf("keep_oldest: %s/%v %s/%v %s; want admitted, waiting, cancelled",
+			status(first), admitted(first), status(waiting), admitted(waiting), status(late))
+	}
+
+	// keep_newest: each new job replaces the one waiting; in a batch, the
+	// last one stays.
+	first = one("kn", runtime.LimitKeepNewest)
+	older := one("kn", runtime.LimitKeepNewest)
+	var reqs []runtime.EnqueueRequest
+	for range 3 {
+		r := runtime.EnqueueRequest{Kind: "k", Payload: mustJSON(t, map[string]int{})}
+		r.Apply(runtime.WithLimit("kn", 1), runtime.WithLimitStrategy(runtime.LimitKeepNewest))
+		reqs = append(reqs, r)
+	}
+	batch, err := runtime.EnqueueMany(ctx, b.pool, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !admitted(first) || status(older) != cancelled || status(batch[0]) != cancelled || status(batch[1]) != cancelled ||
+		status(batch[2]) != queued || admitted(batch[2]) {
+		t.Errorf("keep_newest: first admitted %v, older %s, batch %s %s %s/%v; want admitted, cancelled, cancelled cancelled waiting",
+			admitted(first), status(older), status(batch[0]), status(batch[1]), status(batch[2]), admitted(batch[2]))
+	}
+
+	// A worker then runs each key's admitted job and the one kept waiting.
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{Kind: "k", Handler: func(context.Context, *runtime.Job) error { return nil }})
+	for _, id := range []runtime.JobID{batch[2], waiting} {
+		b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	}
+}
+
+// keep_newest under racing enqueues: eight goroutines enqueue into one key
+// of limit 1 at once, with no worker. However their transactions
+// interleave, the key ends with its one admitted job and exactly one job
+// waiting, the others cancelled.
+func TestKeepNewestUnderRacingEnqueues(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var ids []runtime.JobID
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				req := runtime.EnqueueRequest{Kind: "k", Payload: []byte(`{}`)}
+				req.Apply(runtime.WithLimit("hot", 1), runtime.WithLimitStrategy(runtime.LimitKeepNewest))
+				id, err := runtime.Enqueue(context.Background(), b.pool, req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				ids = append(ids, id)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	var admittedN, waitingN, cancelledN int
+	for _, id := range ids {
+		j := b.job(t, id)
+		switch {
+		case j.Status == testdb.PgtaskJobStatusQueued && j.IsHead:
+			admittedN++
+		case j.Status == testdb.PgtaskJobStatusQueued:
+			waitingN++
+		case j.Status == testdb.PgtaskJobStatusCancelled:
+			cancelledN++
+		}
+	}
+	if admittedN != 1 || waitingN != 1 || cancelledN != len(ids)-2 {
+		t.Errorf("%d jobs: %d admitted, %d waiting, %d cancelled; want 1, 1, the rest", len(ids), admittedN, waitingN, cancelledN)
+	}
+}

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,6 +93,12 @@ type EnqueueOptions struct {
 	// have one: a group is its own limit of 1.
 	Limit    int
 	LimitKey string
+	// LimitStrategy says what becomes of a job due now that finds its
+	// limit key at its limit: it waits (LimitQueue, the default), or it is
+	// cancelled at once (LimitCancelNewest), or only the key's oldest
+	// (LimitKeepOldest) or newest (LimitKeepNewest, a debounce) waiting
+	// job is kept. See docs/limits.md.
+	LimitStrategy LimitStrategy
 	// Metadata is stored with the job apart from its payload and given to
 	// each attempt (Job.Metadata): a trace context, a tenant, a request id.
 	// Keys are not empty; keys and values together are at most
@@ -123,6 +130,29 @@ func WithQueue(q string) EnqueueOption { return func(o *EnqueueOptions) { o.Queu
 // (see EnqueueOptions.Limit); key "" is the queue's own limit.
 func WithLimit(key string, n int) EnqueueOption {
 	return func(o *EnqueueOptions) { o.LimitKey, o.Limit = key, n }
+}
+
+// LimitStrategy is what becomes of a job that finds its limit key at its
+// limit (EnqueueOptions.LimitStrategy).
+type LimitStrategy string
+
+const (
+	// LimitQueue: the job waits for a slot.
+	LimitQueue LimitStrategy = "queue"
+	// LimitCancelNewest: the job is cancelled at once.
+	LimitCancelNewest LimitStrategy = "cancel_newest"
+	// LimitKeepOldest: the job waits if none of its key waits yet, and is
+	// cancelled at once otherwise: the key keeps its oldest waiting job.
+	LimitKeepOldest LimitStrategy = "keep_oldest"
+	// LimitKeepNewest: the job waits, and the jobs of its key that waited
+	// until now are cancelled: the key keeps its newest (a debounce).
+	LimitKeepNewest LimitStrategy = "keep_newest"
+)
+
+// WithLimitStrategy sets what becomes of the job when its limit key is at
+// its limit (EnqueueOptions.LimitStrategy).
+func WithLimitStrategy(s LimitStrategy) EnqueueOption {
+	return func(o *EnqueueOptions) { o.LimitStrategy = s }
 }
 
 // WithGroup sets the job's FIFO group key.
@@ -304,7 +334,7 @@ func newBatch(n int) *batch {
 		Kinds: []string{}, Queues: []string{}, Priorities: []int16{}, AgingMs: []int32{}, MaxAttempts: []int32{},
 		FailBlocksGroup: []bool{}, RunAt: []string{}, DelayUs: []int64{},
 		GroupQueues: []string{}, GroupKeys: []string{}, UniqueWindowsUs: []int64{}, UniqueStatuses: []string{},
-		LimitQueues: []string{}, LimitKeys: []string{}, LimitMax: []int32{},
+		LimitQueues: []string{}, LimitKeys: []string{}, LimitMax: []int32{}, LimitStrategies: []string{},
 	}}
 }
 
@@ -343,7 +373,7 @@ func (b *batch) add(r *EnqueueRequest) {
 	if b.p.Limits != nil {
 		var l int32
 		if r.Limit > 0 {
-			l = b.limit(groupRef{r.Queue, r.LimitKey}, int32(r.Limit))
+			l = b.limit(groupRef{r.Queue, r.LimitKey}, int32(r.Limit), r.LimitStrategy)
 		}
 		b.p.Limits = append(b.p.Limits, l)
 	}
@@ -402,9 +432,9 @@ func (b *batch) group(ref groupRef) int32 {
 }
 
 // limit returns the position of the limit of key ref, listing it with max
-// if it is new. Jobs of one key in one batch that declare different limits
-// list it with the first one's.
-func (b *batch) limit(ref groupRef, max int32) int32 {
+// and strategy if it is new. Jobs of one key in one batch that declare
+// different limits or strategies list it with the first one's.
+func (b *batch) limit(ref groupRef, max int32, strategy LimitStrategy) int32 {
 	if l, ok := b.limits[ref]; ok {
 		return l
 	}
@@ -414,10 +444,14 @@ func (b *batch) limit(ref groupRef, max int32) int32 {
 	b.p.LimitQueues = append(b.p.LimitQueues, ref.queue)
 	b.p.LimitKeys = append(b.p.LimitKeys, ref.key)
 	b.p.LimitMax = append(b.p.LimitMax, max)
+	b.p.LimitStrategies = append(b.p.LimitStrategies, string(cmp.Or(strategy, LimitQueue)))
 	l := int32(len(b.p.LimitKeys))
 	b.limits[ref] = l
 	return l
 }
+
+// limitStrategies are the LimitStrategy values.
+var limitStrategies = []LimitStrategy{LimitQueue, LimitCancelNewest, LimitKeepOldest, LimitKeepNewest}
 
 // check fills defaults and refuses what the database would refuse, with a
 // message that names the setting.
@@ -444,6 +478,10 @@ func (r *EnqueueRequest) check() error {
 		return fmt.Errorf("limit %d is out of range [1, %d] (0: none)", r.Limit, math.MaxInt32)
 	case r.Limit == 0 && r.LimitKey != "":
 		return fmt.Errorf("limit key %q without a limit", r.LimitKey)
+	case r.Limit == 0 && r.LimitStrategy != "":
+		return fmt.Errorf("limit strategy %q without a limit", r.LimitStrategy)
+	case r.LimitStrategy != "" && !slices.Contains(limitStrategies, r.LimitStrategy):
+		return fmt.Errorf("limit strategy %q is not one of %v", r.LimitStrategy, limitStrategies)
 	case r.Limit > 0 && r.Group != "":
 		return errors.New("a grouped job cannot have a limit: its group runs one job at a time already")
 	case r.Limit > 0 && r.LimitKey != "":

@@ -1,4 +1,4 @@
--- revision: 8
+-- revision: 9
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -105,7 +105,21 @@ $$;
 -- When the row is locked by someone else, all of them wait, and the key is
 -- left to maintenance to look at (pgtask.limit_checks) once this commits.
 -- The keys are handled in (queue, key) order, and nobody waits for a key's
--- row but for another's insert of it.
+-- row but for another's insert of it, or for an enqueue of a key with a
+-- strategy (below).
+--
+-- p_limit_strategies, per listed limit (NULL: all 'queue'), says what
+-- becomes of the batch's jobs due now that find no free slot:
+--   queue          they wait (the default);
+--   cancel_newest  they are inserted cancelled;
+--   keep_oldest    the first of them waits if the key has no job waiting
+--                  yet; the others are inserted cancelled;
+--   keep_newest    the last of them waits, and the key's jobs waiting
+--                  until now are cancelled, as are the batch's others (a
+--                  debounce).
+-- A key with a strategy is decided under its row's lock, waited for: a
+-- concurrent enqueue of it then sees this one's jobs. Jobs cancelled so
+-- have an error entry that says why; their waiters (WaitJobs) learn it.
 --
 -- A job over the size limits (a payload over 8 MiB, metadata over 16 KiB)
 -- fails the batch with SQLSTATE 54000 (program_limit_exceeded), metadata
@@ -127,7 +141,8 @@ CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs(
     p_group_queues text[], p_group_keys text[],
     p_unique_keys text[], p_unique_windows_us bigint[], p_unique_statuses text[],
     p_metadata jsonb[],
-    p_limits integer[], p_limit_queues text[], p_limit_keys text[], p_limit_max integer[]
+    p_limits integer[], p_limit_queues text[], p_limit_keys text[], p_limit_max integer[],
+    p_limit_strategies text[]
 ) RETURNS TABLE (job_ids bigint[], job_existed boolean[])
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -180,6 +195,12 @@ DECLARE
     lk record;
     lrow record;
     lmax integer;
+    -- Strategies: each listed limit's, whether its key had a job waiting,
+    -- and the jobs inserted cancelled.
+    strat text[];
+    had_waiting boolean[];
+    dropped boolean[];
+    debounced bigint[];
 BEGIN
     IF n = 0 THEN
         RETURN QUERY SELECT '{}'::bigint[], '{}'::boolean[];
@@ -233,6 +254,19 @@ BEGIN
         END IF;
     ELSIF nl > 0 THEN
         RAISE EXCEPTION 'pgtask.enqueue_jobs: limits listed without jobs naming them';
+    END IF;
+    IF p_limit_strategies IS NOT NULL THEN
+        IF cardinality(p_limit_strategies) <> nl OR NOT pgtask.is_list(p_limit_strategies) THEN
+            RAISE EXCEPTION 'pgtask.enqueue_jobs: the limit arrays differ in length';
+        END IF;
+        IF EXISTS (SELECT 1 FROM unnest(p_limit_strategies) st
+                    WHERE st IS NULL OR st NOT IN ('queue', 'cancel_newest', 'keep_oldest', 'keep_newest')) THEN
+            RAISE EXCEPTION 'pgtask.enqueue_jobs: a limit strategy is not one of queue, cancel_newest, keep_oldest, keep_newest'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF EXISTS (SELECT 1 FROM unnest(p_limit_strategies) st WHERE st <> 'queue') THEN
+            strat := p_limit_strategies;
+        END IF;
     END IF;
     -- The limits of the Go side (runtime.MaxPayloadBytes, MaxMetadataBytes),
     -- for callers that come here past its checks. A payload is measured as
@@ -332,7 +366,7 @@ BEGIN
                     ARRAY(SELECT u.m FROM unnest(p_metadata, keep) WITH ORDINALITY AS u(m, kp, i) WHERE u.kp ORDER BY u.i),
                     CASE WHEN p_limits IS NOT NULL THEN
                         ARRAY(SELECT u.l FROM unnest(p_limits, keep) WITH ORDINALITY AS u(l, kp, i) WHERE u.kp ORDER BY u.i) END,
-                    p_limit_queues, p_limit_keys, p_limit_max) e;
+                    p_limit_queues, p_limit_keys, p_limit_max, p_limit_strategies) e;
             END IF;
             RETURN QUERY
                 SELECT array_agg(coalesce(r.h, inserted[r.pos]) ORDER BY r.i), array_agg(NOT keep[r.i] ORDER BY r.i)
@@ -421,9 +455,16 @@ BEGIN
              ORDER BY w.q COLLATE "C", w.k COLLATE "C"
         LOOP
             LOOP
-                SELECT id, free, declared INTO lrow FROM pgtask.limit_keys
-                 WHERE queue = lk.q AND limit_key = lk.k
-                   FOR NO KEY UPDATE SKIP LOCKED;
+                IF coalesce(strat[lk.ord], 'queue') <> 'queue' THEN
+                    -- A strategy decides on what the key holds: wait for it.
+                    SELECT id, free, declared INTO lrow FROM pgtask.limit_keys
+                     WHERE queue = lk.q AND limit_key = lk.k
+                       FOR NO KEY UPDATE;
+                ELSE
+                    SELECT id, free, declared INTO lrow FROM pgtask.limit_keys
+                     WHERE queue = lk.q AND limit_key = lk.k
+                       FOR NO KEY UPDATE SKIP LOCKED;
+                END IF;
                 IF FOUND THEN
                     llocked[lk.ord] := true;
                     EXIT;
@@ -464,6 +505,47 @@ BEGIN
                   FROM unnest(p_limits, admit) AS u(l, a)
                  WHERE u.a GROUP BY u.l) a
          WHERE k.id = a.id;
+        IF strat IS NOT NULL THEN
+            SELECT array_agg(st <> 'queue' AND EXISTS (
+                       SELECT 1 FROM pgtask.jobs w
+                        WHERE w.limit_id = lids[u.ord] AND w.status = 'queued' AND NOT w.is_head) ORDER BY u.ord)
+              INTO had_waiting
+              FROM unnest(strat) WITH ORDINALITY AS u(st, ord);
+            -- Of each key's jobs due now that took no slot, in batch order:
+            -- which the key's strategy cancels.
+            SELECT array_agg(coalesce(CASE WHEN u.l > 0 AND u.due AND NOT u.a THEN
+                                 CASE strat[u.l]
+                                      WHEN 'cancel_newest' THEN true
+                                      WHEN 'keep_oldest' THEN u.nth > 1 OR had_waiting[u.l]
+                                      WHEN 'keep_newest' THEN u.nth_last > 1
+                                      ELSE false END
+                             END, false) ORDER BY u.i)
+              INTO dropped
+              FROM (SELECT x.l, x.i, x.a, starts[x.o] <= now() AS due,
+                           row_number() OVER (PARTITION BY x.l, starts[x.o] <= now() AND NOT x.a ORDER BY x.i) AS nth,
+                           row_number() OVER (PARTITION BY x.l, starts[x.o] <= now() AND NOT x.a ORDER BY x.i DESC) AS nth_last
+                      FROM unnest(p_limits, p_settings, admit) WITH ORDINALITY AS x(l, o, a, i)) u;
+            -- keep_newest: the jobs the key had waiting make way for the
+            -- batch's last. One a finisher is admitting now is skipped: it runs.
+            WITH olds AS (
+                SELECT w.id FROM pgtask.jobs w
+                 WHERE w.limit_id IN (SELECT DISTINCT lids[u.l]
+                                        FROM unnest(p_limits, p_settings, admit) AS u(l, o, a)
+                                       WHERE u.l > 0 AND strat[u.l] = 'keep_newest' AND NOT u.a AND starts[u.o] <= now())
+                   AND w.status = 'queued' AND NOT w.is_head
+                   FOR UPDATE SKIP LOCKED
+            ), gone AS (
+                UPDATE pgtask.jobs j
+                   SET status = 'cancelled', finished_at = clock_timestamp(),
+                       errors = pgtask.append_error(j.errors, jsonb_build_array(jsonb_build_object(
+                           'attempt', j.attempts, 'at', clock_timestamp(),
+                           'error', 'cancelled: a newer job of its limit key was enqueued (keep_newest)')))
+                  FROM olds WHERE j.id = olds.id
+                RETURNING j.id
+            )
+            SELECT coalesce(array_agg(id), '{}') INTO debounced FROM gone;
+            PERFORM pg_notify('pgtask_finished', d::text) FROM unnest(debounced) d;
+        END IF;
         -- Jobs due now that wait on a key this call could not lock: the key
         -- is looked at again once this commits.
         INSERT INTO pgtask.limit_checks (key_id)
@@ -477,11 +559,13 @@ BEGIN
     -- limited job is admitted (is_head) if it took a slot above.
     INSERT INTO pgtask.jobs (
         id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload,
-        max_attempts, fail_blocks_group, run_after, unique_key, unique_statuses, unique_until, metadata, limit_id
+        max_attempts, fail_blocks_group, run_after, unique_key, unique_statuses, unique_until, metadata, limit_id,
+        finished_at, errors
     )
     SELECT t.id, t.q, p_kinds[t.o], p_group_keys[t.g], gids[t.g],
            CASE WHEN t.l > 0 THEN admit[t.i] ELSE t.g = 0 OR (created AND t.id = ANY (made_heads)) END,
-           CASE WHEN t.run_after > now() THEN 'scheduled'::pgtask.job_status
+           CASE WHEN dropped[t.i] THEN 'cancelled'::pgtask.job_status
+                WHEN t.run_after > now() THEN 'scheduled'::pgtask.job_status
                 ELSE 'queued'::pgtask.job_status END,
            p_priorities[t.o], p_aging_ms[t.o],
            CASE WHEN p_aging_ms[t.o] > 0 AND p_priorities[t.o] > 0
@@ -491,7 +575,12 @@ BEGIN
            CASE WHEN keys[t.i] IS NOT NULL AND p_unique_windows_us[t.o] > 0
                 THEN to_timestamp((floor(extract(epoch FROM now()) * 1e6 / p_unique_windows_us[t.o]) + 1)
                                   * p_unique_windows_us[t.o] / 1e6) END,
-           t.meta, lids[t.l]
+           t.meta, lids[t.l],
+           CASE WHEN dropped[t.i] THEN now() END,
+           CASE WHEN dropped[t.i]
+                THEN jsonb_build_array(jsonb_build_object('attempt', 0, 'at', now(), 'error',
+                         format('cancelled at enqueue: its limit key was at its limit (%s)', strat[t.l])))
+                ELSE '[]'::jsonb END
       FROM (SELECT u.id, u.i, u.o, u.g, coalesce(u.l, 0) AS l, u.payload, u.meta, p_queues[u.o] AS q, starts[u.o] AS run_after
               -- unnest in the select list zips the arrays without
               -- materialising them as a table function would.

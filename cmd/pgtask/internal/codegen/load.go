@@ -343,6 +343,9 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec, rules *ruleChecker) (task,
 	case t.Limit != nil && settings.Limit == 0:
 		fail(t.Limit.Pos, "field %s: task:\"limit\" makes the key of %s's limit, but it declares none; add limit=N to its task tag",
 			t.Limit.Name, ts.Name.Name)
+	case settings.LimitStrategy != "" && settings.Limit == 0:
+		fail(strct.Field(marker).Pos(), "%s: on_limit=%s without a limit; add limit=N to its task tag",
+			ts.Name.Name, settings.LimitStrategy)
 	}
 	switch {
 	case len(t.Unique) > 0 && settings.Unique:

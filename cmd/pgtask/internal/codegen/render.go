@@ -84,6 +84,9 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	if s.Limit != 0 {
 		defaults = append(defaults, field("Limit", jen.Lit(s.Limit)))
 	}
+	if s.LimitStrategy != "" && s.LimitStrategy != string(runtime.LimitQueue) {
+		defaults = append(defaults, field("LimitStrategy", rt(limitStrategyName[s.LimitStrategy])))
+	}
 	if s.UniqueWindow != 0 {
 		defaults = append(defaults, field("UniqueWindow", duration(s.UniqueWindow)))
 	}
@@ -369,4 +372,11 @@ func lowerFirst(s string) string {
 		r[i] = unicode.ToLower(r[i])
 	}
 	return string(r)
+}
+
+// limitStrategyName names the runtime constant of each on_limit value.
+var limitStrategyName = map[string]string{
+	string(runtime.LimitCancelNewest): "LimitCancelNewest",
+	string(runtime.LimitKeepOldest):   "LimitKeepOldest",
+	string(runtime.LimitKeepNewest):   "LimitKeepNewest",
 }

@@ -29,6 +29,9 @@ type settings struct {
 	// Limit caps the jobs of a limit key that run at once across every
 	// worker (runtime.EnqueueOptions.Limit); 0: no limit.
 	Limit int
+	// LimitStrategy is what becomes of a job that finds its key at its
+	// limit (runtime.EnqueueOptions.LimitStrategy); empty: it waits.
+	LimitStrategy string
 	// Unique jobs: by the whole payload, within a window, holding the key
 	// in these finished statuses too.
 	Unique         bool
@@ -84,7 +87,7 @@ func parseTaskTag(tag, typeName string) (settings, []error) {
 }
 
 // options lists the tag's options for the "unknown option" message.
-const options = "queue, max_attempts, max_snoozes, priority, aging, timeout, backoff, on_fail, mode, limit, unique, unique_window, unique_statuses"
+const options = "queue, max_attempts, max_snoozes, priority, aging, timeout, backoff, on_fail, mode, limit, on_limit, unique, unique_window, unique_statuses"
 
 func (s *settings) set(key, value string) error {
 	switch key {
@@ -171,6 +174,13 @@ func (s *settings) set(key, value string) error {
 			return fmt.Errorf("want how many jobs of a limit key may run at once, a whole number from 1 to %d", math.MaxInt32)
 		}
 		s.Limit = n
+	case "on_limit":
+		switch runtime.LimitStrategy(value) {
+		case runtime.LimitQueue, runtime.LimitCancelNewest, runtime.LimitKeepOldest, runtime.LimitKeepNewest:
+			s.LimitStrategy = value
+		default:
+			return fmt.Errorf("want queue (wait for a slot), cancel_newest (cancel a job that finds none), keep_oldest or keep_newest (keep one job waiting per key: the oldest, or the newest as a debounce)")
+		}
 	case "unique":
 		if value != "payload" {
 			return fmt.Errorf(`want payload (a job is unique by its whole payload); to make it unique by some fields, tag them task:"unique"`)

@@ -59,3 +59,11 @@ type LimitTwiceInATag struct {
 	runtime.Task `task:"limit_twice,limit=4"`
 	Partner      string `task:"limit,limit"`
 }
+
+type StrategyWithoutLimit struct {
+	runtime.Task `task:"strategy_without_limit,on_limit=cancel_newest"`
+}
+
+type UnknownStrategy struct {
+	runtime.Task `task:"unknown_strategy,limit=2,on_limit=drop"`
+}

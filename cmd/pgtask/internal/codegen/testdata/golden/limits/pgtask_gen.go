@@ -93,7 +93,8 @@ const ReindexKind = "reindex"
 var reindexSpec = &taskspec.Spec[Reindex]{
 	Kind: ReindexKind,
 	Defaults: runtime.EnqueueOptions{
-		Limit: 1,
+		Limit:         1,
+		LimitStrategy: runtime.LimitKeepNewest,
 	},
 	UniqueFields: []string{"Tenant", "Table"},
 	UniqueValues: func(t Reindex) []any {

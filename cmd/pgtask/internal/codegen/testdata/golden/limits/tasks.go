@@ -23,10 +23,10 @@ type Fetch struct {
 	URL          string   `json:"url" validate:"required,url"`
 }
 
-// Reindex runs one at a time per tenant, and one job per tenant and table
-// is enough.
+// Reindex runs one at a time per tenant, one job per tenant and table is
+// enough, and of those that find the tenant busy only the newest waits.
 type Reindex struct {
-	runtime.Task `task:"reindex,limit=1"`
+	runtime.Task `task:"reindex,limit=1,on_limit=keep_newest"`
 	Tenant       TenantID `json:"tenant" task:"limit,unique"`
 	Table        string   `json:"table" task:"unique"`
 }
