@@ -301,3 +301,44 @@ func TestKeepNewestUnderRacingEnqueues(t *testing.T) {
 		t.Errorf("%d jobs: %d admitted, %d waiting, %d cancelled; want 1, 1, the rest", len(ids), admittedN, waitingN, cancelledN)
 	}
 }
+
+// A held-mode runner claims, behind a key's admitted job, a run of the
+// key's waiting jobs and runs them one after another on that one slot: a
+// key with a small limit still drains in batches, many jobs per claim and
+// commit, rather than a claim per job. 400 quick jobs of one key of limit 2
+// take far fewer claims than the 200 they would take at two jobs a claim,
+// and never run more than 2 at once.
+func TestHeldLimitedKeyDrainsInRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	gauge := newKeyGauge()
+	var reqs []runtime.EnqueueRequest
+	for range 400 {
+		r := runtime.EnqueueRequest{Kind: "quick", Payload: []byte(`{}`)}
+		r.Apply(runtime.WithLimit("k", 2))
+		reqs = append(reqs, r)
+	}
+	ids, err := runtime.EnqueueMany(ctx, b.pool, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{Kind: "quick", Handler: func(context.Context, *runtime.Job) error {
+		gauge.enter("k")
+		defer gauge.leave("k")
+		return nil
+	}})
+	claims := map[int64]bool{}
+	for _, id := range ids {
+		j := b.waitStatus(t, id, 30*time.Second, testdb.PgtaskJobStatusSucceeded)
+		claims[j.ClaimToken.Int64] = true
+	}
+	if got := gauge.mostOf("k"); got > 2 {
+		t.Errorf("%d jobs of the key ran at once, over its limit of 2", got)
+	}
+	if len(claims) > 100 {
+		t.Errorf("400 jobs took %d claims; want runs of many jobs per claim (at most 100 claims)", len(claims))
+	}
+	t.Logf("400 jobs in %d claims", len(claims))
+	waitLimitsIdle(t, b, runtime.DefaultQueue, map[string]int{"k": 2})
+}

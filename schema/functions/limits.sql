@@ -1,4 +1,4 @@
--- revision: 2
+-- revision: 3
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -67,14 +67,28 @@ END;
 $$;
 
 -- A limited job's slot, freed (see the top of this file): handed on to the
--- key's first waiting job, or given back to the key's row; left in
--- limit_checks when that row is locked by someone else.
-CREATE OR REPLACE FUNCTION pgtask.release_slot(p_key bigint, p_queue text) RETURNS void
+-- next job of the run the job's claim (p_token, NULL: none) took behind it,
+-- or to the key's first waiting job, or given back to the key's row; left
+-- in limit_checks when that row is locked by someone else.
+CREATE OR REPLACE FUNCTION pgtask.release_slot(p_key bigint, p_queue text, p_token bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     k record;
     nxt bigint;
 BEGIN
+    IF p_token IS NOT NULL THEN
+        -- The job ran at the head of a run its claim (p_token) took (see
+        -- pick_limited_runs): the slot passes to the run's next job, which
+        -- the same runner runs after it.
+        UPDATE pgtask.jobs SET is_head = true
+         WHERE id = (SELECT id FROM pgtask.jobs
+                      WHERE claim_token = p_token AND status = 'started' AND limit_id = p_key AND NOT is_head
+                      ORDER BY id LIMIT 1)
+        RETURNING id INTO nxt;
+        IF nxt IS NOT NULL THEN
+            RETURN;
+        END IF;
+    END IF;
     -- Read without a lock: a limit lowered below the jobs admitted leaves
     -- free below 0, and a slot then goes back to the row instead.
     SELECT free INTO k FROM pgtask.limit_keys WHERE id = p_key;
@@ -123,7 +137,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgtask.limit_release() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pgtask.release_slot(OLD.limit_id, OLD.queue);
+    PERFORM pgtask.release_slot(OLD.limit_id, OLD.queue, OLD.claim_token);
     RETURN NULL;
 END;
 $$;

@@ -1,4 +1,4 @@
--- revision: 12
+-- revision: 13
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -121,6 +121,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'scanned', 'EXECUTE'),
     ('worker', 'function', 'pick_heads', 'EXECUTE'),
     ('worker', 'function', 'pick_runs', 'EXECUTE'),
+    ('worker', 'function', 'pick_limited_runs', 'EXECUTE'),
     ('worker', 'function', 'claim_jobs', 'EXECUTE'),
     ('worker', 'function', 'claim_leased_jobs', 'EXECUTE'),
     ('worker', 'function', 'hold_jobs', 'EXECUTE'),

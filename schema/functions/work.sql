@@ -1,4 +1,4 @@
--- revision: 44
+-- revision: 45
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -246,11 +246,61 @@ BEGIN
 END;
 $$;
 
+-- For a held-mode claim: of the limited heads among p_heads (admitted jobs,
+-- see functions/limits.sql), the ones beyond the first of each key
+-- (dropped: the claim leaves them to other runners, so that a key's slots
+-- spread over runners), and, behind each first one, up to p_per_head of
+-- its key's waiting jobs in (priority, id) order from it on, p_room in all
+-- (followers, locked). A runner runs its batch one job at a time, so a
+-- head's run uses its one slot: the followers stay unadmitted, and when the
+-- head ends, its slot passes to the run's next job (see release_slot). The
+-- scan starts at the head: the index entries before it are mostly those of
+-- jobs admitted earlier, which a transaction held open elsewhere keeps.
+CREATE OR REPLACE FUNCTION pgtask.pick_limited_runs(p_heads bigint[], p_room integer, p_per_head integer, p_kinds text[],
+                                                    OUT dropped bigint[], OUT followers bigint[])
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    h record;
+    room integer := p_room;
+    got bigint[];
+BEGIN
+    dropped := '{}';
+    followers := '{}';
+    FOR h IN
+        SELECT j.id, j.limit_id, j.priority,
+               row_number() OVER (PARTITION BY j.limit_id ORDER BY j.priority, j.id) AS nth
+          FROM pgtask.jobs j
+         WHERE j.id = ANY (p_heads) AND j.limit_id IS NOT NULL
+         ORDER BY j.priority, j.id
+    LOOP
+        IF h.nth > 1 THEN
+            dropped := dropped || h.id;
+            CONTINUE;
+        END IF;
+        CONTINUE WHEN room <= 0;
+        SELECT coalesce(array_agg(f.id ORDER BY f.priority, f.id), '{}') INTO got FROM (
+            SELECT id, priority FROM pgtask.jobs
+             WHERE limit_id = h.limit_id AND status = 'queued' AND NOT is_head
+               AND (priority, id) > (h.priority, h.id)
+               AND (p_kinds IS NULL OR kind = ANY (p_kinds))
+             ORDER BY priority, id
+             LIMIT least(room, p_per_head)
+               FOR UPDATE SKIP LOCKED) f;
+        followers := followers || got;
+        room := room - cardinality(got);
+    END LOOP;
+END;
+$$;
+
 -- Claims up to p_max jobs of a queue and returns what a worker needs to run
 -- them (not their error history, which can be large): runnable heads (see
 -- pick_heads for the cursor p_after_priority, p_after_id), and, to fill the
 -- batch, the runs of jobs that follow grouped heads in their groups (see
--- pick_runs): one commit covers many jobs of a group. Every claimed
+-- pick_runs): one commit covers many jobs of a group; and the runs of a
+-- limit key's waiting jobs behind its admitted heads (see pick_limited_runs).
+-- Every claimed
 -- job gets its attempt counted, this session as owner, p_worker as the
 -- process and p_token (see hold_claimed_jobs); the claim commits before any
 -- handler runs. Rows come in priority, id order, each with the job's snooze
@@ -275,6 +325,8 @@ DECLARE
     picked bigint[];
     heads bigint[];
     promoted bigint[];
+    dropped bigint[];
+    followers bigint[];
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
     PERFORM pg_advisory_xact_lock_shared(pgtask.pause_lock_class(), hashtext(p_queue));
@@ -339,10 +391,19 @@ BEGIN
     IF cardinality(heads) = 0 THEN
         RETURN;
     END IF;
+    -- Limited heads (see functions/limits.sql): one per key, each with a
+    -- run of its key's waiting jobs behind it, which this runner runs one
+    -- after another on the one slot.
+    SELECT r.dropped, r.followers INTO dropped, followers
+      FROM pgtask.pick_limited_runs(heads, p_max - cardinality(heads), p_max, p_kinds) r;
+    IF cardinality(dropped) > 0 THEN
+        heads := ARRAY(SELECT h FROM unnest(heads) h WHERE h <> ALL (dropped));
+    END IF;
     picked := heads;
     IF cardinality(picked) < p_max THEN
         picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked), p_max, p_kinds);
     END IF;
+    picked := picked || followers[1 : greatest(p_max - cardinality(picked), 0)];
     RETURN QUERY
         WITH claimed AS (
             UPDATE pgtask.jobs j
