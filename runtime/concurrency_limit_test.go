@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -190,5 +191,56 @@ func TestEnqueueRefusesBadLimits(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err %v, want one saying %q", c.name, err, c.want)
 		}
+	}
+}
+
+// A job waiting for a slot of its limit ages like any queued job: a key
+// admits its waiting jobs by priority, so without aging a steady supply of
+// better jobs would keep a worse one waiting for as long as it lasts. Here
+// a key of limit 1 has a priority-5 job waiting behind 300 priority-0 jobs
+// enqueued after it; aged to 0 within about 100 ms, it is admitted ahead
+// of those still waiting, long before they run out.
+func TestWaitingLimitedJobAges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var (
+		mu    sync.Mutex
+		order []runtime.JobID
+	)
+	handler := func(ctx context.Context, job *runtime.Job) error {
+		mu.Lock()
+		order = append(order, job.ID)
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		return nil
+	}
+	lim := []runtime.EnqueueOption{runtime.WithQueue("lim"), runtime.WithLimit("k", 1)}
+	first := enqueue(t, b.pool, "limited", map[string]int{}, lim...)
+	worse := enqueue(t, b.pool, "limited", map[string]int{},
+		append(lim, runtime.WithPriority(5), runtime.WithAging(20*time.Millisecond))...)
+	var reqs []runtime.EnqueueRequest
+	for range 300 {
+		r := runtime.EnqueueRequest{Kind: "limited", Payload: mustJSON(t, map[string]int{})}
+		r.Apply(lim...)
+		reqs = append(reqs, r)
+	}
+	if _, err := runtime.EnqueueMany(ctx, b.pool, reqs); err != nil {
+		t.Fatal(err)
+	}
+	if j := b.job(t, worse); j.IsHead {
+		t.Fatalf("job %d was admitted at once; the test needs it waiting", worse)
+	}
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"lim": {Concurrency: 2}}},
+		runtime.Registration{Kind: "limited", Queue: "lim", Handler: handler})
+	b.waitStatus(t, worse, 30*time.Second, testdb.PgtaskJobStatusSucceeded)
+	b.waitQueueDone(t, "lim", 30*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	at := slices.Index(order, worse)
+	t.Logf("the aged job ran %dth of %d", at+1, len(order))
+	if order[0] != first || at < 0 || at > 150 {
+		t.Errorf("the aged job ran %dth of %d (first %d), want it well before the better jobs enqueued after it ran out",
+			at+1, len(order), order[0])
 	}
 }
