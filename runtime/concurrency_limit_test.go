@@ -244,3 +244,52 @@ func TestWaitingLimitedJobAges(t *testing.T) {
 			at+1, len(order), order[0])
 	}
 }
+
+// A slot given back while the key's row is held is not kept from a waiting
+// job for as long as the row is held. An enqueue holds its key's row until
+// its transaction ends, and the caller's transaction may go on for a while:
+// meanwhile the key's running job ends with no job waiting that it can see,
+// so its slot is left in a check; a job enqueued after that waits too. It
+// runs within a maintenance round or two, the transaction still open, and
+// the limit holds throughout.
+func TestSlotGivenBackWhileAnEnqueueHoldsTheKeyIsUsed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	gauge := newKeyGauge()
+	handler := func(ctx context.Context, job *runtime.Job) error {
+		gauge.enter("k")
+		defer gauge.leave("k")
+		time.Sleep(5 * time.Millisecond)
+		return nil
+	}
+	lim := []runtime.EnqueueOption{runtime.WithQueue("lim"), runtime.WithLimit("k", 1)}
+	running := enqueue(t, b.pool, "limited", map[string]int{}, lim...)
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	held := enqueue(t, tx, "limited", map[string]int{}, lim...)
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"lim": {Concurrency: 2}}},
+		runtime.Registration{Kind: "limited", Queue: "lim", Handler: handler})
+	b.waitStatus(t, running, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	later := enqueue(t, b.pool, "limited", map[string]int{}, lim...)
+	deadline := time.Now().Add(2 * time.Second)
+	for b.job(t, later).Status != testdb.PgtaskJobStatusSucceeded {
+		if time.Now().After(deadline) {
+			infos, _ := runtime.Limits(ctx, b.pool, "lim", 0)
+			t.Fatalf("job %d is %s 2 s after its enqueue, its key's slot free but held back while a transaction holds the key: %+v",
+				later, b.job(t, later).Status, infos)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.waitStatus(t, held, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	if got := gauge.mostOf("k"); got != 1 {
+		t.Errorf("%d jobs of a key limited to 1 ran at once", got)
+	}
+	waitLimitsIdle(t, b, "lim", map[string]int{"k": 1})
+}

@@ -1,4 +1,4 @@
--- revision: 2
+-- revision: 3
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -145,6 +145,14 @@ $$;
 -- limit, then waiting jobs admitted into the free slots. Workers of each
 -- queue with jobs admitted are woken with the first one's id. Returns how
 -- many jobs it admitted.
+--
+-- A key's row may stay locked a long while: an enqueue holds it until its
+-- transaction ends, and that is the caller's. The slots given back in its
+-- checks meanwhile go to its waiting jobs all the same, as a finisher hands
+-- its slot on, without the row: those checks are taken one by one (FOR
+-- UPDATE SKIP LOCKED), and what no job takes is left in a check again.
+-- Unless the row says a lowered limit is still over-full (free below 0):
+-- then the slots go to the row, later.
 CREATE OR REPLACE FUNCTION pgtask.check_limits(p_limit integer) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -161,8 +169,29 @@ BEGIN
     LOOP
         SELECT * INTO k FROM pgtask.limit_keys WHERE id = c.key_id FOR NO KEY UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
-            IF NOT EXISTS (SELECT 1 FROM pgtask.limit_keys WHERE id = c.key_id) THEN
+            SELECT * INTO k FROM pgtask.limit_keys WHERE id = c.key_id;
+            IF NOT FOUND THEN
                 DELETE FROM pgtask.limit_checks WHERE key_id = c.key_id;
+            ELSIF k.free >= 0 AND EXISTS (SELECT 1 FROM pgtask.jobs j
+                                           WHERE j.limit_id = k.id AND j.status = 'queued' AND NOT j.is_head) THEN
+                WITH gone AS (
+                    DELETE FROM pgtask.limit_checks
+                     WHERE id IN (SELECT l.id FROM pgtask.limit_checks l
+                                   WHERE l.key_id = c.key_id AND l.released > 0
+                                     FOR UPDATE SKIP LOCKED)
+                    RETURNING released
+                )
+                SELECT coalesce(sum(g.released), 0) INTO given_back FROM gone g;
+                IF given_back > 0 THEN
+                    SELECT * INTO got FROM pgtask.admit_waiting(k.id, given_back);
+                    IF got.admitted < given_back THEN
+                        INSERT INTO pgtask.limit_checks (key_id, released) VALUES (k.id, given_back - got.admitted);
+                    END IF;
+                    IF got.first_id IS NOT NULL THEN
+                        PERFORM pg_notify('pgtask_behind', got.first_id || ':' || k.queue);
+                        total := total + got.admitted;
+                    END IF;
+                END IF;
             END IF;
             CONTINUE;
         END IF;
