@@ -293,3 +293,37 @@ func TestSlotGivenBackWhileAnEnqueueHoldsTheKeyIsUsed(t *testing.T) {
 	}
 	waitLimitsIdle(t, b, "lim", map[string]int{"k": 1})
 }
+
+// An operator's limit for every key of a queue reaches a key whose first
+// job's enqueue was in flight as it was set: that enqueue read the limits
+// in force before the operator's commit, and the operator's call could not
+// see the key's row yet. Within a maintenance round the key has the
+// operator's limit.
+func TestEveryKeyLimitReachesAKeyCreatedMeanwhile(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	enqueue(t, tx, "limited", map[string]int{}, runtime.WithQueue("lim"), runtime.WithLimit("new", 2))
+	if _, err := runtime.SetEveryKeyLimit(ctx, b.pool, "lim", 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.gen.CheckLimits(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := runtime.Limits(ctx, b.pool, "lim", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := runtime.LimitInfo{Queue: "lim", Key: "new", Declared: 2, Limit: 5, Overridden: true, Free: 4, Waiting: 0}
+	if len(infos) != 1 || infos[0] != want {
+		t.Errorf("limits %+v, want %+v", infos, want)
+	}
+}
