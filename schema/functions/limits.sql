@@ -1,4 +1,4 @@
--- revision: 3
+-- revision: 4
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -22,8 +22,12 @@
 -- always with SKIP LOCKED by enqueues and finishers: an enqueue that finds
 -- the row locked leaves its jobs waiting, and a finisher its slot, in
 -- pgtask.limit_checks, which every worker's maintenance round applies
--- (check_limits). No enqueue or worker waits for another on a key, so they
--- cannot deadlock, whatever order their transactions touch keys in. A
+-- (check_limits). No enqueue or worker waits for another on a key's row.
+-- The one wait is an enqueue's for another's insert of a key's row that
+-- both create (its first jobs): two transactions that each create two keys
+-- in statements of their own, in opposite orders, deadlock there, and the
+-- server fails one, as with two that enqueue the same new unique keys in
+-- opposite orders. A
 -- waiting job's enqueue commits either while holding the row (then whoever
 -- gives a slot back meanwhile leaves it in limit_checks) or with a check
 -- of its own: a slot given back never misses a job that waits.
