@@ -327,3 +327,46 @@ func TestEveryKeyLimitReachesAKeyCreatedMeanwhile(t *testing.T) {
 		t.Errorf("limits %+v, want %+v", infos, want)
 	}
 }
+
+// A slot given back while the key's waiting job is locked by someone else
+// is not lost to it. The running job's end hands its slot to the first
+// waiting job it can lock; the only one is held by an operator's cancel,
+// so the slot goes back to the key's row. The operator's transaction then
+// rolls back: the job waits again, and runs within a maintenance round or
+// two, with nothing else happening on its key.
+func TestSlotGivenBackPastALockedWaitingJobReachesIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	lim := []runtime.EnqueueOption{runtime.WithQueue("lim"), runtime.WithLimit("k", 1)}
+	running := enqueue(t, b.pool, "limited", map[string]int{}, lim...)
+	waiting := enqueue(t, b.pool, "limited", map[string]int{}, lim...)
+	// The key's checks so far (its creation's) are applied before anything
+	// else happens: none is left to look at the key again by chance.
+	if _, err := b.gen.CheckLimits(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if ok, err := runtime.CancelJob(ctx, tx, waiting); err != nil || !ok {
+		t.Fatalf("cancel job %d: %v, %v", waiting, ok, err)
+	}
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"lim": {Concurrency: 2}}},
+		runtime.Registration{Kind: "limited", Queue: "lim", Handler: func(ctx context.Context, job *runtime.Job) error { return nil }})
+	b.waitStatus(t, running, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for b.job(t, waiting).Status != testdb.PgtaskJobStatusSucceeded {
+		if time.Now().After(deadline) {
+			infos, _ := runtime.Limits(ctx, b.pool, "lim", 0)
+			t.Fatalf("job %d is %s 2 s after its key's slot was freed: %+v", waiting, b.job(t, waiting).Status, infos)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitLimitsIdle(t, b, "lim", map[string]int{"k": 1})
+}

@@ -1,4 +1,4 @@
--- revision: 4
+-- revision: 5
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -72,7 +72,10 @@ $$;
 
 -- A limited job's slot, freed (see the top of this file): handed on to the
 -- key's first waiting job, or given back to the key's row; left in
--- limit_checks when that row is locked by someone else.
+-- limit_checks when that row is locked by someone else. A waiting job
+-- locked by someone else (an operator's cancel, aging) is passed over; if
+-- one is, the slot given back comes with a check, so that maintenance
+-- admits the job should that someone let it go still waiting.
 CREATE OR REPLACE FUNCTION pgtask.release_slot(p_key bigint, p_queue text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -108,6 +111,9 @@ BEGIN
         END IF;
     END IF;
     UPDATE pgtask.limit_keys SET free = free + 1 WHERE id = p_key;
+    IF k.free >= 0 AND EXISTS (SELECT 1 FROM pgtask.jobs WHERE limit_id = p_key AND status = 'queued' AND NOT is_head) THEN
+        INSERT INTO pgtask.limit_checks (key_id) VALUES (p_key);
+    END IF;
 END;
 $$;
 
@@ -218,6 +224,12 @@ BEGIN
         k.free := k.free - got.admitted;
         UPDATE pgtask.limit_keys SET free = k.free, declared = k.declared, max_running = k.max_running
          WHERE id = k.id;
+        IF k.free > 0 AND EXISTS (SELECT 1 FROM pgtask.jobs j
+                                   WHERE j.limit_id = k.id AND j.status = 'queued' AND NOT j.is_head) THEN
+            -- Jobs it passed over, locked by someone else (see
+            -- release_slot): looked at again next round.
+            INSERT INTO pgtask.limit_checks (key_id) VALUES (k.id);
+        END IF;
         IF got.first_id IS NOT NULL THEN
             PERFORM pg_notify('pgtask_behind', got.first_id || ':' || k.queue);
             total := total + got.admitted;
