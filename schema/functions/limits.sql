@@ -1,4 +1,4 @@
--- revision: 5
+-- revision: 6
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -222,8 +222,10 @@ BEGIN
         END IF;
         SELECT * INTO got FROM pgtask.admit_waiting(k.id, k.free);
         k.free := k.free - got.admitted;
+        -- A check that changes nothing (aging's, say, on a key at its
+        -- limit) leaves no new version of the row behind.
         UPDATE pgtask.limit_keys SET free = k.free, declared = k.declared, max_running = k.max_running
-         WHERE id = k.id;
+         WHERE id = k.id AND (free, declared, max_running) IS DISTINCT FROM (k.free, k.declared, k.max_running);
         IF k.free > 0 AND EXISTS (SELECT 1 FROM pgtask.jobs j
                                    WHERE j.limit_id = k.id AND j.status = 'queued' AND NOT j.is_head) THEN
             -- Jobs it passed over, locked by someone else (see
