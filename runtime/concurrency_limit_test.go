@@ -251,7 +251,8 @@ func TestWaitingLimitedJobAges(t *testing.T) {
 // meanwhile the key's running job ends with no job waiting that it can see,
 // so its slot is left in a check; a job enqueued after that waits too. It
 // runs within a maintenance round or two, the transaction still open, and
-// the limit holds throughout.
+// the limit holds throughout. The worker logs in as the worker role: what
+// it does with the key's checks is within its privileges.
 func TestSlotGivenBackWhileAnEnqueueHoldsTheKeyIsUsed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -271,7 +272,8 @@ func TestSlotGivenBackWhileAnEnqueueHoldsTheKeyIsUsed(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	held := enqueue(t, tx, "limited", map[string]int{}, lim...)
-	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"lim": {Concurrency: 2}}},
+	roles := grantTestRoles(t, b, false)
+	startWorker(t, urlAs(t, b.url, roles.Worker), runtime.Config{Queues: map[string]runtime.QueueConfig{"lim": {Concurrency: 2}}},
 		runtime.Registration{Kind: "limited", Queue: "lim", Handler: handler})
 	b.waitStatus(t, running, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
 	later := enqueue(t, b.pool, "limited", map[string]int{}, lim...)

@@ -1,4 +1,4 @@
--- revision: 6
+-- revision: 7
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -159,8 +159,11 @@ $$;
 -- A key's row may stay locked a long while: an enqueue holds it until its
 -- transaction ends, and that is the caller's. The slots given back in its
 -- checks meanwhile go to its waiting jobs all the same, as a finisher hands
--- its slot on, without the row: those checks are taken one by one (FOR
--- UPDATE SKIP LOCKED), and what no job takes is left in a check again.
+-- its slot on, without the row: those checks are deleted as they are
+-- taken, so no two rounds take one (a round that holds the row waits for
+-- this one's delete of them, and finds them gone), and what no job takes
+-- is left in a check again. Rounds take keys in id order, so none waits
+-- for another that waits for it.
 -- Unless the row says a lowered limit is still over-full (free below 0):
 -- then the slots go to the row, later.
 CREATE OR REPLACE FUNCTION pgtask.check_limits(p_limit integer) RETURNS integer
@@ -185,10 +188,7 @@ BEGIN
             ELSIF k.free >= 0 AND EXISTS (SELECT 1 FROM pgtask.jobs j
                                            WHERE j.limit_id = k.id AND j.status = 'queued' AND NOT j.is_head) THEN
                 WITH gone AS (
-                    DELETE FROM pgtask.limit_checks
-                     WHERE id IN (SELECT l.id FROM pgtask.limit_checks l
-                                   WHERE l.key_id = c.key_id AND l.released > 0
-                                     FOR UPDATE SKIP LOCKED)
+                    DELETE FROM pgtask.limit_checks WHERE key_id = c.key_id AND released > 0
                     RETURNING released
                 )
                 SELECT coalesce(sum(g.released), 0) INTO given_back FROM gone g;
