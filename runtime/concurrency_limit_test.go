@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -341,4 +342,183 @@ func TestHeldLimitedKeyDrainsInRuns(t *testing.T) {
 	}
 	t.Logf("400 jobs in %d claims", len(claims))
 	waitLimitsIdle(t, b, runtime.DefaultQueue, map[string]int{"k": 2})
+}
+
+// A job waiting for a slot of its limit ages like any queued job: a key
+// admits its waiting jobs by priority, so without aging a steady supply of
+// better jobs would keep a worse one waiting for as long as it lasts. Here
+// a key of limit 1 has a priority-5 job waiting behind 300 priority-0 jobs
+// enqueued after it; aged to 0 within about 100 ms, it is admitted ahead
+// of those still waiting, long before they run out.
+func TestWaitingLimitedJobAges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var (
+		mu    sync.Mutex
+		order []runtime.JobID
+	)
+	handler := func(ctx context.Context, job *runtime.Job) error {
+		mu.Lock()
+		order = append(order, job.ID)
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		return nil
+	}
+	lim := []runtime.EnqueueOption{runtime.WithQueue("lim"), runtime.WithLimit("k", 1)}
+	first := enqueue(t, b.pool, "limited", map[string]int{}, lim...)
+	worse := enqueue(t, b.pool, "limited", map[string]int{},
+		append(lim, runtime.WithPriority(5), runtime.WithAging(20*time.Millisecond))...)
+	var reqs []runtime.EnqueueRequest
+	for range 300 {
+		r := runtime.EnqueueRequest{Kind: "limited", Payload: mustJSON(t, map[string]int{})}
+		r.Apply(lim...)
+		reqs = append(reqs, r)
+	}
+	if _, err := runtime.EnqueueMany(ctx, b.pool, reqs); err != nil {
+		t.Fatal(err)
+	}
+	if j := b.job(t, worse); j.IsHead {
+		t.Fatalf("job %d was admitted at once; the test needs it waiting", worse)
+	}
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"lim": {Concurrency: 2}}},
+		runtime.Registration{Kind: "limited", Queue: "lim", Handler: handler})
+	b.waitStatus(t, worse, 30*time.Second, testdb.PgtaskJobStatusSucceeded)
+	b.waitQueueDone(t, "lim", 30*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	at := slices.Index(order, worse)
+	t.Logf("the aged job ran %dth of %d", at+1, len(order))
+	if order[0] != first || at < 0 || at > 150 {
+		t.Errorf("the aged job ran %dth of %d (first %d), want it well before the better jobs enqueued after it ran out",
+			at+1, len(order), order[0])
+	}
+}
+
+// A slot given back while the key's row is held is not kept from a waiting
+// job for as long as the row is held. An enqueue holds its key's row until
+// its transaction ends, and the caller's transaction may go on for a while:
+// meanwhile the key's running job ends with no job waiting that it can see,
+// so its slot is left in a check; a job enqueued after that waits too. It
+// runs within a maintenance round or two, the transaction still open, and
+// the limit holds throughout. The worker logs in as the worker role: what
+// it does with the key's checks is within its privileges.
+func TestSlotGivenBackWhileAnEnqueueHoldsTheKeyIsUsed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	gauge := newKeyGauge()
+	handler := func(ctx context.Context, job *runtime.Job) error {
+		gauge.enter("k")
+		defer gauge.leave("k")
+		time.Sleep(5 * time.Millisecond)
+		return nil
+	}
+	lim := []runtime.EnqueueOption{runtime.WithQueue("lim"), runtime.WithLimit("k", 1)}
+	running := enqueue(t, b.pool, "limited", map[string]int{}, lim...)
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	held := enqueue(t, tx, "limited", map[string]int{}, lim...)
+	roles := grantTestRoles(t, b, false)
+	startWorker(t, urlAs(t, b.url, roles.Worker), runtime.Config{Queues: map[string]runtime.QueueConfig{"lim": {Concurrency: 2}}},
+		runtime.Registration{Kind: "limited", Queue: "lim", Handler: handler})
+	b.waitStatus(t, running, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	later := enqueue(t, b.pool, "limited", map[string]int{}, lim...)
+	deadline := time.Now().Add(2 * time.Second)
+	for b.job(t, later).Status != testdb.PgtaskJobStatusSucceeded {
+		if time.Now().After(deadline) {
+			infos, _ := runtime.Limits(ctx, b.pool, "lim", 0)
+			t.Fatalf("job %d is %s 2 s after its enqueue, its key's slot free but held back while a transaction holds the key: %+v",
+				later, b.job(t, later).Status, infos)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.waitStatus(t, held, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	if got := gauge.mostOf("k"); got != 1 {
+		t.Errorf("%d jobs of a key limited to 1 ran at once", got)
+	}
+	waitLimitsIdle(t, b, "lim", map[string]int{"k": 1})
+}
+
+// An operator's limit for every key of a queue reaches a key whose first
+// job's enqueue was in flight as it was set: that enqueue read the limits
+// in force before the operator's commit, and the operator's call could not
+// see the key's row yet. Within a maintenance round the key has the
+// operator's limit.
+func TestEveryKeyLimitReachesAKeyCreatedMeanwhile(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	enqueue(t, tx, "limited", map[string]int{}, runtime.WithQueue("lim"), runtime.WithLimit("new", 2))
+	if _, err := runtime.SetEveryKeyLimit(ctx, b.pool, "lim", 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.gen.CheckLimits(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := runtime.Limits(ctx, b.pool, "lim", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := runtime.LimitInfo{Queue: "lim", Key: "new", Declared: 2, Limit: 5, Overridden: true, Free: 4, Waiting: 0}
+	if len(infos) != 1 || infos[0] != want {
+		t.Errorf("limits %+v, want %+v", infos, want)
+	}
+}
+
+// A slot given back while the key's waiting job is locked by someone else
+// is not lost to it. The running job's end hands its slot to the first
+// waiting job it can lock; the only one is held by an operator's cancel,
+// so the slot goes back to the key's row. The operator's transaction then
+// rolls back: the job waits again, and runs within a maintenance round or
+// two, with nothing else happening on its key.
+func TestSlotGivenBackPastALockedWaitingJobReachesIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	lim := []runtime.EnqueueOption{runtime.WithQueue("lim"), runtime.WithLimit("k", 1)}
+	running := enqueue(t, b.pool, "limited", map[string]int{}, lim...)
+	waiting := enqueue(t, b.pool, "limited", map[string]int{}, lim...)
+	// The key's checks so far (its creation's) are applied before anything
+	// else happens: none is left to look at the key again by chance.
+	if _, err := b.gen.CheckLimits(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if ok, err := runtime.CancelJob(ctx, tx, waiting); err != nil || !ok {
+		t.Fatalf("cancel job %d: %v, %v", waiting, ok, err)
+	}
+	startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{"lim": {Concurrency: 2}}},
+		runtime.Registration{Kind: "limited", Queue: "lim", Handler: func(ctx context.Context, job *runtime.Job) error { return nil }})
+	b.waitStatus(t, running, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for b.job(t, waiting).Status != testdb.PgtaskJobStatusSucceeded {
+		if time.Now().After(deadline) {
+			infos, _ := runtime.Limits(ctx, b.pool, "lim", 0)
+			t.Fatalf("job %d is %s 2 s after its key's slot was freed: %+v", waiting, b.job(t, waiting).Status, infos)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitLimitsIdle(t, b, "lim", map[string]int{"k": 1})
 }

@@ -1,4 +1,4 @@
--- revision: 9
+-- revision: 10
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -481,6 +481,11 @@ BEGIN
                 RETURNING id, free, declared INTO lrow;
                 IF FOUND THEN
                     llocked[lk.ord] := true;
+                    -- An operator's limit for every key of the queue, set
+                    -- while this is in flight, was not seen here, and its
+                    -- set_limit cannot see this row: maintenance looks at
+                    -- the limit in force again once this commits.
+                    INSERT INTO pgtask.limit_checks (key_id, declared) VALUES (lrow.id, lk.m);
                     EXIT;
                 END IF;
             END LOOP;

@@ -1,4 +1,4 @@
--- revision: 3
+-- revision: 8
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -22,8 +22,12 @@
 -- always with SKIP LOCKED by enqueues and finishers: an enqueue that finds
 -- the row locked leaves its jobs waiting, and a finisher its slot, in
 -- pgtask.limit_checks, which every worker's maintenance round applies
--- (check_limits). No enqueue or worker waits for another on a key, so they
--- cannot deadlock, whatever order their transactions touch keys in. A
+-- (check_limits). No enqueue or worker waits for another on a key's row.
+-- The one wait is an enqueue's for another's insert of a key's row that
+-- both create (its first jobs): two transactions that each create two keys
+-- in statements of their own, in opposite orders, deadlock there, and the
+-- server fails one, as with two that enqueue the same new unique keys in
+-- opposite orders. A
 -- waiting job's enqueue commits either while holding the row (then whoever
 -- gives a slot back meanwhile leaves it in limit_checks) or with a check
 -- of its own: a slot given back never misses a job that waits.
@@ -69,7 +73,10 @@ $$;
 -- A limited job's slot, freed (see the top of this file): handed on to the
 -- next job of the run the job's claim (p_token, NULL: none) took behind it,
 -- or to the key's first waiting job, or given back to the key's row; left
--- in limit_checks when that row is locked by someone else.
+-- in limit_checks when that row is locked by someone else. A waiting job
+-- locked by someone else (an operator's cancel, aging) is passed over; if
+-- one is, the slot given back comes with a check, so that maintenance
+-- admits the job should that someone let it go still waiting.
 CREATE OR REPLACE FUNCTION pgtask.release_slot(p_key bigint, p_queue text, p_token bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -118,6 +125,9 @@ BEGIN
         END IF;
     END IF;
     UPDATE pgtask.limit_keys SET free = free + 1 WHERE id = p_key;
+    IF k.free >= 0 AND EXISTS (SELECT 1 FROM pgtask.jobs WHERE limit_id = p_key AND status = 'queued' AND NOT is_head) THEN
+        INSERT INTO pgtask.limit_checks (key_id) VALUES (p_key);
+    END IF;
 END;
 $$;
 
@@ -159,6 +169,17 @@ $$;
 -- limit, then waiting jobs admitted into the free slots. Workers of each
 -- queue with jobs admitted are woken with the first one's id. Returns how
 -- many jobs it admitted.
+--
+-- A key's row may stay locked a long while: an enqueue holds it until its
+-- transaction ends, and that is the caller's. The slots given back in its
+-- checks meanwhile go to its waiting jobs all the same, as a finisher hands
+-- its slot on, without the row: those checks are deleted as they are
+-- taken, so no two rounds take one (a round that holds the row waits for
+-- this one's delete of them, and finds them gone), and what no job takes
+-- is left in a check again. Rounds take keys in id order, so none waits
+-- for another that waits for it.
+-- Unless the row says a lowered limit is still over-full (free below 0):
+-- then the slots go to the row, later.
 CREATE OR REPLACE FUNCTION pgtask.check_limits(p_limit integer) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -175,8 +196,26 @@ BEGIN
     LOOP
         SELECT * INTO k FROM pgtask.limit_keys WHERE id = c.key_id FOR NO KEY UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
-            IF NOT EXISTS (SELECT 1 FROM pgtask.limit_keys WHERE id = c.key_id) THEN
+            SELECT * INTO k FROM pgtask.limit_keys WHERE id = c.key_id;
+            IF NOT FOUND THEN
                 DELETE FROM pgtask.limit_checks WHERE key_id = c.key_id;
+            ELSIF k.free >= 0 AND EXISTS (SELECT 1 FROM pgtask.jobs j
+                                           WHERE j.limit_id = k.id AND j.status = 'queued' AND NOT j.is_head) THEN
+                WITH gone AS (
+                    DELETE FROM pgtask.limit_checks WHERE key_id = c.key_id AND released > 0
+                    RETURNING released
+                )
+                SELECT coalesce(sum(g.released), 0) INTO given_back FROM gone g;
+                IF given_back > 0 THEN
+                    SELECT * INTO got FROM pgtask.admit_waiting(k.id, given_back);
+                    IF got.admitted < given_back THEN
+                        INSERT INTO pgtask.limit_checks (key_id, released) VALUES (k.id, given_back - got.admitted);
+                    END IF;
+                    IF got.first_id IS NOT NULL THEN
+                        PERFORM pg_notify('pgtask_behind', got.first_id || ':' || k.queue);
+                        total := total + got.admitted;
+                    END IF;
+                END IF;
             END IF;
             CONTINUE;
         END IF;
@@ -197,8 +236,16 @@ BEGIN
         END IF;
         SELECT * INTO got FROM pgtask.admit_waiting(k.id, k.free);
         k.free := k.free - got.admitted;
+        -- A check that changes nothing (aging's, say, on a key at its
+        -- limit) leaves no new version of the row behind.
         UPDATE pgtask.limit_keys SET free = k.free, declared = k.declared, max_running = k.max_running
-         WHERE id = k.id;
+         WHERE id = k.id AND (free, declared, max_running) IS DISTINCT FROM (k.free, k.declared, k.max_running);
+        IF k.free > 0 AND EXISTS (SELECT 1 FROM pgtask.jobs j
+                                   WHERE j.limit_id = k.id AND j.status = 'queued' AND NOT j.is_head) THEN
+            -- Jobs it passed over, locked by someone else (see
+            -- release_slot): looked at again next round.
+            INSERT INTO pgtask.limit_checks (key_id) VALUES (k.id);
+        END IF;
         IF got.first_id IS NOT NULL THEN
             PERFORM pg_notify('pgtask_behind', got.first_id || ':' || k.queue);
             total := total + got.admitted;

@@ -1,4 +1,4 @@
--- revision: 15
+-- revision: 16
 -- Maintenance that every worker runs: queueing due jobs and rescuing the
 -- jobs of dead workers.
 --
@@ -94,7 +94,12 @@ $$;
 -- negative priorities stay ahead of every aged job. Workers of each queue
 -- with a job that got better are woken on "pgtask_behind", with the
 -- queue's first such job ("id:queue"): the job may now sort before their
--- claims' cursors, and they look behind them from there. A job whose row cannot be written (it
+-- claims' cursors, and they look behind them from there. A limited job
+-- waiting for a slot ages too: its key admits waiting jobs by priority, so
+-- a steady supply of better ones would otherwise keep it waiting for good.
+-- It wakes no worker (it is not runnable yet), but leaves a check of its
+-- key (see functions/limits.sql): a slot freed while this held the job's
+-- row went past it, and check_limits admits it into that slot. A job whose row cannot be written (it
 -- breaks a check the table was given NOT VALID after it was stored) is left
 -- as it is, in skipped, and the others age; the batch is changed in one
 -- statement, and only when that fails on such a row, one job at a time.
@@ -105,6 +110,8 @@ DECLARE
     woken text[];
     i bigint;
     q text;
+    head boolean;
+    lim bigint;
     aged_ids bigint[] := '{}';
     aged_queues text[] := '{}';
     -- A value, not clock_timestamp() in the condition: a volatile call
@@ -115,7 +122,7 @@ BEGIN
     skipped := '{}';
     SELECT coalesce(array_agg(d.id ORDER BY d.age_due), '{}') INTO due
       FROM (SELECT id, age_due FROM pgtask.jobs
-             WHERE status = 'queued' AND is_head AND age_due <= now_ts
+             WHERE status = 'queued' AND (is_head OR limit_id IS NOT NULL) AND age_due <= now_ts
              ORDER BY age_due
              LIMIT p_limit
                FOR UPDATE SKIP LOCKED) d;
@@ -133,10 +140,15 @@ BEGIN
                                    least(32767, 1 + floor(extract(epoch FROM now_ts - age_due) * 1000 / aging_ms))::integer AS steps
                               FROM pgtask.jobs WHERE id = ANY (due) AND aging_ms > 0) x) n
              WHERE j.id = n.id
-            RETURNING j.queue, j.id
+            RETURNING j.queue, j.id, j.is_head, j.limit_id
+        ), checks AS (
+            INSERT INTO pgtask.limit_checks (key_id)
+            SELECT DISTINCT s.limit_id FROM stepped s WHERE NOT s.is_head
         )
-        SELECT coalesce(sum(w.n), 0), coalesce(array_agg(w.first_id || ':' || w.queue), '{}') INTO aged, woken
-          FROM (SELECT queue, count(*) AS n, min(id) AS first_id FROM stepped GROUP BY queue) w;
+        SELECT (SELECT count(*) FROM stepped),
+               coalesce((SELECT array_agg(w.first_id || ':' || w.queue)
+                           FROM (SELECT queue, min(id) AS first_id FROM stepped WHERE is_head GROUP BY queue) w), '{}')
+          INTO aged, woken;
     EXCEPTION WHEN integrity_constraint_violation THEN
         aged := 0;
         woken := '{}';
@@ -149,11 +161,15 @@ BEGIN
                   FROM (SELECT least(32767, 1 + floor(extract(epoch FROM now_ts - age_due) * 1000 / aging_ms))::integer AS steps
                           FROM pgtask.jobs WHERE id = i AND aging_ms > 0) s
                  WHERE j.id = i
-                RETURNING j.queue INTO q;
+                RETURNING j.queue, j.is_head, j.limit_id INTO q, head, lim;
                 IF FOUND THEN
                     aged := aged + 1;
-                    aged_ids := aged_ids || i;
-                    aged_queues := aged_queues || q;
+                    IF head THEN
+                        aged_ids := aged_ids || i;
+                        aged_queues := aged_queues || q;
+                    ELSE
+                        INSERT INTO pgtask.limit_checks (key_id) VALUES (lim);
+                    END IF;
                 END IF;
             EXCEPTION WHEN integrity_constraint_violation THEN
                 skipped := skipped || i;
