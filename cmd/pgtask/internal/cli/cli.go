@@ -35,6 +35,7 @@ commands:
   cancel    cancel the jobs a filter matches, running ones included
   purge     delete the finished jobs a filter matches
   pause     pause queues: no worker claims their jobs until they are resumed
+  limits    list concurrency limits, or set and clear operators' limits (pgtask limits set|clear)
   resume    resume paused queues
   ui        serve the web dashboard: queues, jobs, groups, and actions on them
   help      show this text
@@ -68,6 +69,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = jobs(ctx, args[1:], stdout, stderr)
 	case "batches":
 		err = batches(ctx, args[1:], stdout, stderr)
+	case "limits":
+		err = limits(ctx, args[1:], stdout, stderr)
 	case "retry", "cancel", "purge":
 		err = bulkCommand(ctx, args[0], args[1:], stdout, stderr)
 	case "ui":
