@@ -37,9 +37,12 @@ func limits(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	keys, err := runtime.Limits(ctx, conn, *queue, 0)
+	keys, err := runtime.Limits(ctx, conn, *queue, maxLimitKeys)
 	if err != nil {
 		return err
+	}
+	if len(keys) == maxLimitKeys {
+		fmt.Fprintf(stderr, "pgtask limits: listing the first %d keys only, by queue and key\n", maxLimitKeys)
 	}
 	overrides, err := runtime.LimitOverrides(ctx, conn, *queue)
 	if err != nil {
@@ -103,6 +106,9 @@ func limits(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	return tw.Flush()
 }
+
+// maxLimitKeys is how many keys pgtask limits lists at most.
+const maxLimitKeys = 1000
 
 const limitsUsage = `usage: pgtask limits [-queue Q] [-json]
        pgtask limits set -queue Q [-key K | -every-key] N
