@@ -599,6 +599,83 @@ func (q *Queries) DashboardJobsScanEndByID(ctx context.Context, arg DashboardJob
 	return scan_end, err
 }
 
+const DashboardLimits = `-- name: DashboardLimits :many
+SELECT k.queue, k.limit_key, k.declared, k.max_running, k.free,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM pgtask.jobs j
+             WHERE j.limit_id = k.id AND j.status = 'started' AND j.is_head
+             LIMIT $1::integer) r)::bigint AS running,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM pgtask.jobs j
+             WHERE j.limit_id = k.id AND j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head
+             LIMIT $1::integer) w)::bigint AS waiting,
+       EXISTS (SELECT 1 FROM pgtask.limit_overrides o
+                WHERE o.queue = k.queue AND (o.limit_key = k.limit_key OR (o.limit_key IS NULL AND k.limit_key <> '')))::boolean AS overridden
+  FROM pgtask.limit_keys k
+ WHERE ($2::text IS NULL OR k.queue = $2::text)
+   AND (k.queue, k.limit_key) > ($3::text, $4::text)
+ ORDER BY k.queue, k.limit_key
+ LIMIT $5::integer
+`
+
+type DashboardLimitsParams struct {
+	Probe      int32   `db:"probe"`
+	Queue      *string `db:"queue"`
+	AfterQueue string  `db:"after_queue"`
+	AfterKey   string  `db:"after_key"`
+	Max        int32   `db:"max"`
+}
+
+type DashboardLimitsRow struct {
+	Queue      string `db:"queue"`
+	LimitKey   string `db:"limit_key"`
+	Declared   int32  `db:"declared"`
+	MaxRunning int32  `db:"max_running"`
+	Free       int32  `db:"free"`
+	Running    int64  `db:"running"`
+	Waiting    int64  `db:"waiting"`
+	Overridden bool   `db:"overridden"`
+}
+
+// A page of limit keys after (@after_queue, @after_key), of one queue or
+// all (NULL), along the keys' primary key: each with its limits and free
+// slots, and its running and waiting jobs counted up to @probe (the running
+// ones among the started jobs, the waiting ones along their own index).
+func (q *Queries) DashboardLimits(ctx context.Context, arg DashboardLimitsParams) ([]DashboardLimitsRow, error) {
+	rows, err := q.db.Query(ctx, DashboardLimits,
+		arg.Probe,
+		arg.Queue,
+		arg.AfterQueue,
+		arg.AfterKey,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DashboardLimitsRow{}
+	for rows.Next() {
+		var i DashboardLimitsRow
+		if err := rows.Scan(
+			&i.Queue,
+			&i.LimitKey,
+			&i.Declared,
+			&i.MaxRunning,
+			&i.Free,
+			&i.Running,
+			&i.Waiting,
+			&i.Overridden,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const DashboardQueueLines = `-- name: DashboardQueueLines :many
 SELECT q.queue::text AS queue,
        (SELECT count(*) FROM (
@@ -612,6 +689,11 @@ SELECT q.queue::text AS queue,
              LIMIT 100) f), 0)::float8 AS oldest_wait_seconds,
        w.walked::bigint AS group_jobs_walked,
        w.waiting::bigint AS waiting,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM pgtask.limit_keys k
+              JOIN pgtask.jobs j ON j.limit_id = k.id
+             WHERE k.queue = q.queue AND j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head
+             LIMIT $1::integer) l)::bigint AS on_limit,
        (SELECT count(*) FROM (
             SELECT 1 FROM pgtask.jobs j
              WHERE j.queue = q.queue AND j.group_key IS NOT NULL AND j.status = 'failed' AND j.fail_blocks_group
@@ -641,6 +723,7 @@ type DashboardQueueLinesRow struct {
 	OldestWaitSeconds float64    `db:"oldest_wait_seconds"`
 	GroupJobsWalked   int64      `db:"group_jobs_walked"`
 	Waiting           int64      `db:"waiting"`
+	OnLimit           int64      `db:"on_limit"`
 	BlockedGroups     int64      `db:"blocked_groups"`
 	PausedAt          *time.Time `db:"paused_at"`
 }
@@ -649,7 +732,9 @@ type DashboardQueueLinesRow struct {
 // up to @probe); how long the longest-waiting of the next 100 in line has
 // waited; its groups' unfinished jobs, walked along the groups' index up to
 // @probe of them, and how many of those wait behind their group's head; the
-// groups a failure blocks (up to @probe); and since when it is paused.
+// jobs waiting on a concurrency limit (key by key, along the index of
+// waiting limited jobs, up to @probe); the groups a failure blocks (up to
+// @probe); and since when it is paused.
 func (q *Queries) DashboardQueueLines(ctx context.Context, arg DashboardQueueLinesParams) ([]DashboardQueueLinesRow, error) {
 	rows, err := q.db.Query(ctx, DashboardQueueLines, arg.Probe, arg.Queues)
 	if err != nil {
@@ -665,6 +750,7 @@ func (q *Queries) DashboardQueueLines(ctx context.Context, arg DashboardQueueLin
 			&i.OldestWaitSeconds,
 			&i.GroupJobsWalked,
 			&i.Waiting,
+			&i.OnLimit,
 			&i.BlockedGroups,
 			&i.PausedAt,
 		); err != nil {

@@ -398,7 +398,12 @@ SELECT q.queue::text AS queue,
                    FROM pgtask.jobs j WHERE j.queue = q.queue AND j.status = 'queued' AND j.is_head), 0)::float8 AS oldest_wait_seconds,
        (SELECT count(*) FROM pgtask.jobs j
          WHERE j.queue = q.queue AND j.group_key IS NOT NULL AND j.status = 'failed' AND j.fail_blocks_group
-           AND j.is_head)::bigint AS blocked_groups
+           AND j.is_head)::bigint AS blocked_groups,
+       (SELECT count(*) FROM pgtask.jobs j
+         WHERE j.queue = q.queue AND j.status = 'queued' AND j.is_head)::bigint AS runnable,
+       (SELECT count(*) FROM pgtask.limit_keys k
+          JOIN pgtask.jobs j ON j.limit_id = k.id
+         WHERE k.queue = q.queue AND j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head)::bigint AS waiting_on_limit
   FROM unnest($1::text[]) AS q(queue)
 `
 
@@ -406,10 +411,15 @@ type QueueWaitsRow struct {
 	Queue             string  `db:"queue"`
 	OldestWaitSeconds float64 `db:"oldest_wait_seconds"`
 	BlockedGroups     int64   `db:"blocked_groups"`
+	Runnable          int64   `db:"runnable"`
+	WaitingOnLimit    int64   `db:"waiting_on_limit"`
 }
 
-// Per queue: how long its oldest runnable job has waited, and how many of
-// its groups a failure blocks.
+// Per queue: how long its oldest runnable job has waited, how many of its
+// groups a failure blocks, and of its queued jobs how many wait for a
+// worker (runnable: ungrouped, a group's head, or admitted by their
+// concurrency limit) and how many wait on a concurrency limit (for a free
+// slot of their key; see schema/functions/limits.sql).
 func (q *Queries) QueueWaits(ctx context.Context, queues []string) ([]QueueWaitsRow, error) {
 	rows, err := q.db.Query(ctx, QueueWaits, queues)
 	if err != nil {
@@ -419,7 +429,13 @@ func (q *Queries) QueueWaits(ctx context.Context, queues []string) ([]QueueWaits
 	items := []QueueWaitsRow{}
 	for rows.Next() {
 		var i QueueWaitsRow
-		if err := rows.Scan(&i.Queue, &i.OldestWaitSeconds, &i.BlockedGroups); err != nil {
+		if err := rows.Scan(
+			&i.Queue,
+			&i.OldestWaitSeconds,
+			&i.BlockedGroups,
+			&i.Runnable,
+			&i.WaitingOnLimit,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -50,6 +50,39 @@ func (q *Queries) Elect(ctx context.Context, arg ElectParams) (bool, error) {
 	return leader, err
 }
 
+const GetJobLimit = `-- name: GetJobLimit :one
+SELECT k.queue, k.limit_key, k.max_running,
+       (j.is_head AND j.status IN ('queued', 'started'))::boolean AS admitted,
+       (NOT j.is_head AND j.status = 'queued')::boolean AS waiting
+  FROM pgtask.jobs j
+  JOIN pgtask.limit_keys k ON k.id = j.limit_id
+ WHERE j.id = $1
+`
+
+type GetJobLimitRow struct {
+	Queue      string `db:"queue"`
+	LimitKey   string `db:"limit_key"`
+	MaxRunning int32  `db:"max_running"`
+	Admitted   bool   `db:"admitted"`
+	Waiting    bool   `db:"waiting"`
+}
+
+// The concurrency limit job @id counts against, and whether the job holds
+// one of its key's slots (admitted: queued to run, or running) or waits for
+// one; no row for a job without a limit (or no job).
+func (q *Queries) GetJobLimit(ctx context.Context, id int64) (GetJobLimitRow, error) {
+	row := q.db.QueryRow(ctx, GetJobLimit, id)
+	var i GetJobLimitRow
+	err := row.Scan(
+		&i.Queue,
+		&i.LimitKey,
+		&i.MaxRunning,
+		&i.Admitted,
+		&i.Waiting,
+	)
+	return i, err
+}
+
 const LastPeriodicTicks = `-- name: LastPeriodicTicks :many
 SELECT n.name::text AS name, coalesce(t.tick_at, 'epoch')::timestamptz AS last_tick, clock_timestamp()::timestamptz AS now
   FROM unnest($1::text[]) AS n(name)

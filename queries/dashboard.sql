@@ -33,7 +33,9 @@ SELECT n.queue::text AS queue FROM (
 -- up to @probe); how long the longest-waiting of the next 100 in line has
 -- waited; its groups' unfinished jobs, walked along the groups' index up to
 -- @probe of them, and how many of those wait behind their group's head; the
--- groups a failure blocks (up to @probe); and since when it is paused.
+-- jobs waiting on a concurrency limit (key by key, along the index of
+-- waiting limited jobs, up to @probe); the groups a failure blocks (up to
+-- @probe); and since when it is paused.
 SELECT q.queue::text AS queue,
        (SELECT count(*) FROM (
             SELECT 1 FROM pgtask.jobs j
@@ -46,6 +48,11 @@ SELECT q.queue::text AS queue,
              LIMIT 100) f), 0)::float8 AS oldest_wait_seconds,
        w.walked::bigint AS group_jobs_walked,
        w.waiting::bigint AS waiting,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM pgtask.limit_keys k
+              JOIN pgtask.jobs j ON j.limit_id = k.id
+             WHERE k.queue = q.queue AND j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head
+             LIMIT @probe::integer) l)::bigint AS on_limit,
        (SELECT count(*) FROM (
             SELECT 1 FROM pgtask.jobs j
              WHERE j.queue = q.queue AND j.group_key IS NOT NULL AND j.status = 'failed' AND j.fail_blocks_group
@@ -222,4 +229,26 @@ SELECT g.queue, g.group_key, g.id AS group_id, g.created_at AS group_since,
  WHERE (sqlc.narg(queue)::text IS NULL OR g.queue = sqlc.narg(queue)::text)
    AND (g.queue, g.group_key) > (@after_queue::text, @after_group::text)
  ORDER BY g.queue, g.group_key
+ LIMIT @max::integer;
+
+-- name: DashboardLimits :many
+-- A page of limit keys after (@after_queue, @after_key), of one queue or
+-- all (NULL), along the keys' primary key: each with its limits and free
+-- slots, and its running and waiting jobs counted up to @probe (the running
+-- ones among the started jobs, the waiting ones along their own index).
+SELECT k.queue, k.limit_key, k.declared, k.max_running, k.free,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM pgtask.jobs j
+             WHERE j.limit_id = k.id AND j.status = 'started' AND j.is_head
+             LIMIT @probe::integer) r)::bigint AS running,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM pgtask.jobs j
+             WHERE j.limit_id = k.id AND j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head
+             LIMIT @probe::integer) w)::bigint AS waiting,
+       EXISTS (SELECT 1 FROM pgtask.limit_overrides o
+                WHERE o.queue = k.queue AND (o.limit_key = k.limit_key OR (o.limit_key IS NULL AND k.limit_key <> '')))::boolean AS overridden
+  FROM pgtask.limit_keys k
+ WHERE (sqlc.narg(queue)::text IS NULL OR k.queue = sqlc.narg(queue)::text)
+   AND (k.queue, k.limit_key) > (@after_queue::text, @after_key::text)
+ ORDER BY k.queue, k.limit_key
  LIMIT @max::integer;

@@ -50,14 +50,22 @@ SELECT queue, status::text AS status, count(*)::bigint AS jobs
   FROM pgtask.jobs GROUP BY queue, status ORDER BY queue, status;
 
 -- name: QueueWaits :many
--- Per queue: how long its oldest runnable job has waited, and how many of
--- its groups a failure blocks.
+-- Per queue: how long its oldest runnable job has waited, how many of its
+-- groups a failure blocks, and of its queued jobs how many wait for a
+-- worker (runnable: ungrouped, a group's head, or admitted by their
+-- concurrency limit) and how many wait on a concurrency limit (for a free
+-- slot of their key; see schema/functions/limits.sql).
 SELECT q.queue::text AS queue,
        coalesce((SELECT extract(epoch FROM clock_timestamp() - min(j.run_after))
                    FROM pgtask.jobs j WHERE j.queue = q.queue AND j.status = 'queued' AND j.is_head), 0)::float8 AS oldest_wait_seconds,
        (SELECT count(*) FROM pgtask.jobs j
          WHERE j.queue = q.queue AND j.group_key IS NOT NULL AND j.status = 'failed' AND j.fail_blocks_group
-           AND j.is_head)::bigint AS blocked_groups
+           AND j.is_head)::bigint AS blocked_groups,
+       (SELECT count(*) FROM pgtask.jobs j
+         WHERE j.queue = q.queue AND j.status = 'queued' AND j.is_head)::bigint AS runnable,
+       (SELECT count(*) FROM pgtask.limit_keys k
+          JOIN pgtask.jobs j ON j.limit_id = k.id
+         WHERE k.queue = q.queue AND j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head)::bigint AS waiting_on_limit
   FROM unnest(@queues::text[]) AS q(queue);
 
 -- name: GetJobs :many

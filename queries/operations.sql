@@ -57,3 +57,14 @@ SELECT k.queue, k.limit_key, k.declared, k.max_running, k.free,
 SELECT o.queue, o.limit_key, o.max_running, o.set_at
   FROM pgtask.limit_overrides o
  ORDER BY o.queue, o.limit_key NULLS FIRST;
+
+-- name: GetJobLimit :one
+-- The concurrency limit job @id counts against, and whether the job holds
+-- one of its key's slots (admitted: queued to run, or running) or waits for
+-- one; no row for a job without a limit (or no job).
+SELECT k.queue, k.limit_key, k.max_running,
+       (j.is_head AND j.status IN ('queued', 'started'))::boolean AS admitted,
+       (NOT j.is_head AND j.status = 'queued')::boolean AS waiting
+  FROM pgtask.jobs j
+  JOIN pgtask.limit_keys k ON k.id = j.limit_id
+ WHERE j.id = @id;

@@ -408,10 +408,17 @@ type QueueStats struct {
 	// BlockedGroups is how many of its groups a failure blocks.
 	BlockedGroups int64
 	Paused        bool
+	// Of the queued jobs (Counts[StatusQueued]): Runnable wait for a
+	// worker (ungrouped, a group's head, or admitted by their concurrency
+	// limit), WaitingOnLimit for a free slot of their concurrency limit
+	// (see EnqueueOptions.Limit); the rest wait behind their group's head.
+	Runnable       int64
+	WaitingOnLimit int64
 }
 
 // Stats reports, per queue with jobs (or paused), its jobs by status, its
-// oldest wait, its blocked groups and whether it is paused. It counts every
+// oldest wait, its blocked groups, whether it is paused, and how many of
+// its queued jobs wait for a worker and how many on a concurrency limit. It counts every
 // job, so its cost grows with the table (which retention bounds).
 func Stats(ctx context.Context, db DB) ([]QueueStats, error) {
 	q := gen.New(db)
@@ -448,6 +455,7 @@ func Stats(ctx context.Context, db DB) ([]QueueStats, error) {
 		s := byQueue[w.Queue]
 		s.OldestWait = time.Duration(w.OldestWaitSeconds * float64(time.Second))
 		s.BlockedGroups = w.BlockedGroups
+		s.Runnable, s.WaitingOnLimit = w.Runnable, w.WaitingOnLimit
 		out[i] = *s
 	}
 	return out, nil

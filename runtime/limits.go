@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgtask/pgtask/gen"
@@ -85,4 +87,64 @@ func Limits(ctx context.Context, db DB, queue string, max int) ([]LimitInfo, err
 			Overridden: r.Overridden, Free: int(r.Free), Running: r.Running, Waiting: r.Waiting}
 	}
 	return out, nil
+}
+
+// LimitOverride is an operator's limit (see SetLimit), which wins over the
+// limit the tasks declare.
+type LimitOverride struct {
+	Queue string
+	// Key is the limit key it is for ("" for the queue's own limit), unless
+	// EveryKey: then it is for every key of the queue but the queue's own,
+	// except those with an override of their own.
+	Key      string
+	EveryKey bool
+	Limit    int
+	SetAt    time.Time
+}
+
+// LimitOverrides lists the operators' limits of queue (every queue for
+// ""), by queue and key, each queue's every-key limit first.
+func LimitOverrides(ctx context.Context, db DB, queue string) ([]LimitOverride, error) {
+	rows, err := gen.New(db).ListLimitOverrides(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list limit overrides: %w", err)
+	}
+	out := []LimitOverride{}
+	for _, r := range rows {
+		if queue != "" && r.Queue != queue {
+			continue
+		}
+		o := LimitOverride{Queue: r.Queue, EveryKey: r.LimitKey == nil, Limit: int(r.MaxRunning), SetAt: r.SetAt}
+		if r.LimitKey != nil {
+			o.Key = *r.LimitKey
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// JobLimit is the concurrency limit a job counts against, and where the
+// job stands with it.
+type JobLimit struct {
+	Queue string
+	Key   string // "" for the queue's own limit
+	Limit int    // in force now
+	// Admitted: the job holds one of its key's slots, queued to run or
+	// running. Waiting: it is queued and waits for a free slot. Neither:
+	// it holds no slot now (scheduled, or finished).
+	Admitted bool
+	Waiting  bool
+}
+
+// GetJobLimit reads the concurrency limit of job id (see
+// EnqueueOptions.Limit): nil for a job without one, or no such job.
+func GetJobLimit(ctx context.Context, db DB, id JobID) (*JobLimit, error) {
+	r, err := gen.New(db).GetJobLimit(ctx, int64(id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get the limit of job %d: %w", id, err)
+	}
+	return &JobLimit{Queue: r.Queue, Key: r.LimitKey, Limit: int(r.MaxRunning), Admitted: r.Admitted, Waiting: r.Waiting}, nil
 }

@@ -33,8 +33,9 @@ type Roles struct {
 	// by the operators' functions, nor pause queues.
 	Worker string
 	// Admin runs operations: CancelJob(s), RetryJob(s), DeleteJobs,
-	// PauseQueue, ResumeQueue, PausedQueues, Stats, ListJobs, CountJobs and
-	// GetJob (the pgtask commands other than migrate and gen). It cannot
+	// PauseQueue, ResumeQueue, PausedQueues, SetLimit, SetEveryKeyLimit,
+	// Limits, LimitOverrides, Stats, ListJobs, CountJobs, GetJob and
+	// GetJobLimit (the pgtask commands other than migrate and gen). It cannot
 	// enqueue, claim or settle jobs, nor migrate.
 	Admin string
 	// OwnJobsOnly limits what a producer reads to the jobs enqueued by its

@@ -283,6 +283,10 @@ func TestProducerEnqueuesAndReadsOnlyItsOwnJobs(t *testing.T) {
 	wantDenied(t, "pausing", err)
 	_, err = runtime.Stats(ctx, producer)
 	wantDenied(t, "statistics", err)
+	// The commands and the dashboard show a producer's job without its
+	// limit, which it cannot read.
+	_, err = runtime.GetJobLimit(ctx, producer, ids[2])
+	wantDenied(t, "reading a job's limit", err)
 
 	// Through the enqueue function, a row that breaks the table's checks or
 	// a group's invariants is refused as from anyone.
@@ -664,6 +668,26 @@ func TestAdminRoleRunsOperationsOnly(t *testing.T) {
 	}
 	if ok, err := runtime.ResumeQueue(ctx, admin, "ops"); err != nil || !ok {
 		t.Fatalf("an admin resuming a queue: %v, %v", ok, err)
+	}
+	// Concurrency limits: read, set and cleared (pgtask limits).
+	limited := enqueue(t, b.pool, "mail", map[string]int{}, runtime.WithQueue("ops-limited"), runtime.WithLimit("k", 1))
+	if n, err := runtime.SetLimit(ctx, admin, "ops-limited", "k", 2); err != nil || n != 1 {
+		t.Fatalf("an admin setting a key's limit: %d, %v", n, err)
+	}
+	if n, err := runtime.SetEveryKeyLimit(ctx, admin, "ops-limited", 3); err != nil || n != 0 {
+		t.Fatalf("an admin setting every key's limit: %d, %v", n, err)
+	}
+	if infos, err := runtime.Limits(ctx, admin, "ops-limited", 0); err != nil || len(infos) != 1 || infos[0].Limit != 2 || !infos[0].Overridden {
+		t.Fatalf("an admin listing limits: %+v, %v", infos, err)
+	}
+	if o, err := runtime.LimitOverrides(ctx, admin, "ops-limited"); err != nil || len(o) != 2 || !o[0].EveryKey || o[1].Key != "k" {
+		t.Fatalf("an admin listing operators' limits: %+v, %v", o, err)
+	}
+	if l, err := runtime.GetJobLimit(ctx, admin, limited); err != nil || l == nil || l.Key != "k" || !l.Admitted {
+		t.Fatalf("an admin reading a job's limit: %+v, %v", l, err)
+	}
+	if n, err := runtime.SetLimit(ctx, admin, "ops-limited", "k", 0); err != nil || n != 1 {
+		t.Fatalf("an admin clearing a key's limit: %d, %v", n, err)
 	}
 
 	_, err = runtime.Enqueue(ctx, admin, runtime.EnqueueRequest{Kind: "mail", Payload: json.RawMessage(`{}`)})

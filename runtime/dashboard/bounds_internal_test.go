@@ -183,11 +183,11 @@ func TestQueueCountsStopAtTheBound(t *testing.T) {
 	for _, c := range cells {
 		got = append(got, strings.TrimSpace(regexp.MustCompile(`<[^>]*>`).ReplaceAllString(c[1], "")))
 	}
-	// scheduled, runnable, in groups, running, oldest wait, blocked, last
-	// minute, succeeded, failed, cancelled
-	want := []string{"5&#43;", "5&#43;", "0", "0", "?", "0", "6&#43;", "0", "5&#43;", "0"}
+	// scheduled, runnable, in groups, on a limit, running, oldest wait,
+	// blocked, last minute, succeeded, failed, cancelled
+	want := []string{"5&#43;", "5&#43;", "0", "0", "0", "?", "0", "6&#43;", "0", "5&#43;", "0"}
 	if len(got) == len(want) {
-		got[4] = "?" // the oldest wait
+		got[5] = "?" // the oldest wait
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("queue q's counts %q, want %q: 5+ scheduled, runnable and failed, and 6+ in the last minute", got, want)
@@ -247,5 +247,56 @@ func TestFormatting(t *testing.T) {
 	}
 	if got := trim(8, "a\n  long   error text"); got != "a long …" {
 		t.Errorf("trim: %q", got)
+	}
+}
+
+// The limits page lists a page of keys at a time, and counts each key's
+// waiting jobs up to the bound.
+func TestLimitsPageStaysBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtasktest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	// Keys k0 to k4 of queue q, each limited to 1 with 4 jobs: 3 waiting.
+	var reqs []runtime.EnqueueRequest
+	for i := range 20 {
+		reqs = append(reqs, runtime.EnqueueRequest{Kind: "k", Payload: []byte(`{}`),
+			EnqueueOptions: runtime.EnqueueOptions{Queue: "q", Limit: 1, LimitKey: fmt.Sprintf("k%d", i%5)}})
+	}
+	if _, err := runtime.EnqueueMany(ctx, pool, reqs); err != nil {
+		t.Fatal(err)
+	}
+	h := New(pool, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).(*handler)
+	h.bound = bounds{count: 2, scan: 100, page: 2}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	keyRE := regexp.MustCompile(`(?s)<td>(k\d)</td>.*?<td class="n">.*?</td>.*?<td class="n">.*?</td>.*?<td class="n">(?:<[^>]*>)?([^<]*)(?:<[^>]*>)?</td>\s*<td class="n">(?:<[^>]*>)?([^<]*)`)
+	var keys []string
+	path, pages := "/limits?queue=q", 0
+	for path != "" && pages < 10 {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body strings.Builder
+		io.Copy(&body, resp.Body) //nolint:errcheck // checked below
+		resp.Body.Close()
+		pages++
+		for _, m := range keyRE.FindAllStringSubmatch(body.String(), -1) {
+			keys = append(keys, m[1])
+			if m[2] != "0" || m[3] != "2&#43;" {
+				t.Errorf("key %s: running %q, waiting %q; want 0 and 2+ (the bound)", m[1], m[2], m[3])
+			}
+		}
+		path = ""
+		if m := regexp.MustCompile(`<a rel="next" href="([^"]+)">`).FindStringSubmatch(body.String()); m != nil {
+			path = strings.ReplaceAll(m[1], "&amp;", "&")
+		}
+	}
+	if want := []string{"k0", "k1", "k2", "k3", "k4"}; !slices.Equal(keys, want) || pages != 3 {
+		t.Errorf("keys %v in %d pages, want %v in 3", keys, pages, want)
 	}
 }

@@ -1,7 +1,8 @@
 // Package dashboard serves pgtask's web dashboard: an http.Handler that
-// shows the queues, the jobs, a job's history and the groups, and (unless it
-// is read-only) retries, cancels and pauses. Its pages are rendered on the
-// server from embedded templates and read fine with JavaScript disabled.
+// shows the queues, the jobs, a job's history, the groups and the
+// concurrency limits, and (unless it is read-only) retries, cancels, pauses
+// and changes limits. Its pages are rendered on the server from embedded
+// templates and read fine with JavaScript disabled.
 //
 // Mount it in a service:
 //
@@ -179,6 +180,7 @@ func (h *handler) routes() *http.ServeMux {
 	mux.HandleFunc("GET "+b+"/jobs", h.jobsPage)
 	mux.HandleFunc("GET "+b+"/jobs/{id}", h.jobPage)
 	mux.HandleFunc("GET "+b+"/groups", h.groupsPage)
+	mux.HandleFunc("GET "+b+"/limits", h.limitsPage)
 	mux.HandleFunc("GET "+b+"/static/dashboard.css", serveCSS)
 	mux.HandleFunc("POST "+b+"/jobs/{id}/retry", h.retryJob)
 	mux.HandleFunc("POST "+b+"/jobs/{id}/cancel", h.cancelJob)
@@ -186,6 +188,8 @@ func (h *handler) routes() *http.ServeMux {
 	mux.HandleFunc("POST "+b+"/jobs/cancel", h.cancelMatching)
 	mux.HandleFunc("POST "+b+"/queues/pause", h.pauseQueue)
 	mux.HandleFunc("POST "+b+"/queues/resume", h.resumeQueue)
+	mux.HandleFunc("POST "+b+"/limits/set", h.setLimit)
+	mux.HandleFunc("POST "+b+"/limits/clear", h.clearLimit)
 	if b != "" {
 		mux.HandleFunc("GET "+b, func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, b+"/", http.StatusMovedPermanently)

@@ -1,6 +1,7 @@
 package dashboard_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -56,7 +57,7 @@ func TestRefusesForeignHosts(t *testing.T) {
 		"rebind.evil.example:" + port, "rebind.evil.example", "localhost.evil.example:" + port,
 		"127.0.0.1.evil.example:" + port, "localhost:1" + port, "10.0.0.1:" + port,
 	} {
-		for _, path := range []string{"/", "/jobs?status=failed", fmt.Sprintf("/jobs/%d", s.sent), "/groups", "/static/dashboard.css"} {
+		for _, path := range []string{"/", "/jobs?status=failed", fmt.Sprintf("/jobs/%d", s.sent), "/groups", "/limits", "/static/dashboard.css"} {
 			resp, body := c.hostGet(host, path)
 			if resp.StatusCode != http.StatusMisdirectedRequest || strings.Contains(body, "ada@example.com") || strings.Contains(body, `name="csrf"`) {
 				t.Errorf("GET %s with Host %q: %s %q; want 421", path, host, resp.Status, trimBody(body))
@@ -69,6 +70,7 @@ func TestRefusesForeignHosts(t *testing.T) {
 			{"/queues/pause", url.Values{"queue": {"emails"}}},
 			{"/jobs/cancel", url.Values{"queue": {"reports"}}},
 			{fmt.Sprintf("/jobs/%d/retry", s.bounced), url.Values{}},
+			{"/limits/set", url.Values{"queue": {"emails"}, "limit": {"1"}}},
 		} {
 			action.form.Set("csrf", tok)
 			resp, body := c.hostPost(host, action.path, action.form)
@@ -82,6 +84,9 @@ func TestRefusesForeignHosts(t *testing.T) {
 	}
 	if st := s.status(t, s.fresh); st != runtime.StatusQueued {
 		t.Errorf("a request to a foreign host cancelled a job: %s", st)
+	}
+	if o, err := runtime.LimitOverrides(context.Background(), s.pool, ""); err != nil || len(o) != 0 {
+		t.Errorf("a request to a foreign host set a limit: %+v (%v)", o, err)
 	}
 	if resp, body := c.hostGet("evil.example", "/"); !strings.Contains(body, `"evil.example"`) || !strings.Contains(body, "AllowedHosts") {
 		t.Errorf("the refusal does not say which host, nor how to allow it: %s %q", resp.Status, body)

@@ -61,6 +61,7 @@ func TestRefusesTextThatIsNotUTF8(t *testing.T) {
 	for _, path := range []string{
 		"/jobs?queue=%00", "/jobs?kind=%ff", "/jobs?group=a%00b", "/jobs?status=failed&queue=%c3%28",
 		"/jobs?status=scheduled&group=%fe", "/groups?queue=%00", "/groups?show=all&after_group=%ff",
+		"/limits?queue=%ff", "/limits?after_key=a%00b",
 	} {
 		resp, body := c.getStatus(path)
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(text(body), "not valid UTF-8 text") ||
@@ -76,6 +77,8 @@ func TestRefusesTextThatIsNotUTF8(t *testing.T) {
 		{"/jobs/retry", url.Values{"group": {"\xff"}, "status": {"failed"}}},
 		{"/queues/pause", url.Values{"queue": {"emails\x00"}}},
 		{"/queues/pause", url.Values{"queue": {"\xc3\x28"}}},
+		{"/limits/set", url.Values{"queue": {"imports"}, "key": {"a\x00b"}, "limit": {"3"}}},
+		{"/limits/clear", url.Values{"queue": {"\xff"}}},
 	} {
 		action.form.Set("csrf", tok)
 		resp, body := c.post(action.path, action.form)

@@ -347,6 +347,8 @@ type jobPage struct {
 	Progress      *runtime.JobProgress
 	Percent       string
 	ProgressValue string
+	// Limit is the concurrency limit the job counts against, nil for none.
+	Limit *runtime.JobLimit
 }
 
 func (h *handler) jobPage(w http.ResponseWriter, r *http.Request) {
@@ -375,6 +377,15 @@ func (h *handler) jobPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	limit, err := runtime.GetJobLimit(r.Context(), h.db, job.ID)
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		// The producer role does not read the limits either.
+		limit, err = nil, nil
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	p := jobPage{
 		page: h.page(r, "jobs", fmt.Sprintf("Job %d", id)), Job: job,
 		Payload: indentJSON(job.Payload), Result: indentJSON(job.Result), Attempts: latestFirst(job.Errors),
@@ -382,6 +393,7 @@ func (h *handler) jobPage(w http.ResponseWriter, r *http.Request) {
 		CanCancel: !job.Status.Finished() || job.Status == runtime.StatusFailed,
 		Metadata:  sortedMetadata(job.Metadata),
 		Progress:  progress,
+		Limit:     limit,
 	}
 	if progress != nil {
 		p.Percent = strconv.FormatFloat(progress.Percent, 'f', -1, 64)

@@ -18,7 +18,7 @@ var templateFS embed.FS
 var css []byte
 
 // pageNames are the pages; each is templates/<name>.html on the layout.
-var pageNames = []string{"queues", "jobs", "job", "groups"}
+var pageNames = []string{"queues", "jobs", "job", "groups", "limits"}
 
 // parsePages parses each page with the layout. The templates are embedded,
 // so a failure is a bug in this package: it panics.
@@ -200,6 +200,8 @@ var flashes = map[string]string{
 	"was-paused":         "The queue was paused already.",
 	"resumed":            "The queue is running again.",
 	"was-running":        "The queue was not paused.",
+	"limit-set":          "The limit is set, for every worker: %d limit keys changed now.",
+	"limit-cleared":      "The operator's limit is cleared: %d limit keys changed now, back on the limit in force without it.",
 }
 
 func flashText(q url.Values) string {

@@ -8,7 +8,7 @@
 //	cfg := runtime.Config{Queues: ...}
 //	pgtaskotel.Instrument(&cfg)                          // attempts, and this process's enqueues
 //	worker, err := runtime.NewWorker(ctx, poolConfig, cfg)
-//	reg, err := pgtaskotel.ObserveQueues(pool)           // queue depth and oldest age, in one process
+//	reg, err := pgtaskotel.ObserveQueues(pool)           // queue depth, waiting and oldest age, in one process
 //
 // A process that only enqueues calls InstrumentEnqueue instead of
 // Instrument.
@@ -27,7 +27,9 @@
 //	pgtask.queue.wait        histogram  seconds an attempt waited to start from when its job was due
 //
 // and ObserveQueues' gauges, with the queue only: pgtask.queue.depth (also
-// by pgtask.job.status) and pgtask.queue.oldest_age.
+// by pgtask.job.status), pgtask.queue.waiting (the queued jobs, also by
+// pgtask.job.waiting_for: a worker, their group, or a concurrency limit)
+// and pgtask.queue.oldest_age.
 //
 // Spans: "enqueue KIND" (producer) when a job is enqueued and "process
 // KIND" (consumer) around each attempt, its child (or linked to it; see

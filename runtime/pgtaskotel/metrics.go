@@ -29,6 +29,9 @@ const (
 	// AttrStatus is the status of the jobs pgtask.queue.depth counts:
 	// scheduled, queued or started.
 	AttrStatus = attribute.Key("pgtask.job.status")
+	// AttrWaitingFor is what the queued jobs pgtask.queue.waiting counts
+	// wait for: WaitingForWorker, WaitingForGroup or WaitingForLimit.
+	AttrWaitingFor = attribute.Key("pgtask.job.waiting_for")
 	// AttrOperationType and AttrOperationName are the semantic
 	// conventions' messaging.operation.type (create, process) and
 	// messaging.operation.name (enqueue, process), on every span.
@@ -55,6 +58,19 @@ const (
 	// OutcomeCancelled: the attempt failed after an operator cancelled its
 	// running job (runtime.ErrJobCancelled), which ends the job cancelled.
 	OutcomeCancelled = "cancelled"
+)
+
+// The values of AttrWaitingFor.
+const (
+	// WaitingForWorker: runnable jobs (ungrouped, a group's head, or
+	// admitted by their concurrency limit), which the next claim of a
+	// worker of their queue and kind may take.
+	WaitingForWorker = "worker"
+	// WaitingForGroup: jobs behind their group's head.
+	WaitingForGroup = "group"
+	// WaitingForLimit: jobs waiting for a free slot of their concurrency
+	// limit (runtime.EnqueueOptions.Limit).
+	WaitingForLimit = "limit"
 )
 
 // outcome is how an attempt ended, as an index into outcomeNames.

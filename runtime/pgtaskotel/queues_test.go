@@ -11,9 +11,11 @@ import (
 	"github.com/pgtask/pgtask/runtime/pgtaskotel"
 )
 
-// The queue gauges report each queue's unfinished jobs by status and its
-// oldest runnable job's wait, leave finished jobs out, keep reporting a
-// queue that emptied, and stop when unregistered.
+// The queue gauges report each queue's unfinished jobs by status, its
+// queued jobs by what they wait for (a worker, their group's head, a slot
+// of their concurrency limit), and its oldest runnable job's wait; they
+// leave finished jobs out, keep reporting a queue that emptied, and stop
+// when unregistered.
 func TestQueueGauges(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -41,8 +43,9 @@ func TestQueueGauges(t *testing.T) {
 	running := enqueue(t, ctx, pool, "block", runtime.WithQueue("busy"))
 
 	// In queue "waiting", which no worker serves: three runnable jobs, a
-	// group's head and the job behind it, a scheduled job; in "gone", a
-	// cancelled one.
+	// group's head and the job behind it, three jobs of a key limited to
+	// one (one admitted, two waiting on the limit), a scheduled job; in
+	// "gone", a cancelled one.
 	first := time.Now()
 	inWaiting := runtime.WithQueue("waiting")
 	for range 3 {
@@ -50,6 +53,9 @@ func TestQueueGauges(t *testing.T) {
 	}
 	enqueue(t, ctx, pool, "k", inWaiting, runtime.WithGroup("g"))
 	enqueue(t, ctx, pool, "k", inWaiting, runtime.WithGroup("g"))
+	for range 3 {
+		enqueue(t, ctx, pool, "k", inWaiting, runtime.WithLimit("acct", 1))
+	}
 	enqueue(t, ctx, pool, "k", inWaiting, runtime.WithDelay(time.Hour))
 	if ok, err := runtime.CancelJob(ctx, pool, enqueue(t, ctx, pool, "k", runtime.WithQueue("gone"))); !ok || err != nil {
 		t.Fatalf("cancel: %t, %v", ok, err)
@@ -67,11 +73,25 @@ func TestQueueGauges(t *testing.T) {
 		queue, status string
 		want          int64
 	}{
-		{"waiting", "queued", 5}, {"waiting", "scheduled", 1}, {"waiting", "started", 0},
+		{"waiting", "queued", 8}, {"waiting", "scheduled", 1}, {"waiting", "started", 0},
 		{"busy", "queued", 0}, {"busy", "scheduled", 0}, {"busy", "started", 1},
 	} {
 		if got, ok := gauge[int64](t, rm, "pgtask.queue.depth", status(c.queue, c.status)...); !ok || got != c.want {
 			t.Errorf("depth of %s, %s: %d (reported: %t), want %d", c.queue, c.status, got, ok, c.want)
+		}
+	}
+	waitingFor := func(queue, w string) []attribute.KeyValue {
+		return []attribute.KeyValue{pgtaskotel.AttrQueue.String(queue), pgtaskotel.AttrWaitingFor.String(w)}
+	}
+	for _, c := range []struct {
+		queue, waitingFor string
+		want              int64
+	}{
+		{"waiting", pgtaskotel.WaitingForWorker, 5}, {"waiting", pgtaskotel.WaitingForGroup, 1}, {"waiting", pgtaskotel.WaitingForLimit, 2},
+		{"busy", pgtaskotel.WaitingForWorker, 0}, {"busy", pgtaskotel.WaitingForGroup, 0}, {"busy", pgtaskotel.WaitingForLimit, 0},
+	} {
+		if got, ok := gauge[int64](t, rm, "pgtask.queue.waiting", waitingFor(c.queue, c.waitingFor)...); !ok || got != c.want {
+			t.Errorf("jobs of %s waiting for %s: %d (reported: %t), want %d", c.queue, c.waitingFor, got, ok, c.want)
 		}
 	}
 	if _, ok := gauge[int64](t, rm, "pgtask.queue.depth", status("gone", "queued")...); ok {
@@ -96,6 +116,11 @@ func TestQueueGauges(t *testing.T) {
 		for _, s := range []string{"scheduled", "queued", "started"} {
 			if got, ok := gauge[int64](t, rm, "pgtask.queue.depth", status(queue, s)...); !ok || got != 0 {
 				t.Errorf("depth of emptied %s, %s: %d (reported: %t), want 0", queue, s, got, ok)
+			}
+		}
+		for _, w := range []string{pgtaskotel.WaitingForWorker, pgtaskotel.WaitingForGroup, pgtaskotel.WaitingForLimit} {
+			if got, ok := gauge[int64](t, rm, "pgtask.queue.waiting", waitingFor(queue, w)...); !ok || got != 0 {
+				t.Errorf("jobs of emptied %s waiting for %s: %d (reported: %t), want 0", queue, w, got, ok)
 			}
 		}
 		if age, ok := gauge[float64](t, rm, "pgtask.queue.oldest_age", pgtaskotel.AttrQueue.String(queue)); !ok || age != 0 {

@@ -116,7 +116,9 @@ func printJSON(w io.Writer, v any) error {
 
 func stats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommand("stats", "usage: pgtask stats [-json] [-database-url URL]\n\n"+
-		"Per queue: jobs by status, how long the oldest runnable job has waited, groups a failure blocks, and whether it is paused;\n"+
+		"Per queue: jobs by status, of the queued ones how many are runnable (waiting for a worker) and how many wait on a\n"+
+		"concurrency limit (pgtask limits), how long the oldest runnable job has waited, groups a failure blocks, and whether\n"+
+		"it is paused;\n"+
 		"then the runnable jobs of kinds no live worker handles, by queue and kind (workers claim only the kinds they have handlers for).", stderr)
 	if err := c.parse(args, 0, stderr); err != nil {
 		return err
@@ -146,12 +148,16 @@ func stats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			OldestWaitSeconds float64                  `json:"oldest_wait_seconds"`
 			BlockedGroups     int64                    `json:"blocked_groups"`
 			Paused            bool                     `json:"paused"`
+			// Of the queued jobs: those waiting for a worker (runnable)
+			// and those waiting for a slot of their concurrency limit.
+			WaitingForWorker int64 `json:"waiting_for_worker"`
+			WaitingOnLimit   int64 `json:"waiting_on_limit"`
 			// Runnable jobs of kinds no live worker handles in the queue.
 			UnhandledKinds []kind `json:"unhandled_kinds"`
 		}
 		out := make([]queue, len(st))
 		for i, s := range st {
-			out[i] = queue{s.Queue, s.Counts, s.OldestWait.Seconds(), s.BlockedGroups, s.Paused, []kind{}}
+			out[i] = queue{s.Queue, s.Counts, s.OldestWait.Seconds(), s.BlockedGroups, s.Paused, s.Runnable, s.WaitingOnLimit, []kind{}}
 			for _, u := range unhandled {
 				if u.Queue == s.Queue {
 					out[i].UnhandledKinds = append(out[i].UnhandledKinds, kind{u.Kind, u.Jobs, u.OldestWait.Seconds()})
@@ -161,10 +167,10 @@ func stats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return printJSON(stdout, out)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "queue\tscheduled\tqueued\tstarted\tsucceeded\tfailed\tcancelled\toldest wait\tblocked groups\tpaused\t")
+	fmt.Fprintln(tw, "queue\tscheduled\tqueued\trunnable\ton a limit\tstarted\tsucceeded\tfailed\tcancelled\toldest wait\tblocked groups\tpaused\t")
 	for _, s := range st {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%v\t\n", s.Queue,
-			s.Counts[runtime.StatusScheduled], s.Counts[runtime.StatusQueued], s.Counts[runtime.StatusStarted],
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%v\t\n", s.Queue,
+			s.Counts[runtime.StatusScheduled], s.Counts[runtime.StatusQueued], s.Runnable, s.WaitingOnLimit, s.Counts[runtime.StatusStarted],
 			s.Counts[runtime.StatusSucceeded], s.Counts[runtime.StatusFailed], s.Counts[runtime.StatusCancelled],
 			s.OldestWait.Round(time.Millisecond), s.BlockedGroups, s.Paused)
 	}
@@ -270,9 +276,18 @@ type jobJSON struct {
 	UniqueKey   string                 `json:"unique_key,omitempty"`
 	Metadata    map[string]string      `json:"metadata,omitempty"`
 	BatchID     int64                  `json:"batch_id,omitempty"`
-	// Progress is what the job's attempts last reported; only jobs show
-	// reads it.
+	// Progress is what the job's attempts last reported, and Limit the
+	// concurrency limit it counts against; only jobs show reads them.
 	Progress *progressJSON `json:"progress,omitempty"`
+	Limit    *limitJSON    `json:"limit,omitempty"`
+}
+
+// limitJSON is a job's concurrency limit as jobs show prints it with -json.
+type limitJSON struct {
+	Key      string `json:"key"` // "" for the queue's own limit
+	Limit    int    `json:"limit"`
+	Admitted bool   `json:"admitted"` // it holds a slot: queued to run, or running
+	Waiting  bool   `json:"waiting"`  // queued, waiting for a free slot
 }
 
 // progressJSON is a job's progress as jobs show prints it with -json.
@@ -290,7 +305,7 @@ func jsonJob(j *runtime.JobInfo) jobJSON {
 		errs = []runtime.AttemptError{}
 	}
 	return jobJSON{int64(j.ID), j.Queue, j.Kind, j.Group, j.Status, j.Priority, max(j.Aging.Milliseconds(), 0), j.AgesAt, j.Attempts, j.MaxAttempts, j.Snoozes,
-		j.Payload, j.Result, errs, j.RunAfter, j.CreatedAt, j.StartedAt, j.FinishedAt, j.UniqueKey, j.Metadata, int64(j.BatchID), nil}
+		j.Payload, j.Result, errs, j.RunAfter, j.CreatedAt, j.StartedAt, j.FinishedAt, j.UniqueKey, j.Metadata, int64(j.BatchID), nil, nil}
 }
 
 func jsonJobs(list []*runtime.JobInfo) []jobJSON {
@@ -361,7 +376,7 @@ func batches(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("jobs show", "usage: pgtask jobs show [-json] ID\n\nShows a job: its settings, metadata, payload, result and each failed attempt's error.", stderr)
+	c := newCommand("jobs show", "usage: pgtask jobs show [-json] ID\n\nShows a job: its settings, metadata, concurrency limit, payload, result and each failed attempt's error.", stderr)
 	if err := c.parse(args, 1, stderr); err != nil {
 		return err
 	}
@@ -389,10 +404,21 @@ func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	limit, err := runtime.GetJobLimit(ctx, conn, j.ID)
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		// The producer role does not read the limits either.
+		limit, err = nil, nil
+	}
+	if err != nil {
+		return err
+	}
 	if *c.asJSON {
 		out := jsonJob(j)
 		if p != nil {
 			out.Progress = &progressJSON{p.Attempt, p.Percent, p.Message, p.Value, p.UpdatedAt}
+		}
+		if limit != nil {
+			out.Limit = &limitJSON{limit.Key, limit.Limit, limit.Admitted, limit.Waiting}
 		}
 		return printJSON(stdout, out)
 	}
@@ -413,6 +439,16 @@ func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if j.BatchID != 0 {
 		fmt.Fprintf(stdout, "batch %d\n", j.BatchID)
+	}
+	if limit != nil {
+		state := "holds no slot now"
+		switch {
+		case limit.Admitted:
+			state = "admitted: it holds a slot"
+		case limit.Waiting:
+			state = "waiting for a free slot"
+		}
+		fmt.Fprintf(stdout, "limit key %s, limit %d: %s\n", keyName(limit.Key), limit.Limit, state)
 	}
 	for _, k := range slices.Sorted(maps.Keys(j.Metadata)) {
 		fmt.Fprintf(stdout, "metadata %s=%s\n", k, j.Metadata[k])

@@ -25,9 +25,10 @@ const uiUsage = `usage: pgtask ui [-addr host:port] [-read-only] [-base-path /pa
 Serves the web dashboard: queues (jobs by status, throughput, oldest wait,
 blocked groups, paused), jobs (filtered by queue, kind, group, status and
 creation time, a page at a time), each job (payload, result, every failed
-attempt's error and stack, timeline) and groups (blocked ones and their
-head). Unless -read-only, it retries and cancels jobs, one or every job a
-filter matches, and pauses and resumes queues. Pages need no JavaScript.
+attempt's error and stack, timeline), groups (blocked ones and their
+head) and concurrency limits. Unless -read-only, it retries and cancels
+jobs, one or every job a filter matches, pauses and resumes queues, and
+sets and clears limits. Pages need no JavaScript.
 
 Authentication: set PGTASK_UI_USER and PGTASK_UI_PASSWORD to have every
 request give that user and password (HTTP basic authentication; use TLS in

@@ -164,6 +164,9 @@ func TestExitCodes(t *testing.T) {
 		{db("cancel", job), 0},
 		{db("cancel", job), 1},
 		{db("retry", job), 0},
+		{db("limits"), 0},
+		{db("limits", "-json", "-queue", "emails"), 0},
+		{db("limits", "-queue", ""), 0},
 		{db("ui", "-base-path", "no-slash"), 2},
 		{[]string{"gen", "a", "b"}, 2},
 	} {
