@@ -43,6 +43,16 @@ const (
 	longAttempts = 2
 )
 
+// A limited job's attempt works for limitedWork plus up to limitedJitter:
+// longer than a held batch's commit budget, so that a held-mode runner's
+// batches hold one of them each and a key's jobs run on several runners
+// and processes at once; and long enough that a key's jobs queue up
+// behind its limit while they run, so that their slots are handed on.
+const (
+	limitedWork   = 15 * time.Millisecond
+	limitedJitter = 35 * time.Millisecond
+)
+
 // retryBackoff keeps retries quick: a failed job's group waits for them.
 var retryBackoff = runtime.Backoff{Min: 20 * time.Millisecond, Max: 200 * time.Millisecond}
 
@@ -238,6 +248,9 @@ func (h *handler) handle(ctx context.Context, job *runtime.Job) error {
 	work := time.Duration(rand.IntN(2000)) * time.Microsecond
 	if rand.IntN(20) == 0 {
 		work = 20 * time.Millisecond
+	}
+	if p.Limited {
+		work = limitedWork + rand.N(limitedJitter)
 	}
 	sleep(ctx, work)
 
