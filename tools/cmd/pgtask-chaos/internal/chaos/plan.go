@@ -8,13 +8,19 @@ import (
 
 // The queue every chaos job goes to, and its kinds. Kinds differ in their
 // registration: chaos.slow has a short timeout, chaos.poison kills its
-// process, chaos.long has a long timeout.
+// process, chaos.long has a long timeout. chaos.limited, the limited jobs
+// (but those that time out, chaos.slow), is registered as chaos.job is: a
+// kind of its own, so that held-mode runners, which size their batches by
+// how long a kind's jobs took so far, learn that its jobs take longer than
+// a batch's commit budget and claim them one at a time, rather than run a
+// key's admitted jobs one after another in one batch.
 const (
-	queueName  = "chaos"
-	kindJob    = "chaos.job"
-	kindSlow   = "chaos.slow"
-	kindPoison = "chaos.poison"
-	kindLong   = "chaos.long"
+	queueName   = "chaos"
+	kindJob     = "chaos.job"
+	kindSlow    = "chaos.slow"
+	kindPoison  = "chaos.poison"
+	kindLong    = "chaos.long"
+	kindLimited = "chaos.limited"
 )
 
 // What a job's handler does, stored in its payload.
@@ -44,7 +50,13 @@ var faultMix = []struct {
 	{behaveNoRetry, 0.005},
 }
 
-func kindOf(behavior string) string {
+func kindOf(behavior string, limited bool) string {
+	switch {
+	case behavior == behaveTimeout:
+		return kindSlow
+	case limited:
+		return kindLimited
+	}
 	switch behavior {
 	case behaveTimeout:
 		return kindSlow

@@ -152,7 +152,7 @@ func request(it item) (runtime.EnqueueRequest, error) {
 	if err != nil {
 		return runtime.EnqueueRequest{}, err
 	}
-	req := runtime.EnqueueRequest{Kind: kindOf(it.behavior), Payload: body}
+	req := runtime.EnqueueRequest{Kind: kindOf(it.behavior, it.limit != nil), Payload: body}
 	req.Apply(runtime.WithQueue(queueName), runtime.WithGroup(it.group), runtime.WithMaxAttempts(maxAttemptsOf(it.behavior)))
 	if it.limit != nil {
 		req.Apply(runtime.WithLimit(it.limit.key, it.limit.max))

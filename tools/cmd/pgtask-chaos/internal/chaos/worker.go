@@ -152,6 +152,7 @@ func runWorker(ctx context.Context, a workerArgs, stdout, stderr io.Writer) erro
 	h := &handler{args: a, rec: chaosdb.New(rec), pid: os.Getpid()}
 	for _, r := range []runtime.Registration{
 		{Kind: kindJob, Handler: h.handle, Timeout: jobTimeout, Backoff: retryBackoff},
+		{Kind: kindLimited, Handler: h.handle, Timeout: jobTimeout, Backoff: retryBackoff},
 		{Kind: kindSlow, Handler: h.handle, Timeout: slowTimeout, Backoff: retryBackoff},
 		{Kind: kindPoison, Handler: h.handle, Timeout: jobTimeout, Backoff: retryBackoff},
 		{Kind: kindLong, Handler: h.handle, Timeout: longTimeout, Backoff: retryBackoff},
