@@ -16,7 +16,12 @@ CREATE TABLE pgtask_chaos.enqueued (
     -- poison, long.
     behavior  text NOT NULL,
     -- batch (EnqueueMany) or single (Enqueue).
-    how       text NOT NULL
+    how       text NOT NULL,
+    -- The job's concurrency limit (runtime.WithLimit) when limit_max is set:
+    -- at most limit_max jobs of limit_key ('' for the queue's own limit) run
+    -- at once. NULL limit_max: the job has none.
+    limit_key text NOT NULL DEFAULT '',
+    limit_max integer
 );
 
 -- Job ids handed out inside transactions that did not commit: rolled back on
@@ -105,3 +110,82 @@ CREATE TABLE pgtask_chaos.db_faults (
     before_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     after_at  timestamptz
 );
+
+-- When an attempt's handler is taken to have ended, for the checks of
+-- overlaps (CheckOverlaps) and of concurrency limits (CheckLimits), which
+-- must agree on it: its recorded end; for one with no end (cut off by the
+-- death of its process), the time its process was signalled (or its start,
+-- if later), when the process was certainly alive; or, if its handler failed
+-- because it could not confirm its start row (which then committed after
+-- all), when that failure was recorded, in the handler's words or the
+-- worker's when the job's session was lost as well: the handler returned
+-- at once, and the failure was recorded after that (an abandoned handler's
+-- failure says it timed out). NULL: no end, and its process was not killed.
+CREATE FUNCTION pgtask_chaos.attempt_end(p_job bigint, p_attempt integer, p_instance integer,
+                                         p_started timestamptz, p_ended timestamptz) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN p_ended IS NOT NULL THEN p_ended
+                ELSE coalesce(
+                    (SELECT min((x->>'at')::timestamptz) FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
+                      WHERE j.id = p_job AND (x->>'attempt')::integer = p_attempt
+                        AND (x->>'error' LIKE '%chaos: start not recorded%'
+                             OR x->>'error' LIKE 'worker lost its database session during the attempt, so its writes were rolled back%'
+                             OR x->>'error' LIKE 'recording the attempt failed, so its writes were rolled back%')),
+                    greatest(p_started, (SELECT min(d.at) FROM pgtask_chaos.deaths d WHERE d.instance = p_instance)))
+           END
+$$;
+
+-- When the first error entry of a job's attempt whose text is LIKE p_pattern
+-- was recorded; NULL for none. 'lease expired%': the attempt was taken over
+-- after its lease ran out (expire_leases); 'worker lost%': its session was
+-- lost.
+CREATE FUNCTION pgtask_chaos.attempt_error_at(p_job bigint, p_attempt integer, p_pattern text) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT min((x->>'at')::timestamptz) FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
+     WHERE j.id = p_job AND (x->>'attempt')::integer = p_attempt AND x->>'error' LIKE p_pattern
+$$;
+
+-- The attempts of limited jobs as spans of time over which each counts
+-- against its key's limit, twice (sweep): 'slot' until its handler ended
+-- (attempt_end) or its attempt was taken over after its lease expired,
+-- whichever came first: from the takeover on, the job's slot belongs to its
+-- next attempt, as the group's turn does in CheckOverlaps; 'handler' until
+-- its handler ended, taken over or not. An attempt whose handler never
+-- ended, and whose process was not killed, runs until the end of time
+-- (CheckOverlaps reports it too).
+CREATE VIEW pgtask_chaos.limit_spans AS
+    WITH a AS (
+        SELECT t.id, t.job_id, t.attempt, t.instance, t.mode, e.limit_key, e.limit_max, t.started_at,
+               pgtask_chaos.attempt_end(t.job_id, t.attempt, t.instance, t.started_at, t.ended_at) AS end_at,
+               pgtask_chaos.attempt_error_at(t.job_id, t.attempt, 'lease expired%') AS taken_at,
+               pgtask_chaos.attempt_error_at(t.job_id, t.attempt, 'worker lost%') IS NOT NULL AS lost
+          FROM pgtask_chaos.attempts t JOIN pgtask_chaos.enqueued e ON e.job_id = t.job_id
+         WHERE e.limit_max IS NOT NULL
+    )
+    SELECT 'slot'::text AS sweep, a.id, a.job_id, a.attempt, a.instance, a.mode, a.limit_key, a.limit_max, a.started_at,
+           coalesce(least(a.end_at, a.taken_at), 'infinity')::timestamptz AS until, a.lost, a.taken_at IS NOT NULL AS taken
+      FROM a
+    UNION ALL
+    SELECT 'handler'::text, a.id, a.job_id, a.attempt, a.instance, a.mode, a.limit_key, a.limit_max, a.started_at,
+           coalesce(a.end_at, 'infinity')::timestamptz, a.lost, a.taken_at IS NOT NULL
+      FROM a;
+
+-- Each start of a limited attempt (one row per sweep of limit_spans) with
+-- how many attempts of its key were running right after it: the spans'
+-- starts and ends taken in time order, an end before a start at the same
+-- instant (one attempt may start as another ends, as in CheckOverlaps).
+CREATE VIEW pgtask_chaos.limit_running AS
+    WITH s AS (
+        SELECT s.sweep, s.id, s.limit_key, s.limit_max, s.started_at, s.until
+          FROM pgtask_chaos.limit_spans s WHERE s.until > s.started_at
+    ), events AS (
+        SELECT s.sweep, s.id, s.limit_key, s.limit_max, s.started_at AS at, 1 AS delta FROM s
+        UNION ALL
+        SELECT s.sweep, s.id, s.limit_key, s.limit_max, s.until, -1 FROM s
+    ), counted AS (
+        SELECT ev.sweep, ev.id, ev.limit_key, ev.limit_max, ev.at, ev.delta,
+               sum(ev.delta) OVER (PARTITION BY ev.sweep, ev.limit_key ORDER BY ev.at, ev.delta, ev.id
+                                   ROWS UNBOUNDED PRECEDING) AS running
+          FROM events ev
+    )
+    SELECT c.sweep, c.id, c.limit_key, c.limit_max, c.at, c.running::bigint AS running FROM counted c WHERE c.delta = 1;

@@ -31,7 +31,7 @@ import (
 
 // Options sizes the run.
 type Options struct {
-	Only          string // comma-separated subset of: floor,enqueue,defaults,hotpinned,drain,wakeup,visible,commit,claim,memory,retention,dashboard,steady
+	Only          string // comma-separated subset of: floor,enqueue,defaults,hotpinned,drain,wakeup,visible,commit,claim,limits,memory,retention,dashboard,steady
 	Conns         int    // connections (runners, producers, floor clients)
 	Batch         int    // jobs per claim in drains
 	EnqueueSingle int
@@ -49,6 +49,11 @@ type Options struct {
 	Retained      int // finished jobs kept in the table for the retention measures
 	Expired       int // finished jobs past their retention age for retention to delete
 	DashboardJobs int
+	// LimitKeys is how many keys of limit 2 the limits' drain spreads its
+	// jobs over, against as many groups; WaitingKeys how many keys wait at
+	// their limit while claims are timed.
+	LimitKeys     int
+	WaitingKeys   int
 	FloorDuration time.Duration
 	// The steady run: jobs a second offered for a duration to a worker of
 	// that Concurrency, in each of the modes.
@@ -67,6 +72,7 @@ func defaults() Options {
 		DefaultsJobs: 30_000, Ungrouped: 200_000, Grouped: 200_000, Groups: 1_000, Hot: 10_000, HotPinned: 100_000,
 		WakeSamples: 300, ClaimBacklogs: []int{1_000, 100_000, 1_000_000},
 		MemoryJobs: 1_000_000, Retained: 10_000_000, Expired: 1_000_000, DashboardJobs: 1_000_000,
+		LimitKeys: 1_000, WaitingKeys: 100_000,
 		FloorDuration: 5 * time.Second,
 		SteadyRate:    400, SteadyDuration: 10 * time.Minute, SteadyConcurrency: 32, SteadyModes: "held",
 	}
@@ -78,7 +84,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := defaults()
 	fs := flag.NewFlagSet("pgtask-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,hotpinned,drain,wakeup,visible,commit,claim,memory,retention,dashboard,steady")
+	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,hotpinned,drain,wakeup,visible,commit,claim,limits,memory,retention,dashboard,steady")
 	fs.IntVar(&o.Conns, "conns", o.Conns, "connections: worker runners, producers and floor clients")
 	fs.IntVar(&o.Batch, "batch", o.Batch, "jobs per claim in the drains")
 	fs.IntVar(&o.EnqueueSingle, "enqueue-single", o.EnqueueSingle, "jobs enqueued one per call")
@@ -95,6 +101,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.MemoryJobs, "memory-jobs", o.MemoryJobs, "jobs drained while watching the worker's memory")
 	fs.IntVar(&o.Retained, "retained", o.Retained, "finished jobs kept in the table while claims and a drain are timed")
 	fs.IntVar(&o.Expired, "expired", o.Expired, "finished jobs past their age that retention deletes during a drain")
+	fs.IntVar(&o.LimitKeys, "limit-keys", o.LimitKeys, "keys of limit 2 in the limits' drain (against as many groups)")
+	fs.IntVar(&o.WaitingKeys, "waiting-keys", o.WaitingKeys, "keys at their limit with a job waiting while claims are timed")
 	fs.IntVar(&o.DashboardJobs, "dashboard-jobs", o.DashboardJobs, "jobs in the table while the dashboard's pages are timed")
 	fs.DurationVar(&o.FloorDuration, "floor-duration", o.FloorDuration, "how long to measure the UPDATE floor")
 	fs.IntVar(&o.SteadyRate, "steady-rate", o.SteadyRate, "jobs a second offered in the steady run")
@@ -171,6 +179,7 @@ func run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		{"visible", b.measureVisible},
 		{"commit", b.measureCommitDelay},
 		{"claim", b.measureClaim},
+		{"limits", b.measureLimits},
 		{"memory", b.measureMemory},
 		{"retention", b.measureRetention},
 		{"dashboard", b.measureDashboard},
@@ -648,13 +657,21 @@ func (b *bench) addRatio(label, size string, r, ratio float64) {
 // a fresh database and drains them; with pinned, another session holds a
 // transaction open from before the drain until after it.
 func (b *bench) drainBacklog(ctx context.Context, groups int, pinned bool, d drainSpec) (drainResult, error) {
+	return b.drainWith(ctx, pinned, d, func(ctx context.Context, pool *pgxpool.Pool) error {
+		return enqueueNoops(ctx, pool, "bench", d.n, groups)
+	})
+}
+
+// drainWith is drainBacklog with the d.n jobs of queue "bench" enqueued by
+// load.
+func (b *bench) drainWith(ctx context.Context, pinned bool, d drainSpec, load func(context.Context, *pgxpool.Pool) error) (drainResult, error) {
 	pool, url, cleanup, err := b.database(ctx, b.o.Conns)
 	if err != nil {
 		return drainResult{}, err
 	}
 	defer cleanup()
 	b.say("%s: enqueueing %d jobs", d.label, d.n)
-	if err := enqueueNoops(ctx, pool, "bench", d.n, groups); err != nil {
+	if err := load(ctx, pool); err != nil {
 		return drainResult{}, err
 	}
 	if pinned {

@@ -22,6 +22,7 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		"-ungrouped", "2000", "-grouped", "2000", "-groups", "50", "-hot", "300",
 		"-wake-samples", "10", "-claim-backlogs", "100,2000", "-memory-jobs", "3000",
 		"-floor-duration", "500ms", "-batch", "50", "-defaults-jobs", "500", "-dashboard-jobs", "3000",
+		"-limit-keys", "50", "-waiting-keys", "500",
 		"-retained", "3000", "-expired", "3000", "-steady-duration", "4s", "-steady-rate", "100", "-steady-concurrency", "4", "-hot-pinned", "300",
 	}, &out, &errOut)
 	if code != 0 {
@@ -64,6 +65,11 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		regexp.MustCompile(`held, BatchSize 1, 1ms handlers and 1 in 10 of 100ms: success to its commit visible +2000 jobs +p50 [\d.]+ms, p99 [\d.]+ms +none`),
 		regexp.MustCompile(`claim 10 jobs \(begin, claim, rollback\) +backlog 100 +\d+µs`),
 		regexp.MustCompile(`claim 10 jobs \(begin, claim, rollback\) +backlog 2000 +\d+µs`),
+		regexp.MustCompile(`defaults: drain ungrouped, queue's limit 10 \(= Concurrency\) +500 jobs +\d+ jobs/s \([\d.]+x the same without a limit: \d+ jobs/s\) +\d+\.\d+x +>= 0\.90x the same without a limit (met|MISSED)`),
+		regexp.MustCompile(`defaults: drain 50 keys, limit 2 each +500 jobs +\d+ jobs/s \([\d.]+x the 50-group drain: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the 50-group drain (met|MISSED)`),
+		regexp.MustCompile(`lease defaults: drain ungrouped, queue's limit 100 \(= Concurrency\) +500 jobs +\d+ jobs/s \([\d.]+x the same without a limit: \d+ jobs/s\) +\d+\.\d+x +>= 0\.90x the same without a limit (met|MISSED)`),
+		regexp.MustCompile(`lease defaults: drain 50 keys, limit 2 each +500 jobs +\d+ jobs/s \([\d.]+x the 50-group drain: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the 50-group drain (met|MISSED)`),
+		regexp.MustCompile(`claim 10 jobs with 500 limit keys at their limit, jobs waiting +10000 runnable +p50 \d+µs, p99 \d+µs \([\d.]+x none waiting: p50 \d+µs, p99 \d+µs\) +p50 <= 1\.20x none waiting (met|MISSED)`),
 		regexp.MustCompile(`worker RSS over a drain .* +3000 jobs +[\d.]+ MiB at 10%, [\d.]+ MiB peak, [\d.]+ MiB at end`),
 		regexp.MustCompile(`dashboard: queues \(GET /\) +3000 jobs +p50 [\d.]+ms, max [\d.]+ms +p50 <= 100\.00ms (met|MISSED)`),
 		regexp.MustCompile(`dashboard: jobs, failed \(GET /jobs\?status=failed\) +3000 jobs +p50 [\d.]+ms, max [\d.]+ms`),
@@ -75,8 +81,8 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", want, table)
 		}
 	}
-	if strings.Count(table, "\n") != 58 {
-		t.Errorf("table has %d lines, want a header and 57 rows:\n%s", strings.Count(table, "\n"), table)
+	if strings.Count(table, "\n") != 63 {
+		t.Errorf("table has %d lines, want a header and 62 rows:\n%s", strings.Count(table, "\n"), table)
 	}
 }
 

@@ -37,6 +37,11 @@ type Config struct {
 	Groups int
 	// Ungrouped is how many of Jobs have no group.
 	Ungrouped int
+	// Limited is how many of the Ungrouped jobs have a concurrency limit:
+	// in turn, of key "key-a" (limit 2), "key-b" (limit 3) and the chaos
+	// queue's own limit (4). A producer of their own enqueues them in
+	// bursts spread over ProduceOver.
+	Limited int
 	// Poison is how many jobs kill their own worker process on every
 	// attempt (max_attempts 3).
 	Poison int
@@ -109,6 +114,7 @@ func DefaultConfig() Config {
 		Jobs:           50_000,
 		Groups:         1_000,
 		Ungrouped:      2_500,
+		Limited:        1_200,
 		Poison:         5,
 		Timeout:        10 * time.Minute,
 		ProduceOver:    40 * time.Second,
@@ -156,6 +162,8 @@ func (c Config) validate() error {
 		return errors.New("-poison must be between 0 and the number of grouped jobs")
 	case c.Long < 0 || c.Long > c.Ungrouped:
 		return errors.New("-long must be between 0 and -ungrouped")
+	case c.Limited < 0 || c.Long+c.Limited > c.Ungrouped:
+		return errors.New("-limited must be between 0 and -ungrouped less -long")
 	case c.Long > c.Jobs/4:
 		// Their marks go up to 70% of the jobs finished, which the others
 		// must reach on their own.
@@ -207,6 +215,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Jobs, "jobs", cfg.Jobs, "jobs to commit, grouped and ungrouped")
 	fs.IntVar(&cfg.Groups, "groups", cfg.Groups, "FIFO groups the grouped jobs spread over")
 	fs.IntVar(&cfg.Ungrouped, "ungrouped", cfg.Ungrouped, "how many of the jobs have no group")
+	fs.IntVar(&cfg.Limited, "limited", cfg.Limited, "how many of the ungrouped jobs have a concurrency limit (keys of limits 2, 3 and the queue's own 4)")
 	fs.IntVar(&cfg.Poison, "poison", cfg.Poison, "jobs that kill their own worker process on every attempt")
 	fs.Int64Var(&cfg.Seed, "seed", 0, "random seed (0: from the clock)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "the run fails if it has not finished by then")

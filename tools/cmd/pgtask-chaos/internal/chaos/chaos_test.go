@@ -22,8 +22,8 @@ func TestMain(m *testing.M) {
 }
 
 // TestChaos is the short chaos run: 4 worker processes (this test binary run
-// again, so built with -race when the test is), 3,000 jobs over 100 groups,
-// with every fault at least once, a lease-mode process paused past its 3s
+// again, so built with -race when the test is), 3,000 jobs over 100 groups
+// and 150 jobs under concurrency limits, with every fault at least once, a lease-mode process paused past its 3s
 // lease, 6 long jobs around the database's restart and a transaction held
 // open beside it all. It fails on any violation of pgtask's guarantees and on
 // a fault that was not injected. PGTASK_CHAOS_SEED repeats a run's choices.
@@ -32,7 +32,8 @@ func TestChaos(t *testing.T) {
 	cfg := chaos.DefaultConfig()
 	cfg.Jobs = 3_000
 	cfg.Groups = 100
-	cfg.Ungrouped = 200
+	cfg.Ungrouped = 300
+	cfg.Limited = 150
 	// Two, so that "poison job SIGKILLed its own process" is not missed
 	// when one's three attempts all end before its handler runs (its
 	// process killed first, mid-batch).
@@ -120,6 +121,16 @@ func TestChaos(t *testing.T) {
 	}
 	if res.Jobs.NotCommitted["rollback"] == 0 || res.Jobs.NotCommitted["savepoint"] == 0 {
 		t.Errorf("no rolled-back enqueues to check: %v", res.Jobs.NotCommitted)
+	}
+	// Each limit key ran as many jobs at once as its limit allows, so that
+	// check 8 could have seen one more.
+	if len(res.Limits) != 3 {
+		t.Errorf("limit keys %+v, want 3", res.Limits)
+	}
+	for _, l := range res.Limits {
+		if l.Peak < int64(l.Limit) {
+			t.Errorf("key %q: at most %d attempts ran at once, never its limit of %d", l.Key, l.Peak, l.Limit)
+		}
 	}
 	// The pinning transaction was held, and opened again after the restart
 	// and the crash ended it.

@@ -8,13 +8,19 @@ import (
 
 // The queue every chaos job goes to, and its kinds. Kinds differ in their
 // registration: chaos.slow has a short timeout, chaos.poison kills its
-// process, chaos.long has a long timeout.
+// process, chaos.long has a long timeout. chaos.limited, the limited jobs
+// (but those that time out, chaos.slow), is registered as chaos.job is: a
+// kind of its own, so that held-mode runners, which size their batches by
+// how long a kind's jobs took so far, learn that its jobs take longer than
+// a batch's commit budget and claim them one at a time, rather than run a
+// key's admitted jobs one after another in one batch.
 const (
-	queueName  = "chaos"
-	kindJob    = "chaos.job"
-	kindSlow   = "chaos.slow"
-	kindPoison = "chaos.poison"
-	kindLong   = "chaos.long"
+	queueName   = "chaos"
+	kindJob     = "chaos.job"
+	kindSlow    = "chaos.slow"
+	kindPoison  = "chaos.poison"
+	kindLong    = "chaos.long"
+	kindLimited = "chaos.limited"
 )
 
 // What a job's handler does, stored in its payload.
@@ -44,7 +50,13 @@ var faultMix = []struct {
 	{behaveNoRetry, 0.005},
 }
 
-func kindOf(behavior string) string {
+func kindOf(behavior string, limited bool) string {
+	switch {
+	case behavior == behaveTimeout:
+		return kindSlow
+	case limited:
+		return kindLimited
+	}
 	switch behavior {
 	case behaveTimeout:
 		return kindSlow
@@ -92,6 +104,8 @@ type payload struct {
 	Group    string `json:"g,omitempty"`
 	Seq      int    `json:"s"`
 	Behavior string `json:"b"`
+	// Limited jobs work longer than the others (see limitedWork).
+	Limited bool `json:"l,omitempty"`
 }
 
 // item is one job to enqueue.
@@ -99,17 +113,31 @@ type item struct {
 	group    string // empty: ungrouped
 	seq      int    // place in its group, or among ungrouped jobs, in enqueue order
 	behavior string
+	// limit, if set, is the job's concurrency limit (runtime.WithLimit).
+	limit *limitKey
 }
+
+// limitKey is a concurrency limit of the chaos queue: at most max jobs of
+// key run at once across every worker process, held and lease alike.
+type limitKey struct {
+	key string // "" for the queue's own limit
+	max int
+}
+
+// limitKeys are the limits the limited jobs are spread over, in turn.
+var limitKeys = []limitKey{{"key-a", 2}, {"key-b", 3}, {"", 4}}
 
 func groupKey(i int) string { return fmt.Sprintf("g%05d", i) }
 
 // plan draws the job mix and splits it between producers: group g belongs
 // to producer g % producers, which enqueues it in increasing seq; ungrouped
 // jobs are dealt out in turn, except cfg.Long long jobs, which are returned
-// apart for the producer that enqueues them at longMarks. It returns each
-// producer's items in the order it enqueues them, each producer's groups,
-// and the long jobs.
-func plan(cfg Config, rng *rand.Rand, producers int) (items [][]item, groups [][]string, long []item) {
+// apart for the producer that enqueues them at longMarks, and cfg.Limited
+// limited jobs, each with a limit of limitKeys in turn, returned apart for
+// the producer that enqueues them. It returns each producer's items in the
+// order it enqueues them, each producer's groups, the long jobs and the
+// limited jobs.
+func plan(cfg Config, rng *rand.Rand, producers int) (items [][]item, groups [][]string, long, limited []item) {
 	grouped := cfg.Jobs - cfg.Ungrouped
 	// -1 marks an ungrouped job; every group gets at least one job.
 	slots := make([]int, 0, cfg.Jobs)
@@ -155,9 +183,15 @@ func plan(cfg Config, rng *rand.Rand, producers int) (items [][]item, groups [][
 			behaviors[groupedAt[k*stretch+rng.IntN(stretch)]] = behavePoison
 		}
 	}
-	// Long jobs are ungrouped: a group would wait for each of them.
-	for _, i := range rng.Perm(len(ungroupedAt))[:cfg.Long] {
+	// Long jobs are ungrouped: a group would wait for each of them. So are
+	// limited jobs (a grouped job has no limit), drawn from the others.
+	perm := rng.Perm(len(ungroupedAt))
+	for _, i := range perm[:cfg.Long] {
 		behaviors[ungroupedAt[i]] = behaveLong
+	}
+	isLimited := make(map[int]bool, cfg.Limited)
+	for _, i := range perm[cfg.Long : cfg.Long+cfg.Limited] {
+		isLimited[ungroupedAt[i]] = true
 	}
 	// Every fault at least once, even in a small run, on a job that is
 	// neither poison nor long.
@@ -195,6 +229,11 @@ func plan(cfg Config, rng *rand.Rand, producers int) (items [][]item, groups [][
 				long = append(long, it)
 				continue
 			}
+			if isLimited[i] {
+				it.limit = &limitKeys[len(limited)%len(limitKeys)]
+				limited = append(limited, it)
+				continue
+			}
 		} else {
 			it = item{group: groupKey(s), seq: seq[s], behavior: behaviors[i]}
 			p = s % producers
@@ -202,5 +241,5 @@ func plan(cfg Config, rng *rand.Rand, producers int) (items [][]item, groups [][
 		}
 		items[p] = append(items[p], it)
 	}
-	return items, groups, long
+	return items, groups, long, limited
 }

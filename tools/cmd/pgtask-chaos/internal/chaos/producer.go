@@ -47,6 +47,11 @@ type producer struct {
 	// and rolls nothing back: it enqueues the long jobs.
 	marks []float64
 	share func() float64
+	// limited: the producer enqueues the limited jobs, its ghosts are
+	// limited too, and it keeps to a pace of its own, so that its jobs
+	// spread over the whole run (they are far fewer than the others).
+	limited bool
+	own     struct{ total, committed int }
 
 	pending []notCommitted // not yet recorded
 }
@@ -119,7 +124,11 @@ func (p *producer) pace(ctx context.Context) error {
 	if p.over <= 0 {
 		return ctx.Err()
 	}
-	due := p.begin.Add(time.Duration(float64(p.over) * float64(p.committed.Load()) / float64(p.total)))
+	done := float64(p.committed.Load()) / float64(p.total)
+	if p.limited {
+		done = float64(p.own.committed) / float64(p.own.total)
+	}
+	due := p.begin.Add(time.Duration(float64(p.over) * done))
 	if wait := time.Until(due); wait > 0 {
 		t := time.NewTimer(wait)
 		defer t.Stop()
@@ -139,12 +148,15 @@ func (p *producer) take(n int) []item {
 }
 
 func request(it item) (runtime.EnqueueRequest, error) {
-	body, err := json.Marshal(payload{Group: it.group, Seq: it.seq, Behavior: it.behavior})
+	body, err := json.Marshal(payload{Group: it.group, Seq: it.seq, Behavior: it.behavior, Limited: it.limit != nil})
 	if err != nil {
 		return runtime.EnqueueRequest{}, err
 	}
-	req := runtime.EnqueueRequest{Kind: kindOf(it.behavior), Payload: body}
+	req := runtime.EnqueueRequest{Kind: kindOf(it.behavior, it.limit != nil), Payload: body}
 	req.Apply(runtime.WithQueue(queueName), runtime.WithGroup(it.group), runtime.WithMaxAttempts(maxAttemptsOf(it.behavior)))
+	if it.limit != nil {
+		req.Apply(runtime.WithLimit(it.limit.key, it.limit.max))
+	}
 	return req, nil
 }
 
@@ -181,11 +193,15 @@ func enqueue(ctx context.Context, tx pgx.Tx, items []item, how string) ([]int64,
 }
 
 // ghosts are jobs enqueued only to be rolled back, into this producer's
-// groups or ungrouped.
+// groups or ungrouped; the limited producer's with a limit: their enqueue
+// takes slots of their key, which the rollback gives back.
 func (p *producer) ghosts(n int) []item {
 	out := make([]item, n)
 	for i := range out {
 		out[i] = item{seq: -1, behavior: behaveOK}
+		if p.limited {
+			out[i].limit = &limitKeys[p.rng.IntN(len(limitKeys))]
+		}
 		if len(p.groups) > 0 && p.rng.Float64() < 0.8 {
 			out[i].group = p.groups[p.rng.IntN(len(p.groups))]
 		}
@@ -213,7 +229,7 @@ func (p *producer) commit(ctx context.Context, items []item, how string, ghostsF
 			p.handedOut.Add(int64(len(ids)))
 		}
 		if err == nil {
-			p.committed.Add(int64(len(items)))
+			p.committedItems(len(items))
 			return nil
 		}
 		var unknown *commitUnknown
@@ -223,7 +239,7 @@ func (p *producer) commit(ctx context.Context, items []item, how string, ghostsF
 				return err
 			}
 			if committed {
-				p.committed.Add(int64(len(items)))
+				p.committedItems(len(items))
 				return nil
 			}
 		}
@@ -236,6 +252,11 @@ func (p *producer) commit(ctx context.Context, items []item, how string, ghostsF
 		sleep(ctx, backoff)
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+func (p *producer) committedItems(n int) {
+	p.committed.Add(int64(n))
+	p.own.committed += n
 }
 
 // commitUnknown is a failed COMMIT: the transaction may have committed.
@@ -275,12 +296,18 @@ func (p *producer) tryCommit(ctx context.Context, items []item, how string, ghos
 	}
 	seqs := make([]int32, len(items))
 	behaviors := make([]string, len(items))
+	limitKeys := make([]string, len(items))
+	limitMaxes := make([]int32, len(items))
 	for i, it := range items {
 		seqs[i] = int32(it.seq)
 		behaviors[i] = it.behavior
+		if it.limit != nil {
+			limitKeys[i], limitMaxes[i] = it.limit.key, int32(it.limit.max)
+		}
 	}
 	err = chaosdb.New(tx).RecordEnqueued(ctx, chaosdb.RecordEnqueuedParams{
 		JobIds: ids, GroupKeys: groupsOf(items), Seqs: seqs, Behaviors: behaviors, How: how,
+		LimitKeys: limitKeys, LimitMaxes: limitMaxes,
 	})
 	if err != nil {
 		return ids, pid, err

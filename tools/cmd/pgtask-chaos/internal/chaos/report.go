@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/tools/cmd/pgtask-chaos/internal/chaosdb"
 )
 
@@ -34,6 +35,11 @@ const (
 // kindTakeoverOverlap is the kind of check 2's rows that are an observation:
 // an attempt taken over after its lease expired overlaps the next one.
 const kindTakeoverOverlap = "overlap after lease takeover"
+
+// kindTakeoverOverLimit is the kind of check 8's rows that are an
+// observation: a key ran more jobs than its limit only counting attempts
+// taken over after their lease expired until their handler ended.
+const kindTakeoverOverLimit = "over limit after lease takeover"
 
 // Result is what a run found.
 type Result struct {
@@ -58,6 +64,8 @@ type Result struct {
 	Long LongReport
 	// Horizon is the transaction held open beside the run.
 	Horizon HorizonReport
+	// Limits is each limit key of the limited jobs, by key.
+	Limits []LimitReport
 	// Problems are failures of the run itself: a worker process that ended
 	// on its own, a restart that failed, records that could not be written.
 	Problems []string
@@ -121,6 +129,20 @@ type HorizonReport struct {
 	Opens int64
 	// MaxLag is the most transaction ids handed out behind one of them.
 	MaxLag int64
+}
+
+// LimitReport is one limit key of the chaos queue and what check 8 saw of
+// it.
+type LimitReport struct {
+	Key   string // "" for the queue's own limit
+	Limit int
+	// Jobs is how many limited jobs of the key were committed; Attempts how
+	// many of their attempts a handler started.
+	Jobs, Attempts int64
+	// Peak is the most attempts of the key that ran at once by check 8's
+	// reckoning; PeakHandlers counting attempts taken over after their
+	// lease expired until their handler ended.
+	Peak, PeakHandlers int64
 }
 
 // Count is a named number.
@@ -327,6 +349,13 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 	}
 	res.Checks = append(res.Checks, mem, exits)
 
+	// 8. Concurrency limits.
+	limits, overLimit, err := o.checkLimits(ctx, res)
+	if err != nil {
+		return fmt.Errorf("check 8: %w", err)
+	}
+	res.Checks = append(res.Checks, limits)
+
 	replays, err := q.ObserveReplays(ctx)
 	if err != nil {
 		return err
@@ -359,7 +388,7 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 				p.JobID, p.Status, p.Attempts, p.Reached, p.Errors))
 		}
 	}
-	res.Observations = append(res.Observations, obs, takeovers,
+	res.Observations = append(res.Observations, obs, takeovers, overLimit,
 		Observation{Name: "attempts whose handler could not record its start (database away); accepted by check 5", N: int(unrecorded)},
 		Observation{Name: "ids of a transaction that did not commit handed out again after the crash (a crash can rewind a sequence); accepted by check 1", N: int(reused)})
 	if unreached.N > 0 {
@@ -507,6 +536,66 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 	return nil
 }
 
+// checkLimits makes check 8: no limit key ran more jobs at once than its
+// limit (from the attempts' record), every limited job counts against its
+// key, and every key has all its slots free now that every job has ended,
+// with none running or waiting (runtime.Limits). It fills res.Limits, and
+// returns the check and the observation of starts over the limit that only
+// attempts taken over after their lease expired account for.
+func (o *orchestrator) checkLimits(ctx context.Context, res *Result) (Check, Observation, error) {
+	c := newCheck(8, "no limit key runs more jobs at once than its limit; slots all free at the end")
+	c.Note = "an attempt counts against its key from its start until its handler ended, reckoned as in check 2, or until it was taken over after its lease expired"
+	obs := Observation{Name: "starts of limited attempts over their key's limit only counting attempts taken over after their lease expired until their handler ended (lease mode: a hung worker's attempt may still run)"}
+	rows, err := o.q.CheckLimits(ctx)
+	if err != nil {
+		return c, obs, err
+	}
+	for _, r := range rows {
+		if r.Kind == kindTakeoverOverLimit {
+			obs.N++
+			if len(obs.Examples) < 3 {
+				obs.Examples = append(obs.Examples, r.Detail)
+			}
+			continue
+		}
+		c.add(r.Kind, r.Detail)
+	}
+	peaks, err := o.q.LimitPeaks(ctx)
+	if err != nil {
+		return c, obs, err
+	}
+	for _, p := range peaks {
+		res.Limits = append(res.Limits, LimitReport{Key: p.LimitKey, Limit: int(p.LimitMax), Jobs: p.Jobs, Attempts: p.Attempts,
+			Peak: p.Peak, PeakHandlers: p.PeakHandlers})
+	}
+	// The slots, as pgtask counts them. Every limited job has ended and
+	// the workers have stopped: none may be held or waiting.
+	infos, err := runtime.Limits(ctx, o.pool, queueName, 0)
+	if err != nil {
+		return c, obs, err
+	}
+	seen := map[string]bool{}
+	for _, in := range infos {
+		seen[in.Key] = true
+		want := slices.IndexFunc(limitKeys, func(k limitKey) bool { return k.key == in.Key })
+		switch {
+		case want < 0:
+			c.add("unknown key", fmt.Sprintf("key %q of queue %s has a limit, but no job was enqueued with it: %+v", in.Key, in.Queue, in))
+		case in.Limit != limitKeys[want].max || in.Declared != limitKeys[want].max:
+			c.add("wrong limit", fmt.Sprintf("key %q has limit %d (declared %d), want %d", in.Key, in.Limit, in.Declared, limitKeys[want].max))
+		case in.Free != in.Limit || in.Running != 0 || in.Waiting != 0:
+			c.add("slots not free", fmt.Sprintf("key %q (limit %d) has %d slots free, %d jobs running and %d waiting after every job ended",
+				in.Key, in.Limit, in.Free, in.Running, in.Waiting))
+		}
+	}
+	for _, r := range res.Limits {
+		if !seen[r.Key] {
+			c.add("key missing", fmt.Sprintf("key %q had %d jobs enqueued but is not among the queue's limits", r.Key, r.Jobs))
+		}
+	}
+	return c, obs, nil
+}
+
 func indent(s, prefix string) string {
 	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
 }
@@ -601,6 +690,19 @@ func (r *Result) Print(w io.Writer) {
 		fmt.Fprintf(tw, "  held at once, at most\t%10s\n", h.Longest.Round(100*time.Millisecond))
 		fmt.Fprintf(tw, "  opened (again after the database ended it)\t%10d\n", h.Opens)
 		fmt.Fprintf(tw, "  transaction ids handed out behind it, at most\t%10d\n", h.MaxLag)
+	}
+	if len(r.Limits) > 0 {
+		fmt.Fprintln(tw, "\t")
+		fmt.Fprintf(tw, "concurrency limits of queue %s (its held and lease processes alike)\t\n", queueName)
+		for _, l := range r.Limits {
+			name := fmt.Sprintf("key %q: limit", l.Key)
+			if l.Key == "" {
+				name = "the queue's own limit"
+			}
+			fmt.Fprintf(tw, "  %s\t%10d\n", name, l.Limit)
+			fmt.Fprintf(tw, "    jobs (their attempts)\t%10d  (%d)\n", l.Jobs, l.Attempts)
+			fmt.Fprintf(tw, "    most running at once (counting taken-over handlers)\t%10d  (%d)\n", l.Peak, l.PeakHandlers)
+		}
 	}
 	fmt.Fprintln(tw, "\t")
 	fmt.Fprintf(tw, "invariants\t%10s\n", "violations")

@@ -43,6 +43,16 @@ const (
 	longAttempts = 2
 )
 
+// A limited job's attempt works for limitedWork plus up to limitedJitter:
+// longer than a held batch's commit budget, so that a held-mode runner's
+// batches hold one of them each and a key's jobs run on several runners
+// and processes at once; and long enough that a key's jobs queue up
+// behind its limit while they run, so that their slots are handed on.
+const (
+	limitedWork   = 15 * time.Millisecond
+	limitedJitter = 35 * time.Millisecond
+)
+
 // retryBackoff keeps retries quick: a failed job's group waits for them.
 var retryBackoff = runtime.Backoff{Min: 20 * time.Millisecond, Max: 200 * time.Millisecond}
 
@@ -142,6 +152,7 @@ func runWorker(ctx context.Context, a workerArgs, stdout, stderr io.Writer) erro
 	h := &handler{args: a, rec: chaosdb.New(rec), pid: os.Getpid()}
 	for _, r := range []runtime.Registration{
 		{Kind: kindJob, Handler: h.handle, Timeout: jobTimeout, Backoff: retryBackoff},
+		{Kind: kindLimited, Handler: h.handle, Timeout: jobTimeout, Backoff: retryBackoff},
 		{Kind: kindSlow, Handler: h.handle, Timeout: slowTimeout, Backoff: retryBackoff},
 		{Kind: kindPoison, Handler: h.handle, Timeout: jobTimeout, Backoff: retryBackoff},
 		{Kind: kindLong, Handler: h.handle, Timeout: longTimeout, Backoff: retryBackoff},
@@ -238,6 +249,9 @@ func (h *handler) handle(ctx context.Context, job *runtime.Job) error {
 	work := time.Duration(rand.IntN(2000)) * time.Microsecond
 	if rand.IntN(20) == 0 {
 		work = 20 * time.Millisecond
+	}
+	if p.Limited {
+		work = limitedWork + rand.N(limitedJitter)
 	}
 	sleep(ctx, work)
 

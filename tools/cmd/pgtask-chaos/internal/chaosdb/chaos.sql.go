@@ -233,6 +233,80 @@ func (q *Queries) CheckGroupOrder(ctx context.Context) ([]CheckGroupOrderRow, er
 	return items, nil
 }
 
+const checkLimits = `-- name: CheckLimits :many
+WITH over AS (
+    SELECT r.sweep, r.id, r.limit_key, r.limit_max, r.at, r.running
+      FROM pgtask_chaos.limit_running r WHERE r.running > r.limit_max
+)
+SELECT t.job_id,
+       CASE WHEN o.sweep = 'handler' THEN 'over limit after lease takeover'
+            WHEN bool_or(s.lost) FILTER (WHERE s.id <> o.id) THEN 'over limit after lost session'
+            ELSE 'over limit' END::text AS kind,
+       format('key %s (limit %s): %s attempts ran at once at %s: %s',
+              CASE WHEN o.limit_key = '' THEN '"" (the queue''s own)' ELSE quote_ident(o.limit_key) END,
+              o.limit_max, o.running, to_char(o.at, 'HH24:MI:SS.US'),
+              string_agg(format('job %s attempt %s (instance %s, %s%s) %s..%s',
+                                s.job_id, s.attempt, s.instance, s.mode,
+                                CASE WHEN s.lost THEN ', session lost' WHEN s.taken THEN ', taken over' ELSE '' END,
+                                to_char(s.started_at, 'HH24:MI:SS.US'), to_char(s.until, 'HH24:MI:SS.US')),
+                         '; ' ORDER BY s.started_at, s.id))::text AS detail
+  FROM over o
+  JOIN pgtask_chaos.attempts t ON t.id = o.id
+  JOIN pgtask_chaos.limit_spans s ON s.sweep = o.sweep AND s.limit_key = o.limit_key
+                                   AND s.started_at <= o.at AND s.until > o.at
+ WHERE o.sweep = 'slot' OR NOT EXISTS (SELECT 1 FROM over o2 WHERE o2.sweep = 'slot' AND o2.id = o.id)
+ GROUP BY t.job_id, o.sweep, o.id, o.limit_key, o.limit_max, o.running, o.at
+UNION ALL
+SELECT e.job_id, 'limit lost',
+       format('job %s was enqueued with limit %s of key %s but counts against %s', e.job_id, e.limit_max, quote_literal(e.limit_key),
+              coalesce((SELECT format('key %s of queue %s', quote_literal(k.limit_key), k.queue)
+                          FROM pgtask.limit_keys k WHERE k.id = j.limit_id), 'none'))
+  FROM pgtask_chaos.enqueued e JOIN pgtask.jobs j ON j.id = e.job_id
+ WHERE e.limit_max IS NOT NULL
+   AND NOT EXISTS (SELECT 1 FROM pgtask.limit_keys k WHERE k.id = j.limit_id AND k.limit_key = e.limit_key AND k.queue = j.queue)
+ORDER BY 1, 2
+`
+
+type CheckLimitsRow struct {
+	JobID  int64
+	Kind   string
+	Detail string
+}
+
+// 8. No limit key ran more of its jobs at once than its limit, across every
+// worker process, held and lease alike: at each start of an attempt of a
+// limited job, the attempts of its key running (see
+// pgtask_chaos.limit_running: an attempt counts from its start until its
+// handler ended, by the same reckoning as CheckOverlaps, or until it was
+// taken over) are at most the key's limit. Such a start over the limit
+// whose co-runners include an attempt that lost its session has the kind
+// 'over limit after lost session', a violation still. A start over the
+// limit only when taken-over attempts count until their handler ended
+// (lease mode's documented behaviour: a hung worker's handler may still
+// run while the job's next attempt does) has the kind 'over limit after
+// lease takeover', which the program reports as an observation, as it
+// does check 2's. And every limited job counts against the key it was
+// enqueued with (pgtask.jobs.limit_id).
+func (q *Queries) CheckLimits(ctx context.Context) ([]CheckLimitsRow, error) {
+	rows, err := q.db.Query(ctx, checkLimits)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CheckLimitsRow{}
+	for rows.Next() {
+		var i CheckLimitsRow
+		if err := rows.Scan(&i.JobID, &i.Kind, &i.Detail); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const checkNothingLost = `-- name: CheckNothingLost :many
 
 SELECT e.job_id, 'unfinished'::text AS kind,
@@ -301,28 +375,9 @@ const checkOverlaps = `-- name: CheckOverlaps :many
 WITH a AS (
     SELECT t.id, t.job_id, t.attempt, t.group_key, t.instance, t.started_at, t.ended_at,
            coalesce(e.seq, 0) AS seq,
-           CASE WHEN t.ended_at IS NOT NULL THEN t.ended_at
-                -- A start insert that committed after its handler gave up
-                -- waiting for it: the handler returned at once, and the
-                -- failure it returned was recorded after that. When the
-                -- job's session was lost too, the worker records that
-                -- failure in its own words instead, also only once the
-                -- handler has returned (an abandoned handler's failure says
-                -- it timed out).
-                ELSE coalesce(
-                    (SELECT min((x->>'at')::timestamptz) FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
-                      WHERE j.id = t.job_id AND (x->>'attempt')::integer = t.attempt
-                        AND (x->>'error' LIKE '%chaos: start not recorded%'
-                             OR x->>'error' LIKE 'worker lost its database session during the attempt, so its writes were rolled back%'
-                             OR x->>'error' LIKE 'recording the attempt failed, so its writes were rolled back%')),
-                    greatest(t.started_at, (SELECT min(d.at) FROM pgtask_chaos.deaths d WHERE d.instance = t.instance)))
-           END AS end_at,
-           EXISTS (SELECT 1 FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
-                    WHERE j.id = t.job_id AND (x->>'attempt')::integer = t.attempt
-                      AND x->>'error' LIKE 'worker lost%') AS lost,
-           EXISTS (SELECT 1 FROM pgtask.jobs j, jsonb_array_elements(j.errors) x
-                    WHERE j.id = t.job_id AND (x->>'attempt')::integer = t.attempt
-                      AND x->>'error' LIKE 'lease expired%') AS taken
+           pgtask_chaos.attempt_end(t.job_id, t.attempt, t.instance, t.started_at, t.ended_at) AS end_at,
+           pgtask_chaos.attempt_error_at(t.job_id, t.attempt, 'worker lost%') IS NOT NULL AS lost,
+           pgtask_chaos.attempt_error_at(t.job_id, t.attempt, 'lease expired%') IS NOT NULL AS taken
       FROM pgtask_chaos.attempts t LEFT JOIN pgtask_chaos.enqueued e ON e.job_id = t.job_id
 ), pairs AS (
     SELECT 'group'::text AS scope, a.group_key AS key, a.id,
@@ -371,8 +426,9 @@ type CheckOverlapsRow struct {
 // later), a time at which the process was certainly alive; or, if its
 // handler failed because it could not confirm its start row (which then
 // committed after all), when that failure was recorded (in the handler's
-// words, or the worker's when the job's session was lost as well). An
-// attempt with no end whose process was never killed is a violation too.
+// words, or the worker's when the job's session was lost as well); see
+// pgtask_chaos.attempt_end, which CheckLimits shares. An attempt with no
+// end whose process was never killed is a violation too.
 // A lease-mode attempt taken over after its lease expired (its worker hung,
 // or was cut off from the database) may still be running when the next one
 // starts; only one of them records anything (check 4). Such a pair, where
@@ -700,6 +756,60 @@ func (q *Queries) LeaseTotals(ctx context.Context) (LeaseTotalsRow, error) {
 		&i.StaleOnTaken,
 	)
 	return i, err
+}
+
+const limitPeaks = `-- name: LimitPeaks :many
+SELECT e.limit_key, max(e.limit_max)::integer AS limit_max, count(*)::bigint AS jobs,
+       (SELECT count(*) FROM pgtask_chaos.attempts t JOIN pgtask_chaos.enqueued e2 ON e2.job_id = t.job_id
+         WHERE e2.limit_max IS NOT NULL AND e2.limit_key = e.limit_key)::bigint AS attempts,
+       coalesce((SELECT max(r.running) FROM pgtask_chaos.limit_running r
+                  WHERE r.sweep = 'slot' AND r.limit_key = e.limit_key), 0)::bigint AS peak,
+       coalesce((SELECT max(r.running) FROM pgtask_chaos.limit_running r
+                  WHERE r.sweep = 'handler' AND r.limit_key = e.limit_key), 0)::bigint AS peak_handlers
+  FROM pgtask_chaos.enqueued e
+ WHERE e.limit_max IS NOT NULL
+ GROUP BY e.limit_key
+ ORDER BY e.limit_key
+`
+
+type LimitPeaksRow struct {
+	LimitKey     string
+	LimitMax     int32
+	Jobs         int64
+	Attempts     int64
+	Peak         int64
+	PeakHandlers int64
+}
+
+// Each limit key of the run's limited jobs: its limit, its jobs and their
+// attempts, and the most of its attempts that ran at once by check 8's
+// reckoning (peak) and counting taken-over attempts until their handler
+// ended (peak_handlers).
+func (q *Queries) LimitPeaks(ctx context.Context) ([]LimitPeaksRow, error) {
+	rows, err := q.db.Query(ctx, limitPeaks)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LimitPeaksRow{}
+	for rows.Next() {
+		var i LimitPeaksRow
+		if err := rows.Scan(
+			&i.LimitKey,
+			&i.LimitMax,
+			&i.Jobs,
+			&i.Attempts,
+			&i.Peak,
+			&i.PeakHandlers,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const longAcrossDBFault = `-- name: LongAcrossDBFault :many
@@ -1079,23 +1189,27 @@ func (q *Queries) RecordDeath(ctx context.Context, arg RecordDeathParams) error 
 
 const recordEnqueued = `-- name: RecordEnqueued :exec
 
-INSERT INTO pgtask_chaos.enqueued (job_id, group_key, seq, behavior, how)
+INSERT INTO pgtask_chaos.enqueued (job_id, group_key, seq, behavior, how, limit_key, limit_max)
 SELECT unnest($1::bigint[]), NULLIF(unnest($2::text[]), ''),
-       unnest($3::integer[]), unnest($4::text[]), $5::text
+       unnest($3::integer[]), unnest($4::text[]), $5::text,
+       unnest($6::text[]), NULLIF(unnest($7::integer[]), 0)
 `
 
 type RecordEnqueuedParams struct {
-	JobIds    []int64
-	GroupKeys []string
-	Seqs      []int32
-	Behaviors []string
-	How       string
+	JobIds     []int64
+	GroupKeys  []string
+	Seqs       []int32
+	Behaviors  []string
+	How        string
+	LimitKeys  []string
+	LimitMaxes []int32
 }
 
 // Queries of pgtask-chaos (tools/cmd/pgtask-chaos): recording a run in
 // pgtask_chaos (../schema) and checking pgtask's guarantees against it.
 // Records committed jobs; runs in the transaction that enqueues them. An
-// empty group key means an ungrouped job.
+// empty group key means an ungrouped job, a limit_max of 0 one without a
+// concurrency limit.
 func (q *Queries) RecordEnqueued(ctx context.Context, arg RecordEnqueuedParams) error {
 	_, err := q.db.Exec(ctx, recordEnqueued,
 		arg.JobIds,
@@ -1103,6 +1217,8 @@ func (q *Queries) RecordEnqueued(ctx context.Context, arg RecordEnqueuedParams) 
 		arg.Seqs,
 		arg.Behaviors,
 		arg.How,
+		arg.LimitKeys,
+		arg.LimitMaxes,
 	)
 	return err
 }
