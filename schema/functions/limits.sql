@@ -1,4 +1,4 @@
--- revision: 8
+-- revision: 9
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -52,21 +52,62 @@ END;
 $$;
 
 -- Admits up to p_room waiting jobs of key p_key, by priority then id, and
--- returns the first one's id (NULL: none). The caller holds the key's row
--- and takes the slots from it.
+-- returns how many and the first one's id (NULL: none). The caller holds
+-- the key's row and takes the slots from it, or hands on slots it frees.
+--
+-- A job admitted leaves its entry in the index of waiting jobs until vacuum
+-- removes it, and one admitted by a transaction still open is locked and
+-- looks waiting to everyone else: a scan from the key's start steps over
+-- them all. A transaction that admits many jobs of a key (a batch of
+-- outcomes, each handing its slot on) would step over its own earlier ones
+-- each time. So it remembers where it admitted last (pgtask.limit_frontier,
+-- for the key it admitted last), and looks from there first; from the
+-- key's start only when nothing waits from there on, and then it sees any
+-- job that came to wait behind (a hand-back, a retry made due, a better
+-- priority). The lists are read into arrays and the rows changed by id: a
+-- plan that joined the pick to the table was seen scanning it whole.
 CREATE OR REPLACE FUNCTION pgtask.admit_waiting(p_key bigint, p_room integer, OUT admitted integer, OUT first_id bigint)
 LANGUAGE plpgsql AS $$
+DECLARE
+    frontier text[] := string_to_array(nullif(current_setting('pgtask.limit_frontier', true), ''), ',');
+    ids bigint[] := '{}';
+    prios smallint[] := '{}';
+    more bigint[];
+    more_prios smallint[];
 BEGIN
-    WITH picked AS (
-        SELECT id FROM pgtask.jobs
-         WHERE limit_id = p_key AND status = 'queued' AND NOT is_head
-         ORDER BY priority, id
-         LIMIT greatest(p_room, 0)
-           FOR UPDATE SKIP LOCKED
-    ), marked AS (
-        UPDATE pgtask.jobs j SET is_head = true FROM picked p WHERE j.id = p.id RETURNING j.id
-    )
-    SELECT count(*), min(id) INTO admitted, first_id FROM marked;
+    admitted := 0;
+    IF p_room <= 0 THEN
+        RETURN;
+    END IF;
+    IF frontier[1] = p_key::text THEN
+        SELECT coalesce(array_agg(w.id ORDER BY w.priority, w.id), '{}'), coalesce(array_agg(w.priority ORDER BY w.priority, w.id), '{}')
+          INTO ids, prios
+          FROM (SELECT id, priority FROM pgtask.jobs
+                 WHERE limit_id = p_key AND status = 'queued' AND NOT is_head
+                   AND (priority, id) > (frontier[2]::smallint, frontier[3]::bigint)
+                 ORDER BY priority, id
+                 LIMIT p_room
+                   FOR UPDATE SKIP LOCKED) w;
+    END IF;
+    IF cardinality(ids) < p_room THEN
+        SELECT coalesce(array_agg(w.id ORDER BY w.priority, w.id), '{}'), coalesce(array_agg(w.priority ORDER BY w.priority, w.id), '{}')
+          INTO more, more_prios
+          FROM (SELECT id, priority FROM pgtask.jobs
+                 WHERE limit_id = p_key AND status = 'queued' AND NOT is_head AND id <> ALL (ids)
+                 ORDER BY priority, id
+                 LIMIT p_room - cardinality(ids)
+                   FOR UPDATE SKIP LOCKED) w;
+        ids := ids || more;
+        prios := prios || more_prios;
+    END IF;
+    IF cardinality(ids) = 0 THEN
+        RETURN;
+    END IF;
+    UPDATE pgtask.jobs SET is_head = true WHERE id = ANY (ids);
+    admitted := cardinality(ids);
+    first_id := (SELECT min(u) FROM unnest(ids) u);
+    PERFORM set_config('pgtask.limit_frontier', (
+        SELECT p_key || ',' || u.p || ',' || u.i FROM unnest(prios, ids) AS u(p, i) ORDER BY u.p DESC, u.i DESC LIMIT 1), true);
 END;
 $$;
 
