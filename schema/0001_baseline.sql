@@ -284,6 +284,13 @@ CREATE INDEX jobs_batch_failed ON pgtask.jobs (batch_id)
 CREATE INDEX jobs_limit_waiting ON pgtask.jobs (limit_id, priority, id)
     WHERE limit_id IS NOT NULL AND status = 'queued' AND NOT is_head;
 
+-- The jobs a held-mode claim took in a run behind a limited key's admitted
+-- job (see pick_limited_runs in functions/work.sql), by key and claim: when
+-- the admitted one ends, its slot passes to the next of them. Only the runs
+-- in flight are in it.
+CREATE INDEX jobs_limit_runs ON pgtask.jobs (limit_id, claim_token, id)
+    WHERE limit_id IS NOT NULL AND status = 'started' AND NOT is_head;
+
 -- Batches (runtime.EnqueueBatch): jobs enqueued together, and the callback
 -- jobs that run when all of them have finished (on_finish) and when the
 -- first of them fails for good (on_failure). A callback is enqueued with the

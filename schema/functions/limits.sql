@@ -1,4 +1,4 @@
--- revision: 9
+-- revision: 10
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -130,8 +130,8 @@ BEGIN
         -- the same runner runs after it.
         UPDATE pgtask.jobs SET is_head = true
          WHERE id = (SELECT id FROM pgtask.jobs
-                      WHERE claim_token = p_token AND status = 'started' AND limit_id = p_key AND NOT is_head
-                      ORDER BY id LIMIT 1)
+                      WHERE limit_id = p_key AND claim_token = p_token AND status = 'started' AND NOT is_head
+                      ORDER BY limit_id, claim_token, id LIMIT 1)
         RETURNING id INTO nxt;
         IF nxt IS NOT NULL THEN
             RETURN;
