@@ -164,8 +164,8 @@ func (b *bench) measureClaimWaiting(ctx context.Context) error {
 
 // loadWaitingKeys enqueues two jobs for each of keys keys of limit 1 into
 // queue "bench": the first is admitted, the second waits. Then it claims
-// every admitted job and commits, as workers that run them would, so that
-// every key is at its limit.
+// every admitted job (with a lease that outlasts the run) and commits, as
+// workers that run them would, so that every key is at its limit.
 func loadWaitingKeys(ctx context.Context, b *bench, pool *pgxpool.Pool, keys int) error {
 	const chunk = 2_500 // keys per call
 	for start := 0; start < keys; start += chunk {
@@ -184,7 +184,10 @@ func loadWaitingKeys(ctx context.Context, b *bench, pool *pgxpool.Pool, keys int
 	}
 	claimed := 0
 	for claimed < keys {
-		rows, err := gen.New(pool).ClaimJobs(ctx, gen.ClaimJobsParams{Queue: "bench", Max: 1_000})
+		// A lease-mode claim takes the admitted jobs only; a held-mode one
+		// would take the waiting ones behind them too, in runs.
+		rows, err := gen.New(pool).ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{
+			Queue: "bench", Max: 1_000, LeaseMs: time.Hour.Milliseconds(), RunMax: 1, Token: int64(claimed + 1)})
 		if err != nil {
 			return err
 		}
