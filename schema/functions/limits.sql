@@ -1,4 +1,4 @@
--- revision: 10
+-- revision: 11
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -51,8 +51,24 @@ BEGIN
 END;
 $$;
 
+-- announce_admitted for several jobs of queue p_queue: all left for the
+-- claim that follows, or one announcement with the first one's id.
+CREATE OR REPLACE FUNCTION pgtask.announce_admitted_ids(p_ids bigint[], p_queue text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF cardinality(p_ids) = 0 THEN
+        RETURN;
+    ELSIF current_setting('pgtask.claiming', true) = 'on' THEN
+        PERFORM set_config('pgtask.promoted',
+                           concat_ws(',', nullif(current_setting('pgtask.promoted', true), ''), array_to_string(p_ids, ',')), true);
+    ELSE
+        PERFORM pg_notify('pgtask_behind', (SELECT min(u) FROM unnest(p_ids) u) || ':' || p_queue);
+    END IF;
+END;
+$$;
+
 -- Admits up to p_room waiting jobs of key p_key, by priority then id, and
--- returns how many and the first one's id (NULL: none). The caller holds
+-- returns their ids. The caller holds
 -- the key's row and takes the slots from it, or hands on slots it frees.
 --
 -- A job admitted leaves its entry in the index of waiting jobs until vacuum
@@ -66,7 +82,7 @@ $$;
 -- job that came to wait behind (a hand-back, a retry made due, a better
 -- priority). The lists are read into arrays and the rows changed by id: a
 -- plan that joined the pick to the table was seen scanning it whole.
-CREATE OR REPLACE FUNCTION pgtask.admit_waiting(p_key bigint, p_room integer, OUT admitted integer, OUT first_id bigint)
+CREATE OR REPLACE FUNCTION pgtask.admit_waiting_ids(p_key bigint, p_room integer) RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
     frontier text[] := string_to_array(nullif(current_setting('pgtask.limit_frontier', true), ''), ',');
@@ -75,9 +91,8 @@ DECLARE
     more bigint[];
     more_prios smallint[];
 BEGIN
-    admitted := 0;
     IF p_room <= 0 THEN
-        RETURN;
+        RETURN '{}';
     END IF;
     IF frontier[1] = p_key::text THEN
         SELECT coalesce(array_agg(w.id ORDER BY w.priority, w.id), '{}'), coalesce(array_agg(w.priority ORDER BY w.priority, w.id), '{}')
@@ -101,13 +116,23 @@ BEGIN
         prios := prios || more_prios;
     END IF;
     IF cardinality(ids) = 0 THEN
-        RETURN;
+        RETURN ids;
     END IF;
     UPDATE pgtask.jobs SET is_head = true WHERE id = ANY (ids);
-    admitted := cardinality(ids);
-    first_id := (SELECT min(u) FROM unnest(ids) u);
     PERFORM set_config('pgtask.limit_frontier', (
         SELECT p_key || ',' || u.p || ',' || u.i FROM unnest(prios, ids) AS u(p, i) ORDER BY u.p DESC, u.i DESC LIMIT 1), true);
+    RETURN ids;
+END;
+$$;
+
+-- admit_waiting_ids, with how many it admitted and the first one's id.
+CREATE OR REPLACE FUNCTION pgtask.admit_waiting(p_key bigint, p_room integer, OUT admitted integer, OUT first_id bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    ids bigint[] := pgtask.admit_waiting_ids(p_key, p_room);
+BEGIN
+    admitted := cardinality(ids);
+    first_id := (SELECT min(u) FROM unnest(ids) u);
 END;
 $$;
 
@@ -120,22 +145,48 @@ $$;
 -- admits the job should that someone let it go still waiting.
 CREATE OR REPLACE FUNCTION pgtask.release_slot(p_key bigint, p_queue text, p_token bigint) RETURNS void
 LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT pgtask.pass_on_in_run(p_key, p_token) THEN
+        PERFORM pgtask.release_slots(p_key, p_queue, 1);
+    END IF;
+END;
+$$;
+
+-- Whether the slot of a job that ran at the head of a run its claim
+-- (p_token, NULL: none) took (see pick_limited_runs) passed to the run's
+-- next job, which the same runner runs after it.
+CREATE OR REPLACE FUNCTION pgtask.pass_on_in_run(p_key bigint, p_token bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
 DECLARE
-    k record;
     nxt bigint;
 BEGIN
-    IF p_token IS NOT NULL THEN
-        -- The job ran at the head of a run its claim (p_token) took (see
-        -- pick_limited_runs): the slot passes to the run's next job, which
-        -- the same runner runs after it.
-        UPDATE pgtask.jobs SET is_head = true
-         WHERE id = (SELECT id FROM pgtask.jobs
-                      WHERE limit_id = p_key AND claim_token = p_token AND status = 'started' AND NOT is_head
-                      ORDER BY limit_id, claim_token, id LIMIT 1)
-        RETURNING id INTO nxt;
-        IF nxt IS NOT NULL THEN
-            RETURN;
-        END IF;
+    IF p_token IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE pgtask.jobs SET is_head = true
+     WHERE id = (SELECT id FROM pgtask.jobs
+                  WHERE limit_id = p_key AND claim_token = p_token AND status = 'started' AND NOT is_head
+                  ORDER BY limit_id, claim_token, id LIMIT 1)
+    RETURNING id INTO nxt;
+    RETURN nxt IS NOT NULL;
+END;
+$$;
+
+-- p_n freed slots of key p_key, of queue p_queue, handed on to the key's
+-- first waiting jobs, or given back to the key's row; left in limit_checks
+-- when that row is locked by someone else. A waiting job locked by someone
+-- else (an operator's cancel, aging) is passed over; if one is, the slots
+-- given back come with a check, so that maintenance admits the job should
+-- that someone let it go still waiting.
+CREATE OR REPLACE FUNCTION pgtask.release_slots(p_key bigint, p_queue text, p_n integer) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    k record;
+    ids bigint[];
+    left_over integer := p_n;
+BEGIN
+    IF p_n <= 0 THEN
+        RETURN;
     END IF;
     -- Read without a lock: a limit lowered below the jobs admitted leaves
     -- free below 0, and a slot then goes back to the row instead.
@@ -144,31 +195,70 @@ BEGIN
         RETURN;
     END IF;
     IF k.free >= 0 THEN
-        SELECT a.first_id INTO nxt FROM pgtask.admit_waiting(p_key, 1) a;
-        IF nxt IS NOT NULL THEN
-            PERFORM pgtask.announce_admitted(nxt, p_queue);
+        ids := pgtask.admit_waiting_ids(p_key, left_over);
+        PERFORM pgtask.announce_admitted_ids(ids, p_queue);
+        left_over := left_over - cardinality(ids);
+        IF left_over = 0 THEN
             RETURN;
         END IF;
     END IF;
     SELECT free INTO k FROM pgtask.limit_keys WHERE id = p_key FOR NO KEY UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
-        INSERT INTO pgtask.limit_checks (key_id, released) VALUES (p_key, 1);
+        INSERT INTO pgtask.limit_checks (key_id, released) VALUES (p_key, left_over);
         RETURN;
     END IF;
     -- With the row held, a job whose enqueue committed since the look above
     -- is seen now (each statement takes a new snapshot); one still in
     -- flight commits with a check of its own.
     IF k.free >= 0 THEN
-        SELECT a.first_id INTO nxt FROM pgtask.admit_waiting(p_key, 1) a;
-        IF nxt IS NOT NULL THEN
-            PERFORM pgtask.announce_admitted(nxt, p_queue);
+        ids := pgtask.admit_waiting_ids(p_key, left_over);
+        PERFORM pgtask.announce_admitted_ids(ids, p_queue);
+        left_over := left_over - cardinality(ids);
+        IF left_over = 0 THEN
             RETURN;
         END IF;
     END IF;
-    UPDATE pgtask.limit_keys SET free = free + 1 WHERE id = p_key;
+    UPDATE pgtask.limit_keys SET free = free + left_over WHERE id = p_key;
     IF k.free >= 0 AND EXISTS (SELECT 1 FROM pgtask.jobs WHERE limit_id = p_key AND status = 'queued' AND NOT is_head) THEN
         INSERT INTO pgtask.limit_checks (key_id) VALUES (p_key);
     END IF;
+END;
+$$;
+
+-- The slots freed while pgtask.defer_slots was on (see limit_release),
+-- released now, each key's together: a batch of outcomes of one key admits
+-- its next jobs with one scan and one update, not one of each per job.
+-- Turns the deferring off.
+CREATE OR REPLACE FUNCTION pgtask.release_deferred_slots() RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    freed text := nullif(current_setting('pgtask.deferred_slots', true), '');
+    e record;
+    keys bigint[] := '{}';
+    r record;
+BEGIN
+    PERFORM set_config('pgtask.defer_slots', 'off', true);
+    PERFORM set_config('pgtask.deferred_slots', '', true);
+    IF freed IS NULL THEN
+        RETURN;
+    END IF;
+    FOR e IN
+        SELECT split_part(f, ':', 1)::bigint AS key_id, nullif(split_part(f, ':', 2), '')::bigint AS token
+          FROM unnest(string_to_array(freed, ',')) f
+    LOOP
+        IF NOT pgtask.pass_on_in_run(e.key_id, e.token) THEN
+            keys := keys || e.key_id;
+        END IF;
+    END LOOP;
+    FOR r IN
+        SELECT u.key_id, k.queue, count(*)::integer AS n
+          FROM unnest(keys) AS u(key_id)
+          JOIN pgtask.limit_keys k ON k.id = u.key_id
+         GROUP BY u.key_id, k.queue
+         ORDER BY u.key_id
+    LOOP
+        PERFORM pgtask.release_slots(r.key_id, r.queue, r.n);
+    END LOOP;
 END;
 $$;
 
@@ -188,6 +278,13 @@ $$;
 CREATE OR REPLACE FUNCTION pgtask.limit_release() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF current_setting('pgtask.defer_slots', true) = 'on' THEN
+        -- A batch of outcomes (settle_jobs): released together at its end.
+        PERFORM set_config('pgtask.deferred_slots',
+                           concat_ws(',', nullif(current_setting('pgtask.deferred_slots', true), ''),
+                                     OLD.limit_id || ':' || coalesce(OLD.claim_token::text, '')), true);
+        RETURN NULL;
+    END IF;
     PERFORM pgtask.release_slot(OLD.limit_id, OLD.queue, OLD.claim_token);
     RETURN NULL;
 END;

@@ -1,4 +1,4 @@
--- revision: 13
+-- revision: 14
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -168,10 +168,19 @@ LANGUAGE sql IMMUTABLE AS $$
     ('none', 'function', 'limit_release', ''),
     ('worker', 'function', 'check_limits', 'EXECUTE'),
     ('worker', 'function', 'release_slot', 'EXECUTE'),
+    ('worker', 'function', 'release_slots', 'EXECUTE'),
+    ('worker', 'function', 'release_deferred_slots', 'EXECUTE'),
+    ('worker', 'function', 'pass_on_in_run', 'EXECUTE'),
+    ('worker', 'function', 'admit_waiting_ids', 'EXECUTE'),
+    ('worker', 'function', 'announce_admitted_ids', 'EXECUTE'),
     ('worker', 'function', 'admit_waiting', 'EXECUTE'),
     ('worker', 'function', 'announce_admitted', 'EXECUTE'),
     ('worker', 'function', 'limit_in_force', 'EXECUTE'),
     ('admin', 'function', 'release_slot', 'EXECUTE'),
+    ('admin', 'function', 'release_slots', 'EXECUTE'),
+    ('admin', 'function', 'pass_on_in_run', 'EXECUTE'),
+    ('admin', 'function', 'admit_waiting_ids', 'EXECUTE'),
+    ('admin', 'function', 'announce_admitted_ids', 'EXECUTE'),
     ('admin', 'function', 'admit_waiting', 'EXECUTE'),
     ('admin', 'function', 'announce_admitted', 'EXECUTE'),
     ('admin', 'function', 'limit_in_force', 'EXECUTE'),

@@ -1,4 +1,4 @@
--- revision: 45
+-- revision: 46
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -579,6 +579,9 @@ BEGIN
         END IF;
         RETURN;
     END IF;
+    -- The slots of limits these outcomes free are released together, each
+    -- key's at once, after them (see release_deferred_slots).
+    PERFORM set_config('pgtask.defer_slots', 'on', true);
     WITH done AS (
         UPDATE pgtask.jobs j
            SET status = 'succeeded', result = d.result, finished_at = clock_timestamp(),
@@ -611,6 +614,7 @@ BEGIN
             announced := announced || f.id;
         END IF;
     END LOOP;
+    PERFORM pgtask.release_deferred_slots();
     -- A payload holds at most 8000 bytes: 300 ids of up to 19 digits.
     FOR i IN 0 .. (cardinality(announced) - 1) / 300 LOOP
         EXIT WHEN cardinality(announced) = 0;
