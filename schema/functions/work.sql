@@ -1,4 +1,4 @@
--- revision: 46
+-- revision: 47
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -394,8 +394,14 @@ BEGIN
     -- Limited heads (see functions/limits.sql): one per key, each with a
     -- run of its key's waiting jobs behind it, which this runner runs one
     -- after another on the one slot.
-    SELECT r.dropped, r.followers INTO dropped, followers
-      FROM pgtask.pick_limited_runs(heads, p_max - cardinality(heads), p_max, p_kinds) r;
+    -- A queue that never had a limit key has no limited heads to look for.
+    IF EXISTS (SELECT 1 FROM pgtask.limit_keys k WHERE k.queue = p_queue) THEN
+        SELECT r.dropped, r.followers INTO dropped, followers
+          FROM pgtask.pick_limited_runs(heads, p_max - cardinality(heads), p_max, p_kinds) r;
+    ELSE
+        dropped := '{}';
+        followers := '{}';
+    END IF;
     IF cardinality(dropped) > 0 THEN
         heads := ARRAY(SELECT h FROM unnest(heads) h WHERE h <> ALL (dropped));
     END IF;
