@@ -1,4 +1,4 @@
--- revision: 11
+-- revision: 12
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -35,24 +35,11 @@
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
 -- schema/functions.go): raise it with every change.
 
--- Makes the job p_id, just admitted, known to workers: left for the claim
--- that follows in the same transaction (see pick_heads) when the caller
--- said one does (pgtask.claiming, see settle_jobs), else announced on
--- pgtask_behind with its id, since it may lie behind the workers' cursors.
-CREATE OR REPLACE FUNCTION pgtask.announce_admitted(p_id bigint, p_queue text) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF current_setting('pgtask.claiming', true) = 'on' THEN
-        PERFORM set_config('pgtask.promoted',
-                           concat_ws(',', nullif(current_setting('pgtask.promoted', true), ''), p_id), true);
-    ELSE
-        PERFORM pg_notify('pgtask_behind', p_id || ':' || p_queue);
-    END IF;
-END;
-$$;
-
--- announce_admitted for several jobs of queue p_queue: all left for the
--- claim that follows, or one announcement with the first one's id.
+-- Makes the jobs p_ids of queue p_queue, just admitted, known to workers:
+-- left for the claim that follows in the same transaction (see pick_heads)
+-- when the caller said one does (pgtask.claiming, see settle_jobs), else
+-- announced on pgtask_behind with the first one's id, since they may lie
+-- behind the workers' cursors.
 CREATE OR REPLACE FUNCTION pgtask.announce_admitted_ids(p_ids bigint[], p_queue text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -122,17 +109,6 @@ BEGIN
     PERFORM set_config('pgtask.limit_frontier', (
         SELECT p_key || ',' || u.p || ',' || u.i FROM unnest(prios, ids) AS u(p, i) ORDER BY u.p DESC, u.i DESC LIMIT 1), true);
     RETURN ids;
-END;
-$$;
-
--- admit_waiting_ids, with how many it admitted and the first one's id.
-CREATE OR REPLACE FUNCTION pgtask.admit_waiting(p_key bigint, p_room integer, OUT admitted integer, OUT first_id bigint)
-LANGUAGE plpgsql AS $$
-DECLARE
-    ids bigint[] := pgtask.admit_waiting_ids(p_key, p_room);
-BEGIN
-    admitted := cardinality(ids);
-    first_id := (SELECT min(u) FROM unnest(ids) u);
 END;
 $$;
 
@@ -326,7 +302,7 @@ DECLARE
     given_back integer;
     now_declared integer;
     new_max integer;
-    got record;
+    ids bigint[];
     total integer := 0;
 BEGIN
     FOR c IN
@@ -345,14 +321,12 @@ BEGIN
                 )
                 SELECT coalesce(sum(g.released), 0) INTO given_back FROM gone g;
                 IF given_back > 0 THEN
-                    SELECT * INTO got FROM pgtask.admit_waiting(k.id, given_back);
-                    IF got.admitted < given_back THEN
-                        INSERT INTO pgtask.limit_checks (key_id, released) VALUES (k.id, given_back - got.admitted);
+                    ids := pgtask.admit_waiting_ids(k.id, given_back);
+                    IF cardinality(ids) < given_back THEN
+                        INSERT INTO pgtask.limit_checks (key_id, released) VALUES (k.id, given_back - cardinality(ids));
                     END IF;
-                    IF got.first_id IS NOT NULL THEN
-                        PERFORM pg_notify('pgtask_behind', got.first_id || ':' || k.queue);
-                        total := total + got.admitted;
-                    END IF;
+                    PERFORM pgtask.announce_admitted_ids(ids, k.queue);
+                    total := total + cardinality(ids);
                 END IF;
             END IF;
             CONTINUE;
@@ -372,8 +346,8 @@ BEGIN
             k.free := k.free + new_max - k.max_running;
             k.max_running := new_max;
         END IF;
-        SELECT * INTO got FROM pgtask.admit_waiting(k.id, k.free);
-        k.free := k.free - got.admitted;
+        ids := pgtask.admit_waiting_ids(k.id, k.free);
+        k.free := k.free - cardinality(ids);
         -- A check that changes nothing (aging's, say, on a key at its
         -- limit) leaves no new version of the row behind.
         UPDATE pgtask.limit_keys SET free = k.free, declared = k.declared, max_running = k.max_running
@@ -384,10 +358,8 @@ BEGIN
             -- release_slot): looked at again next round.
             INSERT INTO pgtask.limit_checks (key_id) VALUES (k.id);
         END IF;
-        IF got.first_id IS NOT NULL THEN
-            PERFORM pg_notify('pgtask_behind', got.first_id || ':' || k.queue);
-            total := total + got.admitted;
-        END IF;
+        PERFORM pgtask.announce_admitted_ids(ids, k.queue);
+        total := total + cardinality(ids);
     END LOOP;
     RETURN total;
 END;

@@ -1,4 +1,4 @@
--- revision: 14
+-- revision: 15
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -173,16 +173,12 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'pass_on_in_run', 'EXECUTE'),
     ('worker', 'function', 'admit_waiting_ids', 'EXECUTE'),
     ('worker', 'function', 'announce_admitted_ids', 'EXECUTE'),
-    ('worker', 'function', 'admit_waiting', 'EXECUTE'),
-    ('worker', 'function', 'announce_admitted', 'EXECUTE'),
     ('worker', 'function', 'limit_in_force', 'EXECUTE'),
     ('admin', 'function', 'release_slot', 'EXECUTE'),
     ('admin', 'function', 'release_slots', 'EXECUTE'),
     ('admin', 'function', 'pass_on_in_run', 'EXECUTE'),
     ('admin', 'function', 'admit_waiting_ids', 'EXECUTE'),
     ('admin', 'function', 'announce_admitted_ids', 'EXECUTE'),
-    ('admin', 'function', 'admit_waiting', 'EXECUTE'),
-    ('admin', 'function', 'announce_admitted', 'EXECUTE'),
     ('admin', 'function', 'limit_in_force', 'EXECUTE'),
     ('admin', 'function', 'set_limit', 'EXECUTE'),
     ('none', 'function', 'forget_groups_after_truncate', ''),
