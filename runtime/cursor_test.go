@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -105,5 +106,54 @@ func TestShortClaimsDoNotReadDeadEntriesBehindTheirFloor(t *testing.T) {
 	}
 	if fromFloor > 20 {
 		t.Fatalf("a short claim read %d claim index entries, with %d dead ones behind its floor", fromFloor, claimed)
+	}
+}
+
+// A busy group's heads are promoted by the worker that finishes the job
+// before, and its claim takes them by id. While another session pins the
+// vacuum horizon, every head claimed leaves a dead entry in the claim index;
+// a cursor that stayed where it was while the group moved on would make
+// each claim's scan ahead of it step over all of them, so the drain slowed
+// with every job. The entries a drain reads stay in proportion to its jobs.
+func TestABusyGroupUnderAPinnedHorizonKeepsItsClaimsShort(t *testing.T) {
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			pin, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pin.Rollback(ctx) //nolint:errcheck // it only read
+			if _, err := testdb.New(pin).PinHorizon(ctx); err != nil {
+				t.Fatal(err)
+			}
+			const jobs = 4000
+			enqueueGroup(t, b, runtime.DefaultQueue, "hot", jobs)
+			before, err := b.q.ClaimIndexReads(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: mode}}},
+				runtime.Registration{Kind: "seq", Handler: func(context.Context, *runtime.Job) error { return nil }})
+			for _, j := range b.waitQueueDone(t, runtime.DefaultQueue, 120*time.Second) {
+				if j.Status != testdb.PgtaskJobStatusSucceeded {
+					t.Fatalf("job %d is %s", j.ID, j.Status)
+				}
+			}
+			after, err := b.q.ClaimIndexReads(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			perJob := float64(after-before) / jobs
+			t.Logf("claim index entries read: %d for %d jobs (%.1f a job)", after-before, jobs, perJob)
+			// A claim reads the entries from its cursor on: the group's
+			// head and a few dead ones. A look back from the start every
+			// few seconds reads them all, once.
+			if perJob > 5 {
+				t.Fatalf("the drain read %.1f claim index entries a job: its claims step over the dead heads again and again", perJob)
+			}
+		})
 	}
 }

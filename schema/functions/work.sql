@@ -1,4 +1,4 @@
--- revision: 47
+-- revision: 48
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -44,12 +44,18 @@
 -- p_after_id) or after it, rather than from the heads its own transaction
 -- promoted (p_promoted) or from the look behind the cursor: only those move
 -- the worker's cursor (see pick_heads). A head promoted further on than the
--- cursor would otherwise move it past heads nobody has claimed.
+-- cursor would otherwise move it past heads nobody has claimed, unless the
+-- claim's scans came up short of heads (p_exhausted): then they found every
+-- head ahead of the cursor that nobody else had locked, and a promoted one
+-- moves the cursor as a scanned one does. A busy group's heads are all
+-- promoted by the worker that ran the job before: a cursor left behind them
+-- would make every scan ahead of it step over the dead entries of all the
+-- heads claimed since, while a transaction held open elsewhere keeps them.
 CREATE OR REPLACE FUNCTION pgtask.scanned(p_id bigint, p_priority smallint, p_promoted bigint[],
-                                          p_after_priority smallint, p_after_id bigint)
+                                          p_after_priority smallint, p_after_id bigint, p_exhausted boolean)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT p_id <> ALL (coalesce(p_promoted, '{}'))
+    SELECT (p_exhausted OR p_id <> ALL (coalesce(p_promoted, '{}')))
        AND (p_after_priority IS NULL OR p_priority < p_after_priority
             OR (p_priority, p_id) > (p_after_priority, p_after_id))
 $$;
@@ -325,6 +331,7 @@ DECLARE
     picked bigint[];
     heads bigint[];
     promoted bigint[];
+    exhausted boolean;
     dropped bigint[];
     followers bigint[];
 BEGIN
@@ -382,12 +389,13 @@ BEGIN
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
                       j.run_after, j.metadata,
-                      pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id),
+                      pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id, false),
                       j.snoozes;
         RETURN;
     END IF;
     promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
     heads := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id, p_floor_id, p_behind_first, p_kinds);
+    exhausted := cardinality(heads) < p_max;
     IF cardinality(heads) = 0 THEN
         RETURN;
     END IF;
@@ -420,7 +428,7 @@ BEGIN
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
                       j.run_after, j.metadata,
-                      j.id = ANY (heads) AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id),
+                      j.id = ANY (heads) AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id, exhausted),
                       j.snoozes
         )
         SELECT * FROM claimed ORDER BY claimed.priority, claimed.id;
@@ -886,6 +894,7 @@ DECLARE
     picked bigint[];
     heads bigint[];
     promoted bigint[];
+    exhausted boolean;
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
     PERFORM pg_advisory_xact_lock_shared(pgtask.pause_lock_class(), hashtext(p_queue));
@@ -894,6 +903,7 @@ BEGIN
     END IF;
     promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
     heads := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id, p_floor_id, p_behind_first, p_kinds);
+    exhausted := cardinality(heads) < p_max;
     picked := heads;
     IF p_run_max > 0 AND cardinality(picked) BETWEEN 1 AND p_max - 1 THEN
         picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked), p_run_max, p_kinds);
@@ -908,7 +918,7 @@ BEGIN
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
                       j.run_after, j.metadata,
-                      j.id = ANY (heads) AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id),
+                      j.id = ANY (heads) AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id, exhausted),
                       j.snoozes
         )
         SELECT * FROM claimed ORDER BY claimed.priority, claimed.id;
