@@ -135,6 +135,7 @@ func TestABusyGroupUnderAPinnedHorizonKeepsItsClaimsShort(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			began := time.Now()
 			startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: mode}}},
 				runtime.Registration{Kind: "seq", Handler: func(context.Context, *runtime.Job) error { return nil }})
 			for _, j := range b.waitQueueDone(t, runtime.DefaultQueue, 120*time.Second) {
@@ -142,17 +143,21 @@ func TestABusyGroupUnderAPinnedHorizonKeepsItsClaimsShort(t *testing.T) {
 					t.Fatalf("job %d is %s", j.ID, j.Status)
 				}
 			}
+			took := time.Since(began)
 			after, err := b.q.ClaimIndexReads(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			perJob := float64(after-before) / jobs
-			t.Logf("claim index entries read: %d for %d jobs (%.1f a job)", after-before, jobs, perJob)
 			// A claim reads the entries from its cursor on: the group's
-			// head and a few dead ones. A look back from the start every
-			// few seconds reads them all, once.
-			if perJob > 5 {
-				t.Fatalf("the drain read %.1f claim index entries a job: its claims step over the dead heads again and again", perJob)
+			// head and a few dead ones, a couple a job. A look back from
+			// the start, every runtime.LookBackEvery, reads them all.
+			looks := float64(took) / float64(runtime.LookBackEvery)
+			allowed := int64(jobs * (3 + looks))
+			t.Logf("claim index entries read: %d for %d jobs in %s (%.1f a job; allowed %d)", after-before, jobs,
+				took.Round(time.Millisecond), float64(after-before)/jobs, allowed)
+			if after-before > allowed {
+				t.Fatalf("the drain read %d claim index entries, more than %d: its claims step over the dead heads again and again",
+					after-before, allowed)
 			}
 		})
 	}

@@ -22,6 +22,9 @@ var JSONBRefusal = jsonbRefusal
 // ParseWake reads a wake-up notification's payload as the listener does.
 var ParseWake = parseWake
 
+// LookBackEvery is how often claims look back from the start.
+const LookBackEvery = lookBackEvery
+
 // ID is the worker's id, which its claims carry.
 func (w *Worker) ID() int32 { return w.id }
 
