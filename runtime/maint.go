@@ -45,6 +45,9 @@ type maintenance struct {
 	limits  *limitChecker
 	rescue  *rescuer
 	cancel  *canceller
+	// The rescues, paced (see paced): rescued runs rescue's step, ownRescued
+	// its rescueOwn.
+	rescued, ownRescued *paced
 
 	leader   *leader
 	periodic *periodicScheduler
@@ -56,7 +59,7 @@ type maintenance struct {
 func newMaintenance(w *Worker) *maintenance {
 	q := gen.New(w.pool)
 	lead := &leader{q: q, log: w.log.With("maint", "leader"), workerID: w.id, term: w.term(), every: electEveryTicks}
-	return &maintenance{
+	m := &maintenance{
 		log:      w.log,
 		interval: w.cfg.MaintenanceInterval,
 		batches:  &batchFinisher{q: q, batch: maintainBatch},
@@ -76,6 +79,37 @@ func newMaintenance(w *Worker) *maintenance {
 		kinds:  &kindsRecorder{record: func(ctx context.Context) { w.recordKinds(ctx, q) }, every: recordKindsEvery},
 		retain: &retainer{q: q, log: w.log.With("maint", "retention"), cfg: w.cfg.Retention, batch: retentionBatch, leader: lead},
 	}
+	m.rescued = &paced{s: m.rescue, share: rescueShare}
+	m.ownRescued = &paced{s: ownRescue{m.rescue}, share: rescueShare}
+	return m
+}
+
+// rescueShare paces the rescues (see paced): a rescue that took d waits
+// rescueShare times d from its start before it runs again, so that rescues
+// take at most about 1/rescueShare of a worker's maintenance connection.
+// They look at every started job's index entry, and while another session
+// keeps a transaction open, the entries of every job started since stay, dead:
+// each round's look costs more with every job the workers run. Paced, a
+// rescue that takes 1 ms still runs every round; one that takes 50 ms, once
+// a second.
+const rescueShare = 20
+
+// paced runs its service's step at most once a round, and after a step
+// that took d, not again until share times d has passed since it began.
+type paced struct {
+	s     maintService
+	share int
+	next  time.Time
+}
+
+func (p *paced) step(ctx context.Context) error {
+	start := time.Now()
+	if start.Before(p.next) {
+		return nil
+	}
+	err := p.s.step(ctx)
+	p.next = start.Add(time.Since(start) * time.Duration(p.share))
+	return err
 }
 
 // run runs the maintenance services every interval until ctx is done, and
@@ -117,7 +151,7 @@ func (m *maintenance) round(ctx context.Context) error {
 	// Batches come before promotion: a callback a batch releases is queued
 	// in the same round; and promotion before the limits, which admit the
 	// limited jobs it queued.
-	for _, s := range []maintService{m.batches, m.promote, m.limits, m.age, m.rescue, m.cancel, ownRescue{m.rescue}} {
+	for _, s := range []maintService{m.batches, m.promote, m.limits, m.age, m.rescued, m.cancel, m.ownRescued} {
 		if err := s.step(ctx); err != nil {
 			return err
 		}
