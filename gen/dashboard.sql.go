@@ -8,7 +8,191 @@ package gen
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
+
+const DashboardBatch = `-- name: DashboardBatch :one
+SELECT b.id, b.total, b.created_at, b.failed_at, b.finished_at,
+       b.succeeded, b.failed, b.cancelled, b.deleted,
+       coalesce(b.on_finish, 0)::bigint AS on_finish, coalesce(b.on_failure, 0)::bigint AS on_failure,
+       c.succeeded::integer AS now_succeeded, c.failed::integer AS now_failed,
+       c.cancelled::integer AS now_cancelled, c.seen::integer AS seen
+  FROM pgtask.batches b
+ CROSS JOIN LATERAL (
+       SELECT count(*) FILTER (WHERE s.status = 'succeeded') AS succeeded,
+              count(*) FILTER (WHERE s.status = 'failed') AS failed,
+              count(*) FILTER (WHERE s.status = 'cancelled') AS cancelled,
+              count(*) AS seen
+         FROM (SELECT j.status FROM pgtask.jobs j
+                WHERE j.batch_id = b.id AND b.finished_at IS NULL
+                ORDER BY j.id
+                LIMIT $1::integer) s) c
+ WHERE b.id = $2::bigint
+`
+
+type DashboardBatchParams struct {
+	Scan int32 `db:"scan"`
+	ID   int64 `db:"id"`
+}
+
+type DashboardBatchRow struct {
+	ID           int64       `db:"id"`
+	Total        int32       `db:"total"`
+	CreatedAt    time.Time   `db:"created_at"`
+	FailedAt     *time.Time  `db:"failed_at"`
+	FinishedAt   *time.Time  `db:"finished_at"`
+	Succeeded    pgtype.Int4 `db:"succeeded"`
+	Failed       pgtype.Int4 `db:"failed"`
+	Cancelled    pgtype.Int4 `db:"cancelled"`
+	Deleted      pgtype.Int4 `db:"deleted"`
+	OnFinish     int64       `db:"on_finish"`
+	OnFailure    int64       `db:"on_failure"`
+	NowSucceeded int32       `db:"now_succeeded"`
+	NowFailed    int32       `db:"now_failed"`
+	NowCancelled int32       `db:"now_cancelled"`
+	Seen         int32       `db:"seen"`
+}
+
+// A batch, with the counts recorded when it ended (NULL while it is open),
+// and, while it is open, its jobs' counts now, read along the batch's index
+// for at most @scan jobs (seen says how many it read).
+func (q *Queries) DashboardBatch(ctx context.Context, arg DashboardBatchParams) (DashboardBatchRow, error) {
+	row := q.db.QueryRow(ctx, DashboardBatch, arg.Scan, arg.ID)
+	var i DashboardBatchRow
+	err := row.Scan(
+		&i.ID,
+		&i.Total,
+		&i.CreatedAt,
+		&i.FailedAt,
+		&i.FinishedAt,
+		&i.Succeeded,
+		&i.Failed,
+		&i.Cancelled,
+		&i.Deleted,
+		&i.OnFinish,
+		&i.OnFailure,
+		&i.NowSucceeded,
+		&i.NowFailed,
+		&i.NowCancelled,
+		&i.Seen,
+	)
+	return i, err
+}
+
+const DashboardBatchJobs = `-- name: DashboardBatchJobs :many
+SELECT j.id, j.kind, j.status, j.attempts, j.max_attempts, j.finished_at
+  FROM pgtask.jobs j
+ WHERE j.batch_id = $1::bigint AND j.id > $2::bigint
+ ORDER BY j.id
+ LIMIT $3::integer
+`
+
+type DashboardBatchJobsParams struct {
+	BatchID int64 `db:"batch_id"`
+	AfterID int64 `db:"after_id"`
+	Max     int32 `db:"max"`
+}
+
+type DashboardBatchJobsRow struct {
+	ID          int64           `db:"id"`
+	Kind        string          `db:"kind"`
+	Status      PgtaskJobStatus `db:"status"`
+	Attempts    int32           `db:"attempts"`
+	MaxAttempts int32           `db:"max_attempts"`
+	FinishedAt  *time.Time      `db:"finished_at"`
+}
+
+// A page of a batch's jobs after @after_id, by id, along the batch's index.
+func (q *Queries) DashboardBatchJobs(ctx context.Context, arg DashboardBatchJobsParams) ([]DashboardBatchJobsRow, error) {
+	rows, err := q.db.Query(ctx, DashboardBatchJobs, arg.BatchID, arg.AfterID, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DashboardBatchJobsRow{}
+	for rows.Next() {
+		var i DashboardBatchJobsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Kind,
+			&i.Status,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.FinishedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const DashboardBatches = `-- name: DashboardBatches :many
+SELECT b.id, b.total, b.created_at, b.failed_at, b.finished_at,
+       b.succeeded, b.failed, b.cancelled, b.deleted,
+       coalesce(b.on_finish, 0)::bigint AS on_finish, coalesce(b.on_failure, 0)::bigint AS on_failure
+  FROM pgtask.batches b
+ WHERE b.id < $1::bigint
+ ORDER BY b.id DESC
+ LIMIT $2::integer
+`
+
+type DashboardBatchesParams struct {
+	BeforeID int64 `db:"before_id"`
+	Max      int32 `db:"max"`
+}
+
+type DashboardBatchesRow struct {
+	ID         int64       `db:"id"`
+	Total      int32       `db:"total"`
+	CreatedAt  time.Time   `db:"created_at"`
+	FailedAt   *time.Time  `db:"failed_at"`
+	FinishedAt *time.Time  `db:"finished_at"`
+	Succeeded  pgtype.Int4 `db:"succeeded"`
+	Failed     pgtype.Int4 `db:"failed"`
+	Cancelled  pgtype.Int4 `db:"cancelled"`
+	Deleted    pgtype.Int4 `db:"deleted"`
+	OnFinish   int64       `db:"on_finish"`
+	OnFailure  int64       `db:"on_failure"`
+}
+
+// A page of batches before @before_id, newest first: each with the counts
+// recorded when it ended (NULL while it is open) and its callbacks' jobs.
+func (q *Queries) DashboardBatches(ctx context.Context, arg DashboardBatchesParams) ([]DashboardBatchesRow, error) {
+	rows, err := q.db.Query(ctx, DashboardBatches, arg.BeforeID, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DashboardBatchesRow{}
+	for rows.Next() {
+		var i DashboardBatchesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Total,
+			&i.CreatedAt,
+			&i.FailedAt,
+			&i.FinishedAt,
+			&i.Succeeded,
+			&i.Failed,
+			&i.Cancelled,
+			&i.Deleted,
+			&i.OnFinish,
+			&i.OnFailure,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
 
 const DashboardBlockedGroups = `-- name: DashboardBlockedGroups :many
 SELECT g.queue, g.group_key, g.id AS group_id, g.created_at AS group_since,

@@ -252,3 +252,43 @@ SELECT k.queue, k.limit_key, k.declared, k.max_running, k.free,
    AND (k.queue, k.limit_key) > (@after_queue::text, @after_key::text)
  ORDER BY k.queue, k.limit_key
  LIMIT @max::integer;
+
+-- name: DashboardBatches :many
+-- A page of batches before @before_id, newest first: each with the counts
+-- recorded when it ended (NULL while it is open) and its callbacks' jobs.
+SELECT b.id, b.total, b.created_at, b.failed_at, b.finished_at,
+       b.succeeded, b.failed, b.cancelled, b.deleted,
+       coalesce(b.on_finish, 0)::bigint AS on_finish, coalesce(b.on_failure, 0)::bigint AS on_failure
+  FROM pgtask.batches b
+ WHERE b.id < @before_id::bigint
+ ORDER BY b.id DESC
+ LIMIT @max::integer;
+
+-- name: DashboardBatchJobs :many
+-- A page of a batch's jobs after @after_id, by id, along the batch's index.
+SELECT j.id, j.kind, j.status, j.attempts, j.max_attempts, j.finished_at
+  FROM pgtask.jobs j
+ WHERE j.batch_id = @batch_id::bigint AND j.id > @after_id::bigint
+ ORDER BY j.id
+ LIMIT @max::integer;
+
+-- name: DashboardBatch :one
+-- A batch, with the counts recorded when it ended (NULL while it is open),
+-- and, while it is open, its jobs' counts now, read along the batch's index
+-- for at most @scan jobs (seen says how many it read).
+SELECT b.id, b.total, b.created_at, b.failed_at, b.finished_at,
+       b.succeeded, b.failed, b.cancelled, b.deleted,
+       coalesce(b.on_finish, 0)::bigint AS on_finish, coalesce(b.on_failure, 0)::bigint AS on_failure,
+       c.succeeded::integer AS now_succeeded, c.failed::integer AS now_failed,
+       c.cancelled::integer AS now_cancelled, c.seen::integer AS seen
+  FROM pgtask.batches b
+ CROSS JOIN LATERAL (
+       SELECT count(*) FILTER (WHERE s.status = 'succeeded') AS succeeded,
+              count(*) FILTER (WHERE s.status = 'failed') AS failed,
+              count(*) FILTER (WHERE s.status = 'cancelled') AS cancelled,
+              count(*) AS seen
+         FROM (SELECT j.status FROM pgtask.jobs j
+                WHERE j.batch_id = b.id AND b.finished_at IS NULL
+                ORDER BY j.id
+                LIMIT @scan::integer) s) c
+ WHERE b.id = @id::bigint;

@@ -300,3 +300,76 @@ func TestLimitsPageStaysBounded(t *testing.T) {
 		t.Errorf("keys %v in %d pages, want %v in 3", keys, pages, want)
 	}
 }
+
+// The batches page lists a page of batches at a time; a batch's page, a
+// page of its jobs, and counts an open batch's jobs up to the scan bound.
+func TestBatchPagesStayBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtasktest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var batches []runtime.BatchID
+	var jobs []runtime.JobID
+	for range 5 {
+		reqs := make([]runtime.EnqueueRequest, 5)
+		for i := range reqs {
+			reqs[i] = runtime.EnqueueRequest{Kind: "k", Payload: []byte(`{}`), EnqueueOptions: runtime.EnqueueOptions{Queue: "q"}}
+		}
+		id, ids, err := runtime.EnqueueBatch(ctx, pool, reqs, runtime.BatchOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		batches, jobs = append(batches, id), ids
+	}
+	h := New(pool, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).(*handler)
+	h.bound = bounds{count: 2, scan: 3, page: 2}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	walk := func(path string, re *regexp.Regexp) (found []string, pages int, last string) {
+		for path != "" && pages < 10 {
+			resp, err := http.Get(srv.URL + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body strings.Builder
+			io.Copy(&body, resp.Body) //nolint:errcheck // checked below
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET %s: %s", path, resp.Status)
+			}
+			pages++
+			last = body.String()
+			for _, m := range re.FindAllStringSubmatch(last, -1) {
+				found = append(found, m[1])
+			}
+			path = ""
+			if m := regexp.MustCompile(`<a rel="next" href="([^"]+)">`).FindStringSubmatch(last); m != nil {
+				path = strings.ReplaceAll(m[1], "&amp;", "&")
+			}
+		}
+		return found, pages, last
+	}
+	ids := func(xs ...int64) []string {
+		var out []string
+		for _, x := range xs {
+			out = append(out, fmt.Sprint(x))
+		}
+		return out
+	}
+	listed, pages, _ := walk("/batches", regexp.MustCompile(`<td><a href="/batches/(\d+)">`))
+	want := ids(int64(batches[4]), int64(batches[3]), int64(batches[2]), int64(batches[1]), int64(batches[0]))
+	if !slices.Equal(listed, want) || pages != 3 {
+		t.Errorf("batches %v in %d pages, want %v in 3", listed, pages, want)
+	}
+	listed, pages, page := walk(fmt.Sprintf("/batches/%d", batches[4]), regexp.MustCompile(`<td><a href="/jobs/(\d+)">`))
+	want = ids(int64(jobs[0]), int64(jobs[1]), int64(jobs[2]), int64(jobs[3]), int64(jobs[4]))
+	if !slices.Equal(listed, want) || pages != 3 {
+		t.Errorf("the batch's jobs %v in %d pages, want %v in 3", listed, pages, want)
+	}
+	if !strings.Contains(page, "Now, of its first 3 jobs</dt><dd>0 succeeded, 0 failed, 0 cancelled, 3 not finished") {
+		t.Errorf("an open batch's counts, bounded to 3 jobs:\n%s", page)
+	}
+}

@@ -181,6 +181,8 @@ func (h *handler) routes() *http.ServeMux {
 	mux.HandleFunc("GET "+b+"/jobs/{id}", h.jobPage)
 	mux.HandleFunc("GET "+b+"/groups", h.groupsPage)
 	mux.HandleFunc("GET "+b+"/limits", h.limitsPage)
+	mux.HandleFunc("GET "+b+"/batches", h.batchesPage)
+	mux.HandleFunc("GET "+b+"/batches/{id}", h.batchPage)
 	mux.HandleFunc("GET "+b+"/static/dashboard.css", serveCSS)
 	mux.HandleFunc("POST "+b+"/jobs/{id}/retry", h.retryJob)
 	mux.HandleFunc("POST "+b+"/jobs/{id}/cancel", h.cancelJob)

@@ -139,7 +139,7 @@ func TestJobPage(t *testing.T) {
 			t.Errorf("crashed job's page lacks %q:\n%s", want, crashed)
 		}
 	}
-	if strings.Contains(crashed, "Batch") {
+	if strings.Contains(crashed, "<dt>Batch</dt>") {
 		t.Errorf("a job of no batch names one:\n%s", crashed)
 	}
 	bid, inBatch, err := runtime.EnqueueBatch(context.Background(), s.pool, []runtime.EnqueueRequest{{Kind: "import_row", Payload: []byte(`{}`),
