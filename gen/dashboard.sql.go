@@ -695,6 +695,11 @@ SELECT q.queue::text AS queue,
              WHERE k.queue = q.queue AND j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head
              LIMIT $1::integer) l)::bigint AS on_limit,
        (SELECT count(*) FROM (
+            SELECT 1 FROM pgtask.rate_keys k
+              JOIN pgtask.jobs j ON j.rate_id = k.id
+             WHERE k.queue = q.queue AND j.rate_id IS NOT NULL AND j.status = 'queued'
+             LIMIT $1::integer) r)::bigint AS on_rate,
+       (SELECT count(*) FROM (
             SELECT 1 FROM pgtask.jobs j
              WHERE j.queue = q.queue AND j.group_key IS NOT NULL AND j.status = 'failed' AND j.fail_blocks_group
                AND j.is_head
@@ -724,6 +729,7 @@ type DashboardQueueLinesRow struct {
 	GroupJobsWalked   int64      `db:"group_jobs_walked"`
 	Waiting           int64      `db:"waiting"`
 	OnLimit           int64      `db:"on_limit"`
+	OnRate            int64      `db:"on_rate"`
 	BlockedGroups     int64      `db:"blocked_groups"`
 	PausedAt          *time.Time `db:"paused_at"`
 }
@@ -751,6 +757,7 @@ func (q *Queries) DashboardQueueLines(ctx context.Context, arg DashboardQueueLin
 			&i.GroupJobsWalked,
 			&i.Waiting,
 			&i.OnLimit,
+			&i.OnRate,
 			&i.BlockedGroups,
 			&i.PausedAt,
 		); err != nil {

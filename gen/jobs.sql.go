@@ -407,7 +407,10 @@ SELECT q.queue::text AS queue,
          WHERE j.queue = q.queue AND j.status = 'queued' AND j.is_head)::bigint AS runnable,
        (SELECT count(*) FROM pgtask.limit_keys k
           JOIN pgtask.jobs j ON j.limit_id = k.id
-         WHERE k.queue = q.queue AND j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head)::bigint AS waiting_on_limit
+         WHERE k.queue = q.queue AND j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head)::bigint AS waiting_on_limit,
+       (SELECT count(*) FROM pgtask.rate_keys k
+          JOIN pgtask.jobs j ON j.rate_id = k.id
+         WHERE k.queue = q.queue AND j.rate_id IS NOT NULL AND j.status = 'queued')::bigint AS waiting_on_rate
   FROM unnest($1::text[]) AS q(queue)
 `
 
@@ -417,13 +420,15 @@ type QueueWaitsRow struct {
 	BlockedGroups     int64   `db:"blocked_groups"`
 	Runnable          int64   `db:"runnable"`
 	WaitingOnLimit    int64   `db:"waiting_on_limit"`
+	WaitingOnRate     int64   `db:"waiting_on_rate"`
 }
 
 // Per queue: how long its oldest runnable job has waited, how many of its
 // groups a failure blocks, and of its queued jobs how many wait for a
 // worker (runnable: ungrouped, a group's head, or admitted by their
-// concurrency limit) and how many wait on a concurrency limit (for a free
-// slot of their key; see schema/functions/limits.sql).
+// concurrency limit), how many wait on a concurrency limit (for a free
+// slot of their key; see schema/functions/limits.sql) and how many on a
+// rate limit (for a token of their key; see schema/functions/rates.sql).
 func (q *Queries) QueueWaits(ctx context.Context, queues []string) ([]QueueWaitsRow, error) {
 	rows, err := q.db.Query(ctx, QueueWaits, queues)
 	if err != nil {
@@ -439,6 +444,7 @@ func (q *Queries) QueueWaits(ctx context.Context, queues []string) ([]QueueWaits
 			&i.BlockedGroups,
 			&i.Runnable,
 			&i.WaitingOnLimit,
+			&i.WaitingOnRate,
 		); err != nil {
 			return nil, err
 		}

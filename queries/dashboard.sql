@@ -54,6 +54,11 @@ SELECT q.queue::text AS queue,
              WHERE k.queue = q.queue AND j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head
              LIMIT @probe::integer) l)::bigint AS on_limit,
        (SELECT count(*) FROM (
+            SELECT 1 FROM pgtask.rate_keys k
+              JOIN pgtask.jobs j ON j.rate_id = k.id
+             WHERE k.queue = q.queue AND j.rate_id IS NOT NULL AND j.status = 'queued'
+             LIMIT @probe::integer) r)::bigint AS on_rate,
+       (SELECT count(*) FROM (
             SELECT 1 FROM pgtask.jobs j
              WHERE j.queue = q.queue AND j.group_key IS NOT NULL AND j.status = 'failed' AND j.fail_blocks_group
                AND j.is_head
