@@ -101,7 +101,11 @@ func Rates(ctx context.Context, db DB, queue string, max int) ([]RateInfo, error
 // minRateWait is the least an idle runner waits for its queue's next token
 // after a claim that found none: the token it was told of may be one
 // another worker is taking in a claim not yet committed.
-const minRateWait = 5 * time.Millisecond
+const minRateWait = 2 * time.Millisecond
+
+// rateRaces is how many claims in a row may find a token due and take
+// none before the runner backs off (see rateClock.misses).
+const rateRaces = 3
 
 // rateClock is what a queue's runners know of its rate keys (see
 // functions/rates.sql): whether it has any, and when its next token is
@@ -119,7 +123,8 @@ type rateClock struct {
 	// misses counts the claims in a row that found a token due but took
 	// none: another session holds the key's row (an enqueue left open, a
 	// claim in flight). Each doubles the wait for the next try, up to the
-	// poll, so that such a key is not claimed from in a loop.
+	// poll, so that such a key is not claimed from in a loop, once more
+	// than rateRaces in a row missed.
 	misses int
 }
 
@@ -182,7 +187,9 @@ func (q *queue) idleWait(poll time.Duration) (time.Duration, func()) {
 	}
 	d := time.Until(time.Unix(0, c.at))
 	if d <= 0 {
-		d = minRateWait << min(misses, 16)
+		// A few misses in a row are workers racing for one token (the
+		// winner's claim not yet committed); more, a row held open.
+		d = minRateWait << min(max(misses-rateRaces, 0), 16)
 	}
 	return min(poll, max(d, minRateWait)), func() { q.updateRates(func(c *rateClock) { c.sleeper = false }) }
 }
