@@ -226,3 +226,56 @@ func TestIdleWorkersDoNotPollALockedRateKey(t *testing.T) {
 		})
 	}
 }
+
+// A key's jobs take its tokens by priority, then enqueue order, also when
+// a better job comes while a backlog waits: enqueued behind 20 waiting
+// jobs but at a better priority, and a retry of an early job, each start
+// at the key's next token or so, not after the backlog.
+func TestRateTokensGoByPriorityUnderABacklog(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			opts := []runtime.EnqueueOption{runtime.WithQueue("prio"), runtime.WithRate("k", 10, time.Second), runtime.WithRateBurst(1)}
+			var backlog []runtime.JobID
+			for i := range 20 {
+				backlog = append(backlog, enqueue(t, b.pool, "p", map[string]int{"n": i}, append(opts, runtime.WithPriority(5))...))
+			}
+			var failed atomic.Bool
+			handler := func(ctx context.Context, job *runtime.Job) error {
+				if job.ID == backlog[0] && failed.CompareAndSwap(false, true) {
+					return errors.New("first attempt fails")
+				}
+				return nil
+			}
+			cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{"prio": {Mode: mode}}}
+			startWorker(t, b.url, cfg, runtime.Registration{Kind: "p", Queue: "prio", Handler: handler, Backoff: fastRetry})
+			b.waitStatus(t, backlog[3], 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+			urgent := enqueue(t, b.pool, "p", map[string]int{"n": 99}, append(opts, runtime.WithPriority(0))...)
+			b.waitStatus(t, urgent, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+			retried := b.waitStatus(t, backlog[0], 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+			// At 10 a second, the backlog takes 2 s; the urgent job and the
+			// retry start within a few tokens, well before its end.
+			var after int
+			for _, id := range backlog[1:] {
+				if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusSucceeded || j.StartedAt.After(*retried.StartedAt) {
+					after++
+				}
+			}
+			if after < 8 {
+				t.Errorf("only %d of the backlog's jobs started after the retried job: the retry waited behind the backlog", after)
+			}
+			after = 0
+			u := b.job(t, urgent)
+			for _, id := range backlog[1:] {
+				if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusSucceeded || j.StartedAt.After(*u.StartedAt) {
+					after++
+				}
+			}
+			if after < 8 {
+				t.Errorf("only %d of the backlog's jobs started after the urgent job: it waited behind the backlog", after)
+			}
+		})
+	}
+}

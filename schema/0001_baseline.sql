@@ -514,6 +514,11 @@ CREATE TABLE pgtask.rate_keys (
     tokens             double precision NOT NULL,
     refilled_at        timestamptz NOT NULL,
     ready_at           timestamptz,
+    -- The (priority, id) of the last job a claim took, NULL for none: no
+    -- job of the key waits before it, or the key's next claim looks from
+    -- its start (see pick_rated).
+    frontier_priority  smallint,
+    frontier_id        bigint,
     PRIMARY KEY (queue, rate_key),
     CONSTRAINT rate_keys_declared_valid CHECK (declared_rate >= 1 AND declared_period_us >= 1000 AND declared_burst >= 1),
     CONSTRAINT rate_keys_valid CHECK (rate >= 1 AND period_us >= 1000 AND burst >= 1),

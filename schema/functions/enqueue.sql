@@ -1,4 +1,4 @@
--- revision: 11
+-- revision: 12
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -700,6 +700,15 @@ BEGIN
              WHERE u.r > 0 AND starts[u.o] <= now() ORDER BY u.r
         LOOP
             IF rlocked[rk.r] THEN
+                -- A job before the key's frontier moves it back (see
+                -- pick_rated): its ids were taken before this call held
+                -- the row.
+                UPDATE pgtask.rate_keys k
+                   SET frontier_priority = NULL, frontier_id = NULL
+                 WHERE k.id = rids[rk.r] AND k.frontier_id IS NOT NULL
+                   AND EXISTS (SELECT 1 FROM unnest(p_rates, p_settings, ids) AS u(r, o, id)
+                                WHERE u.r = rk.r AND starts[u.o] <= now()
+                                  AND (p_priorities[u.o], u.id) <= (k.frontier_priority, k.frontier_id));
                 UPDATE pgtask.rate_keys k
                    SET ready_at = pgtask.rate_token_at(pgtask.rate_tokens(k, now_ts), now_ts, k.rate, k.period_us)
                  WHERE k.id = rids[rk.r] AND k.ready_at IS NULL

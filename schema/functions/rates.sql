@@ -1,4 +1,4 @@
--- revision: 1
+-- revision: 2
 -- Rate limits: at most rate jobs of a key start per period, across every
 -- worker, with bursts of at most burst (a token bucket per key, see
 -- pgtask.rate_keys in 0001_baseline.sql).
@@ -61,11 +61,12 @@ LANGUAGE sql STABLE AS $$
       LEFT JOIN pgtask.rate_overrides o ON o.queue = p_queue AND o.rate_key = p_key
 $$;
 
--- Marks key p_key ready, jobs of it having come to wait (see the top of this
--- file): under its row's lock, taken with SKIP LOCKED and held until the
--- caller commits, or, when someone else holds it, by a check left for
--- maintenance. A key that was not ready wakes its queue's workers.
-CREATE OR REPLACE FUNCTION pgtask.rate_arm(p_key bigint) RETURNS void
+-- Marks key p_key ready, its job (p_priority, p_id) having come to wait
+-- (see the top of this file): under its row's lock, taken with SKIP LOCKED
+-- and held until the caller commits, or, when someone else holds it, by a
+-- check left for maintenance. A key that was not ready wakes its queue's
+-- workers. A job before the key's frontier moves it back (see pick_rated).
+CREATE OR REPLACE FUNCTION pgtask.rate_arm(p_key bigint, p_priority smallint, p_id bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     k pgtask.rate_keys;
@@ -76,10 +77,13 @@ BEGIN
         INSERT INTO pgtask.rate_checks (key_id) VALUES (p_key);
         RETURN;
     END IF;
-    IF k.ready_at IS NULL THEN
+    IF k.ready_at IS NULL OR (p_priority, p_id) <= (k.frontier_priority, k.frontier_id) THEN
         UPDATE pgtask.rate_keys
-           SET ready_at = pgtask.rate_token_at(pgtask.rate_tokens(k, now_ts), now_ts, k.rate, k.period_us)
+           SET ready_at = coalesce(ready_at, pgtask.rate_token_at(pgtask.rate_tokens(k, now_ts), now_ts, k.rate, k.period_us)),
+               frontier_priority = NULL, frontier_id = NULL
          WHERE id = p_key;
+    END IF;
+    IF k.ready_at IS NULL THEN
         PERFORM pg_notify('pgtask', k.queue);
     END IF;
 END;
@@ -89,7 +93,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgtask.rate_waits() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pgtask.rate_arm(NEW.rate_id);
+    PERFORM pgtask.rate_arm(NEW.rate_id, NEW.priority, NEW.id);
     RETURN NULL;
 END;
 $$;
@@ -111,6 +115,17 @@ $$;
 -- (FOR UPDATE); the caller starts them in the same statement. Keys are
 -- taken in ready_at order, so a key that waited longest goes first.
 --
+-- The key's waiting jobs are looked for from its frontier on, the (priority,
+-- id) of the last job a claim took: the index entries before it are those
+-- of jobs taken before, which stay until vacuum removes them (and while a
+-- transaction held open elsewhere keeps it from doing so), and a scan from
+-- the key's start would step over all of them every time. A job that comes
+-- to wait before the frontier (a retry, a better priority) moves it back
+-- (rate_arm, or maintenance's check_rates for one that left a check), so
+-- none waits behind it unseen; one passed over behind it, locked by
+-- someone else or of a kind the claim does not handle, is found when the
+-- look from the frontier comes up short and the claim looks from the start.
+--
 -- A key's next ready_at: now, if the claim's room ran out before its
 -- tokens; when its next token is due, if its tokens ran out first; NULL if
 -- no job of it waits any more. Jobs it could not take although it had
@@ -127,8 +142,12 @@ DECLARE
     have double precision;
     want integer;
     got bigint[];
+    prios smallint[];
+    more bigint[];
+    more_prios smallint[];
     picked bigint[] := '{}';
     next_at timestamptz;
+    last record;
 BEGIN
     FOR k IN
         SELECT * FROM pgtask.rate_keys
@@ -140,16 +159,36 @@ BEGIN
         have := pgtask.rate_tokens(k, now_ts);
         want := least(floor(have)::integer, p_room - cardinality(picked));
         got := '{}';
-        IF want > 0 THEN
-            SELECT coalesce(array_agg(w.id ORDER BY w.priority, w.id), '{}') INTO got FROM (
+        prios := '{}';
+        IF want > 0 AND k.frontier_id IS NOT NULL THEN
+            SELECT coalesce(array_agg(w.id ORDER BY w.priority, w.id), '{}'), coalesce(array_agg(w.priority ORDER BY w.priority, w.id), '{}')
+              INTO got, prios FROM (
                 SELECT id, priority FROM pgtask.jobs
                  WHERE rate_id = k.id AND status = 'queued'
                    AND (p_kinds IS NULL OR kind = ANY (p_kinds))
+                   AND (priority, id) > (k.frontier_priority, k.frontier_id)
                  ORDER BY priority, id
                  LIMIT want
                    FOR UPDATE SKIP LOCKED) w;
+        END IF;
+        IF want > 0 AND cardinality(got) < want THEN
+            SELECT coalesce(array_agg(w.id ORDER BY w.priority, w.id), '{}'), coalesce(array_agg(w.priority ORDER BY w.priority, w.id), '{}')
+              INTO more, more_prios FROM (
+                SELECT id, priority FROM pgtask.jobs
+                 WHERE rate_id = k.id AND status = 'queued'
+                   AND (p_kinds IS NULL OR kind = ANY (p_kinds)) AND id <> ALL (got)
+                 ORDER BY priority, id
+                 LIMIT want - cardinality(got)
+                   FOR UPDATE SKIP LOCKED) w;
+            got := got || more;
+            prios := prios || more_prios;
+        END IF;
+        IF cardinality(got) > 0 THEN
             have := have - cardinality(got);
             picked := picked || got;
+            SELECT u.p, u.i INTO last FROM unnest(prios, got) AS u(p, i) ORDER BY u.p DESC, u.i DESC LIMIT 1;
+            k.frontier_priority := last.p;
+            k.frontier_id := last.i;
         END IF;
         IF want > 0 AND cardinality(got) = want THEN
             -- Maybe more wait: ready now if it has tokens left, else at its
@@ -164,7 +203,10 @@ BEGIN
             -- Not a whole token yet (its ready_at was rounded).
             next_at := pgtask.rate_token_at(have, now_ts, k.rate, k.period_us);
         END IF;
-        UPDATE pgtask.rate_keys SET tokens = have, refilled_at = now_ts, ready_at = next_at WHERE id = k.id;
+        UPDATE pgtask.rate_keys
+           SET tokens = have, refilled_at = now_ts, ready_at = next_at,
+               frontier_priority = k.frontier_priority, frontier_id = k.frontier_id
+         WHERE id = k.id;
     END LOOP;
     RETURN picked;
 END;
@@ -190,8 +232,8 @@ $$;
 -- Applies the keys' pending checks (pgtask.rate_checks), up to p_limit
 -- keys, each under its row's lock taken with SKIP LOCKED (a key locked now
 -- keeps its checks for a later round): a key with jobs waiting that is not
--- ready becomes ready and wakes its queue's workers. Returns how many keys
--- it made ready.
+-- ready becomes ready and wakes its queue's workers, and its next claim
+-- looks for them from the key's start. Returns how many keys it made ready.
 CREATE OR REPLACE FUNCTION pgtask.check_rates(p_limit integer) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -211,12 +253,16 @@ BEGIN
             CONTINUE;
         END IF;
         DELETE FROM pgtask.rate_checks WHERE key_id = c.key_id;
+        -- The job that left the check may wait before the frontier.
         IF k.ready_at IS NULL AND EXISTS (SELECT 1 FROM pgtask.jobs WHERE rate_id = k.id AND status = 'queued') THEN
             UPDATE pgtask.rate_keys
-               SET ready_at = pgtask.rate_token_at(pgtask.rate_tokens(k, now_ts), now_ts, k.rate, k.period_us)
+               SET ready_at = pgtask.rate_token_at(pgtask.rate_tokens(k, now_ts), now_ts, k.rate, k.period_us),
+                   frontier_priority = NULL, frontier_id = NULL
              WHERE id = k.id;
             PERFORM pg_notify('pgtask', k.queue);
             made := made + 1;
+        ELSIF k.frontier_id IS NOT NULL THEN
+            UPDATE pgtask.rate_keys SET frontier_priority = NULL, frontier_id = NULL WHERE id = k.id;
         END IF;
     END LOOP;
     RETURN made;

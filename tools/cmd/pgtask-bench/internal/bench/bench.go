@@ -111,7 +111,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.WaitingKeys, "waiting-keys", o.WaitingKeys, "keys at their limit with a job waiting while claims are timed")
 	fs.IntVar(&o.Rate, "rate", o.Rate, "jobs a second of the rate limit run's key")
 	fs.DurationVar(&o.RateDuration, "rate-duration", o.RateDuration, "how long the rate limit run works its key's backlog")
-	fs.StringVar(&o.RateModes, "rate-modes", o.RateModes, "the rate limit run's modes, comma-separated: held,lease")
+	fs.StringVar(&o.RateModes, "rate-modes", o.RateModes, "the rate limit run's modes, comma-separated: held,lease (empty: none)")
 	fs.IntVar(&o.DashboardJobs, "dashboard-jobs", o.DashboardJobs, "jobs in the table while the dashboard's pages are timed")
 	fs.DurationVar(&o.FloorDuration, "floor-duration", o.FloorDuration, "how long to measure the UPDATE floor")
 	fs.IntVar(&o.SteadyRate, "steady-rate", o.SteadyRate, "jobs a second offered in the steady run")

@@ -21,10 +21,15 @@ import (
 //     within 5%, and no second has more than the rate and the burst;
 //   - a drain whose jobs all have a rate far above what the worker can
 //     start, beside the same drain without one, run just before it: what
-//     the tokens' bookkeeping costs when the rate does not bind.
+//     the tokens' bookkeeping costs when the rate does not bind;
+//   - claims of a queue without rate keys, beside other queues' rate keys
+//     and without them.
 func (b *bench) measureRates(ctx context.Context) error {
 	for _, m := range strings.Split(b.o.RateModes, ",") {
 		mode := pgtask.Mode(strings.TrimSpace(m))
+		if mode == "" {
+			continue // -rate-modes "": the drains only
+		}
 		if mode != pgtask.ModeHeld && mode != pgtask.ModeLease {
 			return fmt.Errorf("-rate-modes: %q is not held or lease", m)
 		}
@@ -48,6 +53,56 @@ func (b *bench) measureRates(ctx context.Context) error {
 		return err
 	}
 	b.addVersus(label, n, rate(n, rated.elapsed), rate(n, base.elapsed), 0.8, "the same without a rate")
+	return b.measureClaimBesideRates(ctx)
+}
+
+// measureClaimBesideRates times claims of 10 jobs of a queue without rate
+// keys, first alone, then beside o.LimitKeys rate keys of another queue,
+// each ready with a job waiting: a queue without rate keys pays one probe
+// of an index of its own keys, whatever other queues hold.
+func (b *bench) measureClaimBesideRates(ctx context.Context) error {
+	const runnable, iterations = 10_000, 1_000
+	measure := func(keys int) ([]time.Duration, error) {
+		pool, _, cleanup, err := b.database(ctx, b.o.Conns)
+		if err != nil {
+			return nil, err
+		}
+		defer cleanup()
+		for start := 0; start < keys; start += 1_000 {
+			reqs := make([]pgtask.EnqueueRequest, 0, 1_000)
+			for k := start; k < min(start+1_000, keys); k++ {
+				r := pgtask.EnqueueRequest{Kind: benchtasks.NoopKind, Payload: []byte(`{"n":0}`)}
+				r.Apply(pgtask.WithQueue("other"), pgtask.WithRate(fmt.Sprintf("k%d", k), 1, time.Hour))
+				reqs = append(reqs, r)
+			}
+			if _, err := pgtask.EnqueueMany(ctx, pool, reqs); err != nil {
+				return nil, err
+			}
+		}
+		if err := enqueueNoops(ctx, pool, "bench", runnable, 0); err != nil {
+			return nil, err
+		}
+		b.say("claim beside %d rate keys: timing %d claims", keys, iterations)
+		lat, err := claimTimes(ctx, pool, iterations)
+		b.done()
+		return lat, err
+	}
+	none, err := measure(0)
+	if err != nil {
+		return err
+	}
+	beside, err := measure(b.o.LimitKeys)
+	if err != nil {
+		return err
+	}
+	us := func(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d.Nanoseconds())/1000) }
+	p50, p50none := percentile(beside, 0.5), percentile(none, 0.5)
+	ratio := float64(p50) / float64(p50none)
+	b.add(fmt.Sprintf("claim 10 jobs of a queue without rates, beside %d ready rate keys", b.o.LimitKeys),
+		fmt.Sprintf("%d runnable", runnable),
+		fmt.Sprintf("p50 %s, p99 %s (%.2fx no rate keys: p50 %s, p99 %s)", us(p50), us(percentile(beside, 0.99)), ratio,
+			us(p50none), us(percentile(none, 0.99))),
+		0, "p50 <= 1.20x no rate keys", ok(ratio <= 1.2))
 	return nil
 }
 
