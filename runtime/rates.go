@@ -101,7 +101,7 @@ func Rates(ctx context.Context, db DB, queue string, max int) ([]RateInfo, error
 // minRateWait is the least an idle runner waits for its queue's next token
 // after a claim that found none: the token it was told of may be one
 // another worker is taking in a claim not yet committed.
-const minRateWait = 2 * time.Millisecond
+const minRateWait = 500 * time.Microsecond
 
 // rateRaces is how many claims in a row may find a token due and take
 // none before the runner backs off (see rateClock.misses).
