@@ -789,6 +789,7 @@ WITH RECURSIVE runnable(queue) AS (
 SELECT n.queue::text AS queue FROM (
     SELECT runnable.queue FROM runnable
     UNION SELECT grouped.queue FROM grouped
+    UNION SELECT k.queue FROM pgtask.rate_keys k WHERE k.ready_at IS NOT NULL
     UNION SELECT p.queue FROM pgtask.paused_queues p
 ) n
  WHERE n.queue IS NOT NULL
@@ -799,9 +800,12 @@ SELECT n.queue::text AS queue FROM (
 // bounded whatever the size of the jobs table: it walks an index for at most
 // a given number of entries (@probe, @scan, @max) and never counts a whole
 // status. Where a bound was reached the dashboard says so ("10,000+").
-// The queues with runnable jobs, with groups or paused. The claim index and
-// the groups' primary key both start with the queue: each is skipped through
-// one queue at a time (a probe per queue, not a scan of the rows).
+// The queues with runnable jobs, with groups, with jobs waiting on a rate
+// (a rate-limited job is never runnable in the claim index's sense) or
+// paused. The claim index and the groups' primary key both start with the
+// queue: each is skipped through one queue at a time (a probe per queue, not
+// a scan of the rows); the rate keys with jobs waiting are read from their
+// own small index.
 func (q *Queries) DashboardQueueNames(ctx context.Context) ([]string, error) {
 	rows, err := q.db.Query(ctx, DashboardQueueNames)
 	if err != nil {

@@ -240,6 +240,8 @@ type PgtaskRateKey struct {
 	Tokens           float64     `db:"tokens"`
 	RefilledAt       time.Time   `db:"refilled_at"`
 	ReadyAt          *time.Time  `db:"ready_at"`
+	FrontierPriority pgtype.Int2 `db:"frontier_priority"`
+	FrontierID       pgtype.Int8 `db:"frontier_id"`
 }
 
 type PgtaskRateOverride struct {

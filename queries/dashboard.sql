@@ -4,9 +4,12 @@
 -- status. Where a bound was reached the dashboard says so ("10,000+").
 
 -- name: DashboardQueueNames :many
--- The queues with runnable jobs, with groups or paused. The claim index and
--- the groups' primary key both start with the queue: each is skipped through
--- one queue at a time (a probe per queue, not a scan of the rows).
+-- The queues with runnable jobs, with groups, with jobs waiting on a rate
+-- (a rate-limited job is never runnable in the claim index's sense) or
+-- paused. The claim index and the groups' primary key both start with the
+-- queue: each is skipped through one queue at a time (a probe per queue, not
+-- a scan of the rows); the rate keys with jobs waiting are read from their
+-- own small index.
 WITH RECURSIVE runnable(queue) AS (
     (SELECT j.queue FROM pgtask.jobs j WHERE j.status = 'queued' AND j.is_head ORDER BY j.queue LIMIT 1)
     UNION ALL
@@ -23,6 +26,7 @@ WITH RECURSIVE runnable(queue) AS (
 SELECT n.queue::text AS queue FROM (
     SELECT runnable.queue FROM runnable
     UNION SELECT grouped.queue FROM grouped
+    UNION SELECT k.queue FROM pgtask.rate_keys k WHERE k.ready_at IS NOT NULL
     UNION SELECT p.queue FROM pgtask.paused_queues p
 ) n
  WHERE n.queue IS NOT NULL
