@@ -879,6 +879,11 @@ SELECT q.queue::text AS queue,
              WHERE k.queue = q.queue AND j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head
              LIMIT $1::integer) l)::bigint AS on_limit,
        (SELECT count(*) FROM (
+            SELECT 1 FROM pgtask.rate_keys k
+              JOIN pgtask.jobs j ON j.rate_id = k.id
+             WHERE k.queue = q.queue AND j.rate_id IS NOT NULL AND j.status = 'queued'
+             LIMIT $1::integer) r)::bigint AS on_rate,
+       (SELECT count(*) FROM (
             SELECT 1 FROM pgtask.jobs j
              WHERE j.queue = q.queue AND j.group_key IS NOT NULL AND j.status = 'failed' AND j.fail_blocks_group
                AND j.is_head
@@ -908,6 +913,7 @@ type DashboardQueueLinesRow struct {
 	GroupJobsWalked   int64      `db:"group_jobs_walked"`
 	Waiting           int64      `db:"waiting"`
 	OnLimit           int64      `db:"on_limit"`
+	OnRate            int64      `db:"on_rate"`
 	BlockedGroups     int64      `db:"blocked_groups"`
 	PausedAt          *time.Time `db:"paused_at"`
 }
@@ -935,6 +941,7 @@ func (q *Queries) DashboardQueueLines(ctx context.Context, arg DashboardQueueLin
 			&i.GroupJobsWalked,
 			&i.Waiting,
 			&i.OnLimit,
+			&i.OnRate,
 			&i.BlockedGroups,
 			&i.PausedAt,
 		); err != nil {
@@ -966,6 +973,7 @@ WITH RECURSIVE runnable(queue) AS (
 SELECT n.queue::text AS queue FROM (
     SELECT runnable.queue FROM runnable
     UNION SELECT grouped.queue FROM grouped
+    UNION SELECT k.queue FROM pgtask.rate_keys k WHERE k.ready_at IS NOT NULL
     UNION SELECT p.queue FROM pgtask.paused_queues p
 ) n
  WHERE n.queue IS NOT NULL
@@ -976,9 +984,12 @@ SELECT n.queue::text AS queue FROM (
 // bounded whatever the size of the jobs table: it walks an index for at most
 // a given number of entries (@probe, @scan, @max) and never counts a whole
 // status. Where a bound was reached the dashboard says so ("10,000+").
-// The queues with runnable jobs, with groups or paused. The claim index and
-// the groups' primary key both start with the queue: each is skipped through
-// one queue at a time (a probe per queue, not a scan of the rows).
+// The queues with runnable jobs, with groups, with jobs waiting on a rate
+// (a rate-limited job is never runnable in the claim index's sense) or
+// paused. The claim index and the groups' primary key both start with the
+// queue: each is skipped through one queue at a time (a probe per queue, not
+// a scan of the rows); the rate keys with jobs waiting are read from their
+// own small index.
 func (q *Queries) DashboardQueueNames(ctx context.Context) ([]string, error) {
 	rows, err := q.db.Query(ctx, DashboardQueueNames)
 	if err != nil {

@@ -75,7 +75,9 @@ SELECT e.job_ids::bigint[] AS ids,
     $16::text[], $17::bigint[], $18::text[],
     $19::jsonb[],
     $20::integer[], $21::text[], $22::text[], $23::integer[],
-    $24::text[]
+    $24::text[],
+    $25::integer[], $26::text[], $27::text[], $28::integer[],
+    $29::bigint[], $30::integer[]
   ) e
 `
 
@@ -104,6 +106,12 @@ type InsertBatchParams struct {
 	LimitKeys       []string          `db:"limit_keys"`
 	LimitMax        []int32           `db:"limit_max"`
 	LimitStrategies []string          `db:"limit_strategies"`
+	Rates           []int32           `db:"rates"`
+	RateQueues      []string          `db:"rate_queues"`
+	RateKeys        []string          `db:"rate_keys"`
+	RateN           []int32           `db:"rate_n"`
+	RatePeriodUs    []int64           `db:"rate_period_us"`
+	RateBurst       []int32           `db:"rate_burst"`
 }
 
 type InsertBatchRow struct {
@@ -140,6 +148,12 @@ func (q *Queries) InsertBatch(ctx context.Context, arg InsertBatchParams) (Inser
 		arg.LimitKeys,
 		arg.LimitMax,
 		arg.LimitStrategies,
+		arg.Rates,
+		arg.RateQueues,
+		arg.RateKeys,
+		arg.RateN,
+		arg.RatePeriodUs,
+		arg.RateBurst,
 	)
 	var i InsertBatchRow
 	err := row.Scan(&i.Ids, &i.BatchID)
@@ -156,7 +170,9 @@ SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
     $14::text[], $15::bigint[], $16::text[],
     $17::jsonb[],
     $18::integer[], $19::text[], $20::text[], $21::integer[],
-    $22::text[]
+    $22::text[],
+    $23::integer[], $24::text[], $25::text[], $26::integer[],
+    $27::bigint[], $28::integer[]
   ) e
 `
 
@@ -183,6 +199,12 @@ type InsertJobsParams struct {
 	LimitKeys       []string          `db:"limit_keys"`
 	LimitMax        []int32           `db:"limit_max"`
 	LimitStrategies []string          `db:"limit_strategies"`
+	Rates           []int32           `db:"rates"`
+	RateQueues      []string          `db:"rate_queues"`
+	RateKeys        []string          `db:"rate_keys"`
+	RateN           []int32           `db:"rate_n"`
+	RatePeriodUs    []int64           `db:"rate_period_us"`
+	RateBurst       []int32           `db:"rate_burst"`
 }
 
 type InsertJobsRow struct {
@@ -198,7 +220,8 @@ type InsertJobsRow struct {
 // unique_statuses one per set of settings; metadata one per job (NULL for
 // none), or NULL for none in the batch. limits, like groups, names each
 // job's limit by its position in limit_queues/limit_keys/limit_max (0:
-// none), or is NULL for none in the batch.
+// none), or is NULL for none in the batch; rates names each job's rate
+// key by its position in rate_queues..rate_burst the same way.
 func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) (InsertJobsRow, error) {
 	row := q.db.QueryRow(ctx, InsertJobs,
 		arg.Payloads,
@@ -223,6 +246,12 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) (InsertJ
 		arg.LimitKeys,
 		arg.LimitMax,
 		arg.LimitStrategies,
+		arg.Rates,
+		arg.RateQueues,
+		arg.RateKeys,
+		arg.RateN,
+		arg.RatePeriodUs,
+		arg.RateBurst,
 	)
 	var i InsertJobsRow
 	err := row.Scan(&i.Ids, &i.Existed)

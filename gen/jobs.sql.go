@@ -77,7 +77,7 @@ func (q *Queries) DeleteJobs(ctx context.Context, ids []int64) (int32, error) {
 }
 
 const FinishedJobs = `-- name: FinishedJobs :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id FROM pgtask.jobs
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id FROM pgtask.jobs
  WHERE id = ANY ($1::bigint[]) AND status::text IN ('succeeded', 'failed', 'cancelled')
 `
 
@@ -126,6 +126,7 @@ func (q *Queries) FinishedJobs(ctx context.Context, ids []int64) ([]PgtaskJob, e
 			&i.EnqueuedBy,
 			&i.BatchID,
 			&i.LimitID,
+			&i.RateID,
 		); err != nil {
 			return nil, err
 		}
@@ -138,7 +139,7 @@ func (q *Queries) FinishedJobs(ctx context.Context, ids []int64) ([]PgtaskJob, e
 }
 
 const GetJob = `-- name: GetJob :one
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id FROM pgtask.jobs WHERE id = $1
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id FROM pgtask.jobs WHERE id = $1
 `
 
 func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
@@ -178,6 +179,7 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 		&i.EnqueuedBy,
 		&i.BatchID,
 		&i.LimitID,
+		&i.RateID,
 	)
 	return i, err
 }
@@ -202,7 +204,7 @@ func (q *Queries) GetJobProgress(ctx context.Context, jobID int64) (PgtaskJobPro
 }
 
 const GetJobs = `-- name: GetJobs :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id FROM pgtask.jobs WHERE id = ANY ($1::bigint[])
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id FROM pgtask.jobs WHERE id = ANY ($1::bigint[])
 `
 
 // Jobs by id, in one round trip; an id with no job has no row.
@@ -249,6 +251,7 @@ func (q *Queries) GetJobs(ctx context.Context, ids []int64) ([]PgtaskJob, error)
 			&i.EnqueuedBy,
 			&i.BatchID,
 			&i.LimitID,
+			&i.RateID,
 		); err != nil {
 			return nil, err
 		}
@@ -261,7 +264,7 @@ func (q *Queries) GetJobs(ctx context.Context, ids []int64) ([]PgtaskJob, error)
 }
 
 const ListJobsPage = `-- name: ListJobsPage :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id FROM pgtask.jobs
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id FROM pgtask.jobs
  WHERE ($1::text IS NULL OR queue = $1::text)
    AND ($2::text IS NULL OR kind = $2::text)
    AND ($3::text IS NULL OR group_key = $3::text)
@@ -338,6 +341,7 @@ func (q *Queries) ListJobsPage(ctx context.Context, arg ListJobsPageParams) ([]P
 			&i.EnqueuedBy,
 			&i.BatchID,
 			&i.LimitID,
+			&i.RateID,
 		); err != nil {
 			return nil, err
 		}
@@ -403,7 +407,10 @@ SELECT q.queue::text AS queue,
          WHERE j.queue = q.queue AND j.status = 'queued' AND j.is_head)::bigint AS runnable,
        (SELECT count(*) FROM pgtask.limit_keys k
           JOIN pgtask.jobs j ON j.limit_id = k.id
-         WHERE k.queue = q.queue AND j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head)::bigint AS waiting_on_limit
+         WHERE k.queue = q.queue AND j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head)::bigint AS waiting_on_limit,
+       (SELECT count(*) FROM pgtask.rate_keys k
+          JOIN pgtask.jobs j ON j.rate_id = k.id
+         WHERE k.queue = q.queue AND j.rate_id IS NOT NULL AND j.status = 'queued')::bigint AS waiting_on_rate
   FROM unnest($1::text[]) AS q(queue)
 `
 
@@ -413,13 +420,15 @@ type QueueWaitsRow struct {
 	BlockedGroups     int64   `db:"blocked_groups"`
 	Runnable          int64   `db:"runnable"`
 	WaitingOnLimit    int64   `db:"waiting_on_limit"`
+	WaitingOnRate     int64   `db:"waiting_on_rate"`
 }
 
 // Per queue: how long its oldest runnable job has waited, how many of its
 // groups a failure blocks, and of its queued jobs how many wait for a
 // worker (runnable: ungrouped, a group's head, or admitted by their
-// concurrency limit) and how many wait on a concurrency limit (for a free
-// slot of their key; see schema/functions/limits.sql).
+// concurrency limit), how many wait on a concurrency limit (for a free
+// slot of their key; see schema/functions/limits.sql) and how many on a
+// rate limit (for a token of their key; see schema/functions/rates.sql).
 func (q *Queries) QueueWaits(ctx context.Context, queues []string) ([]QueueWaitsRow, error) {
 	rows, err := q.db.Query(ctx, QueueWaits, queues)
 	if err != nil {
@@ -435,6 +444,7 @@ func (q *Queries) QueueWaits(ctx context.Context, queues []string) ([]QueueWaits
 			&i.BlockedGroups,
 			&i.Runnable,
 			&i.WaitingOnLimit,
+			&i.WaitingOnRate,
 		); err != nil {
 			return nil, err
 		}

@@ -155,6 +155,7 @@ type PgtaskJob struct {
 	EnqueuedBy      *string         `db:"enqueued_by"`
 	BatchID         pgtype.Int8     `db:"batch_id"`
 	LimitID         pgtype.Int8     `db:"limit_id"`
+	RateID          pgtype.Int8     `db:"rate_id"`
 }
 
 type PgtaskJobProgress struct {
@@ -219,6 +220,37 @@ type PgtaskQueueGroup struct {
 	GroupKey    string      `db:"group_key"`
 	CreatedAt   time.Time   `db:"created_at"`
 	PendingFrom pgtype.Int8 `db:"pending_from"`
+}
+
+type PgtaskRateCheck struct {
+	ID    int64 `db:"id"`
+	KeyID int64 `db:"key_id"`
+}
+
+type PgtaskRateKey struct {
+	ID               pgtype.Int8 `db:"id"`
+	Queue            string      `db:"queue"`
+	RateKey          string      `db:"rate_key"`
+	DeclaredRate     int32       `db:"declared_rate"`
+	DeclaredPeriodUs int64       `db:"declared_period_us"`
+	DeclaredBurst    int32       `db:"declared_burst"`
+	Rate             int32       `db:"rate"`
+	PeriodUs         int64       `db:"period_us"`
+	Burst            int32       `db:"burst"`
+	Tokens           float64     `db:"tokens"`
+	RefilledAt       time.Time   `db:"refilled_at"`
+	ReadyAt          *time.Time  `db:"ready_at"`
+	FrontierPriority pgtype.Int2 `db:"frontier_priority"`
+	FrontierID       pgtype.Int8 `db:"frontier_id"`
+}
+
+type PgtaskRateOverride struct {
+	Queue    string    `db:"queue"`
+	RateKey  string    `db:"rate_key"`
+	Rate     int32     `db:"rate"`
+	PeriodUs int64     `db:"period_us"`
+	Burst    int32     `db:"burst"`
+	SetAt    time.Time `db:"set_at"`
 }
 
 type PgtaskStaleGroup struct {

@@ -211,6 +211,75 @@ func (q *Queries) ListLimits(ctx context.Context, arg ListLimitsParams) ([]ListL
 	return items, nil
 }
 
+const ListRates = `-- name: ListRates :many
+SELECT k.queue, k.rate_key, k.rate, k.period_us, k.burst, k.declared_rate, k.declared_period_us, k.declared_burst,
+       pgtask.rate_tokens(k, clock_timestamp())::double precision AS tokens, k.ready_at,
+       (SELECT count(*) FROM pgtask.jobs j WHERE j.rate_id = k.id AND j.status = 'queued')::bigint AS waiting,
+       EXISTS (SELECT 1 FROM pgtask.rate_overrides o
+                WHERE o.queue = k.queue AND o.rate_key = k.rate_key)::boolean AS overridden
+  FROM pgtask.rate_keys k
+ WHERE $1::text = '' OR k.queue = $1::text
+ ORDER BY k.queue, k.rate_key
+ LIMIT $2::integer
+`
+
+type ListRatesParams struct {
+	Queue   string `db:"queue"`
+	MaxRows int32  `db:"max_rows"`
+}
+
+type ListRatesRow struct {
+	Queue            string     `db:"queue"`
+	RateKey          string     `db:"rate_key"`
+	Rate             int32      `db:"rate"`
+	PeriodUs         int64      `db:"period_us"`
+	Burst            int32      `db:"burst"`
+	DeclaredRate     int32      `db:"declared_rate"`
+	DeclaredPeriodUs int64      `db:"declared_period_us"`
+	DeclaredBurst    int32      `db:"declared_burst"`
+	Tokens           float64    `db:"tokens"`
+	ReadyAt          *time.Time `db:"ready_at"`
+	Waiting          int64      `db:"waiting"`
+	Overridden       bool       `db:"overridden"`
+}
+
+// Each rate key of a queue (all queues for an empty one), with its rate in
+// force and declared, whether an operator's override is in force, its
+// tokens now, when its next token is due while jobs wait, and its waiting
+// jobs now.
+func (q *Queries) ListRates(ctx context.Context, arg ListRatesParams) ([]ListRatesRow, error) {
+	rows, err := q.db.Query(ctx, ListRates, arg.Queue, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListRatesRow{}
+	for rows.Next() {
+		var i ListRatesRow
+		if err := rows.Scan(
+			&i.Queue,
+			&i.RateKey,
+			&i.Rate,
+			&i.PeriodUs,
+			&i.Burst,
+			&i.DeclaredRate,
+			&i.DeclaredPeriodUs,
+			&i.DeclaredBurst,
+			&i.Tokens,
+			&i.ReadyAt,
+			&i.Waiting,
+			&i.Overridden,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const PauseQueue = `-- name: PauseQueue :one
 SELECT pgtask.pause_queue($1) AS paused
 `
@@ -286,6 +355,35 @@ type SetLimitParams struct {
 // NULL); see pgtask.set_limit.
 func (q *Queries) SetLimit(ctx context.Context, arg SetLimitParams) (int32, error) {
 	row := q.db.QueryRow(ctx, SetLimit, arg.Queue, arg.LimitKey, arg.MaxRunning)
+	var changed int32
+	err := row.Scan(&changed)
+	return changed, err
+}
+
+const SetRate = `-- name: SetRate :one
+SELECT pgtask.set_rate($1::text, $2::text, $3::integer, $4::bigint,
+                       $5::integer)::integer AS changed
+`
+
+type SetRateParams struct {
+	Queue    string      `db:"queue"`
+	RateKey  string      `db:"rate_key"`
+	Rate     pgtype.Int4 `db:"rate"`
+	PeriodUs pgtype.Int8 `db:"period_us"`
+	Burst    pgtype.Int4 `db:"burst"`
+}
+
+// Sets (rate jobs per period_us, bursts of burst; NULL burst: the default)
+// or clears (NULL rate) an operator's rate for a key of a queue; see
+// pgtask.set_rate.
+func (q *Queries) SetRate(ctx context.Context, arg SetRateParams) (int32, error) {
+	row := q.db.QueryRow(ctx, SetRate,
+		arg.Queue,
+		arg.RateKey,
+		arg.Rate,
+		arg.PeriodUs,
+		arg.Burst,
+	)
 	var changed int32
 	err := row.Scan(&changed)
 	return changed, err

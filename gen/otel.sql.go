@@ -25,6 +25,11 @@ SELECT u.queue::text AS queue, u.status::text AS status, u.waiting_for::text AS 
           JOIN pgtask.jobs j ON j.limit_id = k.id
          WHERE j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head
         UNION ALL
+        SELECT j.queue, j.status, j.run_after, 'rate'
+          FROM pgtask.rate_keys k
+          JOIN pgtask.jobs j ON j.rate_id = k.id
+         WHERE j.rate_id IS NOT NULL AND j.status = 'queued'
+        UNION ALL
         SELECT j.queue, j.status, j.run_after, '' FROM pgtask.jobs j WHERE j.status = 'scheduled'
         UNION ALL
         SELECT j.queue, j.status, j.run_after, '' FROM pgtask.jobs j WHERE j.status = 'started') AS u
@@ -43,7 +48,8 @@ type QueueDepthsRow struct {
 // Unfinished jobs per queue, status and, for queued ones, what they wait
 // for (waiting_for: 'worker' for runnable heads, 'group' for jobs behind
 // their group's head, 'limit' for jobs waiting for a slot of their
-// concurrency limit; ” for the other statuses), and per queue how long its
+// concurrency limit, 'rate' for jobs waiting for a token of their rate
+// limit; ” for the other statuses), and per queue how long its
 // oldest runnable job has waited (on the rows of runnable jobs; 0 on the
 // others): what runtime/pgtaskotel's gauges report at each collection. Each
 // branch reads one partial index that holds only unfinished jobs (runnable
@@ -55,7 +61,9 @@ type QueueDepthsRow struct {
 // are now, and the jobs waiting on a limit key by key: the entries left of
 // the groups that emptied are never read. A queued job is a head, or
 // grouped behind one, or limited and not admitted (limited jobs are never
-// grouped): in exactly one branch.
+// grouped), or rate-limited (never a head, grouped or limited): in exactly
+// one branch. Jobs waiting on a rate are found key by key, like those on a
+// limit.
 func (q *Queries) QueueDepths(ctx context.Context) ([]QueueDepthsRow, error) {
 	rows, err := q.db.Query(ctx, QueueDepths)
 	if err != nil {

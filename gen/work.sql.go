@@ -128,6 +128,19 @@ func (q *Queries) CheckLimits(ctx context.Context, max int32) (int32, error) {
 	return admitted, err
 }
 
+const CheckRates = `-- name: CheckRates :one
+SELECT pgtask.check_rates($1::integer)::integer AS made_ready
+`
+
+// Marks ready the rate keys that jobs came to wait on while someone else
+// held their rows; see pgtask.check_rates.
+func (q *Queries) CheckRates(ctx context.Context, maxKeys int32) (int32, error) {
+	row := q.db.QueryRow(ctx, CheckRates, maxKeys)
+	var made_ready int32
+	err := row.Scan(&made_ready)
+	return made_ready, err
+}
+
 const ClaimJobs = `-- name: ClaimJobs :many
 SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        coalesce(c.group_key, '')::text AS group_key, c.priority::smallint AS priority, c.payload::jsonb AS payload,
@@ -686,6 +699,44 @@ func (q *Queries) PromoteScheduled(ctx context.Context, max int32) (PromoteSched
 	var i PromoteScheduledRow
 	err := row.Scan(&i.Moved, &i.Skipped)
 	return i, err
+}
+
+const RateWait = `-- name: RateWait :one
+SELECT coalesce(pgtask.rate_wait_us($1::text), -1)::bigint AS wait_us
+`
+
+// How long until a job of queue @queue waiting on a rate gets its token
+// (-1: none waits); see pgtask.rate_wait_us.
+func (q *Queries) RateWait(ctx context.Context, queue string) (int64, error) {
+	row := q.db.QueryRow(ctx, RateWait, queue)
+	var wait_us int64
+	err := row.Scan(&wait_us)
+	return wait_us, err
+}
+
+const RatedQueues = `-- name: RatedQueues :many
+SELECT q::text AS queue FROM pgtask.rated_queues($1::text[]) q
+`
+
+// Which of @queues have rate keys; see pgtask.rated_queues.
+func (q *Queries) RatedQueues(ctx context.Context, queues []string) ([]string, error) {
+	rows, err := q.db.Query(ctx, RatedQueues, queues)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var queue string
+		if err := rows.Scan(&queue); err != nil {
+			return nil, err
+		}
+		items = append(items, queue)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const ReleaseJobSavepoint = `-- name: ReleaseJobSavepoint :exec

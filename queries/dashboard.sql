@@ -4,9 +4,12 @@
 -- status. Where a bound was reached the dashboard says so ("10,000+").
 
 -- name: DashboardQueueNames :many
--- The queues with runnable jobs, with groups or paused. The claim index and
--- the groups' primary key both start with the queue: each is skipped through
--- one queue at a time (a probe per queue, not a scan of the rows).
+-- The queues with runnable jobs, with groups, with jobs waiting on a rate
+-- (a rate-limited job is never runnable in the claim index's sense) or
+-- paused. The claim index and the groups' primary key both start with the
+-- queue: each is skipped through one queue at a time (a probe per queue, not
+-- a scan of the rows); the rate keys with jobs waiting are read from their
+-- own small index.
 WITH RECURSIVE runnable(queue) AS (
     (SELECT j.queue FROM pgtask.jobs j WHERE j.status = 'queued' AND j.is_head ORDER BY j.queue LIMIT 1)
     UNION ALL
@@ -23,6 +26,7 @@ WITH RECURSIVE runnable(queue) AS (
 SELECT n.queue::text AS queue FROM (
     SELECT runnable.queue FROM runnable
     UNION SELECT grouped.queue FROM grouped
+    UNION SELECT k.queue FROM pgtask.rate_keys k WHERE k.ready_at IS NOT NULL
     UNION SELECT p.queue FROM pgtask.paused_queues p
 ) n
  WHERE n.queue IS NOT NULL
@@ -53,6 +57,11 @@ SELECT q.queue::text AS queue,
               JOIN pgtask.jobs j ON j.limit_id = k.id
              WHERE k.queue = q.queue AND j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head
              LIMIT @probe::integer) l)::bigint AS on_limit,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM pgtask.rate_keys k
+              JOIN pgtask.jobs j ON j.rate_id = k.id
+             WHERE k.queue = q.queue AND j.rate_id IS NOT NULL AND j.status = 'queued'
+             LIMIT @probe::integer) r)::bigint AS on_rate,
        (SELECT count(*) FROM (
             SELECT 1 FROM pgtask.jobs j
              WHERE j.queue = q.queue AND j.group_key IS NOT NULL AND j.status = 'failed' AND j.fail_blocks_group

@@ -7,7 +7,8 @@
 -- unique_statuses one per set of settings; metadata one per job (NULL for
 -- none), or NULL for none in the batch. limits, like groups, names each
 -- job's limit by its position in limit_queues/limit_keys/limit_max (0:
--- none), or is NULL for none in the batch.
+-- none), or is NULL for none in the batch; rates names each job's rate
+-- key by its position in rate_queues..rate_burst the same way.
 SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
   FROM pgtask.enqueue_jobs(
     @payloads::jsonb[], @settings::integer[], @groups::integer[],
@@ -17,7 +18,9 @@ SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
     @unique_keys::text[], @unique_windows_us::bigint[], @unique_statuses::text[],
     sqlc.narg(metadata)::jsonb[],
     sqlc.narg(limits)::integer[], @limit_queues::text[], @limit_keys::text[], @limit_max::integer[],
-    @limit_strategies::text[]
+    @limit_strategies::text[],
+    sqlc.narg(rates)::integer[], @rate_queues::text[], @rate_keys::text[], @rate_n::integer[],
+    @rate_period_us::bigint[], @rate_burst::integer[]
   ) e;
 
 -- name: InsertBatch :one
@@ -34,7 +37,9 @@ SELECT e.job_ids::bigint[] AS ids,
     @unique_keys::text[], @unique_windows_us::bigint[], @unique_statuses::text[],
     sqlc.narg(metadata)::jsonb[],
     sqlc.narg(limits)::integer[], @limit_queues::text[], @limit_keys::text[], @limit_max::integer[],
-    @limit_strategies::text[]
+    @limit_strategies::text[],
+    sqlc.narg(rates)::integer[], @rate_queues::text[], @rate_keys::text[], @rate_n::integer[],
+    @rate_period_us::bigint[], @rate_burst::integer[]
   ) e;
 
 -- name: GetBatch :one

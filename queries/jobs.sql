@@ -53,8 +53,9 @@ SELECT queue, status::text AS status, count(*)::bigint AS jobs
 -- Per queue: how long its oldest runnable job has waited, how many of its
 -- groups a failure blocks, and of its queued jobs how many wait for a
 -- worker (runnable: ungrouped, a group's head, or admitted by their
--- concurrency limit) and how many wait on a concurrency limit (for a free
--- slot of their key; see schema/functions/limits.sql).
+-- concurrency limit), how many wait on a concurrency limit (for a free
+-- slot of their key; see schema/functions/limits.sql) and how many on a
+-- rate limit (for a token of their key; see schema/functions/rates.sql).
 SELECT q.queue::text AS queue,
        coalesce((SELECT extract(epoch FROM clock_timestamp() - min(j.run_after))
                    FROM pgtask.jobs j WHERE j.queue = q.queue AND j.status = 'queued' AND j.is_head), 0)::float8 AS oldest_wait_seconds,
@@ -65,7 +66,10 @@ SELECT q.queue::text AS queue,
          WHERE j.queue = q.queue AND j.status = 'queued' AND j.is_head)::bigint AS runnable,
        (SELECT count(*) FROM pgtask.limit_keys k
           JOIN pgtask.jobs j ON j.limit_id = k.id
-         WHERE k.queue = q.queue AND j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head)::bigint AS waiting_on_limit
+         WHERE k.queue = q.queue AND j.limit_id IS NOT NULL AND j.status = 'queued' AND NOT j.is_head)::bigint AS waiting_on_limit,
+       (SELECT count(*) FROM pgtask.rate_keys k
+          JOIN pgtask.jobs j ON j.rate_id = k.id
+         WHERE k.queue = q.queue AND j.rate_id IS NOT NULL AND j.status = 'queued')::bigint AS waiting_on_rate
   FROM unnest(@queues::text[]) AS q(queue);
 
 -- name: GetJobs :many

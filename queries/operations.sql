@@ -58,6 +58,28 @@ SELECT o.queue, o.limit_key, o.max_running, o.set_at
   FROM pgtask.limit_overrides o
  ORDER BY o.queue, o.limit_key NULLS FIRST;
 
+-- name: SetRate :one
+-- Sets (rate jobs per period_us, bursts of burst; NULL burst: the default)
+-- or clears (NULL rate) an operator's rate for a key of a queue; see
+-- pgtask.set_rate.
+SELECT pgtask.set_rate(@queue::text, @rate_key::text, sqlc.narg(rate)::integer, sqlc.narg(period_us)::bigint,
+                       sqlc.narg(burst)::integer)::integer AS changed;
+
+-- name: ListRates :many
+-- Each rate key of a queue (all queues for an empty one), with its rate in
+-- force and declared, whether an operator's override is in force, its
+-- tokens now, when its next token is due while jobs wait, and its waiting
+-- jobs now.
+SELECT k.queue, k.rate_key, k.rate, k.period_us, k.burst, k.declared_rate, k.declared_period_us, k.declared_burst,
+       pgtask.rate_tokens(k, clock_timestamp())::double precision AS tokens, k.ready_at,
+       (SELECT count(*) FROM pgtask.jobs j WHERE j.rate_id = k.id AND j.status = 'queued')::bigint AS waiting,
+       EXISTS (SELECT 1 FROM pgtask.rate_overrides o
+                WHERE o.queue = k.queue AND o.rate_key = k.rate_key)::boolean AS overridden
+  FROM pgtask.rate_keys k
+ WHERE @queue::text = '' OR k.queue = @queue::text
+ ORDER BY k.queue, k.rate_key
+ LIMIT @max_rows::integer;
+
 -- name: GetJobLimit :one
 -- The concurrency limit job @id counts against, and whether the job holds
 -- one of its key's slots (admitted: queued to run, or running) or waits for

@@ -69,6 +69,20 @@ SELECT p.moved::integer AS moved, p.skipped::bigint[] AS skipped FROM pgtask.pro
 -- slots; see pgtask.check_limits.
 SELECT pgtask.check_limits(@max::integer)::integer AS admitted;
 
+-- name: CheckRates :one
+-- Marks ready the rate keys that jobs came to wait on while someone else
+-- held their rows; see pgtask.check_rates.
+SELECT pgtask.check_rates(@max_keys::integer)::integer AS made_ready;
+
+-- name: RateWait :one
+-- How long until a job of queue @queue waiting on a rate gets its token
+-- (-1: none waits); see pgtask.rate_wait_us.
+SELECT coalesce(pgtask.rate_wait_us(@queue::text), -1)::bigint AS wait_us;
+
+-- name: RatedQueues :many
+-- Which of @queues have rate keys; see pgtask.rated_queues.
+SELECT q::text AS queue FROM pgtask.rated_queues(@queues::text[]) q;
+
 -- name: TerminateBackend :one
 SELECT pg_terminate_backend(@pid) AS terminated;
 

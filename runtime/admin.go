@@ -411,14 +411,17 @@ type QueueStats struct {
 	// Of the queued jobs (Counts[StatusQueued]): Runnable wait for a
 	// worker (ungrouped, a group's head, or admitted by their concurrency
 	// limit), WaitingOnLimit for a free slot of their concurrency limit
-	// (see EnqueueOptions.Limit); the rest wait behind their group's head.
+	// (see EnqueueOptions.Limit), WaitingOnRate for a token of their rate
+	// limit (see EnqueueOptions.Rate); the rest wait behind their group's
+	// head.
 	Runnable       int64
 	WaitingOnLimit int64
+	WaitingOnRate  int64
 }
 
 // Stats reports, per queue with jobs (or paused), its jobs by status, its
 // oldest wait, its blocked groups, whether it is paused, and how many of
-// its queued jobs wait for a worker and how many on a concurrency limit. It counts every
+// its queued jobs wait for a worker, on a concurrency limit and on a rate. It counts every
 // job, so its cost grows with the table (which retention bounds).
 func Stats(ctx context.Context, db DB) ([]QueueStats, error) {
 	q := gen.New(db)
@@ -455,7 +458,7 @@ func Stats(ctx context.Context, db DB) ([]QueueStats, error) {
 		s := byQueue[w.Queue]
 		s.OldestWait = time.Duration(w.OldestWaitSeconds * float64(time.Second))
 		s.BlockedGroups = w.BlockedGroups
-		s.Runnable, s.WaitingOnLimit = w.Runnable, w.WaitingOnLimit
+		s.Runnable, s.WaitingOnLimit, s.WaitingOnRate = w.Runnable, w.WaitingOnLimit, w.WaitingOnRate
 		out[i] = *s
 	}
 	return out, nil

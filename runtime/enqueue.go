@@ -99,6 +99,20 @@ type EnqueueOptions struct {
 	// (LimitKeepOldest) or newest (LimitKeepNewest, a debounce) waiting
 	// job is kept. See docs/limits.md.
 	LimitStrategy LimitStrategy
+	// Rate, when above 0, caps how many jobs of the job's rate key start
+	// per RatePer across every worker: at most RateBurst at once (0: the
+	// default, DefaultRateBurst), then Rate per RatePer (a token bucket;
+	// see docs/rate-limits.md). Jobs of (Queue, RateKey) over the rate wait,
+	// without spending an attempt and without a worker polling for them,
+	// until their key has a token. An empty RateKey is the queue's own
+	// rate; the tasks' generated code uses the kind's name when the task
+	// has no rate key field. The rate is the tasks' declaration; an
+	// operator's SetRate wins over it. A grouped or limited job cannot have
+	// one.
+	Rate      int
+	RatePer   time.Duration
+	RateBurst int
+	RateKey   string
 	// Metadata is stored with the job apart from its payload and given to
 	// each attempt (Job.Metadata): a trace context, a tenant, a request id.
 	// Keys are not empty; keys and values together are at most
@@ -131,6 +145,22 @@ func WithQueue(q string) EnqueueOption { return func(o *EnqueueOptions) { o.Queu
 func WithLimit(key string, n int) EnqueueOption {
 	return func(o *EnqueueOptions) { o.LimitKey, o.Limit = key, n }
 }
+
+// WithRate lets at most n jobs of key start per period across every worker
+// (see EnqueueOptions.Rate); key "" is the queue's own rate.
+func WithRate(key string, n int, per time.Duration) EnqueueOption {
+	return func(o *EnqueueOptions) { o.RateKey, o.Rate, o.RatePer = key, n, per }
+}
+
+// WithRateBurst sets how many jobs of the job's rate key may start at once
+// (EnqueueOptions.RateBurst).
+func WithRateBurst(n int) EnqueueOption {
+	return func(o *EnqueueOptions) { o.RateBurst = n }
+}
+
+// DefaultRateBurst is the burst of a rate of n jobs per period that
+// declares none: a tenth of a period's jobs, at least 1.
+func DefaultRateBurst(n int) int { return max(1, n/10) }
 
 // LimitStrategy is what becomes of a job that finds its limit key at its
 // limit (EnqueueOptions.LimitStrategy).
@@ -307,6 +337,7 @@ type batch struct {
 	settings map[jobSettings]int32
 	groups   map[groupRef]int32
 	limits   map[groupRef]int32
+	rates    map[groupRef]int32
 	last     jobSettings
 }
 
@@ -335,6 +366,7 @@ func newBatch(n int) *batch {
 		FailBlocksGroup: []bool{}, RunAt: []string{}, DelayUs: []int64{},
 		GroupQueues: []string{}, GroupKeys: []string{}, UniqueWindowsUs: []int64{}, UniqueStatuses: []string{},
 		LimitQueues: []string{}, LimitKeys: []string{}, LimitMax: []int32{}, LimitStrategies: []string{},
+		RateQueues: []string{}, RateKeys: []string{}, RateN: []int32{}, RatePeriodUs: []int64{}, RateBurst: []int32{},
 	}}
 }
 
@@ -376,6 +408,17 @@ func (b *batch) add(r *EnqueueRequest) {
 			l = b.limit(groupRef{r.Queue, r.LimitKey}, int32(r.Limit), r.LimitStrategy)
 		}
 		b.p.Limits = append(b.p.Limits, l)
+	}
+	if r.Rate > 0 && b.p.Rates == nil {
+		// The batch's first rate-limited job: the jobs before it have none.
+		b.p.Rates = make([]int32, len(b.p.Payloads), cap(b.p.Payloads))
+	}
+	if b.p.Rates != nil {
+		var l int32
+		if r.Rate > 0 {
+			l = b.rate(groupRef{r.Queue, r.RateKey}, r)
+		}
+		b.p.Rates = append(b.p.Rates, l)
 	}
 	if len(r.Metadata) > 0 && b.p.Metadata == nil {
 		// The batch's first job with metadata: the jobs before it have none.
@@ -450,6 +493,26 @@ func (b *batch) limit(ref groupRef, max int32, strategy LimitStrategy) int32 {
 	return l
 }
 
+// rate returns the position of the rate of key ref, listing it with r's
+// rate if it is new. Jobs of one key in one batch that declare different
+// rates list it with the first one's.
+func (b *batch) rate(ref groupRef, r *EnqueueRequest) int32 {
+	if l, ok := b.rates[ref]; ok {
+		return l
+	}
+	if b.rates == nil {
+		b.rates = make(map[groupRef]int32)
+	}
+	b.p.RateQueues = append(b.p.RateQueues, ref.queue)
+	b.p.RateKeys = append(b.p.RateKeys, ref.key)
+	b.p.RateN = append(b.p.RateN, int32(r.Rate))
+	b.p.RatePeriodUs = append(b.p.RatePeriodUs, r.RatePer.Microseconds())
+	b.p.RateBurst = append(b.p.RateBurst, int32(cmp.Or(r.RateBurst, DefaultRateBurst(r.Rate))))
+	l := int32(len(b.p.RateKeys))
+	b.rates[ref] = l
+	return l
+}
+
 // limitStrategies are the LimitStrategy values.
 var limitStrategies = []LimitStrategy{LimitQueue, LimitCancelNewest, LimitKeepOldest, LimitKeepNewest}
 
@@ -488,6 +551,9 @@ func (r *EnqueueRequest) check() error {
 		if err := checkName("limit key", r.LimitKey, MaxGroupKeyBytes); err != nil {
 			return err
 		}
+	}
+	if err := r.checkRate(); err != nil {
+		return err
 	}
 	if r.Aging == 0 {
 		r.Aging = DefaultPriorityAging
@@ -631,4 +697,26 @@ func agingMs(d time.Duration) int32 {
 		return 0
 	}
 	return int32(d / time.Millisecond)
+}
+
+// checkRate refuses a rate the database would refuse, or one that cannot
+// hold with the job's other settings.
+func (r *EnqueueRequest) checkRate() error {
+	switch {
+	case r.Rate < 0 || r.Rate > math.MaxInt32:
+		return fmt.Errorf("rate %d is out of range [1, %d] (0: none)", r.Rate, math.MaxInt32)
+	case r.Rate == 0 && (r.RateKey != "" || r.RatePer != 0 || r.RateBurst != 0):
+		return errors.New("rate key, period or burst without a rate")
+	case r.Rate == 0:
+		return nil
+	case r.RatePer < time.Millisecond:
+		return fmt.Errorf("rate period %s is below 1ms", r.RatePer)
+	case r.RateBurst < 0 || r.RateBurst > math.MaxInt32:
+		return fmt.Errorf("rate burst %d is out of range [1, %d] (0: the default)", r.RateBurst, math.MaxInt32)
+	case r.Group != "":
+		return errors.New("a grouped job cannot have a rate: its group runs one job at a time, in order")
+	case r.Limit > 0:
+		return errors.New("a job cannot have both a concurrency limit and a rate (see docs/rate-limits.md)")
+	}
+	return checkName("rate key", r.RateKey, MaxGroupKeyBytes)
 }

@@ -73,7 +73,8 @@ func (r *runner) loop() {
 			delay.reset()
 			continue
 		}
-		poll := time.NewTimer(jitter(r.w.cfg.PollInterval))
+		wait, woke := r.q.idleWait(jitter(r.w.cfg.PollInterval))
+		poll := time.NewTimer(wait)
 		busy := r.q.waitIdle()
 		select {
 		case <-ctx.Done():
@@ -81,6 +82,7 @@ func (r *runner) loop() {
 		case <-poll.C:
 		}
 		busy()
+		woke()
 		poll.Stop()
 	}
 }
@@ -240,6 +242,7 @@ func (r *runner) queueClaim(b *pgx.Batch, next *[]gen.ClaimJobsRow, token pgtype
 	from := r.q.cursor.get(max)
 	b.Queue(gen.ClaimJobs, r.q.name, max, r.w.id, from.priority, from.id, from.floorID, from.behindFirst, token,
 		r.w.claimKinds).Query(r.q.collectClaim(from, next))
+	r.q.queueRateWait(b)
 }
 
 // continuesGroups reports whether every job of a claimed batch is the next

@@ -178,7 +178,12 @@ func (l *leaser) loop() {
 		if claiming {
 			stopping = ctx.Done()
 		}
-		poll := time.NewTimer(jitter(l.w.cfg.PollInterval))
+		wait, woke := jitter(l.w.cfg.PollInterval), func() {}
+		if claiming && free > 0 {
+			// Or until its queue's next token is due.
+			wait, woke = l.q.idleWait(wait)
+		}
+		poll := time.NewTimer(wait)
 		// With room for a job, the leaser waits idle: only a wake-up
 		// would have it claim before a handler ends.
 		busy := func() {}
@@ -196,6 +201,7 @@ func (l *leaser) loop() {
 		case <-stopping:
 		}
 		busy()
+		woke()
 		poll.Stop()
 	}
 }
@@ -259,6 +265,7 @@ func (l *leaser) turn(outs []leaseOutcome, want int, token int64) ([]gen.ClaimJo
 		from := l.q.cursor.get(int32(want))
 		b.Queue(gen.ClaimLeasedJobs, l.q.name, int32(want), l.w.id, l.q.cfg.Lease.Milliseconds(), from.priority, from.id,
 			from.floorID, from.behindFirst, token, int32(maxLeaseRun), l.w.claimKinds).Query(l.q.collectClaim(from, &next))
+		l.q.queueRateWait(b)
 	}
 	b.Queue(gen.CommitJobTransaction)
 	bctx, cancel := bookCtx(l.ctx)

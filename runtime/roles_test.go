@@ -419,6 +419,12 @@ func TestWorkerRoleWorksJobsInBothModes(t *testing.T) {
 		for n := 1; n <= 5; n++ {
 			wants = append(wants, want{enqueue(t, producer, mode+"_seq", map[string]int{"N": n}, q, runtime.WithGroup("g")), runtime.StatusSucceeded})
 		}
+		// Rate-limited: claims take tokens; a retry waits for one again.
+		rate := runtime.WithRate("r", 50, time.Second)
+		wants = append(wants,
+			want{enqueue(t, producer, mode+"_ok", map[string]int{}, q, rate), runtime.StatusSucceeded},
+			want{enqueue(t, producer, mode+"_flaky", map[string]int{}, q, rate), runtime.StatusSucceeded},
+		)
 	}
 	for _, mode := range []string{"held", "lease"} {
 		b.waitQueueDone(t, mode, 15*time.Second)
@@ -688,6 +694,30 @@ func TestAdminRoleRunsOperationsOnly(t *testing.T) {
 	}
 	if n, err := runtime.SetLimit(ctx, admin, "ops-limited", "k", 0); err != nil || n != 1 {
 		t.Fatalf("an admin clearing a key's limit: %d, %v", n, err)
+	}
+	// Rate limits: set, read and cleared (pgtask rates); an operator's
+	// retry of a rate-limited job marks its key ready through a trigger
+	// that runs as the admin.
+	rated := enqueue(t, b.pool, "mail", map[string]int{}, runtime.WithQueue("ops-rated"), runtime.WithRate("k", 1, time.Hour))
+	if n, err := runtime.SetRate(ctx, admin, "ops-rated", "k", 10, time.Second, 2); err != nil || n != 1 {
+		t.Fatalf("an admin setting a key's rate: %d, %v", n, err)
+	}
+	if infos, err := runtime.Rates(ctx, admin, "ops-rated", 0); err != nil || len(infos) != 1 || infos[0].Rate != 10 || !infos[0].Overridden ||
+		infos[0].Waiting != 1 {
+		t.Fatalf("an admin listing rates: %+v, %v", infos, err)
+	}
+	ratedQueue := runtime.JobFilter{Queue: "ops-rated"}
+	if n, err := runtime.CancelJobs(ctx, admin, ratedQueue, nil); err != nil || n != 1 {
+		t.Fatalf("an admin cancelling a rate-limited job: %d, %v", n, err)
+	}
+	if n, err := runtime.RetryJobs(ctx, admin, ratedQueue, nil); err != nil || n != 1 {
+		t.Fatalf("an admin retrying a rate-limited job: %d, %v", n, err)
+	}
+	if j := b.job(t, rated); j.Status != testdb.PgtaskJobStatusQueued || j.IsHead {
+		t.Fatalf("the rate-limited job after an admin's retry: %s, head %v; want queued, waiting for a token", j.Status, j.IsHead)
+	}
+	if n, err := runtime.SetRate(ctx, admin, "ops-rated", "k", 0, 0, 0); err != nil || n != 1 {
+		t.Fatalf("an admin clearing a key's rate: %d, %v", n, err)
 	}
 
 	_, err = runtime.Enqueue(ctx, admin, runtime.EnqueueRequest{Kind: "mail", Payload: json.RawMessage(`{}`)})

@@ -377,6 +377,8 @@ type queue struct {
 	idle atomic.Int32
 	// idleChanged is the worker's: see Worker.idleChanged.
 	idleChanged chan struct{}
+	// rates is what the runners know of the queue's rate keys.
+	rates atomic.Pointer[rateClock]
 }
 
 func (q *queue) signal() {
@@ -558,6 +560,7 @@ func newWorker(cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("new worker: %w", err)
 		}
 		w.queues[name] = &queue{name: name, cfg: qc, wake: make(chan struct{}, 1), idleChanged: w.idleChanged}
+		w.queues[name].rates.Store(&rateClock{})
 	}
 	return w, nil
 }
@@ -764,6 +767,11 @@ func modeBy(name, from string) string {
 		return "kind " + kind + " runs the queue"
 	}
 	return "queue " + name + " runs"
+}
+
+// queueNames are the names of the worker's queues, sorted.
+func (w *Worker) queueNames() []string {
+	return slices.Sorted(maps.Keys(w.queues))
 }
 
 // queueModes names the queues with their modes, for the start log:

@@ -197,12 +197,19 @@ CREATE TABLE pgtask.jobs (
     -- jobs only and a key at its limit costs a claim nothing. See
     -- functions/limits.sql.
     limit_id          bigint,
+    -- The rate limit the job counts against (pgtask.rate_keys.id), NULL for
+    -- none. A rate-limited job is never a head (is_head false): it waits in
+    -- an index of its own (jobs_rate_waiting), and a claim takes it with a
+    -- token of its key. See functions/rates.sql.
+    rate_id           bigint,
     CONSTRAINT jobs_queue_not_empty CHECK (queue <> ''),
     CONSTRAINT jobs_kind_not_empty CHECK (kind <> ''),
     CONSTRAINT jobs_group_key_not_empty CHECK (group_key <> ''),
     CONSTRAINT jobs_group_complete CHECK ((group_key IS NULL) = (group_id IS NULL)),
     -- A group is its own limit (one job at a time); a grouped job has no other.
     CONSTRAINT jobs_limit_ungrouped CHECK (limit_id IS NULL OR group_key IS NULL),
+    -- A rate-limited job has no group and no concurrency limit.
+    CONSTRAINT jobs_rate_alone CHECK (rate_id IS NULL OR (group_key IS NULL AND limit_id IS NULL)),
     CONSTRAINT jobs_attempts_valid CHECK (attempts >= 0),
     CONSTRAINT jobs_max_attempts_valid CHECK (max_attempts >= 1),
     CONSTRAINT jobs_snoozes_valid CHECK (snoozes >= 0),
@@ -283,6 +290,11 @@ CREATE INDEX jobs_batch_failed ON pgtask.jobs (batch_id)
 -- are admitted (see functions/limits.sql).
 CREATE INDEX jobs_limit_waiting ON pgtask.jobs (limit_id, priority, id)
     WHERE limit_id IS NOT NULL AND status = 'queued' AND NOT is_head;
+
+-- The rate-limited jobs waiting for a token of their key, in the order
+-- claims take them (see functions/rates.sql).
+CREATE INDEX jobs_rate_waiting ON pgtask.jobs (rate_id, priority, id)
+    WHERE rate_id IS NOT NULL AND status = 'queued';
 
 -- The jobs a held-mode claim took in a run behind a limited key's admitted
 -- job (see pick_limited_runs in functions/work.sql), by key and claim: when
@@ -477,6 +489,91 @@ CREATE TRIGGER jobs_limit_release_deleted
     FOR EACH ROW
     WHEN (OLD.limit_id IS NOT NULL AND OLD.is_head AND OLD.status IN ('queued', 'started'))
     EXECUTE FUNCTION pgtask.limit_release();
+
+-- Rate limits (see functions/rates.sql): one row per key that has had a
+-- rate-limited job, a token bucket: rate tokens per period_us, at most
+-- burst of them kept, tokens as of refilled_at (refilled lazily by the
+-- claims that take them). ready_at is when the key's next token is due
+-- while it has jobs waiting, NULL while it has none: claims find the keys
+-- they may take from in rate_keys_ready, and workers sleep until the first
+-- ready_at of their queues.
+CREATE TABLE pgtask.rate_keys (
+    id                 bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+    queue              text COLLATE "C" NOT NULL,
+    -- '' for the queue's own rate.
+    rate_key           text COLLATE "C" NOT NULL,
+    -- The rate the tasks declared (the latest enqueue's that held the row),
+    -- and the one in force: an operator's override (rate_overrides), else
+    -- the declared one.
+    declared_rate      integer NOT NULL,
+    declared_period_us bigint NOT NULL,
+    declared_burst     integer NOT NULL,
+    rate               integer NOT NULL,
+    period_us          bigint NOT NULL,
+    burst              integer NOT NULL,
+    tokens             double precision NOT NULL,
+    refilled_at        timestamptz NOT NULL,
+    ready_at           timestamptz,
+    -- The (priority, id) of the last job a claim took, NULL for none: no
+    -- job of the key waits before it, or the key's next claim looks from
+    -- its start (see pick_rated).
+    frontier_priority  smallint,
+    frontier_id        bigint,
+    PRIMARY KEY (queue, rate_key),
+    CONSTRAINT rate_keys_declared_valid CHECK (declared_rate >= 1 AND declared_period_us >= 1000 AND declared_burst >= 1),
+    CONSTRAINT rate_keys_valid CHECK (rate >= 1 AND period_us >= 1000 AND burst >= 1),
+    CONSTRAINT rate_keys_tokens_valid CHECK (tokens >= 0 AND tokens <= burst),
+    CONSTRAINT rate_keys_queue_bounded CHECK (octet_length(queue) <= 128),
+    CONSTRAINT rate_keys_key_bounded CHECK (octet_length(rate_key) <= 1024)
+);
+CREATE INDEX rate_keys_ready ON pgtask.rate_keys (queue, ready_at)
+    WHERE ready_at IS NOT NULL;
+
+-- Rates an operator set for a key of a queue, which win over the declared
+-- ones.
+CREATE TABLE pgtask.rate_overrides (
+    queue     text COLLATE "C" NOT NULL,
+    rate_key  text COLLATE "C" NOT NULL,
+    rate      integer NOT NULL,
+    period_us bigint NOT NULL,
+    burst     integer NOT NULL,
+    set_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue, rate_key),
+    CONSTRAINT rate_overrides_valid CHECK (rate >= 1 AND period_us >= 1000 AND burst >= 1)
+);
+
+-- Keys to look at again, left by whoever made a job of the key wait while
+-- another held the key's row: every worker's maintenance round marks such
+-- a key ready (ready_at) if jobs wait on it.
+CREATE TABLE pgtask.rate_checks (
+    id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key_id bigint NOT NULL
+);
+CREATE INDEX rate_checks_key ON pgtask.rate_checks (key_id);
+
+-- The triggers that keep rate-limited jobs out of the claim index and
+-- their keys ready whatever changes a job (see functions/rates.sql, which
+-- replaces these placeholders): one that would become a head does not,
+-- and one that comes to wait (a retry, a promotion, a hand-back, a rescue)
+-- marks its key ready. Their WHEN clauses keep every other job's updates
+-- free of them.
+CREATE FUNCTION pgtask.rate_unhead() RETURNS trigger
+LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END; $$;
+
+CREATE FUNCTION pgtask.rate_waits() RETURNS trigger
+LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END; $$;
+
+CREATE TRIGGER jobs_rate_unhead
+    BEFORE UPDATE ON pgtask.jobs
+    FOR EACH ROW
+    WHEN (NEW.rate_id IS NOT NULL AND NEW.is_head)
+    EXECUTE FUNCTION pgtask.rate_unhead();
+
+CREATE TRIGGER jobs_rate_waits
+    AFTER UPDATE ON pgtask.jobs
+    FOR EACH ROW
+    WHEN (NEW.rate_id IS NOT NULL AND NEW.status = 'queued' AND OLD.status <> 'queued')
+    EXECUTE FUNCTION pgtask.rate_waits();
 
 -- Cluster-wide duties and operations: a leader among the workers, paused
 -- queues, periodic jobs' ticks, cancel requests, and the kinds each worker

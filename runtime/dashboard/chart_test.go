@@ -70,10 +70,10 @@ func TestQueuesChart(t *testing.T) {
 	if caption != "reports: 0 succeeded, 0 failed" || len(bars) != 0 {
 		t.Errorf("reports' chart, whose one failure was 90 minutes ago: %q, bars %q", caption, bars)
 	}
-	if r := row(body, "emails"); r[9] != "0" || r[10] != "1" || r[11] != "2" {
+	if r := row(body, "emails"); r[10] != "0" || r[11] != "1" || r[12] != "2" {
 		t.Errorf("emails row %q: want 0 in the last minute, 1 succeeded and 2 failed in the hour", r)
 	}
-	if r := row(body, "reports"); r[11] != "0" {
+	if r := row(body, "reports"); r[12] != "0" {
 		t.Errorf("reports row %q: want no failure in the hour", r)
 	}
 

@@ -24,21 +24,21 @@ func TestQueuesPage(t *testing.T) {
 	s := seed(t)
 	c := newDashboard(t, s, dashboard.Options{})
 	body := c.get("/")
-	head := []string{"Queue", "State", "Scheduled", "Runnable", "In groups", "On a limit", "Running", "Oldest wait", "Blocked groups",
+	head := []string{"Queue", "State", "Scheduled", "Runnable", "In groups", "On a limit", "On a rate", "Running", "Oldest wait", "Blocked groups",
 		"Finished", "Succeeded", "Failed", "Cancelled", ""}
 	if got := rows(body)[1]; !slices.Equal(got, head) {
 		t.Errorf("header %q, want %q", got, head)
 	}
-	emails := []string{"emails", "running", "1", "0", "0", "0", "0", "–", "0", "3", "1", "2", "0", "Pause"}
+	emails := []string{"emails", "running", "1", "0", "0", "0", "0", "0", "–", "0", "3", "1", "2", "0", "Pause"}
 	if got := row(body, "emails"); !slices.Equal(got, emails) {
 		t.Errorf("emails row %q, want %q", got, emails)
 	}
 	reports := row(body, "reports")
-	want := []string{"reports", "running", "0", "1", "1", "0", "0", "?", "1", "1", "0", "1", "0", "Pause"}
-	if len(reports) != len(want) || reports[7] == "–" {
+	want := []string{"reports", "running", "0", "1", "1", "0", "0", "0", "?", "1", "1", "0", "1", "0", "Pause"}
+	if len(reports) != len(want) || reports[8] == "–" {
 		t.Fatalf("reports row %q, want %q with an oldest wait", reports, want)
 	}
-	reports[7] = "?"
+	reports[8] = "?"
 	if !slices.Equal(reports, want) {
 		t.Errorf("reports row %q, want %q", reports, want)
 	}

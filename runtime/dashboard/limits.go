@@ -26,13 +26,17 @@ type limitsPage struct {
 	Overrides []runtime.LimitOverride
 	// Next is the next page's link; "" at the end.
 	Next string
+	// Rates are the rate keys (see docs/rate-limits.md), the first page's
+	// worth; RatesMore says there are more.
+	Rates     []runtime.RateInfo
+	RatesMore bool
 }
 
 // limitsPage lists the limit keys a page at a time, along the keys' primary
 // key, and the operators' limits, with the forms that set and clear them.
 func (h *handler) limitsPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	data := limitsPage{page: h.page(r, "limits", "Concurrency limits"), Queue: q.Get("queue")}
+	data := limitsPage{page: h.page(r, "limits", "Concurrency and rate limits"), Queue: q.Get("queue")}
 	rows, err := h.q.DashboardLimits(r.Context(), gen.DashboardLimitsParams{
 		Probe: int32(h.bound.count) + 1, Queue: opt(data.Queue),
 		AfterQueue: q.Get("after_queue"), AfterKey: q.Get("after_key"), Max: int32(h.bound.page) + 1})
@@ -57,6 +61,14 @@ func (h *handler) limitsPage(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.fail(w, r, err)
 		return
+	}
+	data.Rates, err = runtime.Rates(r.Context(), h.db, data.Queue, h.bound.page+1)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if len(data.Rates) > h.bound.page {
+		data.Rates, data.RatesMore = data.Rates[:h.bound.page], true
 	}
 	h.render(w, r, http.StatusOK, "limits", data)
 }

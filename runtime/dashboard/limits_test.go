@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/dashboard"
@@ -213,5 +214,31 @@ func TestLimitActions(t *testing.T) {
 	}
 	if resp, _ := c.getStatus("/limits/set"); resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET of an action: %s, want 405", resp.Status)
+	}
+}
+
+// The limits page lists each rate key with its rate, tokens and waiting
+// jobs; the queues page counts the jobs waiting on a rate apart.
+func TestRatesOnTheLimitsPage(t *testing.T) {
+	t.Parallel()
+	s := seed(t)
+	var reqs []runtime.EnqueueRequest
+	for range 3 {
+		r := runtime.EnqueueRequest{Kind: "call_partner", Payload: []byte(`{}`)}
+		r.Apply(runtime.WithQueue("calls"), runtime.WithRate("acme", 2, time.Minute), runtime.WithRateBurst(1))
+		reqs = append(reqs, r)
+	}
+	if _, err := runtime.EnqueueMany(context.Background(), s.pool, reqs); err != nil {
+		t.Fatal(err)
+	}
+	c := newDashboard(t, s, dashboard.Options{})
+	body := c.get("/limits")
+	r := row(body, "calls")
+	if len(r) != 8 || r[1] != "acme" || r[2] != "2/1m 0s" || r[3] != "1" || r[4] != "no" || r[5] != "1.0" || r[6] != "3" || r[7] == "–" {
+		t.Errorf("rate key row %q:\n%s", r, text(body))
+	}
+	// queue, state, scheduled, runnable, in groups, on a limit, on a rate
+	if q := row(c.get("/"), "calls"); len(q) < 7 || q[3] != "0" || q[6] != "3" {
+		t.Errorf("calls row on the queues page %q: want 3 on a rate, none runnable", q)
 	}
 }

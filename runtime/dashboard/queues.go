@@ -19,10 +19,10 @@ type queueLine struct {
 	// Now: jobs waiting for their time, runnable now (their group's head,
 	// ungrouped, or admitted by their concurrency limit), waiting behind
 	// their group's head, waiting for a slot of their concurrency limit,
-	// running; groups a failure blocks; how long the longest-waiting of the
+	// waiting for a token of their rate limit, running; groups a failure blocks; how long the longest-waiting of the
 	// next 100 in line has waited.
-	Scheduled, Runnable, Waiting, OnLimit, Running, Blocked count
-	OldestWait                                              time.Duration
+	Scheduled, Runnable, Waiting, OnLimit, OnRate, Running, Blocked count
+	OldestWait                                                      time.Duration
 	// The last hour: jobs that finished, by status.
 	Succeeded, Failed, Cancelled count
 	// LastMinute is how many jobs finished in the last minute.
@@ -105,6 +105,7 @@ func (h *handler) loadQueues(ctx context.Context) ([]*queueLine, []string, error
 		l.Runnable, l.Blocked = bounded(row.Runnable, h.bound.count), bounded(row.BlockedGroups, h.bound.count)
 		l.Waiting = count{N: row.Waiting, More: row.GroupJobsWalked > h.bound.count}
 		l.OnLimit = bounded(row.OnLimit, h.bound.count)
+		l.OnRate = bounded(row.OnRate, h.bound.count)
 		l.OldestWait = time.Duration(row.OldestWaitSeconds * float64(time.Second))
 	}
 	notes := addWaiting(line, sorted, waiting, h.bound.count)

@@ -28,7 +28,7 @@
 //
 // and ObserveQueues' gauges, with the queue only: pgtask.queue.depth (also
 // by pgtask.job.status), pgtask.queue.waiting (the queued jobs, also by
-// pgtask.job.waiting_for: a worker, their group, or a concurrency limit)
+// pgtask.job.waiting_for: a worker, their group, a concurrency limit or a rate limit)
 // and pgtask.queue.oldest_age.
 //
 // Spans: "enqueue KIND" (producer) when a job is enqueued and "process

@@ -30,7 +30,8 @@ const (
 	// scheduled, queued or started.
 	AttrStatus = attribute.Key("pgtask.job.status")
 	// AttrWaitingFor is what the queued jobs pgtask.queue.waiting counts
-	// wait for: WaitingForWorker, WaitingForGroup or WaitingForLimit.
+	// wait for: WaitingForWorker, WaitingForGroup, WaitingForLimit or
+	// WaitingForRate.
 	AttrWaitingFor = attribute.Key("pgtask.job.waiting_for")
 	// AttrOperationType and AttrOperationName are the semantic
 	// conventions' messaging.operation.type (create, process) and
@@ -71,6 +72,9 @@ const (
 	// WaitingForLimit: jobs waiting for a free slot of their concurrency
 	// limit (runtime.EnqueueOptions.Limit).
 	WaitingForLimit = "limit"
+	// WaitingForRate: jobs waiting for a token of their rate limit
+	// (runtime.EnqueueOptions.Rate).
+	WaitingForRate = "rate"
 )
 
 // outcome is how an attempt ended, as an index into outcomeNames.

@@ -24,7 +24,7 @@ const queryTimeout = 5 * time.Second
 // queue it has seen, and waitingFor what pgtask.queue.waiting reports.
 var (
 	depthStatuses = []string{string(runtime.StatusScheduled), string(runtime.StatusQueued), string(runtime.StatusStarted)}
-	waitingFor    = []string{WaitingForWorker, WaitingForGroup, WaitingForLimit}
+	waitingFor    = []string{WaitingForWorker, WaitingForGroup, WaitingForLimit, WaitingForRate}
 )
 
 // ObserveQueues registers three gauges read from db each time metrics are
@@ -32,12 +32,14 @@ var (
 //
 //   - pgtask.queue.depth: the queue's unfinished jobs, by pgtask.job.status:
 //     scheduled (waiting for their time or their retry), queued (runnable,
-//     waiting behind their group's head, or waiting on a concurrency limit)
+//     waiting behind their group's head, or waiting on a concurrency or
+//     rate limit)
 //     and started (running);
 //   - pgtask.queue.waiting: the queue's queued jobs by what they wait for,
 //     pgtask.job.waiting_for: a worker (WaitingForWorker: runnable), their
-//     group's head (WaitingForGroup) or a slot of their concurrency limit
-//     (WaitingForLimit); they add up to the queued depth;
+//     group's head (WaitingForGroup), a slot of their concurrency limit
+//     (WaitingForLimit) or a token of their rate limit (WaitingForRate);
+//     they add up to the queued depth;
 //   - pgtask.queue.oldest_age: how long the queue's oldest runnable job has
 //     waited to start, in seconds (0 with none), as `pgtask stats` shows.
 //

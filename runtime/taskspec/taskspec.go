@@ -33,6 +33,12 @@ type Spec[T any] struct {
 	// or there is none.
 	LimitField string
 	LimitKey   func(T) string
+	// RateField names the field tagged task:"rate" (for messages);
+	// RateKey reads it: the key the declared rate (Defaults.Rate) counts
+	// starts by. Both are empty when the rate is the kind's own
+	// (Defaults.RateKey), or there is none.
+	RateField string
+	RateKey   func(T) string
 	// UniqueByPayload makes each job unique by its whole payload: its
 	// unique key is a digest of the payload's JSON (see
 	// runtime.EnqueueOptions.UniqueKey), unless the caller gives one.
@@ -67,12 +73,15 @@ func (s *Spec[T]) request(t T, opts []runtime.EnqueueOption) (runtime.EnqueueReq
 			return runtime.EnqueueRequest{}, err
 		}
 	}
-	var groupErr, limitErr error
+	var groupErr, limitErr, rateErr error
 	if s.GroupKey != nil {
 		req.Group, groupErr = s.key(t, "group", s.GroupField, s.GroupKey)
 	}
 	if s.LimitKey != nil {
 		req.LimitKey, limitErr = s.key(t, "limit", s.LimitField, s.LimitKey)
+	}
+	if s.RateKey != nil {
+		req.RateKey, rateErr = s.key(t, "rate", s.RateField, s.RateKey)
 	}
 	req.Apply(opts...)
 	switch {
@@ -91,6 +100,14 @@ func (s *Spec[T]) request(t T, opts []runtime.EnqueueOption) (runtime.EnqueueReq
 		}
 		return runtime.EnqueueRequest{}, fmt.Errorf("%s: limit key %s is empty", s.Kind, s.LimitField)
 	}
+	// Likewise an empty rate key, unless WithRate says which rate it is
+	// under.
+	if s.RateKey != nil && req.Rate > 0 && req.RateKey == "" && !setsRate(opts) {
+		if rateErr != nil {
+			return runtime.EnqueueRequest{}, rateErr
+		}
+		return runtime.EnqueueRequest{}, fmt.Errorf("%s: rate key %s is empty", s.Kind, s.RateField)
+	}
 	return req, nil
 }
 
@@ -100,6 +117,13 @@ func setsLimit(opts []runtime.EnqueueOption) bool {
 	probe := runtime.EnqueueRequest{EnqueueOptions: runtime.EnqueueOptions{Limit: -1}}
 	probe.Apply(opts...)
 	return probe.Limit != -1
+}
+
+// setsRate reports whether opts set the job's rate (WithRate).
+func setsRate(opts []runtime.EnqueueOption) bool {
+	probe := runtime.EnqueueRequest{EnqueueOptions: runtime.EnqueueOptions{Rate: -1}}
+	probe.Apply(opts...)
+	return probe.Rate != -1
 }
 
 // uniqueKey makes t's unique key from its unique fields: "fields:" and
@@ -118,7 +142,7 @@ func (s *Spec[T]) uniqueKey(t T) (string, error) {
 	return "fields-sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
-// key reads t's group or limit key (role) from its field with read. A
+// key reads t's group, limit or rate key (role) from its field with read. A
 // String method that panics (on a value it does not expect) makes an error,
 // not a crash of the caller.
 func (s *Spec[T]) key(t T, role, field string, read func(T) string) (key string, err error) {

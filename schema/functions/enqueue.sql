@@ -1,4 +1,4 @@
--- revision: 10
+-- revision: 12
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -121,6 +121,17 @@ $$;
 -- concurrent enqueue of it then sees this one's jobs. Jobs cancelled so
 -- have an error entry that says why; their waiters (WaitJobs) learn it.
 --
+-- Rate limits (see functions/rates.sql): the batch's rate keys are listed
+-- once each (p_rate_queues, p_rate_keys, with the rate the tasks declare:
+-- p_rate_n jobs per p_rate_period_us, bursts of p_rate_burst), and every
+-- job gives the 1-based position of its key (p_rates, 0 for none; NULL for
+-- a batch without any). A rate-limited job is never grouped nor limited,
+-- and its queue is its key's. It takes no token here: it waits, and a
+-- claim takes a token when it starts it. Each key's row is created (with a
+-- full bucket), or locked with SKIP LOCKED, and marked ready for the jobs
+-- due now; when someone else holds it, the key is left to maintenance
+-- (pgtask.rate_checks) once this commits.
+--
 -- A job over the size limits (a payload over 8 MiB, metadata over 16 KiB)
 -- fails the batch with SQLSTATE 54000 (program_limit_exceeded), metadata
 -- that is not an object of strings with 22023 (invalid_parameter_value);
@@ -142,7 +153,9 @@ CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs(
     p_unique_keys text[], p_unique_windows_us bigint[], p_unique_statuses text[],
     p_metadata jsonb[],
     p_limits integer[], p_limit_queues text[], p_limit_keys text[], p_limit_max integer[],
-    p_limit_strategies text[]
+    p_limit_strategies text[],
+    p_rates integer[], p_rate_queues text[], p_rate_keys text[], p_rate_n integer[], p_rate_period_us bigint[],
+    p_rate_burst integer[]
 ) RETURNS TABLE (job_ids bigint[], job_existed boolean[])
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -201,6 +214,14 @@ DECLARE
     had_waiting boolean[];
     dropped boolean[];
     debounced bigint[];
+    -- Rate limits: the keys' row ids, whether this call locked each.
+    nr integer := coalesce(cardinality(p_rate_keys), 0);
+    rids bigint[];
+    rlocked boolean[];
+    rk record;
+    rrow pgtask.rate_keys;
+    rf record;
+    now_ts timestamptz;
 BEGIN
     IF n = 0 THEN
         RETURN QUERY SELECT '{}'::bigint[], '{}'::boolean[];
@@ -254,6 +275,30 @@ BEGIN
         END IF;
     ELSIF nl > 0 THEN
         RAISE EXCEPTION 'pgtask.enqueue_jobs: limits listed without jobs naming them';
+    END IF;
+    IF p_rates IS NOT NULL THEN
+        IF cardinality(p_rates) <> n OR coalesce(cardinality(p_rate_queues), 0) <> nr
+           OR coalesce(cardinality(p_rate_n), 0) <> nr OR coalesce(cardinality(p_rate_period_us), 0) <> nr
+           OR coalesce(cardinality(p_rate_burst), 0) <> nr
+           OR NOT (pgtask.is_list(p_rate_queues) AND pgtask.is_list(p_rate_keys) AND pgtask.is_list(p_rate_n)
+                   AND pgtask.is_list(p_rate_period_us) AND pgtask.is_list(p_rate_burst)) THEN
+            RAISE EXCEPTION 'pgtask.enqueue_jobs: the rate arrays differ in length';
+        END IF;
+        SELECT count(*) FILTER (WHERE u.r IS NULL OR u.r < 0 OR u.r > nr
+                                   OR (u.r > 0 AND (u.g > 0 OR coalesce(u.l, 0) > 0
+                                                    OR p_queues[u.o] IS DISTINCT FROM p_rate_queues[u.r]
+                                                    OR p_rate_keys[u.r] IS NULL
+                                                    OR p_rate_n[u.r] IS NULL OR p_rate_n[u.r] < 1
+                                                    OR p_rate_period_us[u.r] IS NULL OR p_rate_period_us[u.r] < 1000
+                                                    OR p_rate_burst[u.r] IS NULL OR p_rate_burst[u.r] < 1)))
+          INTO bad
+          FROM (SELECT unnest(p_rates) AS r, unnest(p_groups) AS g, unnest(p_settings) AS o, unnest(p_limits) AS l) u;
+        IF bad > 0 THEN
+            RAISE EXCEPTION 'pgtask.enqueue_jobs: % job(s) name no listed rate of their queue, are grouped or limited and rate-limited, or have a rate below 1 per 1ms or a burst below 1', bad
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    ELSIF nr > 0 THEN
+        RAISE EXCEPTION 'pgtask.enqueue_jobs: rates listed without jobs naming them';
     END IF;
     IF p_limit_strategies IS NOT NULL THEN
         IF cardinality(p_limit_strategies) <> nl OR NOT pgtask.is_list(p_limit_strategies) THEN
@@ -366,7 +411,10 @@ BEGIN
                     ARRAY(SELECT u.m FROM unnest(p_metadata, keep) WITH ORDINALITY AS u(m, kp, i) WHERE u.kp ORDER BY u.i),
                     CASE WHEN p_limits IS NOT NULL THEN
                         ARRAY(SELECT u.l FROM unnest(p_limits, keep) WITH ORDINALITY AS u(l, kp, i) WHERE u.kp ORDER BY u.i) END,
-                    p_limit_queues, p_limit_keys, p_limit_max, p_limit_strategies) e;
+                    p_limit_queues, p_limit_keys, p_limit_max, p_limit_strategies,
+                    CASE WHEN p_rates IS NOT NULL THEN
+                        ARRAY(SELECT u.r FROM unnest(p_rates, keep) WITH ORDINALITY AS u(r, kp, i) WHERE u.kp ORDER BY u.i) END,
+                    p_rate_queues, p_rate_keys, p_rate_n, p_rate_period_us, p_rate_burst) e;
             END IF;
             RETURN QUERY
                 SELECT array_agg(coalesce(r.h, inserted[r.pos]) ORDER BY r.i), array_agg(NOT keep[r.i] ORDER BY r.i)
@@ -559,16 +607,65 @@ BEGIN
          WHERE u.l > 0 AND NOT llocked[u.l] AND starts[u.o] <= now();
     END IF;
 
+    IF nr > 0 THEN
+        rids := array_fill(NULL::bigint, ARRAY[nr]);
+        rlocked := array_fill(false, ARRAY[nr]);
+        FOR rk IN
+            SELECT w.q, w.k, w.n, w.p, w.b, w.ord
+              FROM unnest(p_rate_queues, p_rate_keys, p_rate_n, p_rate_period_us, p_rate_burst) WITH ORDINALITY AS w(q, k, n, p, b, ord)
+             ORDER BY w.q COLLATE "C", w.k COLLATE "C"
+        LOOP
+            LOOP
+                SELECT * INTO rrow FROM pgtask.rate_keys
+                 WHERE queue = rk.q AND rate_key = rk.k
+                   FOR NO KEY UPDATE SKIP LOCKED;
+                IF FOUND THEN
+                    rlocked[rk.ord] := true;
+                    EXIT;
+                END IF;
+                -- Locked by someone else, or missing. A key's row, once
+                -- there, stays: its id needs no lock.
+                SELECT * INTO rrow FROM pgtask.rate_keys WHERE queue = rk.q AND rate_key = rk.k;
+                EXIT WHEN FOUND;
+                rf := pgtask.rate_in_force(rk.q, rk.k, rk.n, rk.p, rk.b);
+                INSERT INTO pgtask.rate_keys (queue, rate_key, declared_rate, declared_period_us, declared_burst,
+                                              rate, period_us, burst, tokens, refilled_at)
+                VALUES (rk.q, rk.k, rk.n, rk.p, rk.b, rf.rate, rf.period_us, rf.burst, rf.burst, clock_timestamp())
+                ON CONFLICT (queue, rate_key) DO NOTHING
+                RETURNING * INTO rrow;
+                IF FOUND THEN
+                    rlocked[rk.ord] := true;
+                    EXIT;
+                END IF;
+            END LOOP;
+            rids[rk.ord] := rrow.id;
+            IF rlocked[rk.ord] AND (rrow.declared_rate, rrow.declared_period_us, rrow.declared_burst) <> (rk.n, rk.p, rk.b) THEN
+                -- The tasks declare another rate now: it applies from here
+                -- on, to the tokens the key has now.
+                now_ts := clock_timestamp();
+                rf := pgtask.rate_in_force(rk.q, rk.k, rk.n, rk.p, rk.b);
+                UPDATE pgtask.rate_keys
+                   SET declared_rate = rk.n, declared_period_us = rk.p, declared_burst = rk.b,
+                       rate = rf.rate, period_us = rf.period_us, burst = rf.burst,
+                       tokens = least(pgtask.rate_tokens(rrow, now_ts), rf.burst), refilled_at = now_ts,
+                       ready_at = CASE WHEN ready_at IS NOT NULL THEN now_ts END
+                 WHERE id = rrow.id;
+            END IF;
+        END LOOP;
+    END IF;
+
     -- A grouped job is its group's head only if this call created the group
     -- with it; the probe runs only then. (A subscript of 0 is NULL.) A
-    -- limited job is admitted (is_head) if it took a slot above.
+    -- limited job is admitted (is_head) if it took a slot above; a rate-
+    -- limited one is never a head.
     INSERT INTO pgtask.jobs (
         id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload,
         max_attempts, fail_blocks_group, run_after, unique_key, unique_statuses, unique_until, metadata, limit_id,
-        finished_at, errors
+        rate_id, finished_at, errors
     )
     SELECT t.id, t.q, p_kinds[t.o], p_group_keys[t.g], gids[t.g],
-           CASE WHEN t.l > 0 THEN admit[t.i] ELSE t.g = 0 OR (created AND t.id = ANY (made_heads)) END,
+           CASE WHEN t.l > 0 THEN admit[t.i] WHEN t.r > 0 THEN false
+                ELSE t.g = 0 OR (created AND t.id = ANY (made_heads)) END,
            CASE WHEN dropped[t.i] THEN 'cancelled'::pgtask.job_status
                 WHEN t.run_after > now() THEN 'scheduled'::pgtask.job_status
                 ELSE 'queued'::pgtask.job_status END,
@@ -580,17 +677,50 @@ BEGIN
            CASE WHEN keys[t.i] IS NOT NULL AND p_unique_windows_us[t.o] > 0
                 THEN to_timestamp((floor(extract(epoch FROM now()) * 1e6 / p_unique_windows_us[t.o]) + 1)
                                   * p_unique_windows_us[t.o] / 1e6) END,
-           t.meta, lids[t.l],
+           t.meta, lids[t.l], rids[t.r],
            CASE WHEN dropped[t.i] THEN now() END,
            CASE WHEN dropped[t.i]
                 THEN jsonb_build_array(jsonb_build_object('attempt', 0, 'at', now(), 'error',
                          format('cancelled at enqueue: its limit key was at its limit (%s)', strat[t.l])))
                 ELSE '[]'::jsonb END
-      FROM (SELECT u.id, u.i, u.o, u.g, coalesce(u.l, 0) AS l, u.payload, u.meta, p_queues[u.o] AS q, starts[u.o] AS run_after
+      FROM (SELECT u.id, u.i, u.o, u.g, coalesce(u.l, 0) AS l, coalesce(u.r, 0) AS r, u.payload, u.meta,
+                   p_queues[u.o] AS q, starts[u.o] AS run_after
               -- unnest in the select list zips the arrays without
               -- materialising them as a table function would.
               FROM (SELECT unnest(ids) AS id, generate_series(1, n) AS i, unnest(p_settings) AS o, unnest(p_groups) AS g,
-                           unnest(p_payloads) AS payload, unnest(p_metadata) AS meta, unnest(p_limits) AS l) u) t;
+                           unnest(p_payloads) AS payload, unnest(p_metadata) AS meta, unnest(p_limits) AS l,
+                           unnest(p_rates) AS r) u) t;
+
+    IF nr > 0 THEN
+        -- The keys of jobs due now are ready: at once (this call holds the
+        -- row until it commits), or by maintenance's next round.
+        now_ts := clock_timestamp();
+        FOR rk IN
+            SELECT DISTINCT u.r FROM unnest(p_rates, p_settings) AS u(r, o)
+             WHERE u.r > 0 AND starts[u.o] <= now() ORDER BY u.r
+        LOOP
+            IF rlocked[rk.r] THEN
+                -- A job before the key's frontier moves it back (see
+                -- pick_rated): its ids were taken before this call held
+                -- the row.
+                UPDATE pgtask.rate_keys k
+                   SET frontier_priority = NULL, frontier_id = NULL
+                 WHERE k.id = rids[rk.r] AND k.frontier_id IS NOT NULL
+                   AND EXISTS (SELECT 1 FROM unnest(p_rates, p_settings, ids) AS u(r, o, id)
+                                WHERE u.r = rk.r AND starts[u.o] <= now()
+                                  AND (p_priorities[u.o], u.id) <= (k.frontier_priority, k.frontier_id));
+                UPDATE pgtask.rate_keys k
+                   SET ready_at = pgtask.rate_token_at(pgtask.rate_tokens(k, now_ts), now_ts, k.rate, k.period_us)
+                 WHERE k.id = rids[rk.r] AND k.ready_at IS NULL
+                RETURNING k.queue INTO woken_queue;
+                IF FOUND THEN
+                    PERFORM pg_notify('pgtask', woken_queue);
+                END IF;
+            ELSE
+                INSERT INTO pgtask.rate_checks (key_id) VALUES (rids[rk.r]);
+            END IF;
+        END LOOP;
+    END IF;
 
     -- Wake workers of queues that got a runnable head: an ungrouped job, or
     -- a new group's first job, due now, when a runner may be idle (see
@@ -607,8 +737,8 @@ BEGIN
     FOR woken IN
         SELECT min(u.id)::text || ':' || p_queues[u.o]
           FROM (SELECT unnest(ids) AS id, unnest(p_settings) AS o, unnest(p_groups) AS g,
-                       unnest(p_limits) AS l, unnest(admit) AS a) u
-         WHERE CASE WHEN u.l > 0 THEN u.a ELSE u.g = 0 OR created END AND starts[u.o] <= now()
+                       unnest(p_limits) AS l, unnest(admit) AS a, unnest(p_rates) AS r) u
+         WHERE CASE WHEN u.l > 0 THEN u.a WHEN u.r > 0 THEN false ELSE u.g = 0 OR created END AND starts[u.o] <= now()
          GROUP BY p_queues[u.o]
     LOOP
         woken_queue := substr(woken, length(split_part(woken, ':', 1)) + 2);

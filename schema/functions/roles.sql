@@ -1,4 +1,4 @@
--- revision: 15
+-- revision: 16
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -93,6 +93,19 @@ LANGUAGE sql IMMUTABLE AS $$
     ('admin', 'table', 'limit_overrides', 'SELECT, INSERT, UPDATE, DELETE'),
     ('none', 'sequence', 'limit_keys_id_seq', ''),
     ('none', 'sequence', 'limit_checks_id_seq', ''),
+    -- Rate limits (rates.sql): enqueues create and mark keys inside
+    -- enqueue_jobs; claims take tokens; a job that comes to wait marks its
+    -- key ready through a trigger, which runs as whoever changes the job (a
+    -- worker, or an operator's retry); maintenance applies the checks left;
+    -- an operator sets rates.
+    ('worker', 'table', 'rate_keys', 'SELECT, UPDATE'),
+    ('admin', 'table', 'rate_keys', 'SELECT, UPDATE'),
+    ('worker', 'table', 'rate_checks', 'SELECT, INSERT, DELETE'),
+    ('admin', 'table', 'rate_checks', 'INSERT'),
+    ('worker', 'table', 'rate_overrides', 'SELECT'),
+    ('admin', 'table', 'rate_overrides', 'SELECT, INSERT, UPDATE, DELETE'),
+    ('none', 'sequence', 'rate_keys_id_seq', ''),
+    ('none', 'sequence', 'rate_checks_id_seq', ''),
     ('worker', 'table', 'migrations', 'SELECT'),
     ('worker', 'table', 'function_files', 'SELECT'),
     ('none', 'table', 'granted_roles', ''),
@@ -181,6 +194,24 @@ LANGUAGE sql IMMUTABLE AS $$
     ('admin', 'function', 'announce_admitted_ids', 'EXECUTE'),
     ('admin', 'function', 'limit_in_force', 'EXECUTE'),
     ('admin', 'function', 'set_limit', 'EXECUTE'),
+    ('none', 'function', 'rate_unhead', ''),
+    ('none', 'function', 'rate_waits', ''),
+    ('worker', 'function', 'start_held', 'EXECUTE'),
+    ('worker', 'function', 'leave_promoted', 'EXECUTE'),
+    ('worker', 'function', 'pick_rated', 'EXECUTE'),
+    ('worker', 'function', 'rate_wait_us', 'EXECUTE'),
+    ('worker', 'function', 'rated_queues', 'EXECUTE'),
+    ('worker', 'function', 'check_rates', 'EXECUTE'),
+    ('worker', 'function', 'rate_arm', 'EXECUTE'),
+    ('worker', 'function', 'rate_tokens', 'EXECUTE'),
+    ('worker', 'function', 'rate_token_at', 'EXECUTE'),
+    ('worker', 'function', 'rate_in_force', 'EXECUTE'),
+    ('admin', 'function', 'rate_arm', 'EXECUTE'),
+    ('admin', 'function', 'rate_tokens', 'EXECUTE'),
+    ('admin', 'function', 'rate_token_at', 'EXECUTE'),
+    ('admin', 'function', 'rate_in_force', 'EXECUTE'),
+    ('admin', 'function', 'default_rate_burst', 'EXECUTE'),
+    ('admin', 'function', 'set_rate', 'EXECUTE'),
     ('none', 'function', 'forget_groups_after_truncate', ''),
 
     -- What both workers and operators' changes use: advancing a group (also

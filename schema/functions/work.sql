@@ -1,4 +1,4 @@
--- revision: 48
+-- revision: 49
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -334,13 +334,27 @@ DECLARE
     exhausted boolean;
     dropped bigint[];
     followers bigint[];
+    rated bigint[] := '{}';
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
     PERFORM pg_advisory_xact_lock_shared(pgtask.pause_lock_class(), hashtext(p_queue));
     IF EXISTS (SELECT 1 FROM pgtask.paused_queues q WHERE q.queue = p_queue) THEN
         RETURN;
     END IF;
-    IF p_max = 1 AND p_after_priority IS NOT NULL THEN
+    -- Rate-limited jobs whose keys have tokens (see functions/rates.sql),
+    -- first: their tokens come with time, and a claim that left them for
+    -- heads would let them pile up. A queue with no key ready costs one
+    -- probe of rate_keys_ready.
+    IF EXISTS (SELECT 1 FROM pgtask.rate_keys k
+                WHERE k.queue = p_queue AND k.ready_at IS NOT NULL AND k.ready_at <= clock_timestamp()) THEN
+        rated := pgtask.pick_rated(p_queue, p_max, p_kinds);
+        IF cardinality(rated) >= p_max THEN
+            PERFORM pgtask.leave_promoted(p_queue);
+            RETURN QUERY SELECT * FROM pgtask.start_held(rated, p_worker, p_token, '{}', NULL, p_after_priority, p_after_id, false);
+            RETURN;
+        END IF;
+    END IF;
+    IF p_max = 1 AND p_after_priority IS NOT NULL AND cardinality(rated) = 0 THEN
         -- One job, so no run behind a head to fill: one statement, the
         -- scans of pick_heads in turn until one finds a head, starting
         -- with a head this transaction just promoted.
@@ -394,9 +408,11 @@ BEGIN
         RETURN;
     END IF;
     promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
-    heads := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id, p_floor_id, p_behind_first, p_kinds);
-    exhausted := cardinality(heads) < p_max;
+    heads := pgtask.pick_heads(p_queue, p_max - cardinality(rated), p_after_priority, p_after_id, p_floor_id, p_behind_first,
+                               p_kinds);
+    exhausted := cardinality(heads) < p_max - cardinality(rated);
     IF cardinality(heads) = 0 THEN
+        RETURN QUERY SELECT * FROM pgtask.start_held(rated, p_worker, p_token, '{}', NULL, p_after_priority, p_after_id, false);
         RETURN;
     END IF;
     -- Limited heads (see functions/limits.sql): one per key, each with a
@@ -405,7 +421,7 @@ BEGIN
     -- A queue that never had a limit key has no limited heads to look for.
     IF EXISTS (SELECT 1 FROM pgtask.limit_keys k WHERE k.queue = p_queue) THEN
         SELECT r.dropped, r.followers INTO dropped, followers
-          FROM pgtask.pick_limited_runs(heads, p_max - cardinality(heads), p_max, p_kinds) r;
+          FROM pgtask.pick_limited_runs(heads, p_max - cardinality(rated) - cardinality(heads), p_max, p_kinds) r;
     ELSE
         dropped := '{}';
         followers := '{}';
@@ -414,24 +430,55 @@ BEGIN
         heads := ARRAY(SELECT h FROM unnest(heads) h WHERE h <> ALL (dropped));
     END IF;
     picked := heads;
-    IF cardinality(picked) < p_max THEN
-        picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked), p_max, p_kinds);
+    IF cardinality(rated) + cardinality(picked) < p_max THEN
+        picked := picked || pgtask.pick_runs(picked, p_max - cardinality(rated) - cardinality(picked), p_max, p_kinds);
     END IF;
-    picked := picked || followers[1 : greatest(p_max - cardinality(picked), 0)];
-    RETURN QUERY
-        WITH claimed AS (
-            UPDATE pgtask.jobs j
-               SET status = 'started', attempts = j.attempts + 1,
-                   started_at = statement_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker,
-                   claim_token = p_token, lease_until = NULL
-             WHERE j.id = ANY (picked)
-            RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
-                      j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
-                      j.run_after, j.metadata,
-                      j.id = ANY (heads) AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id, exhausted),
-                      j.snoozes
-        )
-        SELECT * FROM claimed ORDER BY claimed.priority, claimed.id;
+    picked := rated || picked || followers[1 : greatest(p_max - cardinality(rated) - cardinality(picked), 0)];
+    RETURN QUERY SELECT * FROM pgtask.start_held(picked, p_worker, p_token, heads, promoted, p_after_priority, p_after_id, exhausted);
+END;
+$$;
+
+-- Starts the jobs p_ids a held-mode claim picked (locked) and returns them
+-- as claim_jobs does, in priority, id order; only the heads p_heads its
+-- scans found may move the worker's cursor (see scanned; p_exhausted: the
+-- scans came up short).
+CREATE OR REPLACE FUNCTION pgtask.start_held(p_ids bigint[], p_worker integer, p_token bigint, p_heads bigint[],
+                                             p_promoted bigint[], p_after_priority smallint, p_after_id bigint,
+                                             p_exhausted boolean)
+RETURNS TABLE (
+    id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
+    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
+    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer
+)
+LANGUAGE sql
+AS $$
+    WITH claimed AS (
+        UPDATE pgtask.jobs j
+           SET status = 'started', attempts = j.attempts + 1,
+               started_at = statement_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker,
+               claim_token = p_token, lease_until = NULL
+         WHERE j.id = ANY (p_ids)
+        RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
+                  j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
+                  j.run_after, j.metadata,
+                  j.id = ANY (p_heads) AND pgtask.scanned(j.id, j.priority, p_promoted, p_after_priority, p_after_id, p_exhausted),
+                  j.snoozes
+    )
+    SELECT * FROM claimed ORDER BY claimed.priority, claimed.id;
+$$;
+
+-- The heads a settle in this transaction promoted for its claim (see
+-- pick_heads), announced instead to whoever takes them: a claim that rate-
+-- limited jobs filled has no room for them.
+CREATE OR REPLACE FUNCTION pgtask.leave_promoted(p_queue text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    promoted bigint[] := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
+BEGIN
+    IF promoted IS NOT NULL THEN
+        PERFORM set_config('pgtask.promoted', '', true);
+        PERFORM pg_notify('pgtask_behind', (SELECT min(u) FROM unnest(promoted) u) || ':' || p_queue);
+    END IF;
 END;
 $$;
 
@@ -895,19 +942,33 @@ DECLARE
     heads bigint[];
     promoted bigint[];
     exhausted boolean;
+    rated bigint[] := '{}';
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
     PERFORM pg_advisory_xact_lock_shared(pgtask.pause_lock_class(), hashtext(p_queue));
     IF EXISTS (SELECT 1 FROM pgtask.paused_queues q WHERE q.queue = p_queue) THEN
         RETURN;
     END IF;
-    promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
-    heads := pgtask.pick_heads(p_queue, p_max, p_after_priority, p_after_id, p_floor_id, p_behind_first, p_kinds);
-    exhausted := cardinality(heads) < p_max;
-    picked := heads;
-    IF p_run_max > 0 AND cardinality(picked) BETWEEN 1 AND p_max - 1 THEN
-        picked := picked || pgtask.pick_runs(picked, p_max - cardinality(picked), p_run_max, p_kinds);
+    -- Rate-limited jobs first, as in claim_jobs.
+    IF EXISTS (SELECT 1 FROM pgtask.rate_keys k
+                WHERE k.queue = p_queue AND k.ready_at IS NOT NULL AND k.ready_at <= clock_timestamp()) THEN
+        rated := pgtask.pick_rated(p_queue, p_max, p_kinds);
     END IF;
+    promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
+    IF cardinality(rated) < p_max THEN
+        heads := pgtask.pick_heads(p_queue, p_max - cardinality(rated), p_after_priority, p_after_id, p_floor_id,
+                                   p_behind_first, p_kinds);
+        exhausted := cardinality(heads) < p_max - cardinality(rated);
+    ELSE
+        heads := '{}';
+        exhausted := false;
+        PERFORM pgtask.leave_promoted(p_queue);
+    END IF;
+    picked := heads;
+    IF p_run_max > 0 AND cardinality(picked) BETWEEN 1 AND p_max - cardinality(rated) - 1 THEN
+        picked := picked || pgtask.pick_runs(picked, p_max - cardinality(rated) - cardinality(picked), p_run_max, p_kinds);
+    END IF;
+    picked := rated || picked;
     RETURN QUERY
         WITH claimed AS (
             UPDATE pgtask.jobs j

@@ -133,4 +133,5 @@ type PgtaskJob struct {
 	EnqueuedBy      *string
 	BatchID         pgtype.Int8
 	LimitID         pgtype.Int8
+	RateID          pgtype.Int8
 }

@@ -28,7 +28,7 @@ commands:
   gen       generate typed Enqueue/Handle functions for the tasks in a package
             (what //go:generate go run github.com/pgtask/pgtask/cmd/pgtask gen runs)
   migrate   apply pgtask's schema migrations to a database, and grant roles
-  stats     jobs per queue and status (runnable, on a limit), oldest wait, blocked groups, paused queues
+  stats     jobs per queue and status (runnable, on a limit, on a rate), oldest wait, blocked groups, paused queues
   jobs      list jobs by filter, or show one (pgtask jobs list|show)
   batches   show a batch: its jobs' counts and its callbacks (pgtask batches show)
   retry     retry the failed and cancelled jobs a filter matches
@@ -36,8 +36,9 @@ commands:
   purge     delete the finished jobs a filter matches
   pause     pause queues: no worker claims their jobs until they are resumed
   limits    list concurrency limits, or set and clear operators' limits (pgtask limits set|clear)
+  rates     list rate limits, or set and clear operators' rates (pgtask rates set|clear)
   resume    resume paused queues
-  ui        serve the web dashboard: queues, jobs, groups, limits, and actions on them
+  ui        serve the web dashboard: queues, jobs, groups, limits, batches, and actions on them
   help      show this text
 
 Run 'pgtask <command> -h' for a command's flags; flags go before or after
@@ -71,6 +72,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = batches(ctx, args[1:], stdout, stderr)
 	case "limits":
 		err = limits(ctx, args[1:], stdout, stderr)
+	case "rates":
+		err = rates(ctx, args[1:], stdout, stderr)
 	case "retry", "cancel", "purge":
 		err = bulkCommand(ctx, args[0], args[1:], stdout, stderr)
 	case "ui":

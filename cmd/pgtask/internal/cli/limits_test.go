@@ -82,7 +82,7 @@ func TestLimitsCommand(t *testing.T) {
 
 	// stats splits the queued jobs: runnable, and waiting on a limit.
 	code, out, errOut = run(t, db("stats")...)
-	if code != 0 || !regexp.MustCompile(`(?m)^ +queue +scheduled +queued +runnable +on a limit +started `).MatchString(out) ||
+	if code != 0 || !regexp.MustCompile(`(?m)^ +queue +scheduled +queued +runnable +on a limit +on a rate +started `).MatchString(out) ||
 		!regexp.MustCompile(`(?m)^ +emails +0 +5 +2 +3 +0 `).MatchString(out) || !regexp.MustCompile(`(?m)^ +reports +0 +1 +1 +0 +0 `).MatchString(out) {
 		t.Errorf("stats: code %d, stdout:\n%s\nstderr %q", code, out, errOut)
 	}

@@ -149,15 +149,17 @@ func stats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			BlockedGroups     int64                    `json:"blocked_groups"`
 			Paused            bool                     `json:"paused"`
 			// Of the queued jobs: those waiting for a worker (runnable)
-			// and those waiting for a slot of their concurrency limit.
+			// and those waiting for a slot of their concurrency limit or
+			// a token of their rate limit.
 			WaitingForWorker int64 `json:"waiting_for_worker"`
 			WaitingOnLimit   int64 `json:"waiting_on_limit"`
+			WaitingOnRate    int64 `json:"waiting_on_rate"`
 			// Runnable jobs of kinds no live worker handles in the queue.
 			UnhandledKinds []kind `json:"unhandled_kinds"`
 		}
 		out := make([]queue, len(st))
 		for i, s := range st {
-			out[i] = queue{s.Queue, s.Counts, s.OldestWait.Seconds(), s.BlockedGroups, s.Paused, s.Runnable, s.WaitingOnLimit, []kind{}}
+			out[i] = queue{s.Queue, s.Counts, s.OldestWait.Seconds(), s.BlockedGroups, s.Paused, s.Runnable, s.WaitingOnLimit, s.WaitingOnRate, []kind{}}
 			for _, u := range unhandled {
 				if u.Queue == s.Queue {
 					out[i].UnhandledKinds = append(out[i].UnhandledKinds, kind{u.Kind, u.Jobs, u.OldestWait.Seconds()})
@@ -167,10 +169,11 @@ func stats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return printJSON(stdout, out)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "queue\tscheduled\tqueued\trunnable\ton a limit\tstarted\tsucceeded\tfailed\tcancelled\toldest wait\tblocked groups\tpaused\t")
+	fmt.Fprintln(tw, "queue\tscheduled\tqueued\trunnable\ton a limit\ton a rate\tstarted\tsucceeded\tfailed\tcancelled\toldest wait\tblocked groups\tpaused\t")
 	for _, s := range st {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%v\t\n", s.Queue,
-			s.Counts[runtime.StatusScheduled], s.Counts[runtime.StatusQueued], s.Runnable, s.WaitingOnLimit, s.Counts[runtime.StatusStarted],
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%v\t\n", s.Queue,
+			s.Counts[runtime.StatusScheduled], s.Counts[runtime.StatusQueued], s.Runnable, s.WaitingOnLimit, s.WaitingOnRate,
+			s.Counts[runtime.StatusStarted],
 			s.Counts[runtime.StatusSucceeded], s.Counts[runtime.StatusFailed], s.Counts[runtime.StatusCancelled],
 			s.OldestWait.Round(time.Millisecond), s.BlockedGroups, s.Paused)
 	}

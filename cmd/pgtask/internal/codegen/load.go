@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 
 	"golang.org/x/tools/go/packages"
@@ -28,6 +29,9 @@ type task struct {
 	// Limit is the field tagged task:"limit", whose value is the key the
 	// declared limit counts jobs by; nil: the queue's own limit.
 	Limit *groupField
+	// Rate is the field tagged task:"rate", whose value is the key the
+	// declared rate counts starts by; nil: the kind's own rate.
+	Rate *groupField
 	// Unique are the fields tagged task:"unique", in declaration order: the
 	// job's unique key is made of their values.
 	Unique []string
@@ -293,7 +297,7 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec, rules *ruleChecker) (task,
 		}
 		roles, ok := fieldTag(tag)
 		if !ok {
-			fail(f.Pos(), `field %s: task tag %q: on a field only group, limit and unique are allowed, each at most once, joined by commas (task:"group,unique")`, f.Name(), tag)
+			fail(f.Pos(), `field %s: task tag %q: on a field only group, limit, rate and unique are allowed, each at most once, joined by commas (task:"group,unique")`, f.Name(), tag)
 			continue
 		}
 		if !f.Exported() {
@@ -327,6 +331,25 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec, rules *ruleChecker) (task,
 		if roles.limit {
 			key("limit", &t.Limit)
 		}
+		if roles.rate {
+			key("rate", &t.Rate)
+		}
+	}
+	// A job has a group, a concurrency limit or a rate, at most one of
+	// them; the runtime refuses the others too.
+	switch {
+	case settings.RateBurst > 0 && settings.Rate == 0:
+		fail(strct.Field(marker).Pos(), "%s: burst=%d without a rate; add rate=N/PERIOD to its task tag", ts.Name.Name, settings.RateBurst)
+	case t.Rate != nil && settings.Rate == 0:
+		fail(t.Rate.Pos, "field %s: task:\"rate\" makes the key of %s's rate, but it declares none; add rate=N/PERIOD to its task tag",
+			t.Rate.Name, ts.Name.Name)
+	case settings.Rate > 0 && (t.Group != nil || settings.Limit > 0):
+		with := "limit=" + strconv.Itoa(settings.Limit)
+		if t.Group != nil {
+			with = "group field " + t.Group.Name
+		}
+		fail(strct.Field(marker).Pos(), "%s: rate=%d/%s with %s: a task has a group, a concurrency limit or a rate, at most one (docs/rate-limits.md)",
+			ts.Name.Name, settings.Rate, settings.RatePer, with)
 	}
 	// A group runs one job at a time already, and the runtime refuses a
 	// grouped job with a limit: say so here, where the declaration is.
@@ -360,10 +383,11 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec, rules *ruleChecker) (task,
 type fieldRoles struct {
 	group  bool // its value is the FIFO group key
 	limit  bool // its value is the key the task's limit counts by
+	rate   bool // its value is the key the task's rate counts by
 	unique bool // its value is part of the unique key
 }
 
-// fieldTag reads a field's task tag: "group", "limit", "unique", or some of
+// fieldTag reads a field's task tag: "group", "limit", "rate", "unique", or some of
 // them joined by commas, each at most once.
 func fieldTag(tag string) (roles fieldRoles, ok bool) {
 	for _, part := range strings.Split(tag, ",") {
@@ -373,6 +397,8 @@ func fieldTag(tag string) (roles fieldRoles, ok bool) {
 			role = &roles.group
 		case "limit":
 			role = &roles.limit
+		case "rate":
+			role = &roles.rate
 		case "unique":
 			role = &roles.unique
 		default:

@@ -87,6 +87,16 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	if s.LimitStrategy != "" && s.LimitStrategy != string(runtime.LimitQueue) {
 		defaults = append(defaults, field("LimitStrategy", rt(limitStrategyName[s.LimitStrategy])))
 	}
+	if s.Rate != 0 {
+		defaults = append(defaults, field("Rate", jen.Lit(s.Rate)), field("RatePer", duration(s.RatePer)))
+		if s.RateBurst != 0 {
+			defaults = append(defaults, field("RateBurst", jen.Lit(s.RateBurst)))
+		}
+		if t.Rate == nil {
+			// The kind's own rate.
+			defaults = append(defaults, field("RateKey", jen.Id(kindConst)))
+		}
+	}
 	if s.UniqueWindow != 0 {
 		defaults = append(defaults, field("UniqueWindow", duration(s.UniqueWindow)))
 	}
@@ -150,6 +160,9 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	if g := t.Limit; g != nil {
 		fields = append(fields, field("LimitField", jen.Lit(g.Name)), field("LimitKey", keyFunc(g)))
 	}
+	if g := t.Rate; g != nil {
+		fields = append(fields, field("RateField", jen.Lit(g.Name)), field("RateKey", keyFunc(g)))
+	}
 	comment(f, "%s holds %s's settings from its task tag.", spec, t.Name)
 	f.Var().Id(spec).Op("=").Op("&").Add(ts("Spec")).Types(typ).Values(multiline(fields)...)
 	f.Line()
@@ -162,6 +175,10 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 		where += fmt.Sprintf(", at most %d running at once per %s", s.Limit, t.Limit.Name)
 	case s.Limit != 0:
 		where += fmt.Sprintf(", at most %d running at once under the queue's limit", s.Limit)
+	case t.Rate != nil:
+		where += fmt.Sprintf(", at most %d starting per %s per %s", s.Rate, s.RatePer, t.Rate.Name)
+	case s.Rate != 0:
+		where += fmt.Sprintf(", at most %d starting per %s", s.Rate, s.RatePer)
 	}
 	enqueueParams := func(arg string, argType jen.Code) []jen.Code {
 		return []jen.Code{

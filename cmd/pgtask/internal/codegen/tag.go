@@ -32,6 +32,12 @@ type settings struct {
 	// LimitStrategy is what becomes of a job that finds its key at its
 	// limit (runtime.EnqueueOptions.LimitStrategy); empty: it waits.
 	LimitStrategy string
+	// Rate lets Rate jobs of a rate key start per RatePer across every
+	// worker, in bursts of at most RateBurst (0: the default)
+	// (runtime.EnqueueOptions.Rate); 0: no rate.
+	Rate      int
+	RatePer   time.Duration
+	RateBurst int
 	// Unique jobs: by the whole payload, within a window, holding the key
 	// in these finished statuses too.
 	Unique         bool
@@ -87,7 +93,7 @@ func parseTaskTag(tag, typeName string) (settings, []error) {
 }
 
 // options lists the tag's options for the "unknown option" message.
-const options = "queue, max_attempts, max_snoozes, priority, aging, timeout, backoff, on_fail, mode, limit, on_limit, unique, unique_window, unique_statuses"
+const options = "queue, max_attempts, max_snoozes, priority, aging, timeout, backoff, on_fail, mode, limit, on_limit, rate, burst, unique, unique_window, unique_statuses"
 
 func (s *settings) set(key, value string) error {
 	switch key {
@@ -174,6 +180,21 @@ func (s *settings) set(key, value string) error {
 			return fmt.Errorf("want how many jobs of a limit key may run at once, a whole number from 1 to %d", math.MaxInt32)
 		}
 		s.Limit = n
+	case "rate":
+		// rate=N/PERIOD: N jobs per PERIOD, such as 100/1m.
+		count, per, ok := strings.Cut(value, "/")
+		n, err := strconv.Atoi(strings.TrimSpace(count))
+		d, derr := positiveDuration(strings.TrimSpace(per))
+		if !ok || err != nil || n < 1 || n > math.MaxInt32 || derr != nil || d < time.Millisecond {
+			return fmt.Errorf("want how many jobs of a rate key may start per period, as N/PERIOD with N from 1 to %d and a period of at least 1ms, such as 100/1m", math.MaxInt32)
+		}
+		s.Rate, s.RatePer = n, d
+	case "burst":
+		n, err := strconv.Atoi(value)
+		if err != nil || n < 1 || n > math.MaxInt32 {
+			return fmt.Errorf("want how many jobs of a rate key may start at once, a whole number from 1 to %d (without the option: a tenth of the rate, at least 1)", math.MaxInt32)
+		}
+		s.RateBurst = n
 	case "on_limit":
 		switch runtime.LimitStrategy(value) {
 		case runtime.LimitQueue, runtime.LimitCancelNewest, runtime.LimitKeepOldest, runtime.LimitKeepNewest:

@@ -87,3 +87,10 @@ SELECT id FROM pgtask.jobs WHERE id = ANY (@ids::bigint[]) AND status::text = 's
 -- what claims left behind.
 SELECT pg_stat_get_numscans('pgtask.jobs_claim'::regclass)::bigint AS scans,
        pg_stat_get_tuples_returned('pgtask.jobs_claim'::regclass)::bigint AS entries;
+
+-- name: StartTimes :many
+-- When each attempt of the jobs of @queue began (the claim that started
+-- it), in order: what the rate benchmark counts starts by.
+SELECT started_at::timestamptz AS started_at FROM pgtask.jobs
+ WHERE queue = @queue::text AND started_at IS NOT NULL
+ ORDER BY started_at;

@@ -518,3 +518,15 @@ SELECT j.id, 'poison',
   FROM pgtask_chaos.enqueued e JOIN pgtask.jobs j ON j.id = e.job_id
  WHERE e.behavior = 'poison' AND (j.status <> 'failed' OR j.attempts <> j.max_attempts)
 ORDER BY 1, 2;
+
+-- name: RateStarts :many
+-- 9. The starts of the rate-limited jobs of queue @queue, by key: when the
+-- claim that started each job's last attempt began (pgtask.jobs.started_at),
+-- with the key's rate in force. A rate holds on every attempt's start, so
+-- on these too: no span of a second may hold more than the key's burst
+-- plus its rate's share of the span.
+SELECT k.rate_key, k.rate, k.period_us, k.burst, j.started_at::timestamptz AS started_at
+  FROM pgtask.rate_keys k
+  JOIN pgtask.jobs j ON j.rate_id = k.id
+ WHERE k.queue = @queue::text AND j.started_at IS NOT NULL
+ ORDER BY k.rate_key, j.started_at;

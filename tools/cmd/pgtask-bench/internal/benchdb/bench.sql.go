@@ -177,6 +177,34 @@ func (q *Queries) PinHorizon(ctx context.Context) (int64, error) {
 	return xid, err
 }
 
+const startTimes = `-- name: StartTimes :many
+SELECT started_at::timestamptz AS started_at FROM pgtask.jobs
+ WHERE queue = $1::text AND started_at IS NOT NULL
+ ORDER BY started_at
+`
+
+// When each attempt of the jobs of @queue began (the claim that started
+// it), in order: what the rate benchmark counts starts by.
+func (q *Queries) StartTimes(ctx context.Context, queue string) ([]time.Time, error) {
+	rows, err := q.db.Query(ctx, startTimes, queue)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []time.Time{}
+	for rows.Next() {
+		var started_at time.Time
+		if err := rows.Scan(&started_at); err != nil {
+			return nil, err
+		}
+		items = append(items, started_at)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const succeededAmong = `-- name: SucceededAmong :many
 SELECT id FROM pgtask.jobs WHERE id = ANY ($1::bigint[]) AND status::text = 'succeeded'
 `

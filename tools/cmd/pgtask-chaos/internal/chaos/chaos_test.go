@@ -134,6 +134,17 @@ func TestChaos(t *testing.T) {
 			t.Errorf("key %q: at most %d attempts ran at once (its limit %d): the limit serialised them", l.Key, l.Peak, l.Limit)
 		}
 	}
+	// Both rate keys started jobs, so check 9 counted real starts; one in
+	// four of the limited jobs has a rate.
+	if len(res.Rates) != 2 {
+		t.Errorf("rate keys %+v, want 2", res.Rates)
+	}
+	for _, r := range res.Rates {
+		if r.Jobs == 0 || r.MostInASecond == 0 {
+			t.Errorf("rate key %q: %d jobs started, at most %d in a second", r.Key, r.Jobs, r.MostInASecond)
+		}
+	}
+	t.Logf("rate keys: %+v", res.Rates)
 	// The pinning transaction was held, and opened again after the restart
 	// and the crash ended it.
 	if h := res.Horizon; h.Held <= 0 || h.Opens <= res.Fault(chaos.FaultRestart)+res.Fault(chaos.FaultCrash) {

@@ -113,9 +113,24 @@ type item struct {
 	group    string // empty: ungrouped
 	seq      int    // place in its group, or among ungrouped jobs, in enqueue order
 	behavior string
-	// limit, if set, is the job's concurrency limit (runtime.WithLimit).
+	// limit, if set, is the job's concurrency limit (runtime.WithLimit);
+	// rate, its rate limit (runtime.WithRate). A job has one at most.
 	limit *limitKey
+	rate  *rateKey
 }
+
+// rateKey is a rate limit of the chaos queue: at most n jobs of key start
+// per second across every worker process, in bursts of at most burst (0:
+// the default), held and lease alike.
+type rateKey struct {
+	key   string
+	n     int
+	burst int
+}
+
+// rateKeys are the rates one in four of the limited jobs get instead of a
+// concurrency limit, in turn.
+var rateKeys = []rateKey{{"rate-a", 20, 0}, {"rate-b", 30, 6}}
 
 // limitKey is a concurrency limit of the chaos queue: at most max jobs of
 // key run at once across every worker process, held and lease alike.
@@ -230,7 +245,11 @@ func plan(cfg Config, rng *rand.Rand, producers int) (items [][]item, groups [][
 				continue
 			}
 			if isLimited[i] {
-				it.limit = &limitKeys[len(limited)%len(limitKeys)]
+				if n := len(limited); n%4 == 3 {
+					it.rate = &rateKeys[(n/4)%len(rateKeys)]
+				} else {
+					it.limit = &limitKeys[n%len(limitKeys)]
+				}
 				limited = append(limited, it)
 				continue
 			}

@@ -148,14 +148,18 @@ func (p *producer) take(n int) []item {
 }
 
 func request(it item) (runtime.EnqueueRequest, error) {
-	body, err := json.Marshal(payload{Group: it.group, Seq: it.seq, Behavior: it.behavior, Limited: it.limit != nil})
+	limited := it.limit != nil || it.rate != nil
+	body, err := json.Marshal(payload{Group: it.group, Seq: it.seq, Behavior: it.behavior, Limited: limited})
 	if err != nil {
 		return runtime.EnqueueRequest{}, err
 	}
-	req := runtime.EnqueueRequest{Kind: kindOf(it.behavior, it.limit != nil), Payload: body}
+	req := runtime.EnqueueRequest{Kind: kindOf(it.behavior, limited), Payload: body}
 	req.Apply(runtime.WithQueue(queueName), runtime.WithGroup(it.group), runtime.WithMaxAttempts(maxAttemptsOf(it.behavior)))
 	if it.limit != nil {
 		req.Apply(runtime.WithLimit(it.limit.key, it.limit.max))
+	}
+	if it.rate != nil {
+		req.Apply(runtime.WithRate(it.rate.key, it.rate.n, time.Second), runtime.WithRateBurst(it.rate.burst))
 	}
 	return req, nil
 }

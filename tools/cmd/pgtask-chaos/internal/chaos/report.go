@@ -66,6 +66,8 @@ type Result struct {
 	Horizon HorizonReport
 	// Limits is each limit key of the limited jobs, by key.
 	Limits []LimitReport
+	// Rates is each rate key of the rate-limited jobs, by key.
+	Rates []RateReport
 	// Problems are failures of the run itself: a worker process that ended
 	// on its own, a restart that failed, records that could not be written.
 	Problems []string
@@ -143,6 +145,18 @@ type LimitReport struct {
 	// reckoning; PeakHandlers counting attempts taken over after their
 	// lease expired until their handler ended.
 	Peak, PeakHandlers int64
+}
+
+// RateReport is one rate key of the chaos queue and what check 9 saw of
+// it.
+type RateReport struct {
+	Key   string
+	Rate  int // jobs a second
+	Burst int
+	// Jobs is how many of its jobs started; MostInASecond the most of
+	// their (last attempts') starts in any span of a second.
+	Jobs          int
+	MostInASecond int
 }
 
 // Count is a named number.
@@ -355,6 +369,13 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 		return fmt.Errorf("check 8: %w", err)
 	}
 	res.Checks = append(res.Checks, limits)
+
+	// 9. Rate limits.
+	rates, err := o.checkRates(ctx, res)
+	if err != nil {
+		return fmt.Errorf("check 9: %w", err)
+	}
+	res.Checks = append(res.Checks, rates)
 
 	replays, err := q.ObserveReplays(ctx)
 	if err != nil {
@@ -596,6 +617,55 @@ func (o *orchestrator) checkLimits(ctx context.Context, res *Result) (Check, Obs
 	return c, obs, nil
 }
 
+// checkRates makes check 9: no rate key started more of its jobs in any
+// second than its burst and its rate allow (by the starts of the jobs'
+// last attempts: each attempt takes a token, so they are a part of the
+// starts the rate bounds), and no job waits on a key now that every job
+// has ended (runtime.Rates). It fills res.Rates.
+func (o *orchestrator) checkRates(ctx context.Context, res *Result) (Check, error) {
+	c := newCheck(9, "no rate key starts more jobs in any second than its burst plus its rate")
+	c.Note = "a job's start is when the claim of its last attempt began (pgtask.jobs.started_at)"
+	rows, err := o.q.RateStarts(ctx, queueName)
+	if err != nil {
+		return c, err
+	}
+	for start := 0; start < len(rows); {
+		end := start
+		for end < len(rows) && rows[end].RateKey == rows[start].RateKey {
+			end++
+		}
+		k := rows[start]
+		// A second holds the burst and the tokens a second brings.
+		allowed := int(float64(k.Burst) + float64(k.Rate)*float64(time.Second.Microseconds())/float64(k.PeriodUs))
+		r := RateReport{Key: k.RateKey, Rate: int(float64(k.Rate) * 1e6 / float64(k.PeriodUs)), Burst: int(k.Burst), Jobs: end - start}
+		j := start
+		for i := start; i < end; i++ {
+			for rows[i].StartedAt.Sub(rows[j].StartedAt) >= time.Second {
+				j++
+			}
+			if n := i - j + 1; n > r.MostInASecond {
+				r.MostInASecond = n
+				if n > allowed {
+					c.add("over rate", fmt.Sprintf("key %q (%d a second, burst %d): %d jobs started from %s to %s",
+						k.RateKey, r.Rate, r.Burst, n, rows[j].StartedAt.Format("15:04:05.000000"), rows[i].StartedAt.Format("15:04:05.000000")))
+				}
+			}
+		}
+		res.Rates = append(res.Rates, r)
+		start = end
+	}
+	infos, err := runtime.Rates(ctx, o.pool, queueName, 0)
+	if err != nil {
+		return c, err
+	}
+	for _, in := range infos {
+		if in.Waiting != 0 {
+			c.add("jobs waiting", fmt.Sprintf("key %q has %d jobs waiting after every job ended", in.Key, in.Waiting))
+		}
+	}
+	return c, nil
+}
+
 func indent(s, prefix string) string {
 	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
 }
@@ -702,6 +772,15 @@ func (r *Result) Print(w io.Writer) {
 			fmt.Fprintf(tw, "  %s\t%10d\n", name, l.Limit)
 			fmt.Fprintf(tw, "    jobs (their attempts)\t%10d  (%d)\n", l.Jobs, l.Attempts)
 			fmt.Fprintf(tw, "    most running at once (counting taken-over handlers)\t%10d  (%d)\n", l.Peak, l.PeakHandlers)
+		}
+	}
+	if len(r.Rates) > 0 {
+		fmt.Fprintln(tw, "\t")
+		fmt.Fprintf(tw, "rate limits of queue %s (its held and lease processes alike)\t\n", queueName)
+		for _, l := range r.Rates {
+			fmt.Fprintf(tw, "  key %q: jobs a second (burst)\t%10d  (%d)\n", l.Key, l.Rate, l.Burst)
+			fmt.Fprintf(tw, "    jobs started\t%10d\n", l.Jobs)
+			fmt.Fprintf(tw, "    most started in any second\t%10d\n", l.MostInASecond)
 		}
 	}
 	fmt.Fprintln(tw, "\t")

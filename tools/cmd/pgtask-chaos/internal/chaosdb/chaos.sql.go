@@ -7,6 +7,7 @@ package chaosdb
 
 import (
 	"context"
+	"time"
 )
 
 const backendExists = `-- name: BackendExists :one
@@ -1149,6 +1150,53 @@ func (q *Queries) PoisonJobs(ctx context.Context) ([]PoisonJobsRow, error) {
 			&i.Attempts,
 			&i.Reached,
 			&i.Errors,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const rateStarts = `-- name: RateStarts :many
+SELECT k.rate_key, k.rate, k.period_us, k.burst, j.started_at::timestamptz AS started_at
+  FROM pgtask.rate_keys k
+  JOIN pgtask.jobs j ON j.rate_id = k.id
+ WHERE k.queue = $1::text AND j.started_at IS NOT NULL
+ ORDER BY k.rate_key, j.started_at
+`
+
+type RateStartsRow struct {
+	RateKey   string
+	Rate      int32
+	PeriodUs  int64
+	Burst     int32
+	StartedAt time.Time
+}
+
+// 9. The starts of the rate-limited jobs of queue @queue, by key: when the
+// claim that started each job's last attempt began (pgtask.jobs.started_at),
+// with the key's rate in force. A rate holds on every attempt's start, so
+// on these too: no span of a second may hold more than the key's burst
+// plus its rate's share of the span.
+func (q *Queries) RateStarts(ctx context.Context, queue string) ([]RateStartsRow, error) {
+	rows, err := q.db.Query(ctx, rateStarts, queue)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RateStartsRow{}
+	for rows.Next() {
+		var i RateStartsRow
+		if err := rows.Scan(
+			&i.RateKey,
+			&i.Rate,
+			&i.PeriodUs,
+			&i.Burst,
+			&i.StartedAt,
 		); err != nil {
 			return nil, err
 		}

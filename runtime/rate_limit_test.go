@@ -1,0 +1,281 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
+)
+
+// mostInWindow is the most of the sorted times ts that fall in any window
+// of length w.
+func mostInWindow(ts []time.Time, w time.Duration) int {
+	most, j := 0, 0
+	for i := range ts {
+		for ts[i].Sub(ts[j]) >= w {
+			j++
+		}
+		most = max(most, i-j+1)
+	}
+	return most
+}
+
+// A rate limit holds across workers: four workers, each with runners of
+// its own, work a backlog of one rate key of 20 jobs a second (burst 5:
+// a quarter second of tokens, which a loaded machine's late wake-ups need)
+// for about 6 s. No window of 1 s has more than rate + burst starts, and
+// the starts after the first burst come at the rate, within 5%.
+func TestRateLimitHoldsAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	const rate, burst, seconds = 20, 5, 6
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			reqs := make([]runtime.EnqueueRequest, burst+rate*seconds)
+			for i := range reqs {
+				reqs[i] = runtime.EnqueueRequest{Kind: "rated", Payload: mustJSON(t, map[string]int{"n": i})}
+				reqs[i].Apply(runtime.WithQueue("rates"), runtime.WithRate("api", rate, time.Second), runtime.WithRateBurst(burst))
+			}
+			if _, err := runtime.EnqueueMany(ctx, b.pool, reqs); err != nil {
+				t.Fatal(err)
+			}
+			cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{"rates": {Mode: mode, Concurrency: 2}}}
+			reg := runtime.Registration{Kind: "rated", Queue: "rates", Handler: func(context.Context, *runtime.Job) error { return nil }}
+			for range 4 {
+				startWorker(t, b.url, cfg, reg)
+			}
+			jobs := b.waitQueueDone(t, "rates", 3*seconds*time.Second)
+			var starts []time.Time
+			for _, j := range jobs {
+				if j.Status != testdb.PgtaskJobStatusSucceeded || j.Attempts != 1 {
+					t.Fatalf("job %d: %s after %d attempts", j.ID, j.Status, j.Attempts)
+				}
+				starts = append(starts, *j.StartedAt)
+			}
+			slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+			if most := mostInWindow(starts, time.Second); most > rate+burst {
+				t.Errorf("%d jobs started within 1 s; the rate allows %d + a burst of %d", most, rate, burst)
+			}
+			span := starts[len(starts)-1].Sub(starts[0]).Seconds()
+			got := float64(len(starts)-burst) / span
+			if got < rate*0.95 || got > rate*1.05 {
+				t.Errorf("%d jobs started over %.2f s: %.2f a second after the first burst, want %d ±5%%", len(starts), span, got, rate)
+			}
+			t.Logf("%d starts over %.2f s: %.2f/s after the burst; most in 1 s: %d", len(starts), span, got, mostInWindow(starts, time.Second))
+		})
+	}
+}
+
+// A job waiting for a token spends no attempt, and a retry waits for a
+// token of its own: with the key's one token taken, the first job fails
+// once and its retry waits like the others, each with the attempts it ran
+// (1 and 0); once an operator raises the rate, they all run.
+func TestRateWaitingJobSpendsNoAttempt(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			opts := []runtime.EnqueueOption{runtime.WithQueue("slow"), runtime.WithRate("k", 1, time.Hour), runtime.WithRateBurst(1)}
+			first := enqueue(t, b.pool, "once", map[string]int{"n": 0}, opts...)
+			var others []runtime.JobID
+			for i := range 3 {
+				others = append(others, enqueue(t, b.pool, "once", map[string]int{"n": i + 1}, opts...))
+			}
+			var failed atomic.Bool
+			handler := func(ctx context.Context, job *runtime.Job) error {
+				if job.ID == first && failed.CompareAndSwap(false, true) {
+					return errors.New("first attempt fails")
+				}
+				return nil
+			}
+			cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{"slow": {Mode: mode}}}
+			for range 2 {
+				startWorker(t, b.url, cfg, runtime.Registration{Kind: "once", Queue: "slow", Handler: handler, Backoff: fastRetry})
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for !failed.Load() && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			time.Sleep(1500 * time.Millisecond) // time enough to run them, were they not waiting
+			if j := b.job(t, first); j.Status != testdb.PgtaskJobStatusQueued || j.Attempts != 1 {
+				t.Errorf("retried job: %s after %d attempts, want queued after 1: its retry waits for a token", j.Status, j.Attempts)
+			}
+			for _, id := range others {
+				if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusQueued || j.Attempts != 0 {
+					t.Errorf("job %d: %s after %d attempts, want queued after 0", id, j.Status, j.Attempts)
+				}
+			}
+			if _, err := runtime.SetRate(ctx, b.pool, "slow", "k", 100, time.Second, 0); err != nil {
+				t.Fatal(err)
+			}
+			if j := b.waitStatus(t, first, 10*time.Second, testdb.PgtaskJobStatusSucceeded); j.Attempts != 2 {
+				t.Errorf("retried job succeeded after %d attempts, want 2", j.Attempts)
+			}
+			for _, id := range others {
+				if j := b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded); j.Attempts != 1 {
+					t.Errorf("job %d succeeded after %d attempts, want 1", id, j.Attempts)
+				}
+			}
+		})
+	}
+}
+
+// claimCounter counts the claims a worker's connections send.
+type claimCounter struct{ n atomic.Int64 }
+
+func (c *claimCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "claim_jobs(") || strings.Contains(d.SQL, "claim_leased_jobs(") {
+		c.n.Add(1)
+	}
+	return ctx
+}
+
+func (c *claimCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *claimCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *claimCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if strings.Contains(d.SQL, "claim_jobs(") || strings.Contains(d.SQL, "claim_leased_jobs(") {
+		c.n.Add(1)
+	}
+}
+
+func (c *claimCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// Idle workers do not poll a rate key they cannot take from: while an
+// enqueue of the key stays open, holding the key's row, its waiting jobs'
+// token is due but no claim can take it. Four workers claim a few times a
+// second between them, not in a loop, and take the jobs once it commits.
+func TestIdleWorkersDoNotPollALockedRateKey(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			opts := []runtime.EnqueueOption{runtime.WithQueue("held"), runtime.WithRate("k", 100, time.Second)}
+			var ids []runtime.JobID
+			for i := range 5 {
+				ids = append(ids, enqueue(t, b.pool, "r", map[string]int{"n": i}, opts...))
+			}
+			tx, err := b.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck // committed below
+			ids = append(ids, enqueue(t, tx, "r", map[string]int{"n": 5}, opts...))
+			counter := &claimCounter{}
+			cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{"held": {Mode: mode, Concurrency: 2}}}
+			reg := runtime.Registration{Kind: "r", Queue: "held", Handler: func(context.Context, *runtime.Job) error { return nil }}
+			for range 4 {
+				pc, err := pgxpool.ParseConfig(b.url)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pc.ConnConfig.Tracer = counter
+				cfg.Logger = testLogger(t)
+				cfg.MaintenanceInterval = 50 * time.Millisecond
+				w, err := runtime.NewWorker(ctx, pc, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := w.Register(reg); err != nil {
+					t.Fatal(err)
+				}
+				wctx, cancel := context.WithCancel(ctx)
+				done := make(chan error, 1)
+				go func() { done <- w.Run(wctx) }()
+				t.Cleanup(func() { cancel(); <-done; w.Close() })
+			}
+			time.Sleep(time.Second) // started, and told the key is ready
+			before := counter.n.Load()
+			time.Sleep(3 * time.Second)
+			claims := counter.n.Load() - before
+			// The poll (1 s) of 4 workers' runners, and a few tries at the
+			// token, backing off: far below a loop's thousands.
+			if claims > 80 {
+				t.Errorf("4 idle workers claimed %d times in 3 s while the key's row was held", claims)
+			}
+			t.Logf("%d claims in 3 s", claims)
+			for _, id := range ids[:5] {
+				if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusQueued || j.Attempts != 0 {
+					t.Errorf("job %d: %s after %d attempts while the key's row was held", id, j.Status, j.Attempts)
+				}
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ids {
+				b.waitStatus(t, id, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+			}
+		})
+	}
+}
+
+// A key's jobs take its tokens by priority, then enqueue order, also when
+// a better job comes while a backlog waits: enqueued behind 20 waiting
+// jobs but at a better priority, and a retry of an early job, each start
+// at the key's next token or so, not after the backlog.
+func TestRateTokensGoByPriorityUnderABacklog(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			opts := []runtime.EnqueueOption{runtime.WithQueue("prio"), runtime.WithRate("k", 10, time.Second), runtime.WithRateBurst(1)}
+			var backlog []runtime.JobID
+			for i := range 20 {
+				backlog = append(backlog, enqueue(t, b.pool, "p", map[string]int{"n": i}, append(opts, runtime.WithPriority(5))...))
+			}
+			var failed atomic.Bool
+			handler := func(ctx context.Context, job *runtime.Job) error {
+				if job.ID == backlog[0] && failed.CompareAndSwap(false, true) {
+					return errors.New("first attempt fails")
+				}
+				return nil
+			}
+			cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{"prio": {Mode: mode}}}
+			startWorker(t, b.url, cfg, runtime.Registration{Kind: "p", Queue: "prio", Handler: handler, Backoff: fastRetry})
+			b.waitStatus(t, backlog[3], 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+			urgent := enqueue(t, b.pool, "p", map[string]int{"n": 99}, append(opts, runtime.WithPriority(0))...)
+			b.waitStatus(t, urgent, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+			retried := b.waitStatus(t, backlog[0], 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+			// At 10 a second, the backlog takes 2 s; the urgent job and the
+			// retry start within a few tokens, well before its end.
+			var after int
+			for _, id := range backlog[1:] {
+				if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusSucceeded || j.StartedAt.After(*retried.StartedAt) {
+					after++
+				}
+			}
+			if after < 8 {
+				t.Errorf("only %d of the backlog's jobs started after the retried job: the retry waited behind the backlog", after)
+			}
+			after = 0
+			u := b.job(t, urgent)
+			for _, id := range backlog[1:] {
+				if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusSucceeded || j.StartedAt.After(*u.StartedAt) {
+					after++
+				}
+			}
+			if after < 8 {
+				t.Errorf("only %d of the backlog's jobs started after the urgent job: it waited behind the backlog", after)
+			}
+		})
+	}
+}
