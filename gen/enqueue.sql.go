@@ -75,7 +75,8 @@ SELECT e.job_ids::bigint[] AS ids,
     $16::text[], $17::bigint[], $18::text[],
     $19::jsonb[],
     $20::integer[], $21::text[], $22::text[], $23::integer[],
-    $24::text[]
+    $24::text[],
+    $25::integer[], $26::text[], $27::text[]
   ) e
 `
 
@@ -104,6 +105,9 @@ type InsertBatchParams struct {
 	LimitKeys       []string          `db:"limit_keys"`
 	LimitMax        []int32           `db:"limit_max"`
 	LimitStrategies []string          `db:"limit_strategies"`
+	Fair            []int32           `db:"fair"`
+	FairQueues      []string          `db:"fair_queues"`
+	FairTenants     []string          `db:"fair_tenants"`
 }
 
 type InsertBatchRow struct {
@@ -140,6 +144,9 @@ func (q *Queries) InsertBatch(ctx context.Context, arg InsertBatchParams) (Inser
 		arg.LimitKeys,
 		arg.LimitMax,
 		arg.LimitStrategies,
+		arg.Fair,
+		arg.FairQueues,
+		arg.FairTenants,
 	)
 	var i InsertBatchRow
 	err := row.Scan(&i.Ids, &i.BatchID)
@@ -156,7 +163,8 @@ SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
     $14::text[], $15::bigint[], $16::text[],
     $17::jsonb[],
     $18::integer[], $19::text[], $20::text[], $21::integer[],
-    $22::text[]
+    $22::text[],
+    $23::integer[], $24::text[], $25::text[]
   ) e
 `
 
@@ -183,6 +191,9 @@ type InsertJobsParams struct {
 	LimitKeys       []string          `db:"limit_keys"`
 	LimitMax        []int32           `db:"limit_max"`
 	LimitStrategies []string          `db:"limit_strategies"`
+	Fair            []int32           `db:"fair"`
+	FairQueues      []string          `db:"fair_queues"`
+	FairTenants     []string          `db:"fair_tenants"`
 }
 
 type InsertJobsRow struct {
@@ -196,7 +207,9 @@ type InsertJobsRow struct {
 // empty run_at means "now plus the delay". unique_keys has one per job
 // (empty for none, or NULL for none in the batch), unique_windows_us and
 // unique_statuses one per set of settings; metadata one per job (NULL for
-// none), or NULL for none in the batch. limits, like groups, names each
+// none), or NULL for none in the batch. fair, like limits, names each job's
+// tenant by its position in fair_queues/fair_tenants (0: none), or is NULL
+// for none in the batch. limits, like groups, names each
 // job's limit by its position in limit_queues/limit_keys/limit_max (0:
 // none), or is NULL for none in the batch.
 func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) (InsertJobsRow, error) {
@@ -223,6 +236,9 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) (InsertJ
 		arg.LimitKeys,
 		arg.LimitMax,
 		arg.LimitStrategies,
+		arg.Fair,
+		arg.FairQueues,
+		arg.FairTenants,
 	)
 	var i InsertJobsRow
 	err := row.Scan(&i.Ids, &i.Existed)

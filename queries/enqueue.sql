@@ -5,7 +5,9 @@
 -- empty run_at means "now plus the delay". unique_keys has one per job
 -- (empty for none, or NULL for none in the batch), unique_windows_us and
 -- unique_statuses one per set of settings; metadata one per job (NULL for
--- none), or NULL for none in the batch. limits, like groups, names each
+-- none), or NULL for none in the batch. fair, like limits, names each job's
+-- tenant by its position in fair_queues/fair_tenants (0: none), or is NULL
+-- for none in the batch. limits, like groups, names each
 -- job's limit by its position in limit_queues/limit_keys/limit_max (0:
 -- none), or is NULL for none in the batch.
 SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
@@ -17,7 +19,8 @@ SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
     @unique_keys::text[], @unique_windows_us::bigint[], @unique_statuses::text[],
     sqlc.narg(metadata)::jsonb[],
     sqlc.narg(limits)::integer[], @limit_queues::text[], @limit_keys::text[], @limit_max::integer[],
-    @limit_strategies::text[]
+    @limit_strategies::text[],
+    sqlc.narg(fair)::integer[], @fair_queues::text[], @fair_tenants::text[]
   ) e;
 
 -- name: InsertBatch :one
@@ -34,7 +37,8 @@ SELECT e.job_ids::bigint[] AS ids,
     @unique_keys::text[], @unique_windows_us::bigint[], @unique_statuses::text[],
     sqlc.narg(metadata)::jsonb[],
     sqlc.narg(limits)::integer[], @limit_queues::text[], @limit_keys::text[], @limit_max::integer[],
-    @limit_strategies::text[]
+    @limit_strategies::text[],
+    sqlc.narg(fair)::integer[], @fair_queues::text[], @fair_tenants::text[]
   ) e;
 
 -- name: GetBatch :one

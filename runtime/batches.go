@@ -182,6 +182,7 @@ func EnqueueBatch(ctx context.Context, db DB, reqs []EnqueueRequest, opts BatchO
 		RunAt: p.RunAt, DelayUs: p.DelayUs, GroupQueues: p.GroupQueues, GroupKeys: p.GroupKeys,
 		UniqueKeys: p.UniqueKeys, UniqueWindowsUs: p.UniqueWindowsUs, UniqueStatuses: p.UniqueStatuses, Metadata: p.Metadata,
 		Limits: p.Limits, LimitQueues: p.LimitQueues, LimitKeys: p.LimitKeys, LimitMax: p.LimitMax, LimitStrategies: p.LimitStrategies,
+		Fair: p.Fair, FairQueues: p.FairQueues, FairTenants: p.FairTenants,
 	})
 	if err != nil {
 		return 0, nil, fmt.Errorf("enqueue batch of %d job(s): %w", len(reqs), err)

@@ -29,7 +29,7 @@ type leaderStatus interface {
 // maintenance share: a worker uses one connection beside its running jobs.
 //
 // Every worker ends the batches whose jobs have finished, promotes due jobs,
-// admits limited jobs into the slots it finds free, raises the priority of jobs that waited
+// admits limited jobs into the slots it finds free, moves fair queues' clocks on, raises the priority of jobs that waited
 // long enough (priority aging), rescues orphaned ones and carries out
 // cancel requests each round (SKIP LOCKED keeps workers from getting in
 // each other's way), and records its kinds now and then. Between rounds it
@@ -43,6 +43,7 @@ type maintenance struct {
 	promote *dueMover
 	age     *dueMover
 	limits  *limitChecker
+	fair    *fairClock
 	rescue  *rescuer
 	cancel  *canceller
 
@@ -63,6 +64,7 @@ func newMaintenance(w *Worker) *maintenance {
 		promote:  newPromoter(q, w.log.With("maint", "promote"), maintainBatch),
 		age:      newAger(q, w.log.With("maint", "aging"), maintainBatch),
 		limits:   &limitChecker{q: q, batch: maintainBatch},
+		fair:     &fairClock{q: q},
 		rescue: &rescuer{pool: w.pool, q: q, log: w.log.With("maint", "rescue"), batch: maintainBatch,
 			workerID: w.id, claims: &w.claims},
 		cancel: &canceller{q: q, log: w.log.With("maint", "cancel"), batch: maintainBatch, running: &w.running},
@@ -117,7 +119,7 @@ func (m *maintenance) round(ctx context.Context) error {
 	// Batches come before promotion: a callback a batch releases is queued
 	// in the same round; and promotion before the limits, which admit the
 	// limited jobs it queued.
-	for _, s := range []maintService{m.batches, m.promote, m.limits, m.age, m.rescue, m.cancel, ownRescue{m.rescue}} {
+	for _, s := range []maintService{m.batches, m.promote, m.limits, m.fair, m.age, m.rescue, m.cancel, ownRescue{m.rescue}} {
 		if err := s.step(ctx); err != nil {
 			return err
 		}

@@ -133,4 +133,6 @@ type PgtaskJob struct {
 	EnqueuedBy      *string
 	BatchID         pgtype.Int8
 	LimitID         pgtype.Int8
+	Tenant          *string
+	FairSeq         pgtype.Int8
 }
