@@ -33,6 +33,11 @@ type Spec[T any] struct {
 	// or there is none.
 	LimitField string
 	LimitKey   func(T) string
+	// TenantField names the field tagged task:"tenant" (for messages);
+	// TenantKey reads it: the job's tenant in its fair queue (Defaults.Fair).
+	// Both are empty when the task names no tenant: its jobs are tenant "".
+	TenantField string
+	TenantKey   func(T) string
 	// UniqueByPayload makes each job unique by its whole payload: its
 	// unique key is a digest of the payload's JSON (see
 	// runtime.EnqueueOptions.UniqueKey), unless the caller gives one.
@@ -73,6 +78,11 @@ func (s *Spec[T]) request(t T, opts []runtime.EnqueueOption) (runtime.EnqueueReq
 	}
 	if s.LimitKey != nil {
 		req.LimitKey, limitErr = s.key(t, "limit", s.LimitField, s.LimitKey)
+	}
+	if s.TenantKey != nil {
+		if req.Tenant, err = s.key(t, "tenant", s.TenantField, s.TenantKey); err != nil {
+			return runtime.EnqueueRequest{}, err
+		}
 	}
 	req.Apply(opts...)
 	switch {

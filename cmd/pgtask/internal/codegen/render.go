@@ -87,6 +87,9 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	if s.LimitStrategy != "" && s.LimitStrategy != string(runtime.LimitQueue) {
 		defaults = append(defaults, field("LimitStrategy", rt(limitStrategyName[s.LimitStrategy])))
 	}
+	if s.Fair || t.Tenant != nil {
+		defaults = append(defaults, field("Fair", jen.True()))
+	}
 	if s.UniqueWindow != 0 {
 		defaults = append(defaults, field("UniqueWindow", duration(s.UniqueWindow)))
 	}
@@ -150,6 +153,9 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	if g := t.Limit; g != nil {
 		fields = append(fields, field("LimitField", jen.Lit(g.Name)), field("LimitKey", keyFunc(g)))
 	}
+	if g := t.Tenant; g != nil {
+		fields = append(fields, field("TenantField", jen.Lit(g.Name)), field("TenantKey", keyFunc(g)))
+	}
 	comment(f, "%s holds %s's settings from its task tag.", spec, t.Name)
 	f.Var().Id(spec).Op("=").Op("&").Add(ts("Spec")).Types(typ).Values(multiline(fields)...)
 	f.Line()
@@ -162,6 +168,12 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 		where += fmt.Sprintf(", at most %d running at once per %s", s.Limit, t.Limit.Name)
 	case s.Limit != 0:
 		where += fmt.Sprintf(", at most %d running at once under the queue's limit", s.Limit)
+	}
+	switch {
+	case t.Tenant != nil:
+		where += fmt.Sprintf(", taking turns with the queue's other tenants by its %s", t.Tenant.Name)
+	case s.Fair:
+		where += ", taking turns with the queue's tenants as tenant \"\""
 	}
 	enqueueParams := func(arg string, argType jen.Code) []jen.Code {
 		return []jen.Code{
