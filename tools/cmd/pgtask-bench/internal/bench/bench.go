@@ -52,13 +52,13 @@ type Options struct {
 	// LimitKeys is how many keys of limit 2 the limits' drain spreads its
 	// jobs over, against as many groups; WaitingKeys how many keys wait at
 	// their limit while claims are timed.
-	LimitKeys     int
-	WaitingKeys   int
+	LimitKeys   int
+	WaitingKeys int
 	// Fair queues: the flooding tenant's jobs, the newcomer's behind them,
 	// and the tenants the fair drain spreads its jobs over.
-	FairFlood    int
-	FairNewcomer int
-	FairTenants  int
+	FairFlood     int
+	FairNewcomer  int
+	FairTenants   int
 	FloorDuration time.Duration
 	// The steady run: jobs a second offered for a duration to a worker of
 	// that Concurrency, in each of the modes.
