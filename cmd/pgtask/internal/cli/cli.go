@@ -37,6 +37,7 @@ commands:
   pause     pause queues: no worker claims their jobs until they are resumed
   limits    list concurrency limits, or set and clear operators' limits (pgtask limits set|clear)
   resume    resume paused queues
+  tenants   list fair queues' tenants, set a tenant's weight, make a queue fair (pgtask tenants weight|fair)
   ui        serve the web dashboard: queues, jobs, groups, limits, and actions on them
   help      show this text
 
@@ -71,6 +72,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = batches(ctx, args[1:], stdout, stderr)
 	case "limits":
 		err = limits(ctx, args[1:], stdout, stderr)
+	case "tenants":
+		err = tenants(ctx, args[1:], stdout, stderr)
 	case "retry", "cancel", "purge":
 		err = bulkCommand(ctx, args[0], args[1:], stdout, stderr)
 	case "ui":
