@@ -157,6 +157,9 @@ func request(it item) (runtime.EnqueueRequest, error) {
 	if it.limit != nil {
 		req.Apply(runtime.WithLimit(it.limit.key, it.limit.max))
 	}
+	if it.tenant != "" {
+		req.Apply(runtime.WithTenant(it.tenant))
+	}
 	return req, nil
 }
 
