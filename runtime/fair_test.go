@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -312,5 +313,20 @@ func TestQueueWithoutFairnessKeepsOrder(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A tenant over MaxTenantBytes is refused before anything is sent, with an
+// error that names it, and nothing is enqueued.
+func TestEnqueueRefusesLongTenant(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	req := runtime.EnqueueRequest{Kind: "fair", Payload: mustJSON(t, fairStart{})}
+	req.Apply(runtime.WithQueue("fairq"), runtime.WithTenant(string(make([]byte, runtime.MaxTenantBytes+1))))
+	if _, err := runtime.Enqueue(context.Background(), b.pool, req); err == nil || !strings.Contains(err.Error(), "tenant") {
+		t.Fatalf("a tenant of %d bytes: err %v, want one naming the tenant", runtime.MaxTenantBytes+1, err)
+	}
+	if qs, err := runtime.FairQueues(context.Background(), b.pool); err != nil || len(qs) != 0 {
+		t.Fatalf("fair queues after a refused enqueue: %v, %v", qs, err)
 	}
 }

@@ -1,4 +1,4 @@
--- revision: 11
+-- revision: 12
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -572,8 +572,7 @@ BEGIN
 
     -- Tenants and turns of the jobs of fair queues (see functions/fair.sql).
     SELECT f.tenants, f.seqs INTO turns
-      FROM pgtask.fair_turns(ARRAY(SELECT p_queues[u.o] FROM unnest(p_settings) WITH ORDINALITY AS u(o, i) ORDER BY u.i),
-                             p_fair, p_fair_queues, p_fair_tenants) f;
+      FROM pgtask.fair_turns(p_settings, p_queues, p_fair, p_fair_queues, p_fair_tenants) f;
 
     -- A grouped job is its group's head only if this call created the group
     -- with it; the probe runs only then. (A subscript of 0 is NULL.) A

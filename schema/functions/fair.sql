@@ -1,4 +1,4 @@
--- revision: 1
+-- revision: 2
 -- Fair queues: within a queue, tenants take turns, so that one tenant's
 -- flood cannot push another's jobs behind it.
 --
@@ -33,14 +33,16 @@
 -- transactions at once gets up to k turns for another's one while they
 -- overlap.
 
--- The turns of a batch's jobs. p_job_queues has each job's queue; p_fair
--- names each job's tenant by its 1-based place in p_fair_queues and
+-- The turns of a batch's jobs. p_settings names each job's settings, and
+-- p_queues is each set of settings' queue (see enqueue_jobs); p_fair names
+-- each job's tenant by its 1-based place in p_fair_queues and
 -- p_fair_tenants (0: none named), or is NULL for a batch without any. A
 -- job that names a tenant makes its queue fair. Returns, per job, its
 -- tenant and its turn: NULL for a job of a queue that is not fair, '' for
--- a job of a fair queue that named none. Turns of one tenant follow the
--- batch's order.
-CREATE OR REPLACE FUNCTION pgtask.fair_turns(p_job_queues text[], p_fair integer[], p_fair_queues text[],
+-- a job of a fair queue that named none; both NULL (not arrays) when no
+-- job is in a fair queue, which costs one look at pgtask.fair_queues.
+-- Turns of one tenant follow the batch's order.
+CREATE OR REPLACE FUNCTION pgtask.fair_turns(p_settings integer[], p_queues text[], p_fair integer[], p_fair_queues text[],
                                              p_fair_tenants text[], OUT tenants text[], OUT seqs bigint[])
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -49,13 +51,15 @@ DECLARE
     fair text[];
 BEGIN
     IF p_fair IS NOT NULL THEN
-        IF cardinality(p_fair) <> cardinality(p_job_queues)
-           OR coalesce(cardinality(p_fair_queues), 0) <> coalesce(cardinality(p_fair_tenants), 0) THEN
+        IF cardinality(p_fair) <> cardinality(p_settings)
+           OR coalesce(cardinality(p_fair_queues), 0) <> coalesce(cardinality(p_fair_tenants), 0)
+           OR NOT (pgtask.is_list(p_fair_queues) AND pgtask.is_list(p_fair_tenants)) THEN
             RAISE EXCEPTION 'pgtask.enqueue_jobs: the tenant arrays differ in length';
         END IF;
-        IF EXISTS (SELECT 1 FROM unnest(p_fair, p_job_queues) AS u(f, q)
-                    WHERE u.f IS NULL OR u.f < 0 OR u.f > coalesce(cardinality(p_fair_queues), 0)
-                       OR (u.f > 0 AND (p_fair_queues[u.f] IS DISTINCT FROM u.q OR p_fair_tenants[u.f] IS NULL))) THEN
+        IF EXISTS (SELECT 1 FROM unnest(p_fair, p_settings) AS u(f, o)
+                    LEFT JOIN unnest(p_fair_queues, p_fair_tenants) WITH ORDINALITY AS t(q, tenant, f) ON t.f = u.f
+                    WHERE u.f IS NULL OR u.f < 0 OR u.f > cardinality(p_fair_queues)
+                       OR (u.f > 0 AND (t.q IS DISTINCT FROM p_queues[u.o] OR t.tenant IS NULL))) THEN
             RAISE EXCEPTION 'pgtask.enqueue_jobs: a job names no listed tenant of its queue';
         END IF;
         INSERT INTO pgtask.fair_queues (queue)
@@ -65,15 +69,18 @@ BEGIN
     END IF;
     SELECT array_agg(f.queue) INTO fair
       FROM pgtask.fair_queues f
-     WHERE f.queue = ANY (ARRAY(SELECT DISTINCT q FROM unnest(p_job_queues) q));
+     WHERE f.queue = ANY (p_queues);
     IF fair IS NULL THEN
         RETURN;
     END IF;
+    -- Arrays of text are read by zipping them, not by subscript (which
+    -- walks them from their start), but for p_queues, one per settings.
     WITH job AS (
-        SELECT u.i, u.q,
-               CASE WHEN u.q = ANY (fair) THEN coalesce(p_fair_tenants[nullif(u.f, 0)], '') END AS tenant
-          FROM unnest(p_job_queues, coalesce(p_fair, array_fill(0, ARRAY[cardinality(p_job_queues)])))
-               WITH ORDINALITY AS u(q, f, i)
+        SELECT u.i, p_queues[u.o] AS q,
+               CASE WHEN p_queues[u.o] = ANY (fair) THEN coalesce(t.tenant, '') END AS tenant
+          FROM unnest(p_settings, coalesce(p_fair, array_fill(0, ARRAY[cardinality(p_settings)])))
+               WITH ORDINALITY AS u(o, f, i)
+          LEFT JOIN unnest(p_fair_tenants) WITH ORDINALITY AS t(tenant, f) ON t.f = u.f
     ), tenant AS (
         SELECT d.q, d.tenant, s.step,
                greatest((SELECT max(j.fair_seq) FROM pgtask.jobs j
