@@ -1,4 +1,4 @@
--- revision: 48
+-- revision: 49
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -337,6 +337,7 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pgtask.paused_queues q WHERE q.queue = p_queue) THEN
         RETURN;
     END IF;
+    -- (Not for a fair queue, whose heads are taken by turn: see pick_heads.)
     IF p_max = 1 AND p_after_priority IS NOT NULL
        AND NOT EXISTS (SELECT 1 FROM pgtask.fair_queues f WHERE f.queue = p_queue) THEN
         -- One job, so no run behind a head to fill: one statement, the
@@ -425,6 +426,8 @@ BEGIN
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
                       j.run_after, j.metadata,
+                      -- A fair queue's heads (with a turn) move no cursor:
+                      -- its claims take them by turn, from the start.
                       j.id = ANY (heads) AND j.fair_seq IS NULL
                       AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id),
                       j.snoozes
@@ -914,6 +917,8 @@ BEGIN
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
                       j.run_after, j.metadata,
+                      -- A fair queue's heads (with a turn) move no cursor:
+                      -- its claims take them by turn, from the start.
                       j.id = ANY (heads) AND j.fair_seq IS NULL
                       AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id),
                       j.snoozes
