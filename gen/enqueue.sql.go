@@ -77,7 +77,8 @@ SELECT e.job_ids::bigint[] AS ids,
     $20::integer[], $21::text[], $22::text[], $23::integer[],
     $24::text[],
     $25::integer[], $26::text[], $27::text[], $28::integer[],
-    $29::bigint[], $30::integer[]
+    $29::bigint[], $30::integer[],
+    $31::integer[], $32::text[], $33::text[]
   ) e
 `
 
@@ -112,6 +113,9 @@ type InsertBatchParams struct {
 	RateN           []int32           `db:"rate_n"`
 	RatePeriodUs    []int64           `db:"rate_period_us"`
 	RateBurst       []int32           `db:"rate_burst"`
+	Fair            []int32           `db:"fair"`
+	FairQueues      []string          `db:"fair_queues"`
+	FairTenants     []string          `db:"fair_tenants"`
 }
 
 type InsertBatchRow struct {
@@ -154,6 +158,9 @@ func (q *Queries) InsertBatch(ctx context.Context, arg InsertBatchParams) (Inser
 		arg.RateN,
 		arg.RatePeriodUs,
 		arg.RateBurst,
+		arg.Fair,
+		arg.FairQueues,
+		arg.FairTenants,
 	)
 	var i InsertBatchRow
 	err := row.Scan(&i.Ids, &i.BatchID)
@@ -172,7 +179,8 @@ SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
     $18::integer[], $19::text[], $20::text[], $21::integer[],
     $22::text[],
     $23::integer[], $24::text[], $25::text[], $26::integer[],
-    $27::bigint[], $28::integer[]
+    $27::bigint[], $28::integer[],
+    $29::integer[], $30::text[], $31::text[]
   ) e
 `
 
@@ -205,6 +213,9 @@ type InsertJobsParams struct {
 	RateN           []int32           `db:"rate_n"`
 	RatePeriodUs    []int64           `db:"rate_period_us"`
 	RateBurst       []int32           `db:"rate_burst"`
+	Fair            []int32           `db:"fair"`
+	FairQueues      []string          `db:"fair_queues"`
+	FairTenants     []string          `db:"fair_tenants"`
 }
 
 type InsertJobsRow struct {
@@ -218,7 +229,9 @@ type InsertJobsRow struct {
 // empty run_at means "now plus the delay". unique_keys has one per job
 // (empty for none, or NULL for none in the batch), unique_windows_us and
 // unique_statuses one per set of settings; metadata one per job (NULL for
-// none), or NULL for none in the batch. limits, like groups, names each
+// none), or NULL for none in the batch. fair, like limits, names each job's
+// tenant by its position in fair_queues/fair_tenants (0: none), or is NULL
+// for none in the batch. limits, like groups, names each
 // job's limit by its position in limit_queues/limit_keys/limit_max (0:
 // none), or is NULL for none in the batch; rates names each job's rate
 // key by its position in rate_queues..rate_burst the same way.
@@ -252,6 +265,9 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) (InsertJ
 		arg.RateN,
 		arg.RatePeriodUs,
 		arg.RateBurst,
+		arg.Fair,
+		arg.FairQueues,
+		arg.FairTenants,
 	)
 	var i InsertJobsRow
 	err := row.Scan(&i.Ids, &i.Existed)

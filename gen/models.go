@@ -105,6 +105,19 @@ type PgtaskCancelRequest struct {
 	RequestedAt time.Time `db:"requested_at"`
 }
 
+type PgtaskFairQueue struct {
+	Queue      string    `db:"queue"`
+	Clock      int64     `db:"clock"`
+	DeclaredAt time.Time `db:"declared_at"`
+}
+
+type PgtaskFairWeight struct {
+	Queue  string    `db:"queue"`
+	Tenant string    `db:"tenant"`
+	Weight int32     `db:"weight"`
+	SetAt  time.Time `db:"set_at"`
+}
+
 type PgtaskFunctionFile struct {
 	Name      string    `db:"name"`
 	Revision  int32     `db:"revision"`
@@ -156,6 +169,8 @@ type PgtaskJob struct {
 	BatchID         pgtype.Int8     `db:"batch_id"`
 	LimitID         pgtype.Int8     `db:"limit_id"`
 	RateID          pgtype.Int8     `db:"rate_id"`
+	Tenant          *string         `db:"tenant"`
+	FairSeq         pgtype.Int8     `db:"fair_seq"`
 }
 
 type PgtaskJobProgress struct {

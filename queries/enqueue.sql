@@ -5,7 +5,9 @@
 -- empty run_at means "now plus the delay". unique_keys has one per job
 -- (empty for none, or NULL for none in the batch), unique_windows_us and
 -- unique_statuses one per set of settings; metadata one per job (NULL for
--- none), or NULL for none in the batch. limits, like groups, names each
+-- none), or NULL for none in the batch. fair, like limits, names each job's
+-- tenant by its position in fair_queues/fair_tenants (0: none), or is NULL
+-- for none in the batch. limits, like groups, names each
 -- job's limit by its position in limit_queues/limit_keys/limit_max (0:
 -- none), or is NULL for none in the batch; rates names each job's rate
 -- key by its position in rate_queues..rate_burst the same way.
@@ -20,7 +22,8 @@ SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
     sqlc.narg(limits)::integer[], @limit_queues::text[], @limit_keys::text[], @limit_max::integer[],
     @limit_strategies::text[],
     sqlc.narg(rates)::integer[], @rate_queues::text[], @rate_keys::text[], @rate_n::integer[],
-    @rate_period_us::bigint[], @rate_burst::integer[]
+    @rate_period_us::bigint[], @rate_burst::integer[],
+    sqlc.narg(fair)::integer[], @fair_queues::text[], @fair_tenants::text[]
   ) e;
 
 -- name: InsertBatch :one
@@ -39,7 +42,8 @@ SELECT e.job_ids::bigint[] AS ids,
     sqlc.narg(limits)::integer[], @limit_queues::text[], @limit_keys::text[], @limit_max::integer[],
     @limit_strategies::text[],
     sqlc.narg(rates)::integer[], @rate_queues::text[], @rate_keys::text[], @rate_n::integer[],
-    @rate_period_us::bigint[], @rate_burst::integer[]
+    @rate_period_us::bigint[], @rate_burst::integer[],
+    sqlc.narg(fair)::integer[], @fair_queues::text[], @fair_tenants::text[]
   ) e;
 
 -- name: GetBatch :one

@@ -64,6 +64,22 @@ func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
 			p.GroupQueues, p.GroupKeys = append(p.GroupQueues, "q"), append(p.GroupKeys, "h")
 		}, "1 listed group(s) have no job"},
 		{"malformed JSON", func(p *gen.InsertJobsParams) { p.Payloads[1] = json.RawMessage(`{"a":`) }, "invalid input syntax for type json"},
+
+		{"tenant out of range", func(p *gen.InsertJobsParams) {
+			p.Fair, p.FairQueues, p.FairTenants = []int32{0, 2}, []string{"q"}, []string{"a"}
+		}, "a job names no listed tenant of its queue"},
+		{"tenant of another queue", func(p *gen.InsertJobsParams) {
+			p.Fair, p.FairQueues, p.FairTenants = []int32{1, 0}, []string{"other"}, []string{"a"}
+		}, "a job names no listed tenant of its queue"},
+		{"tenant arrays of different lengths", func(p *gen.InsertJobsParams) {
+			p.Fair, p.FairQueues, p.FairTenants = []int32{1, 0}, []string{"q"}, []string{}
+		}, "tenant arrays differ in length"},
+		{"per-job tenants of another length", func(p *gen.InsertJobsParams) {
+			p.Fair, p.FairQueues, p.FairTenants = []int32{1}, []string{"q"}, []string{"a"}
+		}, "tenant arrays differ in length"},
+		{"long tenant", func(p *gen.InsertJobsParams) {
+			p.Fair, p.FairQueues, p.FairTenants = []int32{1, 1}, []string{"q"}, []string{strings.Repeat("t", 1025)}
+		}, "jobs_tenant_bounded"},
 	}
 	for _, c := range cases {
 		p := good()
@@ -78,6 +94,9 @@ func TestTableRefusesBadRowsAndInsertsNothing(t *testing.T) {
 	}
 	if _, err := b.q.GetGroup(ctx, testdb.GetGroupParams{Queue: "q", GroupKey: "g"}); err == nil {
 		t.Fatal("a refused statement left a group row behind")
+	}
+	if qs, err := runtime.FairQueues(ctx, b.pool); err != nil || len(qs) != 0 {
+		t.Fatalf("refused statements left fair queues %v (%v)", qs, err)
 	}
 	// The same statement with good rows works: the checks are not too strict.
 	// The unique batch's own arrays.

@@ -184,6 +184,7 @@ func EnqueueBatch(ctx context.Context, db DB, reqs []EnqueueRequest, opts BatchO
 		Limits: p.Limits, LimitQueues: p.LimitQueues, LimitKeys: p.LimitKeys, LimitMax: p.LimitMax, LimitStrategies: p.LimitStrategies,
 		Rates: p.Rates, RateQueues: p.RateQueues, RateKeys: p.RateKeys, RateN: p.RateN, RatePeriodUs: p.RatePeriodUs,
 		RateBurst: p.RateBurst,
+		Fair:      p.Fair, FairQueues: p.FairQueues, FairTenants: p.FairTenants,
 	})
 	if err != nil {
 		return 0, nil, fmt.Errorf("enqueue batch of %d job(s): %w", len(reqs), err)

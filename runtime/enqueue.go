@@ -118,7 +118,18 @@ type EnqueueOptions struct {
 	// Keys are not empty; keys and values together are at most
 	// MaxMetadataBytes.
 	Metadata map[string]string
+	// Fair makes the job's queue fair: its tenants take turns, so that one
+	// tenant's flood cannot push another's jobs behind it (see
+	// docs/fairness.md). Tenant is the job's tenant, at most MaxTenantBytes;
+	// a job of a fair queue that names none is tenant "". A queue, once
+	// fair, stays so for every job enqueued into it, whatever its options,
+	// until SetFairQueue says otherwise.
+	Fair   bool
+	Tenant string
 }
+
+// MaxTenantBytes bounds a tenant key (see EnqueueOptions.Tenant).
+const MaxTenantBytes = 1024
 
 // DefaultPriorityAging is how long a queued job waits for each level its
 // priority rises, unless its options say otherwise (EnqueueOptions.Aging).
@@ -183,6 +194,12 @@ const (
 // its limit (EnqueueOptions.LimitStrategy).
 func WithLimitStrategy(s LimitStrategy) EnqueueOption {
 	return func(o *EnqueueOptions) { o.LimitStrategy = s }
+}
+
+// WithTenant makes the job tenant key's in its queue, and the queue fair
+// (see EnqueueOptions.Fair).
+func WithTenant(key string) EnqueueOption {
+	return func(o *EnqueueOptions) { o.Fair, o.Tenant = true, key }
 }
 
 // WithGroup sets the job's FIFO group key.
@@ -338,6 +355,7 @@ type batch struct {
 	groups   map[groupRef]int32
 	limits   map[groupRef]int32
 	rates    map[groupRef]int32
+	tenants  map[groupRef]int32
 	last     jobSettings
 }
 
@@ -367,6 +385,7 @@ func newBatch(n int) *batch {
 		GroupQueues: []string{}, GroupKeys: []string{}, UniqueWindowsUs: []int64{}, UniqueStatuses: []string{},
 		LimitQueues: []string{}, LimitKeys: []string{}, LimitMax: []int32{}, LimitStrategies: []string{},
 		RateQueues: []string{}, RateKeys: []string{}, RateN: []int32{}, RatePeriodUs: []int64{}, RateBurst: []int32{},
+		FairQueues: []string{}, FairTenants: []string{},
 	}}
 }
 
@@ -419,6 +438,17 @@ func (b *batch) add(r *EnqueueRequest) {
 			l = b.rate(groupRef{r.Queue, r.RateKey}, r)
 		}
 		b.p.Rates = append(b.p.Rates, l)
+	}
+	if (r.Fair || r.Tenant != "") && b.p.Fair == nil {
+		// The batch's first job that names a tenant: the jobs before it name none.
+		b.p.Fair = make([]int32, len(b.p.Payloads), cap(b.p.Payloads))
+	}
+	if b.p.Fair != nil {
+		var t int32
+		if r.Fair || r.Tenant != "" {
+			t = b.tenant(groupRef{r.Queue, r.Tenant})
+		}
+		b.p.Fair = append(b.p.Fair, t)
 	}
 	if len(r.Metadata) > 0 && b.p.Metadata == nil {
 		// The batch's first job with metadata: the jobs before it have none.
@@ -513,6 +543,21 @@ func (b *batch) rate(ref groupRef, r *EnqueueRequest) int32 {
 	return l
 }
 
+// tenant returns the position of the tenant ref, listing it if it is new.
+func (b *batch) tenant(ref groupRef) int32 {
+	if t, ok := b.tenants[ref]; ok {
+		return t
+	}
+	if b.tenants == nil {
+		b.tenants = make(map[groupRef]int32)
+	}
+	b.p.FairQueues = append(b.p.FairQueues, ref.queue)
+	b.p.FairTenants = append(b.p.FairTenants, ref.key)
+	t := int32(len(b.p.FairTenants))
+	b.tenants[ref] = t
+	return t
+}
+
 // limitStrategies are the LimitStrategy values.
 var limitStrategies = []LimitStrategy{LimitQueue, LimitCancelNewest, LimitKeepOldest, LimitKeepNewest}
 
@@ -533,6 +578,11 @@ func (r *EnqueueRequest) check() error {
 	}
 	if r.Group != "" {
 		if err := checkName("group key", r.Group, MaxGroupKeyBytes); err != nil {
+			return err
+		}
+	}
+	if r.Tenant != "" {
+		if err := checkName("tenant", r.Tenant, MaxTenantBytes); err != nil {
 			return err
 		}
 	}

@@ -30,8 +30,8 @@ type leaderStatus interface {
 //
 // Every worker ends the batches whose jobs have finished, promotes due jobs,
 // admits limited jobs into the slots it finds free, marks ready the rate
-// keys that jobs came to wait on unseen, raises the priority of jobs that waited
-// long enough (priority aging), rescues orphaned ones and carries out
+// keys that jobs came to wait on unseen, moves fair queues' clocks on,
+// raises the priority of jobs that waited long enough (priority aging), rescues orphaned ones and carries out
 // cancel requests each round (SKIP LOCKED keeps workers from getting in
 // each other's way), and records its kinds now and then. Between rounds it
 // stands for leader; while it leads, it schedules the periodic jobs and
@@ -45,6 +45,7 @@ type maintenance struct {
 	age     *dueMover
 	limits  *limitChecker
 	rates   *rateChecker
+	fair    *fairClock
 	rescue  *rescuer
 	cancel  *canceller
 	// The rescues, paced (see paced): rescued runs rescue's step, ownRescued
@@ -69,6 +70,7 @@ func newMaintenance(w *Worker) *maintenance {
 		age:      newAger(q, w.log.With("maint", "aging"), maintainBatch),
 		limits:   &limitChecker{q: q, batch: maintainBatch},
 		rates:    &rateChecker{q: q, batch: maintainBatch, queues: w.queues, names: w.queueNames()},
+		fair:     &fairClock{q: q},
 		rescue: &rescuer{pool: w.pool, q: q, log: w.log.With("maint", "rescue"), batch: maintainBatch,
 			workerID: w.id, claims: &w.claims},
 		cancel: &canceller{q: q, log: w.log.With("maint", "cancel"), batch: maintainBatch, running: &w.running},
@@ -154,7 +156,7 @@ func (m *maintenance) round(ctx context.Context) error {
 	// Batches come before promotion: a callback a batch releases is queued
 	// in the same round; and promotion before the limits, which admit the
 	// limited jobs it queued.
-	for _, s := range []maintService{m.batches, m.promote, m.limits, m.rates, m.age, m.rescued, m.cancel, m.ownRescued} {
+	for _, s := range []maintService{m.batches, m.promote, m.limits, m.rates, m.fair, m.age, m.rescued, m.cancel, m.ownRescued} {
 		if err := s.step(ctx); err != nil {
 			return err
 		}

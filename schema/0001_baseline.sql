@@ -202,6 +202,12 @@ CREATE TABLE pgtask.jobs (
     -- an index of its own (jobs_rate_waiting), and a claim takes it with a
     -- token of its key. See functions/rates.sql.
     rate_id           bigint,
+    -- Fair queues (see functions/fair.sql): the job's tenant ('' when its
+    -- enqueue named none) and its turn among the queue's tenants, NULL for
+    -- a job of a queue that is not fair. Claims of a fair queue take heads
+    -- by (priority, fair_seq, id).
+    tenant            text COLLATE "C",
+    fair_seq          bigint,
     CONSTRAINT jobs_queue_not_empty CHECK (queue <> ''),
     CONSTRAINT jobs_kind_not_empty CHECK (kind <> ''),
     CONSTRAINT jobs_group_key_not_empty CHECK (group_key <> ''),
@@ -223,13 +229,27 @@ CREATE TABLE pgtask.jobs (
     CONSTRAINT jobs_kind_bounded CHECK (octet_length(kind) <= 128),
     CONSTRAINT jobs_group_key_bounded CHECK (octet_length(group_key) <= 1024),
     CONSTRAINT jobs_unique_key_bounded CHECK (octet_length(unique_key) <= 1300),
-    CONSTRAINT jobs_metadata_object CHECK (jsonb_typeof(metadata) = 'object')
+    CONSTRAINT jobs_metadata_object CHECK (jsonb_typeof(metadata) = 'object'),
+    CONSTRAINT jobs_fair_complete CHECK ((tenant IS NULL) = (fair_seq IS NULL)),
+    -- Matches runtime.MaxTenantBytes.
+    CONSTRAINT jobs_tenant_bounded CHECK (octet_length(tenant) <= 1024)
 );
 
 -- The claim index holds only runnable heads: its size is the number of jobs that
 -- could start now, not the backlog and not the number of waiting groups.
 CREATE INDEX jobs_claim ON pgtask.jobs (queue, priority, id)
     WHERE status = 'queued' AND is_head;
+
+-- The claim index of fair queues (see functions/fair.sql): their runnable
+-- heads by turn. They are in jobs_claim too, which the claims of a queue
+-- that is not fair read; only fair jobs pay for this one.
+CREATE INDEX jobs_fair ON pgtask.jobs (queue, priority, fair_seq, id)
+    WHERE status = 'queued' AND is_head AND fair_seq IS NOT NULL;
+
+-- Each tenant's queued jobs of a fair queue by turn: an enqueue finds the
+-- tenant's last turn here, and statistics count a tenant's backlog.
+CREATE INDEX jobs_fair_tenant ON pgtask.jobs (queue, tenant, fair_seq)
+    WHERE status = 'queued' AND fair_seq IS NOT NULL;
 
 -- Queued heads whose priority rises as they wait, by when it next does
 -- (see age_priorities), and limited jobs waiting for a slot, which their
@@ -574,6 +594,29 @@ CREATE TRIGGER jobs_rate_waits
     FOR EACH ROW
     WHEN (NEW.rate_id IS NOT NULL AND NEW.status = 'queued' AND OLD.status <> 'queued')
     EXECUTE FUNCTION pgtask.rate_waits();
+-- Fair queues (see functions/fair.sql): one row per queue whose tenants take
+-- turns. clock is a floor for the turns of new jobs: the turn the queue's
+-- claims had reached at the last maintenance round that looked. It is
+-- written by maintenance only (SKIP LOCKED), and enqueues only read it.
+CREATE TABLE pgtask.fair_queues (
+    queue       text COLLATE "C" PRIMARY KEY,
+    clock       bigint NOT NULL DEFAULT 0,
+    declared_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT fair_queues_queue_bounded CHECK (queue <> '' AND octet_length(queue) <= 128)
+);
+
+-- Tenants' weights that an operator set (default 1): a tenant of weight w
+-- gets w turns for another's one.
+CREATE TABLE pgtask.fair_weights (
+    queue  text COLLATE "C" NOT NULL,
+    tenant text COLLATE "C" NOT NULL,
+    weight integer NOT NULL,
+    set_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue, tenant),
+    CONSTRAINT fair_weights_weight_valid CHECK (weight BETWEEN 1 AND 1000),
+    CONSTRAINT fair_weights_queue_bounded CHECK (octet_length(queue) <= 128),
+    CONSTRAINT fair_weights_tenant_bounded CHECK (octet_length(tenant) <= 1024)
+);
 
 -- Cluster-wide duties and operations: a leader among the workers, paused
 -- queues, periodic jobs' ticks, cancel requests, and the kinds each worker

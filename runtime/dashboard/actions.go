@@ -34,7 +34,7 @@ func (h *handler) redirectBack(w http.ResponseWriter, r *http.Request, done stri
 }
 
 // backPage reads back as one of the dashboard's pages below the base path
-// ("/", "/jobs", "/jobs/{id}", "/groups", "/limits") and its query.
+// ("/", "/jobs", "/jobs/{id}", "/groups", "/limits", "/tenants") and its query.
 // Anything else is refused: a URL with a scheme, a host or a fragment, a
 // path that decodes to "//host" or holds a backslash or a control
 // character (which browsers read as another site), or a path of no page.
@@ -59,7 +59,7 @@ func backPage(back string) (page string, q url.Values, ok bool) {
 // dashboardPage reports whether p is the path of a page, below the base.
 func dashboardPage(p string) bool {
 	switch p {
-	case "/", "/jobs", "/groups", "/limits":
+	case "/", "/jobs", "/groups", "/limits", "/tenants":
 		return true
 	}
 	id, ok := strings.CutPrefix(p, "/jobs/")

@@ -183,6 +183,7 @@ func (h *handler) routes() *http.ServeMux {
 	mux.HandleFunc("GET "+b+"/limits", h.limitsPage)
 	mux.HandleFunc("GET "+b+"/batches", h.batchesPage)
 	mux.HandleFunc("GET "+b+"/batches/{id}", h.batchPage)
+	mux.HandleFunc("GET "+b+"/tenants", h.tenantsPage)
 	mux.HandleFunc("GET "+b+"/static/dashboard.css", serveCSS)
 	mux.HandleFunc("POST "+b+"/jobs/{id}/retry", h.retryJob)
 	mux.HandleFunc("POST "+b+"/jobs/{id}/cancel", h.cancelJob)
@@ -192,6 +193,7 @@ func (h *handler) routes() *http.ServeMux {
 	mux.HandleFunc("POST "+b+"/queues/resume", h.resumeQueue)
 	mux.HandleFunc("POST "+b+"/limits/set", h.setLimit)
 	mux.HandleFunc("POST "+b+"/limits/clear", h.clearLimit)
+	mux.HandleFunc("POST "+b+"/tenants/weight", h.setTenantWeight)
 	if b != "" {
 		mux.HandleFunc("GET "+b, func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, b+"/", http.StatusMovedPermanently)

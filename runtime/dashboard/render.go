@@ -18,7 +18,7 @@ var templateFS embed.FS
 var css []byte
 
 // pageNames are the pages; each is templates/<name>.html on the layout.
-var pageNames = []string{"queues", "jobs", "job", "groups", "limits", "batches", "batch"}
+var pageNames = []string{"queues", "jobs", "job", "groups", "limits", "tenants", "batches", "batch"}
 
 // parsePages parses each page with the layout. The templates are embedded,
 // so a failure is a bug in this package: it panics.
@@ -202,6 +202,7 @@ var flashes = map[string]string{
 	"was-running":        "The queue was not paused.",
 	"limit-set":          "The limit is set, for every worker: %d limit keys changed now.",
 	"limit-cleared":      "The operator's limit is cleared: %d limit keys changed now, back on the limit in force without it.",
+	"weight-set":         "The tenant's weight is %d (it was %d), for its jobs enqueued from now on.",
 }
 
 func flashText(q url.Values) string {

@@ -39,6 +39,11 @@ type Spec[T any] struct {
 	// (Defaults.RateKey), or there is none.
 	RateField string
 	RateKey   func(T) string
+	// TenantField names the field tagged task:"tenant" (for messages);
+	// TenantKey reads it: the job's tenant in its fair queue (Defaults.Fair).
+	// Both are empty when the task names no tenant: its jobs are tenant "".
+	TenantField string
+	TenantKey   func(T) string
 	// UniqueByPayload makes each job unique by its whole payload: its
 	// unique key is a digest of the payload's JSON (see
 	// runtime.EnqueueOptions.UniqueKey), unless the caller gives one.
@@ -82,6 +87,11 @@ func (s *Spec[T]) request(t T, opts []runtime.EnqueueOption) (runtime.EnqueueReq
 	}
 	if s.RateKey != nil {
 		req.RateKey, rateErr = s.key(t, "rate", s.RateField, s.RateKey)
+	}
+	if s.TenantKey != nil {
+		if req.Tenant, err = s.key(t, "tenant", s.TenantField, s.TenantKey); err != nil {
+			return runtime.EnqueueRequest{}, err
+		}
 	}
 	req.Apply(opts...)
 	switch {

@@ -1,4 +1,4 @@
--- revision: 12
+-- revision: 13
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -95,6 +95,11 @@ $$;
 -- p_metadata is each job's metadata (a JSON object of strings, or NULL for
 -- none), or NULL for a batch without any.
 --
+-- Fair queues (see functions/fair.sql): p_fair names each job's tenant by
+-- its position in p_fair_queues/p_fair_tenants (0: none), or is NULL for
+-- none in the batch. A job that names one makes its queue fair; every job
+-- of a fair queue gets a tenant ('' for none named) and a turn.
+--
 -- Concurrency limits (see functions/limits.sql): the batch's limits are
 -- listed once each (p_limit_queues, p_limit_keys, with the limit the tasks
 -- declare in p_limit_max), and every job gives the 1-based position of its
@@ -155,7 +160,8 @@ CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs(
     p_limits integer[], p_limit_queues text[], p_limit_keys text[], p_limit_max integer[],
     p_limit_strategies text[],
     p_rates integer[], p_rate_queues text[], p_rate_keys text[], p_rate_n integer[], p_rate_period_us bigint[],
-    p_rate_burst integer[]
+    p_rate_burst integer[],
+    p_fair integer[], p_fair_queues text[], p_fair_tenants text[]
 ) RETURNS TABLE (job_ids bigint[], job_existed boolean[])
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -222,6 +228,8 @@ DECLARE
     rrow pgtask.rate_keys;
     rf record;
     now_ts timestamptz;
+    -- Fair queues: each job's tenant and turn (see functions/fair.sql).
+    turns record;
 BEGIN
     IF n = 0 THEN
         RETURN QUERY SELECT '{}'::bigint[], '{}'::boolean[];
@@ -414,7 +422,10 @@ BEGIN
                     p_limit_queues, p_limit_keys, p_limit_max, p_limit_strategies,
                     CASE WHEN p_rates IS NOT NULL THEN
                         ARRAY(SELECT u.r FROM unnest(p_rates, keep) WITH ORDINALITY AS u(r, kp, i) WHERE u.kp ORDER BY u.i) END,
-                    p_rate_queues, p_rate_keys, p_rate_n, p_rate_period_us, p_rate_burst) e;
+                    p_rate_queues, p_rate_keys, p_rate_n, p_rate_period_us, p_rate_burst,
+                    CASE WHEN p_fair IS NOT NULL THEN
+                        ARRAY(SELECT u.f FROM unnest(p_fair, keep) WITH ORDINALITY AS u(f, kp, i) WHERE u.kp ORDER BY u.i) END,
+                    p_fair_queues, p_fair_tenants) e;
             END IF;
             RETURN QUERY
                 SELECT array_agg(coalesce(r.h, inserted[r.pos]) ORDER BY r.i), array_agg(NOT keep[r.i] ORDER BY r.i)
@@ -653,6 +664,9 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
+    -- Tenants and turns of the jobs of fair queues (see functions/fair.sql).
+    SELECT f.tenants, f.seqs INTO turns
+      FROM pgtask.fair_turns(p_settings, p_queues, p_fair, p_fair_queues, p_fair_tenants) f;
 
     -- A grouped job is its group's head only if this call created the group
     -- with it; the probe runs only then. (A subscript of 0 is NULL.) A
@@ -661,7 +675,7 @@ BEGIN
     INSERT INTO pgtask.jobs (
         id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload,
         max_attempts, fail_blocks_group, run_after, unique_key, unique_statuses, unique_until, metadata, limit_id,
-        rate_id, finished_at, errors
+        rate_id, finished_at, errors, tenant, fair_seq
     )
     SELECT t.id, t.q, p_kinds[t.o], p_group_keys[t.g], gids[t.g],
            CASE WHEN t.l > 0 THEN admit[t.i] WHEN t.r > 0 THEN false
@@ -682,7 +696,8 @@ BEGIN
            CASE WHEN dropped[t.i]
                 THEN jsonb_build_array(jsonb_build_object('attempt', 0, 'at', now(), 'error',
                          format('cancelled at enqueue: its limit key was at its limit (%s)', strat[t.l])))
-                ELSE '[]'::jsonb END
+                ELSE '[]'::jsonb END,
+           turns.tenants[t.i], turns.seqs[t.i]
       FROM (SELECT u.id, u.i, u.o, u.g, coalesce(u.l, 0) AS l, coalesce(u.r, 0) AS r, u.payload, u.meta,
                    p_queues[u.o] AS q, starts[u.o] AS run_after
               -- unnest in the select list zips the arrays without

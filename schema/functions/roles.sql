@@ -1,4 +1,4 @@
--- revision: 16
+-- revision: 17
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -106,6 +106,12 @@ LANGUAGE sql IMMUTABLE AS $$
     ('admin', 'table', 'rate_overrides', 'SELECT, INSERT, UPDATE, DELETE'),
     ('none', 'sequence', 'rate_keys_id_seq', ''),
     ('none', 'sequence', 'rate_checks_id_seq', ''),
+    -- Fair queues (fair.sql): enqueues give turns inside enqueue_jobs;
+    -- claims read which queues are fair, maintenance moves their clocks;
+    -- an operator makes queues fair and sets tenants' weights.
+    ('worker', 'table', 'fair_queues', 'SELECT, UPDATE'),
+    ('admin', 'table', 'fair_queues', 'SELECT, INSERT, DELETE'),
+    ('admin', 'table', 'fair_weights', 'SELECT, INSERT, UPDATE, DELETE'),
     ('worker', 'table', 'migrations', 'SELECT'),
     ('worker', 'table', 'function_files', 'SELECT'),
     ('none', 'table', 'granted_roles', ''),
@@ -128,6 +134,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'release_callbacks', 'EXECUTE'),
     ('worker', 'function', 'parked_at', 'EXECUTE'),
     ('none', 'function', 'is_list', ''),
+    ('none', 'function', 'fair_turns', ''),
 
     -- Working (work.sql), maintenance (maintenance.sql), groups
     -- (groups.sql), the leader's duties (operations.sql).
@@ -135,6 +142,12 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'pick_heads', 'EXECUTE'),
     ('worker', 'function', 'pick_runs', 'EXECUTE'),
     ('worker', 'function', 'pick_limited_runs', 'EXECUTE'),
+    ('worker', 'function', 'pick_fair_heads', 'EXECUTE'),
+    ('worker', 'function', 'fair_clock', 'EXECUTE'),
+    ('worker', 'function', 'advance_fair_clocks', 'EXECUTE'),
+    ('admin', 'function', 'set_fair_queue', 'EXECUTE'),
+    ('admin', 'function', 'set_tenant_weight', 'EXECUTE'),
+    ('admin', 'function', 'fair_tenants', 'EXECUTE'),
     ('worker', 'function', 'claim_jobs', 'EXECUTE'),
     ('worker', 'function', 'claim_leased_jobs', 'EXECUTE'),
     ('worker', 'function', 'hold_jobs', 'EXECUTE'),

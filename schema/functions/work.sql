@@ -1,4 +1,4 @@
--- revision: 49
+-- revision: 50
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -106,6 +106,10 @@ DECLARE
     promoted bigint[];
     more bigint[];
 BEGIN
+    -- A fair queue's tenants take turns (see functions/fair.sql).
+    IF EXISTS (SELECT 1 FROM pgtask.fair_queues f WHERE f.queue = p_queue) THEN
+        RETURN pgtask.pick_fair_heads(p_queue, p_max, p_kinds);
+    END IF;
     -- Heads this transaction's worker just made runnable by finishing their
     -- group's previous job (advance_one_group): taken first, by id, and
     -- wherever they are in the index.
@@ -354,7 +358,9 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    IF p_max = 1 AND p_after_priority IS NOT NULL AND cardinality(rated) = 0 THEN
+    -- (Not for a fair queue, whose heads are taken by turn: see pick_heads.)
+    IF p_max = 1 AND p_after_priority IS NOT NULL AND cardinality(rated) = 0
+       AND NOT EXISTS (SELECT 1 FROM pgtask.fair_queues f WHERE f.queue = p_queue) THEN
         -- One job, so no run behind a head to fill: one statement, the
         -- scans of pick_heads in turn until one finds a head, starting
         -- with a head this transaction just promoted.
@@ -461,7 +467,10 @@ AS $$
         RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                   j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
                   j.run_after, j.metadata,
-                  j.id = ANY (p_heads) AND pgtask.scanned(j.id, j.priority, p_promoted, p_after_priority, p_after_id, p_exhausted),
+                  -- A fair queue's heads (with a turn) move no cursor: its
+                  -- claims take them by turn, from the start.
+                  j.id = ANY (p_heads) AND j.fair_seq IS NULL
+                  AND pgtask.scanned(j.id, j.priority, p_promoted, p_after_priority, p_after_id, p_exhausted),
                   j.snoozes
     )
     SELECT * FROM claimed ORDER BY claimed.priority, claimed.id;
@@ -979,7 +988,10 @@ BEGIN
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
                       j.run_after, j.metadata,
-                      j.id = ANY (heads) AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id, exhausted),
+                      -- A fair queue's heads (with a turn) move no cursor:
+                      -- its claims take them by turn, from the start.
+                      j.id = ANY (heads) AND j.fair_seq IS NULL
+                      AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id, exhausted),
                       j.snoozes
         )
         SELECT * FROM claimed ORDER BY claimed.priority, claimed.id;

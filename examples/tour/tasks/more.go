@@ -30,3 +30,12 @@ type Fetch struct {
 	Partner      string `json:"partner" task:"limit"`
 	URL          string `json:"url" validate:"required,url"`
 }
+
+// Render renders a page of an account's report. Accounts take turns in the
+// queue, so one account's thousands of pages do not hold back another's
+// few (docs/fairness.md).
+type Render struct {
+	runtime.Task `task:"render,queue=renders"`
+	Account      string `json:"account" task:"tenant"`
+	Page         int    `json:"page"`
+}

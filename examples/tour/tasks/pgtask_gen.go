@@ -143,6 +143,44 @@ func HandleInvite(w *runtime.Worker, fn func(ctx context.Context, job *runtime.J
 	return taskspec.Handle(w, inviteSpec, fn)
 }
 
+// RenderKind is the kind of Render jobs, as stored in the jobs table.
+const RenderKind = "render"
+
+// renderSpec holds Render's settings from its task tag.
+var renderSpec = &taskspec.Spec[Render]{
+	Kind: RenderKind,
+	Defaults: runtime.EnqueueOptions{
+		Queue: "renders",
+		Fair:  true,
+	},
+	TenantField: "Account",
+	TenantKey: func(t Render) string {
+		return string(t.Account)
+	},
+}
+
+// EnqueueRender validates t and inserts it as a job of kind "render" on queue
+// "renders", taking turns with the queue's other tenants by its Account. db may
+// be a pool, a connection or a transaction: in a transaction the job exists
+// only if it commits. opts override the declared settings.
+func EnqueueRender(ctx context.Context, db runtime.DB, t Render, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
+	return taskspec.Enqueue(ctx, db, renderSpec, t, opts...)
+}
+
+// EnqueueRenderMany validates every element of ts and inserts them all in one
+// statement, or none if any is invalid. Ids are returned in the order of ts,
+// and jobs of one group run in that order.
+func EnqueueRenderMany(ctx context.Context, db runtime.DB, ts []Render, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
+	return taskspec.EnqueueMany(ctx, db, renderSpec, ts, opts...)
+}
+
+// HandleRender registers fn as the handler of "render" jobs on w. fn runs in
+// the job's transaction (job.Tx()): its writes there commit if and only if it
+// returns nil.
+func HandleRender(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Render) error) error {
+	return taskspec.Handle(w, renderSpec, fn)
+}
+
 // ReportKind is the kind of Report jobs, as stored in the jobs table.
 const ReportKind = "report"
 

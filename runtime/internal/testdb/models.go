@@ -134,4 +134,6 @@ type PgtaskJob struct {
 	BatchID         pgtype.Int8
 	LimitID         pgtype.Int8
 	RateID          pgtype.Int8
+	Tenant          *string
+	FairSeq         pgtype.Int8
 }

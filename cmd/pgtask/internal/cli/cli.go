@@ -38,7 +38,8 @@ commands:
   limits    list concurrency limits, or set and clear operators' limits (pgtask limits set|clear)
   rates     list rate limits, or set and clear operators' rates (pgtask rates set|clear)
   resume    resume paused queues
-  ui        serve the web dashboard: queues, jobs, groups, limits, batches, and actions on them
+  tenants   list fair queues' tenants, set a tenant's weight, make a queue fair (pgtask tenants weight|fair)
+  ui        serve the web dashboard: queues, jobs, groups, limits, tenants, batches, and actions on them
   help      show this text
 
 Run 'pgtask <command> -h' for a command's flags; flags go before or after
@@ -74,6 +75,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = limits(ctx, args[1:], stdout, stderr)
 	case "rates":
 		err = rates(ctx, args[1:], stdout, stderr)
+	case "tenants":
+		err = tenants(ctx, args[1:], stdout, stderr)
 	case "retry", "cancel", "purge":
 		err = bulkCommand(ctx, args[0], args[1:], stdout, stderr)
 	case "ui":

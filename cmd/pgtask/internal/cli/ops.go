@@ -119,7 +119,8 @@ func stats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"Per queue: jobs by status, of the queued ones how many are runnable (waiting for a worker) and how many wait on a\n"+
 		"concurrency limit (pgtask limits), how long the oldest runnable job has waited, groups a failure blocks, and whether\n"+
 		"it is paused;\n"+
-		"then the runnable jobs of kinds no live worker handles, by queue and kind (workers claim only the kinds they have handlers for).", stderr)
+		"then the runnable jobs of kinds no live worker handles, by queue and kind (workers claim only the kinds they have handlers for);\n"+
+		"then, for each fair queue, its top tenants by queued jobs, with their weights (pgtask tenants lists them all).", stderr)
 	if err := c.parse(args, 0, stderr); err != nil {
 		return err
 	}
@@ -136,7 +137,16 @@ func stats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	tenants, err := runtime.FairTenants(ctx, conn, "", statsTenants)
+	if err != nil {
+		return err
+	}
 	if *c.asJSON {
+		type tenant struct {
+			Tenant string `json:"tenant"`
+			Weight int    `json:"weight"`
+			Queued int64  `json:"queued"`
+		}
 		type kind struct {
 			Kind              string  `json:"kind"`
 			Jobs              int64   `json:"jobs"`
@@ -156,13 +166,20 @@ func stats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			WaitingOnRate    int64 `json:"waiting_on_rate"`
 			// Runnable jobs of kinds no live worker handles in the queue.
 			UnhandledKinds []kind `json:"unhandled_kinds"`
+			// A fair queue's top tenants by queued jobs.
+			Tenants []tenant `json:"tenants,omitempty"`
 		}
 		out := make([]queue, len(st))
 		for i, s := range st {
-			out[i] = queue{s.Queue, s.Counts, s.OldestWait.Seconds(), s.BlockedGroups, s.Paused, s.Runnable, s.WaitingOnLimit, s.WaitingOnRate, []kind{}}
+			out[i] = queue{s.Queue, s.Counts, s.OldestWait.Seconds(), s.BlockedGroups, s.Paused, s.Runnable, s.WaitingOnLimit, s.WaitingOnRate, []kind{}, nil}
 			for _, u := range unhandled {
 				if u.Queue == s.Queue {
 					out[i].UnhandledKinds = append(out[i].UnhandledKinds, kind{u.Kind, u.Jobs, u.OldestWait.Seconds()})
+				}
+			}
+			for _, t := range tenants {
+				if t.Queue == s.Queue {
+					out[i].Tenants = append(out[i].Tenants, tenant{t.Tenant, t.Weight, t.Queued})
 				}
 			}
 		}
@@ -180,17 +197,26 @@ func stats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(unhandled) == 0 {
+	if len(unhandled) > 0 {
+		fmt.Fprintln(stdout, "\nrunnable jobs of kinds no live worker handles (they wait for a worker with their handler):")
+		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "queue\tkind\tjobs\toldest wait\t")
+		for _, u := range unhandled {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t\n", u.Queue, u.Kind, u.Jobs, u.OldestWait.Round(time.Millisecond))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(tenants) == 0 {
 		return nil
 	}
-	fmt.Fprintln(stdout, "\nrunnable jobs of kinds no live worker handles (they wait for a worker with their handler):")
-	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "queue\tkind\tjobs\toldest wait\t")
-	for _, u := range unhandled {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t\n", u.Queue, u.Kind, u.Jobs, u.OldestWait.Round(time.Millisecond))
-	}
-	return tw.Flush()
+	fmt.Fprintf(stdout, "\ntenants of fair queues, the top %d of each by queued jobs (they take turns; pgtask tenants):\n", statsTenants)
+	return printTenants(stdout, tenants)
 }
+
+// statsTenants is how many tenants of each fair queue pgtask stats shows.
+const statsTenants = 5
 
 func jobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "list" && args[0] != "show") {

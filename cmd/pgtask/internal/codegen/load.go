@@ -1,6 +1,7 @@
 package codegen
 
 import (
+	"cmp"
 	"fmt"
 	"go/ast"
 	"go/token"
@@ -13,6 +14,8 @@ import (
 	"strings"
 
 	"golang.org/x/tools/go/packages"
+
+	"github.com/pgtask/pgtask/runtime"
 )
 
 const runtimePath = "github.com/pgtask/pgtask/runtime"
@@ -32,6 +35,9 @@ type task struct {
 	// Rate is the field tagged task:"rate", whose value is the key the
 	// declared rate counts starts by; nil: the kind's own rate.
 	Rate *groupField
+	// Tenant is the field tagged task:"tenant", whose value is the job's
+	// tenant in its fair queue; nil: tenant "" (or no fairness).
+	Tenant *groupField
 	// Unique are the fields tagged task:"unique", in declaration order: the
 	// job's unique key is made of their values.
 	Unique []string
@@ -197,6 +203,7 @@ func load(dir, outName string) (*loaded, error) {
 		}
 	}
 	errs = append(errs, duplicateKinds(l.Tasks)...)
+	errs = append(errs, mixedFairness(l.Tasks)...)
 	if len(errs) > 0 {
 		sort.SliceStable(errs, func(i, j int) bool {
 			a, b := errs[i].Pos, errs[j].Pos
@@ -297,7 +304,7 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec, rules *ruleChecker) (task,
 		}
 		roles, ok := fieldTag(tag)
 		if !ok {
-			fail(f.Pos(), `field %s: task tag %q: on a field only group, limit, rate and unique are allowed, each at most once, joined by commas (task:"group,unique")`, f.Name(), tag)
+			fail(f.Pos(), `field %s: task tag %q: on a field only group, limit, rate, tenant and unique are allowed, each at most once, joined by commas (task:"group,unique")`, f.Name(), tag)
 			continue
 		}
 		if !f.Exported() {
@@ -333,6 +340,9 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec, rules *ruleChecker) (task,
 		}
 		if roles.rate {
 			key("rate", &t.Rate)
+		}
+		if roles.tenant {
+			key("tenant", &t.Tenant)
 		}
 	}
 	// A job has a group, a concurrency limit or a rate, at most one of
@@ -384,10 +394,11 @@ type fieldRoles struct {
 	group  bool // its value is the FIFO group key
 	limit  bool // its value is the key the task's limit counts by
 	rate   bool // its value is the key the task's rate counts by
+	tenant bool // its value is the job's tenant in its fair queue
 	unique bool // its value is part of the unique key
 }
 
-// fieldTag reads a field's task tag: "group", "limit", "rate", "unique", or some of
+// fieldTag reads a field's task tag: "group", "limit", "rate", "tenant", "unique", or some of
 // them joined by commas, each at most once.
 func fieldTag(tag string) (roles fieldRoles, ok bool) {
 	for _, part := range strings.Split(tag, ",") {
@@ -399,6 +410,8 @@ func fieldTag(tag string) (roles fieldRoles, ok bool) {
 			role = &roles.limit
 		case "rate":
 			role = &roles.rate
+		case "tenant":
+			role = &roles.tenant
 		case "unique":
 			role = &roles.unique
 		default:
@@ -533,6 +546,31 @@ func duplicateKinds(tasks []task) Errors {
 			continue
 		}
 		first[t.settings.Kind] = t
+	}
+	return errs
+}
+
+// fair reports whether t makes its queue fair.
+func (t task) fair() bool { return t.settings.Fair || t.Tenant != nil }
+
+// mixedFairness refuses a task of a queue that another task of the package
+// makes fair but that does not say so itself: a fair queue's jobs all take
+// turns, those of a task without a tenant as tenant "", and its
+// declaration should show it.
+func mixedFairness(tasks []task) Errors {
+	var errs Errors
+	fairBy := map[string]task{}
+	for _, t := range tasks {
+		if _, ok := fairBy[t.settings.Queue]; !ok && t.fair() {
+			fairBy[t.settings.Queue] = t
+		}
+	}
+	for _, t := range tasks {
+		if by, ok := fairBy[t.settings.Queue]; ok && !t.fair() {
+			queue := cmp.Or(t.settings.Queue, runtime.DefaultQueue)
+			errs = append(errs, Error{Pos: t.Pos, Msg: fmt.Sprintf("%s: queue %s is fair (%s, %s:%d, takes turns by tenant), so its jobs take turns too; add fair=on to its task tag, or a field tagged task:\"tenant\"",
+				t.Name, queue, by.Name, filepath.Base(by.Pos.Filename), by.Pos.Line)})
+		}
 	}
 	return errs
 }

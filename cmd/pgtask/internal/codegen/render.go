@@ -97,6 +97,9 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 			defaults = append(defaults, field("RateKey", jen.Id(kindConst)))
 		}
 	}
+	if s.Fair || t.Tenant != nil {
+		defaults = append(defaults, field("Fair", jen.True()))
+	}
 	if s.UniqueWindow != 0 {
 		defaults = append(defaults, field("UniqueWindow", duration(s.UniqueWindow)))
 	}
@@ -163,6 +166,9 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	if g := t.Rate; g != nil {
 		fields = append(fields, field("RateField", jen.Lit(g.Name)), field("RateKey", keyFunc(g)))
 	}
+	if g := t.Tenant; g != nil {
+		fields = append(fields, field("TenantField", jen.Lit(g.Name)), field("TenantKey", keyFunc(g)))
+	}
 	comment(f, "%s holds %s's settings from its task tag.", spec, t.Name)
 	f.Var().Id(spec).Op("=").Op("&").Add(ts("Spec")).Types(typ).Values(multiline(fields)...)
 	f.Line()
@@ -179,6 +185,12 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 		where += fmt.Sprintf(", at most %d starting per %s per %s", s.Rate, s.RatePer, t.Rate.Name)
 	case s.Rate != 0:
 		where += fmt.Sprintf(", at most %d starting per %s", s.Rate, s.RatePer)
+	}
+	switch {
+	case t.Tenant != nil:
+		where += fmt.Sprintf(", taking turns with the queue's other tenants by its %s", t.Tenant.Name)
+	case s.Fair:
+		where += ", taking turns with the queue's tenants as tenant \"\""
 	}
 	enqueueParams := func(arg string, argType jen.Code) []jen.Code {
 		return []jen.Code{

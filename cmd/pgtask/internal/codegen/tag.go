@@ -43,6 +43,9 @@ type settings struct {
 	Unique         bool
 	UniqueWindow   time.Duration
 	UniqueStatuses []runtime.Status
+	// Fair makes the task's queue fair: its tenants take turns
+	// (runtime.EnqueueOptions.Fair).
+	Fair bool
 }
 
 var validKind = regexp.MustCompile(`^[a-zA-Z0-9_.:/-]+$`)
@@ -93,7 +96,7 @@ func parseTaskTag(tag, typeName string) (settings, []error) {
 }
 
 // options lists the tag's options for the "unknown option" message.
-const options = "queue, max_attempts, max_snoozes, priority, aging, timeout, backoff, on_fail, mode, limit, on_limit, rate, burst, unique, unique_window, unique_statuses"
+const options = "queue, max_attempts, max_snoozes, priority, aging, timeout, backoff, on_fail, mode, limit, on_limit, rate, burst, unique, unique_window, unique_statuses, fair"
 
 func (s *settings) set(key, value string) error {
 	switch key {
@@ -202,6 +205,11 @@ func (s *settings) set(key, value string) error {
 		default:
 			return fmt.Errorf("want queue (wait for a slot), cancel_newest (cancel a job that finds none), keep_oldest or keep_newest (keep one job waiting per key: the oldest, or the newest as a debounce)")
 		}
+	case "fair":
+		if value != "on" {
+			return fmt.Errorf(`want on (the queue's tenants take turns; a field tagged task:"tenant" names the job's tenant)`)
+		}
+		s.Fair = true
 	case "unique":
 		if value != "payload" {
 			return fmt.Errorf(`want payload (a job is unique by its whole payload); to make it unique by some fields, tag them task:"unique"`)

@@ -89,3 +89,18 @@ func TestFieldTag(t *testing.T) {
 		}
 	}
 }
+
+func TestTagFair(t *testing.T) {
+	s, errs := parseTaskTag("k,queue=q,fair=on", "MyTask")
+	if len(errs) > 0 || !s.Fair {
+		t.Errorf("fair=on: fair %v, errors %v; want fair", s.Fair, errs)
+	}
+	for _, tag := range []string{"fair=off", "fair=", "fair=true", "k,fair"} {
+		if s, errs := parseTaskTag(tag, "MyTask"); len(errs) != 1 || s.Fair {
+			t.Errorf("parseTaskTag(%q) = fair %v, errors %v; want one error", tag, s.Fair, errs)
+		}
+	}
+	if got, ok := fieldTag("tenant,limit"); !ok || got != (fieldRoles{tenant: true, limit: true}) {
+		t.Errorf(`fieldTag("tenant,limit") = %+v, %v; want tenant and limit`, got, ok)
+	}
+}

@@ -31,7 +31,7 @@ import (
 
 // Options sizes the run.
 type Options struct {
-	Only          string // comma-separated subset of: floor,enqueue,defaults,hotpinned,drain,wakeup,visible,commit,claim,limits,rates,memory,retention,dashboard,steady
+	Only          string // comma-separated subset of: floor,enqueue,defaults,hotpinned,drain,wakeup,visible,commit,claim,limits,rates,fair,memory,retention,dashboard,steady
 	Conns         int    // connections (runners, producers, floor clients)
 	Batch         int    // jobs per claim in drains
 	EnqueueSingle int
@@ -56,9 +56,14 @@ type Options struct {
 	WaitingKeys int
 	// The rate limit run: a key of Rate jobs a second worked for
 	// RateDuration in each of RateModes.
-	Rate          int
-	RateDuration  time.Duration
-	RateModes     string
+	Rate         int
+	RateDuration time.Duration
+	RateModes    string
+	// Fair queues: the flooding tenant's jobs, the newcomer's behind them,
+	// and the tenants the fair drain spreads its jobs over.
+	FairFlood     int
+	FairNewcomer  int
+	FairTenants   int
 	FloorDuration time.Duration
 	// The steady run: jobs a second offered for a duration to a worker of
 	// that Concurrency, in each of the modes.
@@ -79,6 +84,7 @@ func defaults() Options {
 		MemoryJobs: 1_000_000, Retained: 10_000_000, Expired: 1_000_000, DashboardJobs: 1_000_000,
 		LimitKeys: 1_000, WaitingKeys: 100_000,
 		Rate: 100, RateDuration: time.Minute, RateModes: "held,lease",
+		FairFlood: 100_000, FairNewcomer: 100, FairTenants: 100,
 		FloorDuration: 5 * time.Second,
 		SteadyRate:    400, SteadyDuration: 10 * time.Minute, SteadyConcurrency: 32, SteadyModes: "held",
 	}
@@ -90,7 +96,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := defaults()
 	fs := flag.NewFlagSet("pgtask-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,hotpinned,drain,wakeup,visible,commit,claim,limits,rates,memory,retention,dashboard,steady")
+	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,hotpinned,drain,wakeup,visible,commit,claim,limits,rates,fair,memory,retention,dashboard,steady")
 	fs.IntVar(&o.Conns, "conns", o.Conns, "connections: worker runners, producers and floor clients")
 	fs.IntVar(&o.Batch, "batch", o.Batch, "jobs per claim in the drains")
 	fs.IntVar(&o.EnqueueSingle, "enqueue-single", o.EnqueueSingle, "jobs enqueued one per call")
@@ -112,6 +118,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Rate, "rate", o.Rate, "jobs a second of the rate limit run's key")
 	fs.DurationVar(&o.RateDuration, "rate-duration", o.RateDuration, "how long the rate limit run works its key's backlog")
 	fs.StringVar(&o.RateModes, "rate-modes", o.RateModes, "the rate limit run's modes, comma-separated: held,lease (empty: none)")
+	fs.IntVar(&o.FairFlood, "fair-flood", o.FairFlood, "jobs tenant a enqueues into a fair queue before tenant b's")
+	fs.IntVar(&o.FairNewcomer, "fair-newcomer", o.FairNewcomer, "jobs tenant b enqueues behind tenant a's")
+	fs.IntVar(&o.FairTenants, "fair-tenants", o.FairTenants, "tenants the fair queue's drain spreads its jobs over")
 	fs.IntVar(&o.DashboardJobs, "dashboard-jobs", o.DashboardJobs, "jobs in the table while the dashboard's pages are timed")
 	fs.DurationVar(&o.FloorDuration, "floor-duration", o.FloorDuration, "how long to measure the UPDATE floor")
 	fs.IntVar(&o.SteadyRate, "steady-rate", o.SteadyRate, "jobs a second offered in the steady run")
@@ -190,6 +199,7 @@ func run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		{"claim", b.measureClaim},
 		{"limits", b.measureLimits},
 		{"rates", b.measureRates},
+		{"fair", b.measureFair},
 		{"memory", b.measureMemory},
 		{"retention", b.measureRetention},
 		{"dashboard", b.measureDashboard},

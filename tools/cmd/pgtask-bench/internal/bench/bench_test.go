@@ -22,7 +22,7 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		"-ungrouped", "2000", "-grouped", "2000", "-groups", "50", "-hot", "300",
 		"-wake-samples", "10", "-claim-backlogs", "100,2000", "-memory-jobs", "3000",
 		"-floor-duration", "500ms", "-batch", "50", "-defaults-jobs", "500", "-dashboard-jobs", "3000",
-		"-limit-keys", "50", "-waiting-keys", "500",
+		"-limit-keys", "50", "-waiting-keys", "500", "-fair-flood", "3000", "-fair-newcomer", "20", "-fair-tenants", "10",
 		"-retained", "3000", "-expired", "3000", "-steady-duration", "4s", "-steady-rate", "100", "-steady-concurrency", "4", "-hot-pinned", "300",
 	}, &out, &errOut)
 	if code != 0 {
@@ -69,6 +69,10 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		regexp.MustCompile(`defaults: drain 50 keys, limit 2 each +500 jobs +\d+ jobs/s \([\d.]+x the 50-group drain: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the 50-group drain (met|MISSED)`),
 		regexp.MustCompile(`lease defaults: drain ungrouped, queue's limit 100 \(= Concurrency\) +500 jobs +\d+ jobs/s \([\d.]+x the same without a limit: \d+ jobs/s\) +\d+\.\d+x +>= 0\.90x the same without a limit (met|MISSED)`),
 		regexp.MustCompile(`lease defaults: drain 50 keys, limit 2 each +500 jobs +\d+ jobs/s \([\d.]+x the 50-group drain: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the 50-group drain (met|MISSED)`),
+		regexp.MustCompile(`defaults: fair: tenant b's 20 jobs behind tenant a's 3000 +3000 \+ 20 jobs +\d+ of a's jobs started after b's enqueue before b's last +< 1000 (met|MISSED)`),
+		regexp.MustCompile(`defaults: drain ungrouped, fair over 10 tenants +500 jobs +\d+ jobs/s \([\d.]+x the same, not fair: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the same, not fair (met|MISSED)`),
+		regexp.MustCompile(`lease defaults: fair: tenant b's 20 jobs behind tenant a's 3000 +3000 \+ 20 jobs +\d+ of a's jobs started after b's enqueue before b's last +< 1000 (met|MISSED)`),
+		regexp.MustCompile(`lease defaults: drain ungrouped, fair over 10 tenants +500 jobs +\d+ jobs/s \([\d.]+x the same, not fair: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the same, not fair (met|MISSED)`),
 		regexp.MustCompile(`claim 10 jobs with 500 limit keys at their limit, jobs waiting +10000 runnable +p50 \d+µs, p99 \d+µs \([\d.]+x none waiting: p50 \d+µs, p99 \d+µs\) +p50 <= 1\.20x none waiting (met|MISSED)`),
 		regexp.MustCompile(`worker RSS over a drain .* +3000 jobs +[\d.]+ MiB at 10%, [\d.]+ MiB peak, [\d.]+ MiB at end`),
 		regexp.MustCompile(`dashboard: queues \(GET /\) +3000 jobs +p50 [\d.]+ms, max [\d.]+ms +p50 <= 100\.00ms (met|MISSED)`),

@@ -42,6 +42,10 @@ type Config struct {
 	// queue's own limit (4). A producer of their own enqueues them in
 	// bursts spread over ProduceOver.
 	Limited int
+	// Tenants, when above 0, makes the chaos queue fair (docs/fairness.md):
+	// the jobs take turns among that many tenants, a group's jobs spread
+	// over all of them, and the rolled-back ones name none (tenant "").
+	Tenants int
 	// Poison is how many jobs kill their own worker process on every
 	// attempt (max_attempts 3).
 	Poison int
@@ -216,6 +220,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Groups, "groups", cfg.Groups, "FIFO groups the grouped jobs spread over")
 	fs.IntVar(&cfg.Ungrouped, "ungrouped", cfg.Ungrouped, "how many of the jobs have no group")
 	fs.IntVar(&cfg.Limited, "limited", cfg.Limited, "how many of the ungrouped jobs have a concurrency limit (keys of limits 2, 3 and the queue's own 4)")
+	fs.IntVar(&cfg.Tenants, "tenants", cfg.Tenants, "tenants the jobs take turns among in a fair chaos queue (0: the queue is not fair)")
 	fs.IntVar(&cfg.Poison, "poison", cfg.Poison, "jobs that kill their own worker process on every attempt")
 	fs.Int64Var(&cfg.Seed, "seed", 0, "random seed (0: from the clock)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "the run fails if it has not finished by then")

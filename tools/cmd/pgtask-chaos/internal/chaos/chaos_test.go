@@ -34,6 +34,8 @@ func TestChaos(t *testing.T) {
 	cfg.Groups = 100
 	cfg.Ungrouped = 300
 	cfg.Limited = 150
+	// The chaos queue is fair: the claims of a fair queue face every fault.
+	cfg.Tenants = 4
 	// Two, so that "poison job SIGKILLed its own process" is not missed
 	// when one's three attempts all end before its handler runs (its
 	// process killed first, mid-batch).

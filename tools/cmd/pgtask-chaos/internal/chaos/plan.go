@@ -50,6 +50,17 @@ var faultMix = []struct {
 	{behaveNoRetry, 0.005},
 }
 
+// tenantOf is the tenant of the job in slot i of the plan: with
+// cfg.Tenants, the jobs take turns among that many tenants, a group's jobs
+// spread over all of them; without, they name none and the queue is not
+// fair.
+func tenantOf(cfg Config, i int) string {
+	if cfg.Tenants <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("tenant-%d", i%cfg.Tenants)
+}
+
 func kindOf(behavior string, limited bool) string {
 	switch {
 	case behavior == behaveTimeout:
@@ -117,6 +128,9 @@ type item struct {
 	// rate, its rate limit (runtime.WithRate). A job has one at most.
 	limit *limitKey
 	rate  *rateKey
+	// tenant, if set, is the job's tenant (runtime.WithTenant): the chaos
+	// queue is then fair.
+	tenant string
 }
 
 // rateKey is a rate limit of the chaos queue: at most n jobs of key start
@@ -237,7 +251,7 @@ func plan(cfg Config, rng *rand.Rand, producers int) (items [][]item, groups [][
 		var it item
 		var p int
 		if s < 0 {
-			it = item{seq: ungrouped, behavior: behaviors[i]}
+			it = item{seq: ungrouped, behavior: behaviors[i], tenant: tenantOf(cfg, i)}
 			p = ungrouped % producers
 			ungrouped++
 			if it.behavior == behaveLong {
@@ -258,6 +272,7 @@ func plan(cfg Config, rng *rand.Rand, producers int) (items [][]item, groups [][
 			p = s % producers
 			seq[s]++
 		}
+		it.tenant = tenantOf(cfg, i)
 		items[p] = append(items[p], it)
 	}
 	return items, groups, long, limited

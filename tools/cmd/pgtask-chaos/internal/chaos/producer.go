@@ -161,6 +161,9 @@ func request(it item) (runtime.EnqueueRequest, error) {
 	if it.rate != nil {
 		req.Apply(runtime.WithRate(it.rate.key, it.rate.n, time.Second), runtime.WithRateBurst(it.rate.burst))
 	}
+	if it.tenant != "" {
+		req.Apply(runtime.WithTenant(it.tenant))
+	}
 	return req, nil
 }
 
