@@ -23,6 +23,7 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		"-wake-samples", "10", "-claim-backlogs", "100,2000", "-memory-jobs", "3000",
 		"-floor-duration", "500ms", "-batch", "50", "-defaults-jobs", "500", "-dashboard-jobs", "3000",
 		"-limit-keys", "50", "-waiting-keys", "500", "-fair-flood", "3000", "-fair-newcomer", "20", "-fair-tenants", "10",
+		"-rate-duration", "2s",
 		"-retained", "3000", "-expired", "3000", "-steady-duration", "4s", "-steady-rate", "100", "-steady-concurrency", "4", "-hot-pinned", "300",
 	}, &out, &errOut)
 	if code != 0 {
@@ -69,6 +70,10 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		regexp.MustCompile(`defaults: drain 50 keys, limit 2 each +500 jobs +\d+ jobs/s \([\d.]+x the 50-group drain: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the 50-group drain (met|MISSED)`),
 		regexp.MustCompile(`lease defaults: drain ungrouped, queue's limit 100 \(= Concurrency\) +500 jobs +\d+ jobs/s \([\d.]+x the same without a limit: \d+ jobs/s\) +\d+\.\d+x +>= 0\.90x the same without a limit (met|MISSED)`),
 		regexp.MustCompile(`lease defaults: drain 50 keys, limit 2 each +500 jobs +\d+ jobs/s \([\d.]+x the 50-group drain: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the 50-group drain (met|MISSED)`),
+		regexp.MustCompile(`rate limit 100/s, burst 10, 4 workers \(held\) +210 jobs, 2 s +[\d.]+ starts/s after the first burst; most in any 1 s: \d+ +100/s ±5%, <= 110 in any 1 s (met|MISSED)`),
+		regexp.MustCompile(`rate limit 100/s, burst 10, 4 workers \(lease\) +210 jobs, 2 s +[\d.]+ starts/s after the first burst; most in any 1 s: \d+ +100/s ±5%, <= 110 in any 1 s (met|MISSED)`),
+		regexp.MustCompile(`defaults: drain ungrouped, one key of rate 1000000/s \(not binding\) +500 jobs +\d+ jobs/s \([\d.]+x the same without a rate: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the same without a rate (met|MISSED)`),
+		regexp.MustCompile(`claim 10 jobs of a queue without rates, beside 50 ready rate keys +10000 runnable +p50 \d+µs, p99 \d+µs \([\d.]+x no rate keys: p50 \d+µs, p99 \d+µs\) +p50 <= 1\.20x no rate keys (met|MISSED)`),
 		regexp.MustCompile(`defaults: fair: tenant b's 20 jobs behind tenant a's 3000 +3000 \+ 20 jobs +\d+ of a's jobs started after b's enqueue before b's last +< 1000 (met|MISSED)`),
 		regexp.MustCompile(`defaults: drain ungrouped, fair over 10 tenants +500 jobs +\d+ jobs/s \([\d.]+x the same, not fair: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the same, not fair (met|MISSED)`),
 		regexp.MustCompile(`lease defaults: fair: tenant b's 20 jobs behind tenant a's 3000 +3000 \+ 20 jobs +\d+ of a's jobs started after b's enqueue before b's last +< 1000 (met|MISSED)`),
@@ -85,8 +90,8 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", want, table)
 		}
 	}
-	if strings.Count(table, "\n") != 63 {
-		t.Errorf("table has %d lines, want a header and 62 rows:\n%s", strings.Count(table, "\n"), table)
+	if strings.Count(table, "\n") != 71 {
+		t.Errorf("table has %d lines, want a header and 70 rows:\n%s", strings.Count(table, "\n"), table)
 	}
 }
 
