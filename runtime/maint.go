@@ -119,8 +119,9 @@ func (m *maintenance) round(ctx context.Context) error {
 	// failing rescue of its own orphans does not hold them up.
 	// Batches come before promotion: a callback a batch releases is queued
 	// in the same round; and promotion before the limits, which admit the
-	// limited jobs it queued.
-	for _, s := range []maintService{m.batches, m.promote, m.limits, m.rates, m.age, m.rescue, m.cancel, ownRescue{m.rescue}} {
+	// limited jobs it queued; aging before the rate checks, which apply
+	// those its rate-limited jobs leave.
+	for _, s := range []maintService{m.batches, m.promote, m.limits, m.age, m.rates, m.rescue, m.cancel, ownRescue{m.rescue}} {
 		if err := s.step(ctx); err != nil {
 			return err
 		}

@@ -279,3 +279,43 @@ func TestRateTokensGoByPriorityUnderABacklog(t *testing.T) {
 		})
 	}
 }
+
+// A rate-limited job ages like any other queued job: one of priority 10,
+// aging a level per 50 ms, enqueued before a backlog of priority-3 jobs of
+// its key with strict priority, reaches a better priority than theirs
+// after about 400 ms, while the backlog (4 s at 10 a second) still waits,
+// and takes the key's next tokens: it starts long before the backlog's
+// end, in both modes. Its aging moves it before where the key's claims
+// look from (the last job they took), so this needs them to look again.
+func TestRateLimitedJobsAge(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			opts := []runtime.EnqueueOption{runtime.WithQueue("aging"), runtime.WithRate("k", 10, time.Second), runtime.WithRateBurst(1)}
+			aged := enqueue(t, b.pool, "p", map[string]int{"n": -1},
+				append(opts, runtime.WithPriority(10), runtime.WithAging(50*time.Millisecond))...)
+			var backlog []runtime.JobID
+			for i := range 40 {
+				backlog = append(backlog, enqueue(t, b.pool, "p", map[string]int{"n": i},
+					append(opts, runtime.WithPriority(3), runtime.WithAging(runtime.StrictPriority))...))
+			}
+			cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{"aging": {Mode: mode}}}
+			startWorker(t, b.url, cfg, runtime.Registration{Kind: "p", Queue: "aging",
+				Handler: func(context.Context, *runtime.Job) error { return nil }})
+			a := b.waitStatus(t, aged, 20*time.Second, testdb.PgtaskJobStatusSucceeded)
+			var after int
+			for _, id := range backlog {
+				if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusSucceeded || j.StartedAt.After(*a.StartedAt) {
+					after++
+				}
+			}
+			// About 7 levels of 50 ms, a maintenance round or two and a
+			// token: well before the backlog's last 20 jobs.
+			if after < 20 {
+				t.Errorf("only %d of the backlog's 40 jobs started after the aging job (priority %d now)", after, a.Priority)
+			}
+		})
+	}
+}
