@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -317,5 +318,122 @@ func TestRateLimitedJobsAge(t *testing.T) {
 				t.Errorf("only %d of the backlog's 40 jobs started after the aging job (priority %d now)", after, a.Priority)
 			}
 		})
+	}
+}
+
+// While another session's snapshot pins the vacuum horizon, the index of
+// waiting rate-limited jobs keeps an entry for every job of a key taken
+// since. A key whose jobs come slower than its rate has each claim come up
+// short of its tokens; such a claim still reads only the entries from the
+// last job taken on, not those of every job taken before.
+func TestShortRateClaimsDoNotReadTakenJobsEntries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	pin, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pin.Rollback(ctx) //nolint:errcheck // it only read
+	if _, err := testdb.New(pin).PinHorizon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	g, q := gen.New(conn), testdb.New(conn)
+	opts := []runtime.EnqueueOption{runtime.WithQueue("r"), runtime.WithRate("k", 1000000, time.Second), runtime.WithRateBurst(1000)}
+	claimOne := func() {
+		t.Helper()
+		id := enqueue(t, b.pool, "k", map[string]int{}, opts...)
+		rows, err := g.ClaimJobs(ctx, gen.ClaimJobsParams{Queue: "r", Max: 10, WorkerID: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 1 || rows[0].ID != int64(id) {
+			t.Fatalf("claimed %v, want job %d", rows, id)
+		}
+	}
+	const taken = 500
+	for range taken {
+		claimOne()
+	}
+	reads := func() int64 {
+		t.Helper()
+		// The first call flushes this session's counts; the second reads them.
+		if _, err := q.IndexReads(ctx, "jobs_rate_waiting"); err != nil {
+			t.Fatal(err)
+		}
+		r, err := q.IndexReads(ctx, "jobs_rate_waiting")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	before := reads()
+	claimOne()
+	if got := reads() - before; got > 20 {
+		t.Errorf("a claim of the one waiting job read %d entries of jobs_rate_waiting, with %d jobs taken before; want at most 20", got, taken)
+	}
+}
+
+// A job a key's claim passes over, of a kind the claim does not handle or
+// locked by someone else, is not lost behind the jobs it takes after it:
+// a later claim that can take it does, and the key stays ready until then.
+func TestRateClaimsFindTheJobsTheyPassedOver(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	opts := []runtime.EnqueueOption{runtime.WithQueue("r"), runtime.WithRate("k", 1000000, time.Second), runtime.WithRateBurst(1000)}
+	other := enqueue(t, b.pool, "x", map[string]int{}, opts...)
+	locked := enqueue(t, b.pool, "y", map[string]int{}, opts...)
+	var rest []runtime.JobID
+	for range 3 {
+		rest = append(rest, enqueue(t, b.pool, "y", map[string]int{}, opts...))
+	}
+	lock, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx) //nolint:errcheck // it only locked
+	if err := testdb.New(lock).LockJobRow(ctx, int64(locked)); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(kinds ...string) []int64 {
+		t.Helper()
+		rows, err := b.gen.ClaimJobs(ctx, gen.ClaimJobsParams{Queue: "r", Max: 10, WorkerID: 1, Kinds: kinds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	want := []int64{int64(rest[0]), int64(rest[1]), int64(rest[2])}
+	if got := claim("y"); !slices.Equal(got, want) {
+		t.Fatalf("the first claim took %v, want %v", got, want)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A token is due within a microsecond; the key looks again then.
+	deadline := time.Now().Add(5 * time.Second)
+	var got []int64
+	for len(got) == 0 && time.Now().Before(deadline) {
+		got = claim("y")
+	}
+	if !slices.Equal(got, []int64{int64(locked)}) {
+		t.Fatalf("once unlocked, a claim took %v, want job %d", got, locked)
+	}
+	got = nil
+	for len(got) == 0 && time.Now().Before(deadline) {
+		got = claim("x", "y")
+	}
+	if !slices.Equal(got, []int64{int64(other)}) {
+		t.Fatalf("a claim that handles its kind took %v, want job %d", got, other)
 	}
 }

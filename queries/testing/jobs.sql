@@ -225,3 +225,8 @@ SELECT * FROM pgtask.batches WHERE id = @id;
 -- Moves a job to another queue, as a test that makes a row the table's
 -- checks refuse (see DropQueueBound) needs.
 UPDATE pgtask.jobs SET queue = @queue WHERE id = @id;
+
+-- name: LockJobRow :exec
+-- Locks job @id's row until the caller's transaction ends, as an operator's
+-- change of it would.
+SELECT 1 FROM pgtask.jobs WHERE id = @id FOR UPDATE;

@@ -568,6 +568,17 @@ func (q *Queries) ListJobs(ctx context.Context, queue string) ([]PgtaskJob, erro
 	return items, nil
 }
 
+const lockJobRow = `-- name: LockJobRow :exec
+SELECT 1 FROM pgtask.jobs WHERE id = $1 FOR UPDATE
+`
+
+// Locks job @id's row until the caller's transaction ends, as an operator's
+// change of it would.
+func (q *Queries) LockJobRow(ctx context.Context, id int64) error {
+	_, err := q.db.Exec(ctx, lockJobRow, id)
+	return err
+}
+
 const notify = `-- name: Notify :exec
 SELECT pg_catalog.pg_notify($1::text, $2::text)
 `
