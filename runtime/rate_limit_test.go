@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -435,5 +436,33 @@ func TestRateClaimsFindTheJobsTheyPassedOver(t *testing.T) {
 	}
 	if !slices.Equal(got, []int64{int64(other)}) {
 		t.Fatalf("a claim that handles its kind took %v, want job %d", got, other)
+	}
+}
+
+// A claim locks the rows of the rate keys it takes from, not of every key
+// that is ready: one that takes a single job, of 12 keys with a token each,
+// leaves 11 to the claims beside it while its transaction is open.
+func TestARateClaimLocksOnlyTheKeysItTakesFrom(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for i := range 12 {
+		enqueue(t, b.pool, "k", map[string]int{}, runtime.WithQueue("r"), runtime.WithRate(fmt.Sprint("key", i), 10, time.Second))
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // the claim is not kept
+	rows, err := gen.New(tx).ClaimJobs(ctx, gen.ClaimJobsParams{Queue: "r", Max: 1, WorkerID: 1})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("claimed %v, %v; want one job", rows, err)
+	}
+	n, err := testdb.New(b.pool).UnlockedRateKeys(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 11 {
+		t.Errorf("%d of 12 rate keys are free while a claim of one job is open, want 11", n)
 	}
 }

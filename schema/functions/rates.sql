@@ -1,4 +1,4 @@
--- revision: 3
+-- revision: 4
 -- Rate limits: at most rate jobs of a key start per period, across every
 -- worker, with bursts of at most burst (a token bucket per key, see
 -- pgtask.rate_keys in 0001_baseline.sql).
@@ -151,15 +151,20 @@ DECLARE
     last_p smallint;
     last_i bigint;
     picked bigint[] := '{}';
+    seen bigint[] := '{}';
     next_at timestamptz;
 BEGIN
-    FOR k IN
-        SELECT * FROM pgtask.rate_keys
-         WHERE queue = p_queue AND ready_at IS NOT NULL AND ready_at <= now_ts
+    -- One key at a time: a loop over the query would fetch, and so lock,
+    -- several keys' rows ahead, which the claims beside this one would
+    -- then skip until it commits, whether it takes from them or not.
+    WHILE cardinality(picked) < p_room LOOP
+        SELECT * INTO k FROM pgtask.rate_keys
+         WHERE queue = p_queue AND ready_at IS NOT NULL AND ready_at <= now_ts AND id <> ALL (seen)
          ORDER BY ready_at
-           FOR NO KEY UPDATE SKIP LOCKED
-    LOOP
-        EXIT WHEN cardinality(picked) >= p_room;
+         LIMIT 1
+           FOR NO KEY UPDATE SKIP LOCKED;
+        EXIT WHEN NOT FOUND;
+        seen := seen || k.id;
         have := pgtask.rate_tokens(k, now_ts);
         want := least(floor(have)::integer, p_room - cardinality(picked));
         got := '{}';

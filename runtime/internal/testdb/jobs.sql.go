@@ -756,6 +756,19 @@ func (q *Queries) TruncateJobs(ctx context.Context) error {
 	return err
 }
 
+const unlockedRateKeys = `-- name: UnlockedRateKeys :one
+SELECT count(*)::bigint AS unlocked
+  FROM (SELECT 1 FROM pgtask.rate_keys WHERE queue = $1 FOR NO KEY UPDATE SKIP LOCKED) k
+`
+
+// How many of queue @queue's rate keys no other session holds the row of.
+func (q *Queries) UnlockedRateKeys(ctx context.Context, queue string) (int64, error) {
+	row := q.db.QueryRow(ctx, unlockedRateKeys, queue)
+	var unlocked int64
+	err := row.Scan(&unlocked)
+	return unlocked, err
+}
+
 const unvalidatedConstraints = `-- name: UnvalidatedConstraints :many
 SELECT c.conrelid::regclass::text AS table_name, c.conname::text AS name
   FROM pg_catalog.pg_constraint c
