@@ -466,3 +466,51 @@ func TestARateClaimLocksOnlyTheKeysItTakesFrom(t *testing.T) {
 		t.Errorf("%d of 12 rate keys are free while a claim of one job is open, want 11", n)
 	}
 }
+
+// An operator's rate set while a claim holds the key's row, and applied
+// once that claim commits, keeps the tokens the claim left: it does not
+// refill them again for the time it waited. A key of 2 a second, burst 2,
+// drained by a claim 1.2 s after the new rate (2 a second, burst 1) was
+// asked for, has no token right after the new rate applies.
+func TestASetRateThatWaitedKeepsTheTokensClaimsLeft(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for i := range 20 {
+		enqueue(t, b.pool, "k", map[string]int{"n": i}, runtime.WithQueue("r"), runtime.WithRate("k", 2, time.Second), runtime.WithRateBurst(2))
+	}
+	claim := func(db gen.DBTX) int {
+		t.Helper()
+		rows, err := gen.New(db).ClaimJobs(ctx, gen.ClaimJobsParams{Queue: "r", Max: 10, WorkerID: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rows)
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	if n := claim(tx); n != 2 {
+		t.Fatalf("the first claim took %d jobs, want the burst of 2", n)
+	}
+	set := make(chan error, 1)
+	go func() {
+		_, err := runtime.SetRate(ctx, b.pool, "r", "k", 2, time.Second, 1)
+		set <- err
+	}()
+	time.Sleep(1200 * time.Millisecond)
+	if n := claim(tx); n != 2 {
+		t.Fatalf("the claim 1.2 s later took %d jobs, want 2", n)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-set; err != nil {
+		t.Fatal(err)
+	}
+	if n := claim(b.pool); n != 0 {
+		t.Errorf("right after the new rate applied, a claim took %d jobs; the key had no token left", n)
+	}
+}

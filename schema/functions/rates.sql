@@ -1,4 +1,4 @@
--- revision: 4
+-- revision: 5
 -- Rate limits: at most rate jobs of a key start per period, across every
 -- worker, with bursts of at most burst (a token bucket per key, see
 -- pgtask.rate_keys in 0001_baseline.sql).
@@ -142,6 +142,7 @@ AS $$
 DECLARE
     k pgtask.rate_keys;
     now_ts timestamptz := clock_timestamp();
+    kt timestamptz;
     have double precision;
     want integer;
     got bigint[];
@@ -165,7 +166,10 @@ BEGIN
            FOR NO KEY UPDATE SKIP LOCKED;
         EXIT WHEN NOT FOUND;
         seen := seen || k.id;
-        have := pgtask.rate_tokens(k, now_ts);
+        -- Never before the key's last refill (a claim that committed after
+        -- this one began): its tokens are refilled from then on only.
+        kt := greatest(now_ts, k.refilled_at);
+        have := pgtask.rate_tokens(k, kt);
         want := least(floor(have)::integer, p_room - cardinality(picked));
         got := '{}';
         prios := '{}';
@@ -230,19 +234,19 @@ BEGIN
         IF want > 0 AND cardinality(got) = want THEN
             -- Maybe more wait: ready now if it has tokens left, else at its
             -- next token. (One that has none waiting finds so then.)
-            next_at := pgtask.rate_token_at(have, now_ts, k.rate, k.period_us);
+            next_at := pgtask.rate_token_at(have, kt, k.rate, k.period_us);
         ELSIF want > 0 AND skip_i IS NULL THEN
             -- It took every job after the frontier, and none waits before
             -- it: one that came to wait there moved it back, or left a check.
             next_at := NULL;
         ELSIF want > 0 THEN
-            next_at := pgtask.rate_token_at(least(have, 0), now_ts, k.rate, k.period_us);
+            next_at := pgtask.rate_token_at(least(have, 0), kt, k.rate, k.period_us);
         ELSE
             -- Not a whole token yet (its ready_at was rounded).
-            next_at := pgtask.rate_token_at(have, now_ts, k.rate, k.period_us);
+            next_at := pgtask.rate_token_at(have, kt, k.rate, k.period_us);
         END IF;
         UPDATE pgtask.rate_keys
-           SET tokens = have, refilled_at = now_ts, ready_at = next_at,
+           SET tokens = have, refilled_at = kt, ready_at = next_at,
                frontier_priority = k.frontier_priority, frontier_id = k.frontier_id
          WHERE id = k.id;
     END LOOP;
@@ -339,6 +343,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 0;
     END IF;
+    -- The row may have waited for a claim that refilled it after this
+    -- began: never refill it again for time it was refilled for.
+    now_ts := greatest(clock_timestamp(), k.refilled_at);
     f := pgtask.rate_in_force(p_queue, p_key, k.declared_rate, k.declared_period_us, k.declared_burst);
     IF (f.rate, f.period_us, f.burst) = (k.rate, k.period_us, k.burst) THEN
         RETURN 0;
