@@ -155,8 +155,9 @@ func (m *maintenance) round(ctx context.Context) error {
 	// failing rescue of its own orphans does not hold them up.
 	// Batches come before promotion: a callback a batch releases is queued
 	// in the same round; and promotion before the limits, which admit the
-	// limited jobs it queued.
-	for _, s := range []maintService{m.batches, m.promote, m.limits, m.rates, m.fair, m.age, m.rescued, m.cancel, m.ownRescued} {
+	// limited jobs it queued; aging before the rate checks, which apply
+	// those its rate-limited jobs leave.
+	for _, s := range []maintService{m.batches, m.promote, m.limits, m.fair, m.age, m.rates, m.rescued, m.cancel, m.ownRescued} {
 		if err := s.step(ctx); err != nil {
 			return err
 		}

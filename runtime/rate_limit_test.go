@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -277,5 +279,238 @@ func TestRateTokensGoByPriorityUnderABacklog(t *testing.T) {
 				t.Errorf("only %d of the backlog's jobs started after the urgent job: it waited behind the backlog", after)
 			}
 		})
+	}
+}
+
+// A rate-limited job ages like any other queued job: one of priority 10,
+// aging a level per 50 ms, enqueued before a backlog of priority-3 jobs of
+// its key with strict priority, reaches a better priority than theirs
+// after about 400 ms, while the backlog (4 s at 10 a second) still waits,
+// and takes the key's next tokens: it starts long before the backlog's
+// end, in both modes. Its aging moves it before where the key's claims
+// look from (the last job they took), so this needs them to look again.
+func TestRateLimitedJobsAge(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			opts := []runtime.EnqueueOption{runtime.WithQueue("aging"), runtime.WithRate("k", 10, time.Second), runtime.WithRateBurst(1)}
+			aged := enqueue(t, b.pool, "p", map[string]int{"n": -1},
+				append(opts, runtime.WithPriority(10), runtime.WithAging(50*time.Millisecond))...)
+			var backlog []runtime.JobID
+			for i := range 40 {
+				backlog = append(backlog, enqueue(t, b.pool, "p", map[string]int{"n": i},
+					append(opts, runtime.WithPriority(3), runtime.WithAging(runtime.StrictPriority))...))
+			}
+			cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{"aging": {Mode: mode}}}
+			startWorker(t, b.url, cfg, runtime.Registration{Kind: "p", Queue: "aging",
+				Handler: func(context.Context, *runtime.Job) error { return nil }})
+			a := b.waitStatus(t, aged, 20*time.Second, testdb.PgtaskJobStatusSucceeded)
+			var after int
+			for _, id := range backlog {
+				if j := b.job(t, id); j.Status != testdb.PgtaskJobStatusSucceeded || j.StartedAt.After(*a.StartedAt) {
+					after++
+				}
+			}
+			// About 7 levels of 50 ms, a maintenance round or two and a
+			// token: well before the backlog's last 20 jobs.
+			if after < 20 {
+				t.Errorf("only %d of the backlog's 40 jobs started after the aging job (priority %d now)", after, a.Priority)
+			}
+		})
+	}
+}
+
+// While another session's snapshot pins the vacuum horizon, the index of
+// waiting rate-limited jobs keeps an entry for every job of a key taken
+// since. A key whose jobs come slower than its rate has each claim come up
+// short of its tokens; such a claim still reads only the entries from the
+// last job taken on, not those of every job taken before.
+func TestShortRateClaimsDoNotReadTakenJobsEntries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	pin, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pin.Rollback(ctx) //nolint:errcheck // it only read
+	if _, err := testdb.New(pin).PinHorizon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	g, q := gen.New(conn), testdb.New(conn)
+	opts := []runtime.EnqueueOption{runtime.WithQueue("r"), runtime.WithRate("k", 1000000, time.Second), runtime.WithRateBurst(1000)}
+	claimOne := func() {
+		t.Helper()
+		id := enqueue(t, b.pool, "k", map[string]int{}, opts...)
+		rows, err := g.ClaimJobs(ctx, gen.ClaimJobsParams{Queue: "r", Max: 10, WorkerID: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 1 || rows[0].ID != int64(id) {
+			t.Fatalf("claimed %v, want job %d", rows, id)
+		}
+	}
+	const taken = 500
+	for range taken {
+		claimOne()
+	}
+	reads := func() int64 {
+		t.Helper()
+		// The first call flushes this session's counts; the second reads them.
+		if _, err := q.IndexReads(ctx, "jobs_rate_waiting"); err != nil {
+			t.Fatal(err)
+		}
+		r, err := q.IndexReads(ctx, "jobs_rate_waiting")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	before := reads()
+	claimOne()
+	if got := reads() - before; got > 20 {
+		t.Errorf("a claim of the one waiting job read %d entries of jobs_rate_waiting, with %d jobs taken before; want at most 20", got, taken)
+	}
+}
+
+// A job a key's claim passes over, of a kind the claim does not handle or
+// locked by someone else, is not lost behind the jobs it takes after it:
+// a later claim that can take it does, and the key stays ready until then.
+func TestRateClaimsFindTheJobsTheyPassedOver(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	opts := []runtime.EnqueueOption{runtime.WithQueue("r"), runtime.WithRate("k", 1000000, time.Second), runtime.WithRateBurst(1000)}
+	other := enqueue(t, b.pool, "x", map[string]int{}, opts...)
+	locked := enqueue(t, b.pool, "y", map[string]int{}, opts...)
+	var rest []runtime.JobID
+	for range 3 {
+		rest = append(rest, enqueue(t, b.pool, "y", map[string]int{}, opts...))
+	}
+	lock, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx) //nolint:errcheck // it only locked
+	if err := testdb.New(lock).LockJobRow(ctx, int64(locked)); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(kinds ...string) []int64 {
+		t.Helper()
+		rows, err := b.gen.ClaimJobs(ctx, gen.ClaimJobsParams{Queue: "r", Max: 10, WorkerID: 1, Kinds: kinds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	want := []int64{int64(rest[0]), int64(rest[1]), int64(rest[2])}
+	if got := claim("y"); !slices.Equal(got, want) {
+		t.Fatalf("the first claim took %v, want %v", got, want)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A token is due within a microsecond; the key looks again then.
+	deadline := time.Now().Add(5 * time.Second)
+	var got []int64
+	for len(got) == 0 && time.Now().Before(deadline) {
+		got = claim("y")
+	}
+	if !slices.Equal(got, []int64{int64(locked)}) {
+		t.Fatalf("once unlocked, a claim took %v, want job %d", got, locked)
+	}
+	got = nil
+	for len(got) == 0 && time.Now().Before(deadline) {
+		got = claim("x", "y")
+	}
+	if !slices.Equal(got, []int64{int64(other)}) {
+		t.Fatalf("a claim that handles its kind took %v, want job %d", got, other)
+	}
+}
+
+// A claim locks the rows of the rate keys it takes from, not of every key
+// that is ready: one that takes a single job, of 12 keys with a token each,
+// leaves 11 to the claims beside it while its transaction is open.
+func TestARateClaimLocksOnlyTheKeysItTakesFrom(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for i := range 12 {
+		enqueue(t, b.pool, "k", map[string]int{}, runtime.WithQueue("r"), runtime.WithRate(fmt.Sprint("key", i), 10, time.Second))
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // the claim is not kept
+	rows, err := gen.New(tx).ClaimJobs(ctx, gen.ClaimJobsParams{Queue: "r", Max: 1, WorkerID: 1})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("claimed %v, %v; want one job", rows, err)
+	}
+	n, err := testdb.New(b.pool).UnlockedRateKeys(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 11 {
+		t.Errorf("%d of 12 rate keys are free while a claim of one job is open, want 11", n)
+	}
+}
+
+// An operator's rate set while a claim holds the key's row, and applied
+// once that claim commits, keeps the tokens the claim left: it does not
+// refill them again for the time it waited. A key of 2 a second, burst 2,
+// drained by a claim 1.2 s after the new rate (2 a second, burst 1) was
+// asked for, has no token right after the new rate applies.
+func TestASetRateThatWaitedKeepsTheTokensClaimsLeft(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for i := range 20 {
+		enqueue(t, b.pool, "k", map[string]int{"n": i}, runtime.WithQueue("r"), runtime.WithRate("k", 2, time.Second), runtime.WithRateBurst(2))
+	}
+	claim := func(db gen.DBTX) int {
+		t.Helper()
+		rows, err := gen.New(db).ClaimJobs(ctx, gen.ClaimJobsParams{Queue: "r", Max: 10, WorkerID: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rows)
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	if n := claim(tx); n != 2 {
+		t.Fatalf("the first claim took %d jobs, want the burst of 2", n)
+	}
+	set := make(chan error, 1)
+	go func() {
+		_, err := runtime.SetRate(ctx, b.pool, "r", "k", 2, time.Second, 1)
+		set <- err
+	}()
+	time.Sleep(1200 * time.Millisecond)
+	if n := claim(tx); n != 2 {
+		t.Fatalf("the claim 1.2 s later took %d jobs, want 2", n)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-set; err != nil {
+		t.Fatal(err)
+	}
+	if n := claim(b.pool); n != 0 {
+		t.Errorf("right after the new rate applied, a claim took %d jobs; the key had no token left", n)
 	}
 }

@@ -252,11 +252,11 @@ CREATE INDEX jobs_fair_tenant ON pgtask.jobs (queue, tenant, fair_seq)
     WHERE status = 'queued' AND fair_seq IS NOT NULL;
 
 -- Queued heads whose priority rises as they wait, by when it next does
--- (see age_priorities), and limited jobs waiting for a slot, which their
--- key admits by priority. Jobs at priority 0 or better, and those that
--- keep their priority, are not in it.
+-- (see age_priorities), and limited and rate-limited jobs waiting for a
+-- slot or a token, which their key gives by priority. Jobs at priority 0
+-- or better, and those that keep their priority, are not in it.
 CREATE INDEX jobs_aging ON pgtask.jobs (age_due)
-    WHERE status = 'queued' AND (is_head OR limit_id IS NOT NULL) AND age_due IS NOT NULL;
+    WHERE status = 'queued' AND (is_head OR limit_id IS NOT NULL OR rate_id IS NOT NULL) AND age_due IS NOT NULL;
 
 -- Jobs waiting for their time; the scheduler moves due ones to queued.
 CREATE INDEX jobs_scheduled ON pgtask.jobs (run_after)

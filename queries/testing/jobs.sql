@@ -225,3 +225,13 @@ SELECT * FROM pgtask.batches WHERE id = @id;
 -- Moves a job to another queue, as a test that makes a row the table's
 -- checks refuse (see DropQueueBound) needs.
 UPDATE pgtask.jobs SET queue = @queue WHERE id = @id;
+
+-- name: LockJobRow :exec
+-- Locks job @id's row until the caller's transaction ends, as an operator's
+-- change of it would.
+SELECT 1 FROM pgtask.jobs WHERE id = @id FOR UPDATE;
+
+-- name: UnlockedRateKeys :one
+-- How many of queue @queue's rate keys no other session holds the row of.
+SELECT count(*)::bigint AS unlocked
+  FROM (SELECT 1 FROM pgtask.rate_keys WHERE queue = @queue FOR NO KEY UPDATE SKIP LOCKED) k;

@@ -1,4 +1,4 @@
--- revision: 16
+-- revision: 17
 -- Maintenance that every worker runs: queueing due jobs and rescuing the
 -- jobs of dead workers.
 --
@@ -99,7 +99,11 @@ $$;
 -- a steady supply of better ones would otherwise keep it waiting for good.
 -- It wakes no worker (it is not runnable yet), but leaves a check of its
 -- key (see functions/limits.sql): a slot freed while this held the job's
--- row went past it, and check_limits admits it into that slot. A job whose row cannot be written (it
+-- row went past it, and check_limits admits it into that slot. A job
+-- waiting for a token of its rate key ages for the same reason, and leaves
+-- a check of its key (see functions/rates.sql): the key's claims look for
+-- its jobs from the last one they took, which it may now sort before, and
+-- check_rates has the next claim look from the key's start. A job whose row cannot be written (it
 -- breaks a check the table was given NOT VALID after it was stored) is left
 -- as it is, in skipped, and the others age; the batch is changed in one
 -- statement, and only when that fails on such a row, one job at a time.
@@ -112,6 +116,7 @@ DECLARE
     q text;
     head boolean;
     lim bigint;
+    rid bigint;
     aged_ids bigint[] := '{}';
     aged_queues text[] := '{}';
     -- A value, not clock_timestamp() in the condition: a volatile call
@@ -122,7 +127,7 @@ BEGIN
     skipped := '{}';
     SELECT coalesce(array_agg(d.id ORDER BY d.age_due), '{}') INTO due
       FROM (SELECT id, age_due FROM pgtask.jobs
-             WHERE status = 'queued' AND (is_head OR limit_id IS NOT NULL) AND age_due <= now_ts
+             WHERE status = 'queued' AND (is_head OR limit_id IS NOT NULL OR rate_id IS NOT NULL) AND age_due <= now_ts
              ORDER BY age_due
              LIMIT p_limit
                FOR UPDATE SKIP LOCKED) d;
@@ -140,10 +145,13 @@ BEGIN
                                    least(32767, 1 + floor(extract(epoch FROM now_ts - age_due) * 1000 / aging_ms))::integer AS steps
                               FROM pgtask.jobs WHERE id = ANY (due) AND aging_ms > 0) x) n
              WHERE j.id = n.id
-            RETURNING j.queue, j.id, j.is_head, j.limit_id
+            RETURNING j.queue, j.id, j.is_head, j.limit_id, j.rate_id
         ), checks AS (
             INSERT INTO pgtask.limit_checks (key_id)
-            SELECT DISTINCT s.limit_id FROM stepped s WHERE NOT s.is_head
+            SELECT DISTINCT s.limit_id FROM stepped s WHERE NOT s.is_head AND s.limit_id IS NOT NULL
+        ), rate_checks AS (
+            INSERT INTO pgtask.rate_checks (key_id)
+            SELECT DISTINCT s.rate_id FROM stepped s WHERE s.rate_id IS NOT NULL
         )
         SELECT (SELECT count(*) FROM stepped),
                coalesce((SELECT array_agg(w.first_id || ':' || w.queue)
@@ -161,14 +169,16 @@ BEGIN
                   FROM (SELECT least(32767, 1 + floor(extract(epoch FROM now_ts - age_due) * 1000 / aging_ms))::integer AS steps
                           FROM pgtask.jobs WHERE id = i AND aging_ms > 0) s
                  WHERE j.id = i
-                RETURNING j.queue, j.is_head, j.limit_id INTO q, head, lim;
+                RETURNING j.queue, j.is_head, j.limit_id, j.rate_id INTO q, head, lim, rid;
                 IF FOUND THEN
                     aged := aged + 1;
                     IF head THEN
                         aged_ids := aged_ids || i;
                         aged_queues := aged_queues || q;
-                    ELSE
+                    ELSIF lim IS NOT NULL THEN
                         INSERT INTO pgtask.limit_checks (key_id) VALUES (lim);
+                    ELSIF rid IS NOT NULL THEN
+                        INSERT INTO pgtask.rate_checks (key_id) VALUES (rid);
                     END IF;
                 END IF;
             EXCEPTION WHEN integrity_constraint_violation THEN

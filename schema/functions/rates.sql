@@ -1,4 +1,4 @@
--- revision: 2
+-- revision: 5
 -- Rate limits: at most rate jobs of a key start per period, across every
 -- worker, with bursts of at most burst (a token bucket per key, see
 -- pgtask.rate_keys in 0001_baseline.sql).
@@ -122,9 +122,12 @@ $$;
 -- the key's start would step over all of them every time. A job that comes
 -- to wait before the frontier (a retry, a better priority) moves it back
 -- (rate_arm, or maintenance's check_rates for one that left a check), so
--- none waits behind it unseen; one passed over behind it, locked by
--- someone else or of a kind the claim does not handle, is found when the
--- look from the frontier comes up short and the claim looks from the start.
+-- none waits behind it unseen. A job the look passes over, locked by
+-- someone else or of a kind the claim does not handle, holds the frontier
+-- back: the next look starts at it. So a claim that comes up short of its
+-- tokens (a key whose jobs come slower than its rate) reads the entries
+-- from the frontier on, not those of every job taken before, and knows
+-- that no job is left waiting without reading them either.
 --
 -- A key's next ready_at: now, if the claim's room ran out before its
 -- tokens; when its next token is due, if its tokens ran out first; NULL if
@@ -139,24 +142,34 @@ AS $$
 DECLARE
     k pgtask.rate_keys;
     now_ts timestamptz := clock_timestamp();
+    kt timestamptz;
     have double precision;
     want integer;
     got bigint[];
     prios smallint[];
-    more bigint[];
-    more_prios smallint[];
+    skip_p smallint;
+    skip_i bigint;
+    last_p smallint;
+    last_i bigint;
     picked bigint[] := '{}';
+    seen bigint[] := '{}';
     next_at timestamptz;
-    last record;
 BEGIN
-    FOR k IN
-        SELECT * FROM pgtask.rate_keys
-         WHERE queue = p_queue AND ready_at IS NOT NULL AND ready_at <= now_ts
+    -- One key at a time: a loop over the query would fetch, and so lock,
+    -- several keys' rows ahead, which the claims beside this one would
+    -- then skip until it commits, whether it takes from them or not.
+    WHILE cardinality(picked) < p_room LOOP
+        SELECT * INTO k FROM pgtask.rate_keys
+         WHERE queue = p_queue AND ready_at IS NOT NULL AND ready_at <= now_ts AND id <> ALL (seen)
          ORDER BY ready_at
-           FOR NO KEY UPDATE SKIP LOCKED
-    LOOP
-        EXIT WHEN cardinality(picked) >= p_room;
-        have := pgtask.rate_tokens(k, now_ts);
+         LIMIT 1
+           FOR NO KEY UPDATE SKIP LOCKED;
+        EXIT WHEN NOT FOUND;
+        seen := seen || k.id;
+        -- Never before the key's last refill (a claim that committed after
+        -- this one began): its tokens are refilled from then on only.
+        kt := greatest(now_ts, k.refilled_at);
+        have := pgtask.rate_tokens(k, kt);
         want := least(floor(have)::integer, p_room - cardinality(picked));
         got := '{}';
         prios := '{}';
@@ -170,41 +183,70 @@ BEGIN
                  ORDER BY priority, id
                  LIMIT want
                    FOR UPDATE SKIP LOCKED) w;
-        END IF;
-        IF want > 0 AND cardinality(got) < want THEN
+        ELSIF want > 0 THEN
             SELECT coalesce(array_agg(w.id ORDER BY w.priority, w.id), '{}'), coalesce(array_agg(w.priority ORDER BY w.priority, w.id), '{}')
-              INTO more, more_prios FROM (
+              INTO got, prios FROM (
                 SELECT id, priority FROM pgtask.jobs
                  WHERE rate_id = k.id AND status = 'queued'
-                   AND (p_kinds IS NULL OR kind = ANY (p_kinds)) AND id <> ALL (got)
+                   AND (p_kinds IS NULL OR kind = ANY (p_kinds))
                  ORDER BY priority, id
-                 LIMIT want - cardinality(got)
+                 LIMIT want
                    FOR UPDATE SKIP LOCKED) w;
-            got := got || more;
-            prios := prios || more_prios;
         END IF;
-        IF cardinality(got) > 0 THEN
-            have := have - cardinality(got);
-            picked := picked || got;
-            SELECT u.p, u.i INTO last FROM unnest(prios, got) AS u(p, i) ORDER BY u.p DESC, u.i DESC LIMIT 1;
-            k.frontier_priority := last.p;
-            k.frontier_id := last.i;
+        IF want > 0 THEN
+            -- The first job the look passed over (locked by someone else,
+            -- or of a kind the claim does not handle): before the last job
+            -- it took, or anywhere after the frontier when it came up
+            -- short. Read, not locked; what it reads is what the look read.
+            last_p := NULL;
+            last_i := NULL;
+            IF cardinality(got) > 0 THEN
+                SELECT u.p, u.i INTO last_p, last_i FROM unnest(prios, got) AS u(p, i) ORDER BY u.p DESC, u.i DESC LIMIT 1;
+            END IF;
+            skip_p := NULL;
+            skip_i := NULL;
+            IF k.frontier_id IS NOT NULL THEN
+                SELECT j.priority, j.id INTO skip_p, skip_i FROM pgtask.jobs j
+                 WHERE j.rate_id = k.id AND j.status = 'queued' AND j.id <> ALL (got)
+                   AND (j.priority, j.id) > (k.frontier_priority, k.frontier_id)
+                   AND (cardinality(got) < want OR (j.priority, j.id) < (last_p, last_i))
+                 ORDER BY j.priority, j.id LIMIT 1;
+            ELSE
+                SELECT j.priority, j.id INTO skip_p, skip_i FROM pgtask.jobs j
+                 WHERE j.rate_id = k.id AND j.status = 'queued' AND j.id <> ALL (got)
+                   AND (cardinality(got) < want OR (j.priority, j.id) < (last_p, last_i))
+                 ORDER BY j.priority, j.id LIMIT 1;
+            END IF;
+            -- The next look starts at the first job passed over, else after
+            -- the last one taken: no job waits before it unseen (see
+            -- above), and the entries of the jobs taken before it are not
+            -- read again.
+            IF skip_i IS NOT NULL THEN
+                k.frontier_priority := skip_p;
+                k.frontier_id := skip_i - 1;
+            ELSIF cardinality(got) > 0 THEN
+                k.frontier_priority := last_p;
+                k.frontier_id := last_i;
+            END IF;
         END IF;
+        have := have - cardinality(got);
+        picked := picked || got;
         IF want > 0 AND cardinality(got) = want THEN
             -- Maybe more wait: ready now if it has tokens left, else at its
             -- next token. (One that has none waiting finds so then.)
-            next_at := pgtask.rate_token_at(have, now_ts, k.rate, k.period_us);
-        ELSIF want > 0 AND NOT EXISTS (SELECT 1 FROM pgtask.jobs
-                                        WHERE rate_id = k.id AND status = 'queued' AND id <> ALL (got)) THEN
+            next_at := pgtask.rate_token_at(have, kt, k.rate, k.period_us);
+        ELSIF want > 0 AND skip_i IS NULL THEN
+            -- It took every job after the frontier, and none waits before
+            -- it: one that came to wait there moved it back, or left a check.
             next_at := NULL;
         ELSIF want > 0 THEN
-            next_at := pgtask.rate_token_at(least(have, 0), now_ts, k.rate, k.period_us);
+            next_at := pgtask.rate_token_at(least(have, 0), kt, k.rate, k.period_us);
         ELSE
             -- Not a whole token yet (its ready_at was rounded).
-            next_at := pgtask.rate_token_at(have, now_ts, k.rate, k.period_us);
+            next_at := pgtask.rate_token_at(have, kt, k.rate, k.period_us);
         END IF;
         UPDATE pgtask.rate_keys
-           SET tokens = have, refilled_at = now_ts, ready_at = next_at,
+           SET tokens = have, refilled_at = kt, ready_at = next_at,
                frontier_priority = k.frontier_priority, frontier_id = k.frontier_id
          WHERE id = k.id;
     END LOOP;
@@ -301,6 +343,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 0;
     END IF;
+    -- The row may have waited for a claim that refilled it after this
+    -- began: never refill it again for time it was refilled for.
+    now_ts := greatest(clock_timestamp(), k.refilled_at);
     f := pgtask.rate_in_force(p_queue, p_key, k.declared_rate, k.declared_period_us, k.declared_burst);
     IF (f.rate, f.period_us, f.burst) = (k.rate, k.period_us, k.burst) THEN
         RETURN 0;

@@ -572,6 +572,17 @@ func (q *Queries) ListJobs(ctx context.Context, queue string) ([]PgtaskJob, erro
 	return items, nil
 }
 
+const lockJobRow = `-- name: LockJobRow :exec
+SELECT 1 FROM pgtask.jobs WHERE id = $1 FOR UPDATE
+`
+
+// Locks job @id's row until the caller's transaction ends, as an operator's
+// change of it would.
+func (q *Queries) LockJobRow(ctx context.Context, id int64) error {
+	_, err := q.db.Exec(ctx, lockJobRow, id)
+	return err
+}
+
 const notify = `-- name: Notify :exec
 SELECT pg_catalog.pg_notify($1::text, $2::text)
 `
@@ -747,6 +758,19 @@ TRUNCATE pgtask.jobs
 func (q *Queries) TruncateJobs(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, truncateJobs)
 	return err
+}
+
+const unlockedRateKeys = `-- name: UnlockedRateKeys :one
+SELECT count(*)::bigint AS unlocked
+  FROM (SELECT 1 FROM pgtask.rate_keys WHERE queue = $1 FOR NO KEY UPDATE SKIP LOCKED) k
+`
+
+// How many of queue @queue's rate keys no other session holds the row of.
+func (q *Queries) UnlockedRateKeys(ctx context.Context, queue string) (int64, error) {
+	row := q.db.QueryRow(ctx, unlockedRateKeys, queue)
+	var unlocked int64
+	err := row.Scan(&unlocked)
+	return unlocked, err
 }
 
 const unvalidatedConstraints = `-- name: UnvalidatedConstraints :many
