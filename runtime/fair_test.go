@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -393,6 +394,45 @@ func TestFairQueueFirstEnqueuesDoNotWait(t *testing.T) {
 		}
 		if len(tenants) != 2 || tenants[0].Queued != 1 || tenants[1].Queued != 1 {
 			t.Fatalf("tenants of queue %s: %+v, want a and b with a job each", queue, tenants)
+		}
+	}
+}
+
+// A queue that stops being fair is claimed by (priority, id) again, its
+// claims starting at their cursor: the heads they scan move it, those that
+// kept a turn from when the queue was fair too (only a fair queue's claims,
+// which take heads by turn, leave it where it is). Were they to leave it,
+// every claim would scan the claim index from the start, over the entries
+// of every job claimed before, until the queue's old backlog is gone.
+func TestQueueNoLongerFairMovesCursor(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	enqueueTenant(t, b, "wasfair", "a", 10)
+	if err := runtime.SetFairQueue(ctx, b.pool, "wasfair", false); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"held", "lease"} {
+		var scanned []bool
+		if mode == "held" {
+			rows, err := b.gen.ClaimJobs(ctx, gen.ClaimJobsParams{Queue: "wasfair", Max: 3, WorkerID: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				scanned = append(scanned, r.Scanned)
+			}
+		} else {
+			rows, err := b.gen.ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{Queue: "wasfair", Max: 3, WorkerID: 1, LeaseMs: 60000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				scanned = append(scanned, r.Scanned)
+			}
+		}
+		if len(scanned) != 3 || slices.Contains(scanned, false) {
+			t.Errorf("%s claim of a queue no longer fair: scanned %v, want 3 heads that move the cursor", mode, scanned)
 		}
 	}
 }
