@@ -1,4 +1,4 @@
--- revision: 3
+-- revision: 4
 -- Fair queues: within a queue, tenants take turns, so that one tenant's
 -- flood cannot push another's jobs behind it.
 --
@@ -154,8 +154,12 @@ $$;
 -- this transaction just promoted get no precedence here: their turns place
 -- them. Jobs without a turn (enqueued before the queue became fair) come
 -- after every job with one, by (priority, id), when the claim has room
--- left: those with a turn that the claim did not take are locked by other
--- claims, so that look steps over a few entries only.
+-- left: that look reads the queue's claim index (jobs_claim) from its
+-- start, where the heads with a turn that the claim did not take are
+-- locked by other claims, but also, as the first look does in jobs_fair,
+-- over the dead entries of the jobs claimed since the last vacuum. A claim
+-- that comes up short, as a claim of a queue with idle runners does, pays
+-- both.
 CREATE OR REPLACE FUNCTION pgtask.pick_fair_heads(p_queue text, p_max integer, p_kinds text[])
 RETURNS bigint[]
 LANGUAGE plpgsql
