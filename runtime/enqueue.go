@@ -123,7 +123,8 @@ type EnqueueOptions struct {
 	// docs/fairness.md). Tenant is the job's tenant, at most MaxTenantBytes;
 	// a job of a fair queue that names none is tenant "". A queue, once
 	// fair, stays so for every job enqueued into it, whatever its options,
-	// until SetFairQueue says otherwise.
+	// until SetFairQueue makes it plain, and then the next job that names a
+	// tenant makes it fair again.
 	Fair   bool
 	Tenant string
 }

@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -328,5 +330,109 @@ func TestEnqueueRefusesLongTenant(t *testing.T) {
 	}
 	if qs, err := runtime.FairQueues(context.Background(), b.pool); err != nil || len(qs) != 0 {
 		t.Fatalf("fair queues after a refused enqueue: %v, %v", qs, err)
+	}
+}
+
+// An enqueue that makes a queue fair does not make the enqueues of other
+// transactions wait for it to commit: one transaction enqueues the first
+// job of a tenant into queue p and then into q, while another enqueues into
+// q and then into p; neither waits for the other (nor do they deadlock), and
+// once both commit both queues are fair and every job has its tenant.
+func TestFairQueueFirstEnqueuesDoNotWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	enqueue := func(db runtime.DB, queue, tenant string) error {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		req := runtime.EnqueueRequest{Kind: "fair", Payload: mustJSON(t, fairStart{Tenant: tenant})}
+		req.Apply(runtime.WithQueue(queue), runtime.WithTenant(tenant))
+		_, err := runtime.Enqueue(cctx, db, req)
+		return err
+	}
+	txA, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txA.Rollback(ctx)
+	txB, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txB.Rollback(ctx)
+	if err := enqueue(txA, "p", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := enqueue(txB, "q", "b"); err != nil {
+		t.Fatal(err)
+	}
+	// Each now enqueues into the queue the other made fair, uncommitted.
+	errs := make(chan error, 2)
+	go func() { errs <- enqueue(txA, "q", "a") }()
+	go func() { errs <- enqueue(txB, "p", "b") }()
+	first, second := <-errs, <-errs
+	if err := cmp.Or(first, second); err != nil {
+		t.Fatalf("an enqueue into a queue another transaction is making fair: %v", err)
+	}
+	if err := txA.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := txB.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	qs, err := runtime.FairQueues(ctx, b.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) != 2 || qs[0].Queue != "p" || qs[1].Queue != "q" {
+		t.Fatalf("fair queues %v, want p and q", qs)
+	}
+	for _, queue := range []string{"p", "q"} {
+		tenants, err := runtime.FairTenants(ctx, b.pool, queue, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tenants) != 2 || tenants[0].Queued != 1 || tenants[1].Queued != 1 {
+			t.Fatalf("tenants of queue %s: %+v, want a and b with a job each", queue, tenants)
+		}
+	}
+}
+
+// A queue that stops being fair is claimed by (priority, id) again, its
+// claims starting at their cursor: the heads they scan move it, those that
+// kept a turn from when the queue was fair too (only a fair queue's claims,
+// which take heads by turn, leave it where it is). Were they to leave it,
+// every claim would scan the claim index from the start, over the entries
+// of every job claimed before, until the queue's old backlog is gone.
+func TestQueueNoLongerFairMovesCursor(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	enqueueTenant(t, b, "wasfair", "a", 10)
+	if err := runtime.SetFairQueue(ctx, b.pool, "wasfair", false); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"held", "lease"} {
+		var scanned []bool
+		if mode == "held" {
+			rows, err := b.gen.ClaimJobs(ctx, gen.ClaimJobsParams{Queue: "wasfair", Max: 3, WorkerID: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				scanned = append(scanned, r.Scanned)
+			}
+		} else {
+			rows, err := b.gen.ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{Queue: "wasfair", Max: 3, WorkerID: 1, LeaseMs: 60000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				scanned = append(scanned, r.Scanned)
+			}
+		}
+		if len(scanned) != 3 || slices.Contains(scanned, false) {
+			t.Errorf("%s claim of a queue no longer fair: scanned %v, want 3 heads that move the cursor", mode, scanned)
+		}
 	}
 }

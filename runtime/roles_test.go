@@ -887,3 +887,53 @@ func TestRolesSQLPrintsWhatGrantRolesRuns(t *testing.T) {
 		}
 	}
 }
+
+// Fair queues under the roles: a producer's enqueue that names a tenant
+// makes its queue fair and gives its job a turn (inside the enqueue
+// functions), but only an admin makes queues fair or plain, sets weights
+// and lists tenants; a worker claims a fair queue's jobs by turn and
+// moves its clock, and can do none of the admin's part.
+func TestRolesWorkFairQueues(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	r := grantTestRoles(t, b, true)
+	producer, worker, admin := poolAs(t, b, r.Producer), poolAs(t, b, r.Worker), poolAs(t, b, r.Admin)
+
+	id := enqueue(t, producer, "mail", map[string]int{}, runtime.WithQueue("fair-roles"), runtime.WithTenant("acme"))
+	if tenant, ok, err := runtime.JobTenant(ctx, b.pool, id); err != nil || !ok || tenant != "acme" {
+		t.Fatalf("the tenant of a producer's job: %q, %v, %v; want acme", tenant, ok, err)
+	}
+	wantDenied(t, "a producer making a queue fair", runtime.SetFairQueue(ctx, producer, "p-fair", true))
+	_, err := runtime.SetTenantWeight(ctx, producer, "fair-roles", "acme", 3)
+	wantDenied(t, "a producer setting a weight", err)
+	_, err = runtime.SetTenantWeight(ctx, worker, "fair-roles", "acme", 3)
+	wantDenied(t, "a worker setting a weight", err)
+	wantDenied(t, "a worker making a queue fair", runtime.SetFairQueue(ctx, worker, "w-fair", true))
+	_, err = runtime.FairTenants(ctx, producer, "", 0)
+	wantDenied(t, "a producer listing tenants", err)
+
+	if err := runtime.SetFairQueue(ctx, admin, "ops-fair", true); err != nil {
+		t.Fatalf("an admin making a queue fair: %v", err)
+	}
+	if _, err := runtime.SetTenantWeight(ctx, admin, "fair-roles", "acme", 3); err != nil {
+		t.Fatalf("an admin setting a weight: %v", err)
+	}
+	if ts, err := runtime.FairTenants(ctx, admin, "fair-roles", 0); err != nil || len(ts) != 1 || ts[0].Weight != 3 || ts[0].Queued != 1 {
+		t.Fatalf("an admin listing tenants: %+v, %v", ts, err)
+	}
+	if qs, err := runtime.FairQueues(ctx, admin); err != nil || len(qs) != 2 {
+		t.Fatalf("an admin listing fair queues: %+v, %v", qs, err)
+	}
+	if err := runtime.SetFairQueue(ctx, admin, "ops-fair", false); err != nil {
+		t.Fatalf("an admin making a queue plain: %v", err)
+	}
+
+	if _, err := gen.New(worker).AdvanceFairClocks(ctx); err != nil {
+		t.Fatalf("a worker moving the fair queues' clocks: %v", err)
+	}
+	rows, err := gen.New(worker).ClaimJobs(ctx, gen.ClaimJobsParams{Queue: "fair-roles", Max: 5, WorkerID: 1})
+	if err != nil || len(rows) != 1 || rows[0].ID != int64(id) {
+		t.Fatalf("a worker claiming a fair queue: %+v, %v; want job %d", rows, err, id)
+	}
+}

@@ -1,4 +1,4 @@
--- revision: 2
+-- revision: 4
 -- Fair queues: within a queue, tenants take turns, so that one tenant's
 -- flood cannot push another's jobs behind it.
 --
@@ -62,14 +62,30 @@ BEGIN
                        OR (u.f > 0 AND (t.q IS DISTINCT FROM p_queues[u.o] OR t.tenant IS NULL))) THEN
             RAISE EXCEPTION 'pgtask.enqueue_jobs: a job names no listed tenant of its queue';
         END IF;
+        -- Makes the queues fair. The first enqueues of a queue's tenants
+        -- must not wait for each other: an insert into fair_queues would
+        -- wait for another transaction's uncommitted row of the queue (and
+        -- two transactions making two queues fair in opposite orders would
+        -- deadlock). So an enqueue inserts the row only under (the unique
+        -- lock class, hash of 'fair:' and the queue), taken without
+        -- waiting, which every insert of a row holds until it commits; one
+        -- that finds it taken leaves the row to its holder. Its own jobs
+        -- get their turns all the same (below); should the holder roll
+        -- back, the queue becomes fair at its next enqueue that names a
+        -- tenant.
         INSERT INTO pgtask.fair_queues (queue)
-        SELECT DISTINCT q FROM unnest(p_fair_queues) q
-         WHERE NOT EXISTS (SELECT 1 FROM pgtask.fair_queues f WHERE f.queue = q)
+        SELECT d.q FROM (SELECT DISTINCT q FROM unnest(p_fair_queues) q ORDER BY q) d
+         -- (CASE: the lock only for a queue without its row.)
+         WHERE CASE WHEN EXISTS (SELECT 1 FROM pgtask.fair_queues f WHERE f.queue = d.q) THEN false
+                    ELSE pg_try_advisory_xact_lock(pgtask.unique_lock_class(), hashtext('fair:' || d.q)) END
         ON CONFLICT (queue) DO NOTHING;
     END IF;
-    SELECT array_agg(f.queue) INTO fair
-      FROM pgtask.fair_queues f
-     WHERE f.queue = ANY (p_queues);
+    -- The fair queues among the batch's: those with a row, and those that
+    -- a job of the batch names a tenant of.
+    SELECT array_agg(DISTINCT u.q) INTO fair
+      FROM (SELECT f.queue AS q FROM pgtask.fair_queues f WHERE f.queue = ANY (p_queues)
+            UNION ALL
+            SELECT q FROM unnest(p_fair_queues) q WHERE p_fair IS NOT NULL) u;
     IF fair IS NULL THEN
         RETURN;
     END IF;
@@ -138,8 +154,12 @@ $$;
 -- this transaction just promoted get no precedence here: their turns place
 -- them. Jobs without a turn (enqueued before the queue became fair) come
 -- after every job with one, by (priority, id), when the claim has room
--- left: those with a turn that the claim did not take are locked by other
--- claims, so that look steps over a few entries only.
+-- left: that look reads the queue's claim index (jobs_claim) from its
+-- start, where the heads with a turn that the claim did not take are
+-- locked by other claims, but also, as the first look does in jobs_fair,
+-- over the dead entries of the jobs claimed since the last vacuum. A claim
+-- that comes up short, as a claim of a queue with idle runners does, pays
+-- both.
 CREATE OR REPLACE FUNCTION pgtask.pick_fair_heads(p_queue text, p_max integer, p_kinds text[])
 RETURNS bigint[]
 LANGUAGE plpgsql
@@ -181,6 +201,9 @@ DECLARE
     n integer;
 BEGIN
     IF p_fair THEN
+        -- Under the lock an enqueue takes to insert the row (see
+        -- fair_turns): an enqueue never waits for this one.
+        PERFORM pg_advisory_xact_lock(pgtask.unique_lock_class(), hashtext('fair:' || p_queue));
         INSERT INTO pgtask.fair_queues (queue, clock) VALUES (p_queue, 0) ON CONFLICT (queue) DO NOTHING;
     ELSE
         DELETE FROM pgtask.fair_queues WHERE queue = p_queue;

@@ -1,4 +1,4 @@
--- revision: 50
+-- revision: 51
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -468,8 +468,13 @@ AS $$
                   j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
                   j.run_after, j.metadata,
                   -- A fair queue's heads (with a turn) move no cursor: its
-                  -- claims take them by turn, from the start.
-                  j.id = ANY (p_heads) AND j.fair_seq IS NULL
+                  -- claims take them by turn, from the start. A head that
+                  -- kept its turn from when its queue was fair does: the
+                  -- queue is claimed by (priority, id) again. (Looked up
+                  -- only for a job with a turn.)
+                  j.id = ANY (p_heads)
+                  AND CASE WHEN j.fair_seq IS NULL THEN true
+                           ELSE NOT EXISTS (SELECT 1 FROM pgtask.fair_queues f WHERE f.queue = j.queue) END
                   AND pgtask.scanned(j.id, j.priority, p_promoted, p_after_priority, p_after_id, p_exhausted),
                   j.snoozes
     )
@@ -989,8 +994,13 @@ BEGIN
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
                       j.run_after, j.metadata,
                       -- A fair queue's heads (with a turn) move no cursor:
-                      -- its claims take them by turn, from the start.
-                      j.id = ANY (heads) AND j.fair_seq IS NULL
+                      -- its claims take them by turn, from the start. A
+                      -- head that kept its turn from when its queue was
+                      -- fair does: the queue is claimed by (priority, id)
+                      -- again. (Looked up only for a job with a turn.)
+                      j.id = ANY (heads)
+                      AND CASE WHEN j.fair_seq IS NULL THEN true
+                               ELSE NOT EXISTS (SELECT 1 FROM pgtask.fair_queues f WHERE f.queue = p_queue) END
                       AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id, exhausted),
                       j.snoozes
         )
