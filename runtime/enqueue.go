@@ -490,73 +490,61 @@ func (b *batch) setting(js jobSettings) int32 {
 	return o
 }
 
+// listed returns the position (from 1) of ref in the list that m indexes,
+// listing it with add if it is new: add appends its entry to the list's
+// arrays, so the list has as many entries as m.
+func listed(m *map[groupRef]int32, ref groupRef, add func()) int32 {
+	if pos, ok := (*m)[ref]; ok {
+		return pos
+	}
+	if *m == nil {
+		*m = make(map[groupRef]int32)
+	}
+	add()
+	pos := int32(len(*m) + 1)
+	(*m)[ref] = pos
+	return pos
+}
+
 // group returns the position of ref, listing it if it is new.
 func (b *batch) group(ref groupRef) int32 {
-	if g, ok := b.groups[ref]; ok {
-		return g
-	}
-	if b.groups == nil {
-		b.groups = make(map[groupRef]int32)
-	}
-	b.p.GroupQueues = append(b.p.GroupQueues, ref.queue)
-	b.p.GroupKeys = append(b.p.GroupKeys, ref.key)
-	g := int32(len(b.p.GroupKeys))
-	b.groups[ref] = g
-	return g
+	return listed(&b.groups, ref, func() {
+		b.p.GroupQueues = append(b.p.GroupQueues, ref.queue)
+		b.p.GroupKeys = append(b.p.GroupKeys, ref.key)
+	})
 }
 
 // limit returns the position of the limit of key ref, listing it with max
 // and strategy if it is new. Jobs of one key in one batch that declare
 // different limits or strategies list it with the first one's.
 func (b *batch) limit(ref groupRef, max int32, strategy LimitStrategy) int32 {
-	if l, ok := b.limits[ref]; ok {
-		return l
-	}
-	if b.limits == nil {
-		b.limits = make(map[groupRef]int32)
-	}
-	b.p.LimitQueues = append(b.p.LimitQueues, ref.queue)
-	b.p.LimitKeys = append(b.p.LimitKeys, ref.key)
-	b.p.LimitMax = append(b.p.LimitMax, max)
-	b.p.LimitStrategies = append(b.p.LimitStrategies, string(cmp.Or(strategy, LimitQueue)))
-	l := int32(len(b.p.LimitKeys))
-	b.limits[ref] = l
-	return l
+	return listed(&b.limits, ref, func() {
+		b.p.LimitQueues = append(b.p.LimitQueues, ref.queue)
+		b.p.LimitKeys = append(b.p.LimitKeys, ref.key)
+		b.p.LimitMax = append(b.p.LimitMax, max)
+		b.p.LimitStrategies = append(b.p.LimitStrategies, string(cmp.Or(strategy, LimitQueue)))
+	})
 }
 
 // rate returns the position of the rate of key ref, listing it with r's
 // rate if it is new. Jobs of one key in one batch that declare different
 // rates list it with the first one's.
 func (b *batch) rate(ref groupRef, r *EnqueueRequest) int32 {
-	if l, ok := b.rates[ref]; ok {
-		return l
-	}
-	if b.rates == nil {
-		b.rates = make(map[groupRef]int32)
-	}
-	b.p.RateQueues = append(b.p.RateQueues, ref.queue)
-	b.p.RateKeys = append(b.p.RateKeys, ref.key)
-	b.p.RateN = append(b.p.RateN, int32(r.Rate))
-	b.p.RatePeriodUs = append(b.p.RatePeriodUs, r.RatePer.Microseconds())
-	b.p.RateBurst = append(b.p.RateBurst, int32(cmp.Or(r.RateBurst, DefaultRateBurst(r.Rate))))
-	l := int32(len(b.p.RateKeys))
-	b.rates[ref] = l
-	return l
+	return listed(&b.rates, ref, func() {
+		b.p.RateQueues = append(b.p.RateQueues, ref.queue)
+		b.p.RateKeys = append(b.p.RateKeys, ref.key)
+		b.p.RateN = append(b.p.RateN, int32(r.Rate))
+		b.p.RatePeriodUs = append(b.p.RatePeriodUs, r.RatePer.Microseconds())
+		b.p.RateBurst = append(b.p.RateBurst, int32(cmp.Or(r.RateBurst, DefaultRateBurst(r.Rate))))
+	})
 }
 
 // tenant returns the position of the tenant ref, listing it if it is new.
 func (b *batch) tenant(ref groupRef) int32 {
-	if t, ok := b.tenants[ref]; ok {
-		return t
-	}
-	if b.tenants == nil {
-		b.tenants = make(map[groupRef]int32)
-	}
-	b.p.FairQueues = append(b.p.FairQueues, ref.queue)
-	b.p.FairTenants = append(b.p.FairTenants, ref.key)
-	t := int32(len(b.p.FairTenants))
-	b.tenants[ref] = t
-	return t
+	return listed(&b.tenants, ref, func() {
+		b.p.FairQueues = append(b.p.FairQueues, ref.queue)
+		b.p.FairTenants = append(b.p.FairTenants, ref.key)
+	})
 }
 
 // limitStrategies are the LimitStrategy values.
