@@ -95,14 +95,8 @@ func (b *bench) measureClaimBesideRates(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	us := func(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d.Nanoseconds())/1000) }
-	p50, p50none := percentile(beside, 0.5), percentile(none, 0.5)
-	ratio := float64(p50) / float64(p50none)
-	b.add(fmt.Sprintf("claim 10 jobs of a queue without rates, beside %d ready rate keys", b.o.LimitKeys),
-		fmt.Sprintf("%d runnable", runnable),
-		fmt.Sprintf("p50 %s, p99 %s (%.2fx no rate keys: p50 %s, p99 %s)", us(p50), us(percentile(beside, 0.99)), ratio,
-			us(p50none), us(percentile(none, 0.99))),
-		0, "p50 <= 1.20x no rate keys", ok(ratio <= 1.2))
+	b.addClaimVersus(fmt.Sprintf("claim 10 jobs of a queue without rates, beside %d ready rate keys", b.o.LimitKeys),
+		runnable, beside, none, "no rate keys")
 	return nil
 }
 
