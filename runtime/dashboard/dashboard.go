@@ -193,6 +193,8 @@ func (h *handler) routes() *http.ServeMux {
 	mux.HandleFunc("POST "+b+"/queues/resume", h.resumeQueue)
 	mux.HandleFunc("POST "+b+"/limits/set", h.setLimit)
 	mux.HandleFunc("POST "+b+"/limits/clear", h.clearLimit)
+	mux.HandleFunc("POST "+b+"/limits/rate/set", h.setRate)
+	mux.HandleFunc("POST "+b+"/limits/rate/clear", h.clearRate)
 	mux.HandleFunc("POST "+b+"/tenants/weight", h.setTenantWeight)
 	if b != "" {
 		mux.HandleFunc("GET "+b, func(w http.ResponseWriter, r *http.Request) {

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
@@ -128,4 +130,62 @@ func (h *handler) changeLimit(ctx context.Context, queue, key string, everyKey b
 		return runtime.SetEveryKeyLimit(ctx, h.db, queue, n)
 	}
 	return runtime.SetLimit(ctx, h.db, queue, key, n)
+}
+
+func (h *handler) setRate(w http.ResponseWriter, r *http.Request) {
+	h.rateAction(w, r, "set")
+}
+
+func (h *handler) clearRate(w http.ResponseWriter, r *http.Request) {
+	h.rateAction(w, r, "cleared")
+}
+
+// rateAction sets or clears an operator's rate of the form's key of its
+// queue ("" for the queue's own rate). Setting takes the form's rate as
+// N/PERIOD (100/1m), as pgtask rates set does, and its burst (empty: the
+// default).
+func (h *handler) rateAction(w http.ResponseWriter, r *http.Request, what string) {
+	f := r.PostForm
+	queue, key := f.Get("queue"), f.Get("key")
+	bad := func(format string, args ...any) {
+		http.Error(w, "400 Bad Request: "+fmt.Sprintf(format, args...), http.StatusBadRequest)
+	}
+	switch {
+	case queue == "":
+		bad("the form names no queue")
+		return
+	case len(queue) > runtime.MaxQueueBytes:
+		bad("the queue's name is %d bytes, more than the %d allowed", len(queue), runtime.MaxQueueBytes)
+		return
+	case len(key) > runtime.MaxGroupKeyBytes:
+		bad("the rate key is %d bytes, more than the %d allowed", len(key), runtime.MaxGroupKeyBytes)
+		return
+	}
+	n, per, burst := 0, time.Duration(0), 0
+	if what == "set" {
+		count, period, ok := strings.Cut(strings.TrimSpace(f.Get("rate")), "/")
+		v, err := strconv.ParseInt(count, 10, 64)
+		d, derr := time.ParseDuration(period)
+		if !ok || err != nil || v < 1 || v > math.MaxInt32 || derr != nil || d < time.Millisecond {
+			bad("rate %q: want N/PERIOD, N jobs from 1 to %d per a period of at least 1ms, such as 100/1m (Clear removes an operator's rate)", f.Get("rate"), math.MaxInt32)
+			return
+		}
+		n, per = int(v), d
+		if b := f.Get("burst"); b != "" {
+			v, err := strconv.ParseInt(b, 10, 64)
+			if err != nil || v < 1 || v > math.MaxInt32 {
+				bad("burst %q: want a whole number of jobs from 1 to %d, or nothing for the default", b, math.MaxInt32)
+				return
+			}
+			burst = int(v)
+		}
+	}
+	changed, err := runtime.SetRate(r.Context(), h.db, queue, key, n, per, burst)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.log.InfoContext(r.Context(), "pgtask dashboard: "+what+" rate", "queue", queue, "key", key,
+		"rate", n, "per", per, "burst", burst, "changed", changed, "user", authUser(r))
+	h.redirectBack(w, r, "rate-"+what, int64(changed), 0)
 }

@@ -234,11 +234,99 @@ func TestRatesOnTheLimitsPage(t *testing.T) {
 	c := newDashboard(t, s, dashboard.Options{})
 	body := c.get("/limits")
 	r := row(body, "calls")
-	if len(r) != 8 || r[1] != "acme" || r[2] != "2/1m 0s" || r[3] != "1" || r[4] != "no" || r[5] != "1.0" || r[6] != "3" || r[7] == "–" {
+	if len(r) != 9 || r[1] != "acme" || r[2] != "2/1m" || r[3] != "1" || r[4] != "no" || r[5] != "1.0" || r[6] != "3" || r[7] == "–" {
 		t.Errorf("rate key row %q:\n%s", r, text(body))
 	}
 	// queue, state, scheduled, runnable, in groups, on a limit, on a rate
 	if q := row(c.get("/"), "calls"); len(q) < 7 || q[3] != "0" || q[6] != "3" {
 		t.Errorf("calls row on the queues page %q: want 3 on a rate, none runnable", q)
+	}
+}
+
+// The rate form sets and clears an operator's rate, guarded like every
+// action; bad rates are refused with what is wrong, and change nothing.
+func TestRateActions(t *testing.T) {
+	t.Parallel()
+	s := seed(t)
+	ctx := context.Background()
+	r := runtime.EnqueueRequest{Kind: "call_partner", Payload: []byte(`{}`)}
+	r.Apply(runtime.WithQueue("calls"), runtime.WithRate("acme", 2, time.Minute), runtime.WithRateBurst(1))
+	if _, err := runtime.EnqueueMany(ctx, s.pool, []runtime.EnqueueRequest{r}); err != nil {
+		t.Fatal(err)
+	}
+	c := newDashboard(t, s, dashboard.Options{})
+	back := "/limits?queue=calls"
+	tok := c.token(back)
+	form := func(kv ...string) url.Values {
+		v := url.Values{"csrf": {tok}, "back": {back}}
+		for i := 0; i+1 < len(kv); i += 2 {
+			v.Set(kv[i], kv[i+1])
+		}
+		return v
+	}
+	rateOf := func() runtime.RateInfo {
+		t.Helper()
+		infos, err := runtime.Rates(ctx, s.pool, "calls", 0)
+		if err != nil || len(infos) != 1 {
+			t.Fatalf("rates of calls: %+v (%v)", infos, err)
+		}
+		return infos[0]
+	}
+	act := func(path string, f url.Values, done string) {
+		t.Helper()
+		resp, body := c.post(path, f)
+		loc, _ := url.Parse(resp.Header.Get("Location"))
+		if resp.StatusCode != http.StatusSeeOther || loc.Path != "/limits" || loc.Query().Get("done") != done || loc.Query().Get("n") != "1" {
+			t.Fatalf("POST %s %v: %s to %q %q; want 303 to /limits with done=%s and n=1", path, f, resp.Status, loc, body, done)
+		}
+	}
+
+	act("/limits/rate/set", form("queue", "calls", "key", "acme", "rate", "30/1s", "burst", "5"), "rate-set")
+	if got := rateOf(); got.Rate != 30 || got.Per != time.Second || got.Burst != 5 || !got.Overridden {
+		t.Errorf("acme after the form set 30/1s burst 5: %+v", got)
+	}
+	body := c.get("/limits?queue=calls&done=rate-set&n=1")
+	if !strings.Contains(text(body), "The rate is set, for every worker: 1 rate keys changed now.") {
+		t.Errorf("the page after a set does not say so:\n%s", text(body))
+	}
+	if !strings.Contains(body, `action="/limits/rate/clear"`) || !strings.Contains(body, `name="key" value="acme"`) {
+		t.Errorf("the overridden rate has no Clear form:\n%s", body)
+	}
+	act("/limits/rate/clear", form("queue", "calls", "key", "acme"), "rate-cleared")
+	if got := rateOf(); got.Rate != 2 || got.Per != time.Minute || got.Burst != 1 || got.Overridden {
+		t.Errorf("acme after its rate was cleared: %+v, want its declared 2/1m burst 1", got)
+	}
+
+	for _, tc := range []struct {
+		form url.Values
+		want string
+	}{
+		{form("key", "acme", "rate", "3/1s"), "the form names no queue"},
+		{form("queue", "calls", "key", "acme", "rate", "3"), `rate "3": want N/PERIOD`},
+		{form("queue", "calls", "key", "acme", "rate", "0/1s"), `rate "0/1s"`},
+		{form("queue", "calls", "key", "acme", "rate", "3/1us"), `rate "3/1us"`},
+		{form("queue", "calls", "key", "acme", "rate", "3/soon"), `rate "3/soon"`},
+		{form("queue", "calls", "key", "acme", "rate", "3/1s", "burst", "0"), `burst "0"`},
+		{form("queue", "calls", "key", "acme", "rate", "3/1s", "burst", "x"), `burst "x"`},
+		{form("queue", strings.Repeat("q", 200), "rate", "3/1s"), "more than the 128 allowed"},
+		{form("queue", "calls", "key", strings.Repeat("k", 2000), "rate", "3/1s"), "more than the 1024 allowed"},
+	} {
+		resp, body := c.post("/limits/rate/set", tc.form)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, tc.want) {
+			t.Errorf("POST /limits/rate/set %v: %s %q; want 400 saying %q", tc.form, resp.Status, body, tc.want)
+		}
+	}
+	for _, path := range []string{"/limits/rate/set", "/limits/rate/clear"} {
+		resp, body := c.post(path, url.Values{"queue": {"calls"}, "key": {"acme"}, "rate": {"9/1s"}})
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "carries no token") {
+			t.Errorf("POST %s without a token: %s %q; want 403", path, resp.Status, body)
+		}
+	}
+	ro := newDashboard(t, s, dashboard.Options{ReadOnly: true})
+	if resp, body := ro.post("/limits/rate/set", form("queue", "calls", "key", "acme", "rate", "9/1s")); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "read-only") {
+		t.Errorf("a read-only dashboard's POST /limits/rate/set: %s %q", resp.Status, body)
+	}
+	if got := rateOf(); got.Rate != 2 || got.Overridden {
+		t.Errorf("a refused POST changed the rate: %+v", got)
 	}
 }

@@ -42,6 +42,7 @@ var funcs = template.FuncMap{
 	"ts":     timestamp,
 	"ago":    ago,
 	"dur":    duration,
+	"period": period,
 	"href":   href,
 	"status": statusClass,
 	"trim":   trim,
@@ -152,6 +153,20 @@ func duration(d time.Duration) string {
 	return fmt.Sprintf("%dd %dh", int(d.Hours())/24, int(d.Hours())%24)
 }
 
+// period is d as a rate's period is written (the rate form's N/PERIOD, and
+// pgtask rates): Go's duration without its trailing zero units, so a
+// minute is 1m, not 1m0s.
+func period(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 // href builds a link below base: path, then the query of the key and value
 // pairs that follow, leaving out empty values.
 func href(base, path string, kv ...string) string {
@@ -202,6 +217,8 @@ var flashes = map[string]string{
 	"was-running":        "The queue was not paused.",
 	"limit-set":          "The limit is set, for every worker: %d limit keys changed now.",
 	"limit-cleared":      "The operator's limit is cleared: %d limit keys changed now, back on the limit in force without it.",
+	"rate-set":           "The rate is set, for every worker: %d rate keys changed now.",
+	"rate-cleared":       "The operator's rate is cleared: %d rate keys changed now, back on the rate their tasks declare.",
 	"weight-set":         "The tenant's weight is %d (it was %d), for its jobs enqueued from now on.",
 }
 
