@@ -76,8 +76,10 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		regexp.MustCompile(`claim 10 jobs of a queue without rates, beside 50 ready rate keys +10000 runnable +p50 \d+µs, p99 \d+µs \([\d.]+x no rate keys: p50 \d+µs, p99 \d+µs\) +p50 <= 1\.20x no rate keys (met|MISSED)`),
 		regexp.MustCompile(`defaults: fair: tenant b's 20 jobs behind tenant a's 3000 +3000 \+ 20 jobs +\d+ of a's jobs started after b's enqueue before b's last +< 1000 (met|MISSED)`),
 		regexp.MustCompile(`defaults: drain ungrouped, fair over 10 tenants +500 jobs +\d+ jobs/s \([\d.]+x the same, not fair: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the same, not fair (met|MISSED)`),
+		regexp.MustCompile(`defaults: drain ungrouped, fair over 10 tenants, transaction held open +500 jobs +\d+ jobs/s \([\d.]+x the same without it: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the same without it (met|MISSED)`),
 		regexp.MustCompile(`lease defaults: fair: tenant b's 20 jobs behind tenant a's 3000 +3000 \+ 20 jobs +\d+ of a's jobs started after b's enqueue before b's last +< 1000 (met|MISSED)`),
 		regexp.MustCompile(`lease defaults: drain ungrouped, fair over 10 tenants +500 jobs +\d+ jobs/s \([\d.]+x the same, not fair: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the same, not fair (met|MISSED)`),
+		regexp.MustCompile(`lease defaults: drain ungrouped, fair over 10 tenants, transaction held open +500 jobs +\d+ jobs/s \([\d.]+x the same without it: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the same without it (met|MISSED)`),
 		regexp.MustCompile(`claim 10 jobs with 500 limit keys at their limit, jobs waiting +10000 runnable +p50 \d+µs, p99 \d+µs \([\d.]+x none waiting: p50 \d+µs, p99 \d+µs\) +p50 <= 1\.20x none waiting (met|MISSED)`),
 		regexp.MustCompile(`worker RSS over a drain .* +3000 jobs +[\d.]+ MiB at 10%, [\d.]+ MiB peak, [\d.]+ MiB at end`),
 		regexp.MustCompile(`dashboard: queues \(GET /\) +3000 jobs +p50 [\d.]+ms, max [\d.]+ms +p50 <= 100\.00ms (met|MISSED)`),
@@ -90,8 +92,8 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", want, table)
 		}
 	}
-	if strings.Count(table, "\n") != 71 {
-		t.Errorf("table has %d lines, want a header and 70 rows:\n%s", strings.Count(table, "\n"), table)
+	if strings.Count(table, "\n") != 73 {
+		t.Errorf("table has %d lines, want a header and 72 rows:\n%s", strings.Count(table, "\n"), table)
 	}
 }
 

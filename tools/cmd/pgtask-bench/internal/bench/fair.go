@@ -54,6 +54,13 @@ func (b *bench) measureFair(ctx context.Context) error {
 			return err
 		}
 		b.addVersus(label, n, rate(n, fair.elapsed), rate(n, base.elapsed), 0.8, "the same, not fair")
+		pinnedLabel := label + ", transaction held open"
+		pinned, err := b.drainWith(ctx, true, drainSpec{label: pinnedLabel, n: n, qc: qc},
+			func(ctx context.Context, pool *pgxpool.Pool) error { return enqueueTenants(ctx, pool, n, tenants) })
+		if err != nil {
+			return err
+		}
+		b.addVersus(pinnedLabel, n, rate(n, pinned.elapsed), rate(n, fair.elapsed), 0.8, "the same without it")
 	}
 	return nil
 }
