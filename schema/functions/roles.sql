@@ -1,4 +1,4 @@
--- revision: 17
+-- revision: 18
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -124,6 +124,8 @@ LANGUAGE sql IMMUTABLE AS $$
     -- Enqueueing (enqueue.sql): SECURITY DEFINER.
     ('producer', 'function', 'enqueue_jobs', 'EXECUTE'),
     ('worker', 'function', 'enqueue_jobs', 'EXECUTE'),
+    ('producer', 'function', 'enqueue_job', 'EXECUTE'),
+    ('worker', 'function', 'enqueue_job', 'EXECUTE'),
     ('none', 'function', 'share_lock_groups', ''),
     ('producer', 'function', 'create_batch', 'EXECUTE'),
     ('worker', 'function', 'create_batch', 'EXECUTE'),
