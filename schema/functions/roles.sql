@@ -1,4 +1,4 @@
--- revision: 18
+-- revision: 19
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -157,6 +157,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'complete_jobs', 'EXECUTE'),
     ('worker', 'function', 'count_stale_outcomes', 'EXECUTE'),
     ('worker', 'function', 'settle_jobs', 'EXECUTE'),
+    ('worker', 'function', 'settled_groups', 'EXECUTE'),
     ('worker', 'function', 'append_error', 'EXECUTE'),
     ('worker', 'function', 'fail_job', 'EXECUTE'),
     ('worker', 'function', 'hand_back', 'EXECUTE'),
