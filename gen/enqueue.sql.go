@@ -167,6 +167,43 @@ func (q *Queries) InsertBatch(ctx context.Context, arg InsertBatchParams) (Inser
 	return i, err
 }
 
+const InsertJob = `-- name: InsertJob :one
+SELECT pgtask.enqueue_job(
+    $1::jsonb, $2::text, $3::text, $4::smallint, $5::integer, $6::integer,
+    $7::boolean, $8::text, $9::bigint
+)::bigint AS id
+`
+
+type InsertJobParams struct {
+	Payload         json.RawMessage `db:"payload"`
+	Kind            string          `db:"kind"`
+	Queue           string          `db:"queue"`
+	Priority        int16           `db:"priority"`
+	AgingMs         int32           `db:"aging_ms"`
+	MaxAttempts     int32           `db:"max_attempts"`
+	FailBlocksGroup bool            `db:"fail_blocks_group"`
+	RunAt           string          `db:"run_at"`
+	DelayUs         int64           `db:"delay_us"`
+}
+
+// Inserts one plain job; see pgtask.enqueue_job.
+func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (int64, error) {
+	row := q.db.QueryRow(ctx, InsertJob,
+		arg.Payload,
+		arg.Kind,
+		arg.Queue,
+		arg.Priority,
+		arg.AgingMs,
+		arg.MaxAttempts,
+		arg.FailBlocksGroup,
+		arg.RunAt,
+		arg.DelayUs,
+	)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
 const InsertJobs = `-- name: InsertJobs :one
 SELECT e.job_ids::bigint[] AS ids, e.job_existed::boolean[] AS existed
   FROM pgtask.enqueue_jobs(

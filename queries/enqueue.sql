@@ -64,3 +64,10 @@ SELECT b.id, b.total, coalesce(b.on_finish, 0)::bigint AS on_finish, coalesce(b.
          FROM pgtask.jobs j
         WHERE j.batch_id = b.id AND b.finished_at IS NULL) c
  WHERE b.id = @id;
+
+-- name: InsertJob :one
+-- Inserts one plain job; see pgtask.enqueue_job.
+SELECT pgtask.enqueue_job(
+    @payload::jsonb, @kind::text, @queue::text, @priority::smallint, @aging_ms::integer, @max_attempts::integer,
+    @fail_blocks_group::boolean, @run_at::text, @delay_us::bigint
+)::bigint AS id;

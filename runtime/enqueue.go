@@ -321,14 +321,29 @@ func EnqueueResults(ctx context.Context, db DB, reqs []EnqueueRequest) ([]Enqueu
 	if len(reqs) == 0 {
 		return []EnqueueResult{}, nil
 	}
+	if len(reqs) == 1 {
+		r := reqs[0]
+		if err := runEnqueueHooks(ctx, &r); err != nil {
+			return nil, &EnqueueError{Index: 0, Kind: r.Kind, Err: err}
+		}
+		if err := r.check(); err != nil {
+			return nil, &EnqueueError{Index: 0, Kind: r.Kind, Err: err}
+		}
+		if r.plain() {
+			return insertPlain(ctx, db, &r)
+		}
+		reqs = []EnqueueRequest{r}
+	}
 	b := newBatch(len(reqs))
 	for i := range reqs {
 		r := reqs[i]
-		if err := runEnqueueHooks(ctx, &r); err != nil {
-			return nil, &EnqueueError{Index: i, Kind: r.Kind, Err: err, Batch: len(reqs) > 1}
-		}
-		if err := r.check(); err != nil {
-			return nil, &EnqueueError{Index: i, Kind: r.Kind, Err: err, Batch: len(reqs) > 1}
+		if len(reqs) > 1 {
+			if err := runEnqueueHooks(ctx, &r); err != nil {
+				return nil, &EnqueueError{Index: i, Kind: r.Kind, Err: err, Batch: true}
+			}
+			if err := r.check(); err != nil {
+				return nil, &EnqueueError{Index: i, Kind: r.Kind, Err: err, Batch: true}
+			}
 		}
 		b.add(&r)
 	}
@@ -345,6 +360,43 @@ func EnqueueResults(ctx context.Context, db DB, reqs []EnqueueRequest) ([]Enqueu
 		out[i] = EnqueueResult{ID: JobID(id), Existed: existed[i]}
 	}
 	return out, nil
+}
+
+// plain reports whether a checked request uses none of the features that
+// only enqueue_jobs handles: a group, a unique key, metadata, a limit, a
+// rate, a tenant, a batch.
+func (r *EnqueueRequest) plain() bool {
+	return r.Group == "" && r.UniqueKey == "" && r.metadata == nil && r.Limit == 0 && r.Rate == 0 &&
+		!r.Fair && r.Tenant == "" && !r.parked
+}
+
+// insertPlain inserts one checked plain request with enqueue_job, a
+// statement of its own arguments, not enqueue_jobs' arrays of them.
+func insertPlain(ctx context.Context, db DB, r *EnqueueRequest) ([]EnqueueResult, error) {
+	js := settingsOf(r)
+	id, err := gen.New(db).InsertJob(ctx, gen.InsertJobParams{
+		Payload: r.Payload, Kind: js.kind, Queue: js.queue, Priority: js.priority, AgingMs: js.agingMs,
+		MaxAttempts: js.maxAttempts, FailBlocksGroup: js.failBlocksGroup, RunAt: js.runAt, DelayUs: js.delayUs,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("enqueue 1 job(s): %w", err)
+	}
+	return []EnqueueResult{{ID: JobID(id)}}, nil
+}
+
+// settingsOf returns a checked request's settings, but for its unique key's.
+func settingsOf(r *EnqueueRequest) jobSettings {
+	js := jobSettings{kind: r.Kind, queue: r.Queue, priority: r.Priority, agingMs: agingMs(r.Aging), maxAttempts: int32(r.MaxAttempts),
+		failBlocksGroup: r.FailBlocksGroup, delayUs: r.Delay.Microseconds()}
+	if !r.RunAt.IsZero() {
+		js.runAt = r.RunAt.Format(time.RFC3339Nano)
+	}
+	if r.parked {
+		// A batch's callback: scheduled for no time, until its batch
+		// releases it (see pgtask.finish_batches).
+		js.runAt = parkedAt
+	}
+	return js
 }
 
 // batch builds enqueue_jobs' arguments. Jobs name their settings and their
@@ -392,16 +444,7 @@ func newBatch(n int) *batch {
 
 // add appends a checked request.
 func (b *batch) add(r *EnqueueRequest) {
-	js := jobSettings{kind: r.Kind, queue: r.Queue, priority: r.Priority, agingMs: agingMs(r.Aging), maxAttempts: int32(r.MaxAttempts),
-		failBlocksGroup: r.FailBlocksGroup, delayUs: r.Delay.Microseconds()}
-	if !r.RunAt.IsZero() {
-		js.runAt = r.RunAt.Format(time.RFC3339Nano)
-	}
-	if r.parked {
-		// A batch's callback: scheduled for no time, until its batch
-		// releases it (see pgtask.finish_batches).
-		js.runAt = parkedAt
-	}
+	js := settingsOf(r)
 	if r.UniqueKey != "" {
 		js.uniqueWindowUs = r.UniqueWindow.Microseconds()
 		js.uniqueStatuses = uniqueStatuses(r.UniqueWindow, r.UniqueStatuses)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
@@ -468,6 +469,94 @@ func TestEnqueuesCreatingGroupsDoNotDeadlock(t *testing.T) {
 			if j := b.job(t, c.not); j.IsHead || j.GroupID.Int64 != g.ID {
 				t.Errorf("group %s later job: head %v, group id %d; want a follower of row %d", c.key, j.IsHead, j.GroupID.Int64, g.ID)
 			}
+		}
+	}
+}
+
+// A plain job enqueued alone (no group, unique key, metadata, limit, rate
+// or tenant) goes to pgtask.enqueue_job, and its row is the one
+// enqueue_jobs stores for the same request in a batch: the same status,
+// head mark, settings and times. A job of a fair queue gets its tenant and
+// a turn there too.
+func TestPlainEnqueueStoresWhatABatchStores(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if err := runtime.SetFairQueue(ctx, b.pool, "fair", true); err != nil {
+		t.Fatal(err)
+	}
+	runAt := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	cases := []struct {
+		name string
+		opts runtime.EnqueueOptions
+	}{
+		{"defaults", runtime.EnqueueOptions{}},
+		{"queue, priority and attempts", runtime.EnqueueOptions{Queue: "plain", Priority: 3, MaxAttempts: 4}},
+		{"strict priority", runtime.EnqueueOptions{Priority: 2, Aging: runtime.StrictPriority}},
+		{"aging", runtime.EnqueueOptions{Priority: 5, Aging: 250 * time.Millisecond}},
+		{"better than the default priority", runtime.EnqueueOptions{Priority: -3}},
+		{"delayed", runtime.EnqueueOptions{Delay: 90 * time.Second, Priority: 1}},
+		{"run at", runtime.EnqueueOptions{RunAt: runAt}},
+		{"run at a time past", runtime.EnqueueOptions{RunAt: time.Now().Add(-time.Hour).Truncate(time.Microsecond)}},
+		{"fail blocks group", runtime.EnqueueOptions{FailBlocksGroup: true}},
+		{"a fair queue", runtime.EnqueueOptions{Queue: "fair", Priority: 1}},
+	}
+	// The parts of a row that do not depend on when it was inserted; a
+	// fair job's turn, which the next job of its tenant moves on, only
+	// set or not.
+	type plainRow struct {
+		job           testdb.PgtaskJob
+		runIn, ageIn  time.Duration
+		aged, hasTurn bool
+	}
+	row := func(j testdb.PgtaskJob, absolute bool) plainRow {
+		r := plainRow{job: j, hasTurn: j.FairSeq.Valid}
+		if !absolute {
+			r.runIn = j.RunAfter.Sub(j.CreatedAt)
+			r.job.RunAfter = time.Time{}
+		}
+		if j.AgeDue != nil {
+			r.aged, r.ageIn = true, j.AgeDue.Sub(j.RunAfter)
+		}
+		r.job.ID, r.job.CreatedAt, r.job.AgeDue, r.job.FairSeq = 0, time.Time{}, nil, pgtype.Int8{}
+		return r
+	}
+	for _, c := range cases {
+		req := runtime.EnqueueRequest{Kind: "plain", Payload: json.RawMessage(`{"a": [1, "x"]}`), EnqueueOptions: c.opts}
+		if alone, err := runtime.EnqueuedAlone(req); err != nil || !alone {
+			t.Fatalf("%s: enqueued alone %v (%v), want it to be", c.name, alone, err)
+		}
+		id, err := runtime.Enqueue(ctx, b.pool, req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		ids, err := runtime.EnqueueMany(ctx, b.pool, []runtime.EnqueueRequest{req, req})
+		if err != nil {
+			t.Fatalf("%s, in a batch: %v", c.name, err)
+		}
+		absolute := !c.opts.RunAt.IsZero()
+		got, want := row(b.job(t, id), absolute), row(b.job(t, ids[0]), absolute)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: enqueued alone\n %+v\nin a batch\n %+v", c.name, got, want)
+		}
+		if c.opts.Queue == "fair" && (got.job.Tenant == nil || *got.job.Tenant != "" || !got.hasTurn) {
+			t.Errorf("%s: tenant %v, turn %v; want tenant \"\" and a turn", c.name, got.job.Tenant, got.hasTurn)
+		}
+	}
+
+	// What only enqueue_jobs handles goes there.
+	for name, opt := range map[string]runtime.EnqueueOption{
+		"grouped":       runtime.WithGroup("g"),
+		"unique":        runtime.WithUniqueKey("u"),
+		"with metadata": runtime.WithMetadata("k", "v"),
+		"limited":       runtime.WithLimit("", 2),
+		"rate-limited":  runtime.WithRate("", 5, time.Second),
+		"of a tenant":   runtime.WithTenant("t"),
+	} {
+		req := runtime.EnqueueRequest{Kind: "plain", Payload: json.RawMessage(`{}`)}
+		req.Apply(opt)
+		if alone, err := runtime.EnqueuedAlone(req); err != nil || alone {
+			t.Errorf("%s: enqueued alone %v (%v), want it sent to enqueue_jobs", name, alone, err)
 		}
 	}
 }

@@ -150,3 +150,12 @@ func (w *Worker) SettleSnooze(ctx context.Context, id int64, attempt int32, toke
 
 // ProgressWrites counts the progress writes the worker has sent.
 func (w *Worker) ProgressWrites() int64 { return w.progressWrites.Load() }
+
+// EnqueuedAlone reports whether Enqueue sends a request, once checked, to
+// pgtask.enqueue_job rather than to enqueue_jobs.
+func EnqueuedAlone(r EnqueueRequest) (bool, error) {
+	if err := r.check(); err != nil {
+		return false, err
+	}
+	return r.plain(), nil
+}

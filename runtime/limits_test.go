@@ -68,8 +68,35 @@ func TestEnqueueFunctionRefusesOversizeJobs(t *testing.T) {
 			t.Errorf("%s: %v; want SQLSTATE %s saying %q", c.name, err, c.code, c.contains)
 		}
 	}
+	// The function for one plain job checks the same.
+	plain := func(payload json.RawMessage) gen.InsertJobParams {
+		return gen.InsertJobParams{Payload: payload, Kind: "big", Queue: "limits", MaxAttempts: 1}
+	}
+	for _, c := range []struct {
+		name     string
+		p        gen.InsertJobParams
+		code     string
+		contains string
+	}{
+		{"an oversize payload alone", plain(overLimit), "54000", "job 1: payload is 8388609 bytes, more than the 8388608 allowed"},
+		{"a payload whose numbers print past the limit, alone",
+			plain(json.RawMessage("[" + strings.TrimSuffix(strings.Repeat("1e131071,", 64), ",") + "]")),
+			"54000", "job 1: payload is 8388736 bytes, more than the 8388608 allowed"},
+		{"a scalar payload alone", plain(json.RawMessage(`"x"`)), "23514", "jobs_payload_object"},
+		{"an empty kind alone", gen.InsertJobParams{Payload: small, Queue: "limits", MaxAttempts: 1}, "23514", "jobs_kind_not_empty"},
+		{"no attempts alone", gen.InsertJobParams{Payload: small, Kind: "big", Queue: "limits"}, "23514", "jobs_max_attempts_valid"},
+	} {
+		_, err := g.InsertJob(ctx, c.p)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != c.code || !strings.Contains(pgErr.Message, c.contains) {
+			t.Errorf("%s: %v; want SQLSTATE %s saying %q", c.name, err, c.code, c.contains)
+		}
+	}
 	if n, err := runtime.CountJobs(ctx, b.pool, runtime.JobFilter{}); err != nil || n != 0 {
 		t.Fatalf("refused batches stored %d jobs (%v), want none", n, err)
+	}
+	if _, err := g.InsertJob(ctx, plain(atLimit)); err != nil {
+		t.Fatalf("a payload at the limit, alone: %v; want it stored", err)
 	}
 
 	// At the limits, accepted.

@@ -1,4 +1,4 @@
--- revision: 13
+-- revision: 14
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -764,5 +764,73 @@ BEGIN
         END IF;
     END LOOP;
     RETURN QUERY SELECT ids, array_fill(false, ARRAY[n]);
+END;
+$$;
+
+-- Inserts one plain job and returns its id: enqueue_jobs for a single job
+-- that has no group, unique key, metadata, concurrency limit, rate or
+-- tenant, the case of an Enqueue per transaction, without the lookups and
+-- checks of the features it does not use. The job's settings are
+-- enqueue_jobs' (p_run_at '' for "now plus p_delay_us"), and what it
+-- inserts, checks and notifies is what enqueue_jobs does for such a job. A
+-- job of a queue that is fair (see functions/fair.sql) needs a tenant and
+-- a turn: it goes to enqueue_jobs, which gives them; so does every job
+-- while the queue's fairness is being changed by a transaction not yet
+-- committed, as it would in enqueue_jobs (both read pgtask.fair_queues
+-- without waiting).
+--
+-- It runs as its owner (SECURITY DEFINER) for producers, with the same
+-- pinned search_path as enqueue_jobs.
+CREATE OR REPLACE FUNCTION pgtask.enqueue_job(
+    p_payload jsonb, p_kind text, p_queue text, p_priority smallint, p_aging_ms integer, p_max_attempts integer,
+    p_fail_blocks_group boolean, p_run_at text, p_delay_us bigint
+) RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pgtask, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    new_id bigint;
+    run_after timestamptz;
+BEGIN
+    IF p_run_at IS NULL OR p_delay_us IS NULL OR p_aging_ms IS NULL THEN
+        RAISE EXCEPTION 'pgtask.enqueue_jobs: run_at, delay_us and aging_ms must not be NULL';
+    END IF;
+    -- enqueue_jobs' limit on a payload's size, measured the same way.
+    IF pg_column_size(p_payload) > 512 AND octet_length(p_payload::text) > 8388608 THEN
+        RAISE EXCEPTION 'pgtask.enqueue_jobs: job 1: payload is % bytes, more than the 8388608 allowed',
+            octet_length(p_payload::text)
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgtask.fair_queues f WHERE f.queue = p_queue) THEN
+        SELECT e.job_ids[1] INTO new_id
+          FROM pgtask.enqueue_jobs(
+              ARRAY[p_payload], '{1}', '{0}', ARRAY[p_kind], ARRAY[p_queue], ARRAY[p_priority], ARRAY[p_aging_ms],
+              ARRAY[p_max_attempts], ARRAY[p_fail_blocks_group], ARRAY[p_run_at], ARRAY[p_delay_us],
+              '{}', '{}', NULL, '{}', '{}', NULL, NULL, '{}', '{}', '{}', NULL, NULL, '{}', '{}', '{}', '{}', '{}',
+              NULL, '{}', '{}') e;
+        RETURN new_id;
+    END IF;
+    run_after := CASE WHEN p_run_at <> '' THEN p_run_at::timestamptz
+                      WHEN p_delay_us <> 0 THEN now() + p_delay_us * interval '1 microsecond'
+                      ELSE now() END;
+    INSERT INTO pgtask.jobs (queue, kind, is_head, status, priority, aging_ms, age_due, payload,
+                             max_attempts, fail_blocks_group, run_after)
+    VALUES (p_queue, p_kind, true,
+            CASE WHEN run_after > now() THEN 'scheduled'::pgtask.job_status ELSE 'queued'::pgtask.job_status END,
+            p_priority, p_aging_ms,
+            CASE WHEN p_aging_ms > 0 AND p_priority > 0 THEN run_after + p_aging_ms * interval '1 millisecond' END,
+            p_payload, p_max_attempts, p_fail_blocks_group, run_after)
+    RETURNING id INTO new_id;
+    -- The wake-up of enqueue_jobs (see there).
+    IF run_after <= now() THEN
+        PERFORM pg_advisory_xact_lock_shared(pgtask.enqueue_lock_class(), hashtext(p_queue));
+        IF NOT (pg_try_advisory_lock(pgtask.idle_lock_class(), hashtext(p_queue))
+                AND pg_advisory_unlock(pgtask.idle_lock_class(), hashtext(p_queue))) THEN
+            PERFORM pg_notify('pgtask', new_id::text || ':' || p_queue);
+        END IF;
+    END IF;
+    RETURN new_id;
 END;
 $$;

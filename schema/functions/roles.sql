@@ -1,4 +1,4 @@
--- revision: 17
+-- revision: 19
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -124,6 +124,8 @@ LANGUAGE sql IMMUTABLE AS $$
     -- Enqueueing (enqueue.sql): SECURITY DEFINER.
     ('producer', 'function', 'enqueue_jobs', 'EXECUTE'),
     ('worker', 'function', 'enqueue_jobs', 'EXECUTE'),
+    ('producer', 'function', 'enqueue_job', 'EXECUTE'),
+    ('worker', 'function', 'enqueue_job', 'EXECUTE'),
     ('none', 'function', 'share_lock_groups', ''),
     ('producer', 'function', 'create_batch', 'EXECUTE'),
     ('worker', 'function', 'create_batch', 'EXECUTE'),
@@ -155,6 +157,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'complete_jobs', 'EXECUTE'),
     ('worker', 'function', 'count_stale_outcomes', 'EXECUTE'),
     ('worker', 'function', 'settle_jobs', 'EXECUTE'),
+    ('worker', 'function', 'settled_groups', 'EXECUTE'),
     ('worker', 'function', 'append_error', 'EXECUTE'),
     ('worker', 'function', 'fail_job', 'EXECUTE'),
     ('worker', 'function', 'hand_back', 'EXECUTE'),
