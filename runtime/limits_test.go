@@ -78,10 +78,10 @@ func TestEnqueueFunctionRefusesOversizeJobs(t *testing.T) {
 		code     string
 		contains string
 	}{
-		{"an oversize payload alone", plain(overLimit), "54000", "job 1: payload is 8388609 bytes, more than the 8388608 allowed"},
+		{"an oversize payload alone", plain(overLimit), "54000", "pgtask.enqueue_job: payload is 8388609 bytes, more than the 8388608 allowed"},
 		{"a payload whose numbers print past the limit, alone",
 			plain(json.RawMessage("[" + strings.TrimSuffix(strings.Repeat("1e131071,", 64), ",") + "]")),
-			"54000", "job 1: payload is 8388736 bytes, more than the 8388608 allowed"},
+			"54000", "pgtask.enqueue_job: payload is 8388736 bytes, more than the 8388608 allowed"},
 		{"a scalar payload alone", plain(json.RawMessage(`"x"`)), "23514", "jobs_payload_object"},
 		{"an empty kind alone", gen.InsertJobParams{Payload: small, Queue: "limits", MaxAttempts: 1}, "23514", "jobs_kind_not_empty"},
 		{"no attempts alone", gen.InsertJobParams{Payload: small, Kind: "big", Queue: "limits"}, "23514", "jobs_max_attempts_valid"},

@@ -1,4 +1,4 @@
--- revision: 14
+-- revision: 15
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -774,10 +774,10 @@ $$;
 -- enqueue_jobs' (p_run_at '' for "now plus p_delay_us"), and what it
 -- inserts, checks and notifies is what enqueue_jobs does for such a job. A
 -- job of a queue that is fair (see functions/fair.sql) needs a tenant and
--- a turn: it goes to enqueue_jobs, which gives them; so does every job
--- while the queue's fairness is being changed by a transaction not yet
--- committed, as it would in enqueue_jobs (both read pgtask.fair_queues
--- without waiting).
+-- a turn: it goes to enqueue_jobs, which gives them. Both read
+-- pgtask.fair_queues without waiting, so while a transaction not yet
+-- committed makes a queue fair, or stops it being fair, the job is placed
+-- as the queue was before: as enqueue_jobs would place it.
 --
 -- It runs as its owner (SECURITY DEFINER) for producers, with the same
 -- pinned search_path as enqueue_jobs.
@@ -795,11 +795,11 @@ DECLARE
     run_after timestamptz;
 BEGIN
     IF p_run_at IS NULL OR p_delay_us IS NULL OR p_aging_ms IS NULL THEN
-        RAISE EXCEPTION 'pgtask.enqueue_jobs: run_at, delay_us and aging_ms must not be NULL';
+        RAISE EXCEPTION 'pgtask.enqueue_job: run_at, delay_us and aging_ms must not be NULL';
     END IF;
     -- enqueue_jobs' limit on a payload's size, measured the same way.
     IF pg_column_size(p_payload) > 512 AND octet_length(p_payload::text) > 8388608 THEN
-        RAISE EXCEPTION 'pgtask.enqueue_jobs: job 1: payload is % bytes, more than the 8388608 allowed',
+        RAISE EXCEPTION 'pgtask.enqueue_job: payload is % bytes, more than the 8388608 allowed',
             octet_length(p_payload::text)
             USING ERRCODE = 'program_limit_exceeded';
     END IF;

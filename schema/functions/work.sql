@@ -1,4 +1,4 @@
--- revision: 52
+-- revision: 53
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -555,6 +555,27 @@ LANGUAGE sql AS $$
     UPDATE pgtask.jobs SET stale_outcomes = stale_outcomes + 1 WHERE id = ANY (p_ids);
 $$;
 
+-- The groups of p_groups that jobs p_ids belong to, each once, in order,
+-- with the head it had among them (still marked: only advancing unmarks a
+-- head), or NULL; see settle_jobs, whose advancing then need not look it
+-- up. A function of its own for its generic plan, which reads the ids in
+-- the primary key: in settle_jobs, where plans are custom, the statement
+-- was planned anew at every call with its arrays as constants, and for a
+-- batch of 50 jobs that planning took longer than the update that recorded
+-- them.
+CREATE OR REPLACE FUNCTION pgtask.settled_groups(p_ids bigint[], p_groups text[], OUT groups text[], OUT heads bigint[])
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    SELECT coalesce(array_agg(g.k ORDER BY g.k), '{}'), coalesce(array_agg(g.h ORDER BY g.k), '{}') INTO groups, heads
+      FROM (SELECT j.group_key AS k, max(j.id) FILTER (WHERE j.is_head) AS h
+              FROM pgtask.jobs j
+             WHERE j.id = ANY (p_ids) AND j.group_key = ANY (p_groups)
+             GROUP BY j.group_key) g;
+END;
+$$;
+
 -- Records how a batch's attempts ended, in one statement, and moves their
 -- groups on. Each element of the arrays is one attempt: p_errors NULL for a
 -- success (p_results its result), else the failure's error entry, with
@@ -580,27 +601,6 @@ $$;
 -- transaction that notifies holds the database's notify lock until its
 -- commit is done, so transactions that notify commit one at a time. Only
 -- the jobs someone can wait for pay that, one notification per call.
--- The groups of p_groups that jobs p_ids belong to, each once, in order,
--- with the head it had among them (still marked: only advancing unmarks a
--- head), or NULL; see settle_jobs, whose advancing then need not look it
--- up. A function of its own for its generic plan, which reads the ids in
--- the primary key: in settle_jobs, where plans are custom, the statement
--- was planned anew at every call with its arrays as constants, and for a
--- batch of 50 jobs that planning took longer than the update that recorded
--- them.
-CREATE OR REPLACE FUNCTION pgtask.settled_groups(p_ids bigint[], p_groups text[], OUT groups text[], OUT heads bigint[])
-LANGUAGE plpgsql
-SET plan_cache_mode = force_generic_plan
-AS $$
-BEGIN
-    SELECT coalesce(array_agg(g.k ORDER BY g.k), '{}'), coalesce(array_agg(g.h ORDER BY g.k), '{}') INTO groups, heads
-      FROM (SELECT j.group_key AS k, max(j.id) FILTER (WHERE j.is_head) AS h
-              FROM pgtask.jobs j
-             WHERE j.id = ANY (p_ids) AND j.group_key = ANY (p_groups)
-             GROUP BY j.group_key) g;
-END;
-$$;
-
 CREATE OR REPLACE FUNCTION pgtask.settle_jobs(
     p_queue text, p_ids bigint[], p_attempts integer[], p_results jsonb[], p_errors jsonb[], p_retry_in_us bigint[],
     p_snooze_caps integer[], p_tokens bigint[], p_claiming boolean, OUT recorded integer, OUT busy text[])
