@@ -1,4 +1,4 @@
--- revision: 51
+-- revision: 52
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -598,6 +598,9 @@ BEGIN
     -- A slot of a limit this frees and hands on (see functions/limits.sql)
     -- is left for the claim that follows, like a group's next head.
     PERFORM set_config('pgtask.claiming', CASE WHEN p_claiming THEN 'on' ELSE 'off' END, true);
+    -- A workflow's step these outcomes release is left for that claim too
+    -- when it is of this queue (see workflow_release).
+    PERFORM set_config('pgtask.settling', p_queue, true);
     IF cardinality(p_ids) = 1 AND p_errors[1] IS NULL THEN
         -- One success, as BatchSize 1 gives: plain statements whose plans
         -- the session keeps. A group's head, its attempt still current:
