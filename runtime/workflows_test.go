@@ -386,3 +386,257 @@ func TestWorkflowEnqueueRefusesBadInput(t *testing.T) {
 		t.Fatalf("second enqueue: %v", err)
 	}
 }
+
+// Finishers of a fan-in's parents never wait for each other: one that
+// finds the child's waits row locked by another (which keeps it until its
+// commit, as a held batch does) leaves a note and goes on at once, and the
+// note is applied exactly once, by the next finisher or by maintenance.
+func TestWorkflowFanInFinishersNeverWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("fan-in")
+	var parents []runtime.Stepper
+	for range 4 {
+		parents = append(parents, wf.Add(req("p")))
+	}
+	var deps []runtime.StepOption
+	for _, p := range parents {
+		deps = append(deps, runtime.After(p))
+	}
+	child := wf.Add(req("c"), deps...)
+	if _, err := wf.Enqueue(ctx, b.pool); err != nil {
+		t.Fatal(err)
+	}
+	ids := wf.JobIDs()
+	finish := func(tx testdb.DBTX, id runtime.JobID) {
+		t.Helper()
+		n, err := testdb.New(tx).FinishJobAs(ctx, testdb.FinishJobAsParams{ID: int64(id), Status: testdb.PgtaskJobStatusSucceeded})
+		if err != nil || n != 1 {
+			t.Fatalf("finish %d: %d, %v", id, n, err)
+		}
+	}
+	wait := func() testdb.WorkflowWaitRow {
+		t.Helper()
+		w, err := b.q.WorkflowWait(ctx, int64(child.JobID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	notes := func() int32 {
+		t.Helper()
+		n, err := b.q.WorkflowNotesLeft(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// A finishes parent 0 and holds the child's row until it commits.
+	a, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Rollback(ctx) //nolint:errcheck // committed below
+	finish(a, ids[0])
+	// B finishes parents 1 and 2 meanwhile, and would fail on any lock
+	// wait longer than 200 ms.
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if err := testdb.New(conn).SetLockTimeout(ctx, "200ms"); err != nil {
+		t.Fatal(err)
+	}
+	defer testdb.New(conn).SetLockTimeout(ctx, "0") //nolint:errcheck // the pool's session goes back as it was
+	bt, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finish(bt, ids[1])
+	finish(bt, ids[2])
+	if err := bt.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := notes(); n != 2 {
+		t.Fatalf("%d notes after the finishes that found the row locked, want 2", n)
+	}
+	if err := a.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w := wait(); w.Remaining != 3 {
+		t.Fatalf("child waits for %d, want 3 (the notes not applied yet)", w.Remaining)
+	}
+	// The last parent's finisher takes the row, applies the notes with its
+	// own outcome, and releases the child in its transaction.
+	finish(b.pool, ids[3])
+	if w, n := wait(), notes(); w.Remaining != 0 || n != 0 {
+		t.Fatalf("after the last finish: waits for %d, %d notes left", w.Remaining, n)
+	}
+	if j := b.job(t, child.JobID()); j.Status != testdb.PgtaskJobStatusQueued {
+		t.Fatalf("child %s, want queued", j.Status)
+	}
+	// Applying again changes nothing.
+	if n, err := b.q.ApplyWorkflowNotesNow(ctx); err != nil || n != 0 {
+		t.Fatalf("applied %d again, %v", n, err)
+	}
+}
+
+// The last parent's note, left while another finisher held the child's
+// row, is applied by maintenance once that one commits: the child is
+// released once.
+func TestWorkflowLastNoteAppliedByMaintenance(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("fan-in")
+	p0, p1 := wf.Add(req("p")), wf.Add(req("p"))
+	child := wf.Add(req("c"), runtime.After(p0), runtime.After(p1))
+	if _, err := wf.Enqueue(ctx, b.pool); err != nil {
+		t.Fatal(err)
+	}
+	a, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Rollback(ctx) //nolint:errcheck // committed below
+	if _, err := testdb.New(a).FinishJobAs(ctx, testdb.FinishJobAsParams{ID: int64(p0.JobID()), Status: testdb.PgtaskJobStatusSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.q.FinishJobAs(ctx, testdb.FinishJobAsParams{ID: int64(p1.JobID()), Status: testdb.PgtaskJobStatusSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.q.ApplyWorkflowNotesNow(ctx); err != nil || n != 0 {
+		t.Fatalf("applied %d while the row was locked, %v", n, err)
+	}
+	if err := a.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if j := b.job(t, child.JobID()); j.Status != testdb.PgtaskJobStatusScheduled {
+		t.Fatalf("child %s before the note was applied", j.Status)
+	}
+	var wg sync.WaitGroup
+	applied := make([]int32, 4)
+	for i := range applied {
+		wg.Go(func() {
+			n, err := b.q.ApplyWorkflowNotesNow(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			applied[i] = n
+		})
+	}
+	wg.Wait()
+	total := int32(0)
+	for _, n := range applied {
+		total += n
+	}
+	if total != 1 {
+		t.Fatalf("notes applied %v times in all, want once", applied)
+	}
+	if j := b.job(t, child.JobID()); j.Status != testdb.PgtaskJobStatusQueued {
+		t.Fatalf("child %s, want queued", j.Status)
+	}
+}
+
+// A fan-in of 1,500 parents with a chain behind it, worked by three
+// workers in each mode while their job transactions are terminated
+// (pg_terminate_backend) again and again: the fan-in step and each step of
+// the chain start only after all their parents succeeded, and the
+// workflow succeeds, with no note left behind.
+func TestWorkflowFanInUnderTerminations(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			rec := newStepRecorder(b)
+			wf := runtime.NewWorkflow("fan-in")
+			var opts []runtime.StepOption
+			var parents []runtime.Step
+			for range 1500 {
+				p := wf.Add(req("p", runtime.WithMaxAttempts(100)))
+				parents = append(parents, p)
+				opts = append(opts, runtime.After(p))
+			}
+			fanIn := wf.Add(req("c", runtime.WithMaxAttempts(100)), opts...)
+			chain := []runtime.Step{fanIn}
+			for range 10 {
+				chain = append(chain, wf.Add(req("c", runtime.WithMaxAttempts(100)), runtime.After(chain[len(chain)-1])))
+			}
+			id, err := wf.Enqueue(ctx, b.pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range parents {
+				rec.expect(fanIn.JobID(), p.JobID())
+			}
+			for i := 1; i < len(chain); i++ {
+				rec.expect(chain[i].JobID(), chain[i-1].JobID())
+			}
+			slow := func(kind string) runtime.Registration {
+				r := rec.handler(kind)
+				h := r.Handler
+				r.Handler = func(ctx context.Context, job *runtime.Job) error {
+					time.Sleep(time.Millisecond)
+					return h(ctx, job)
+				}
+				return r
+			}
+			cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: mode, Concurrency: 8}},
+				MaintenanceInterval: 50 * time.Millisecond}
+			for range 3 {
+				startWorker(t, b.url, cfg, slow("p"), slow("c"))
+			}
+			stop := make(chan struct{})
+			var killed sync.WaitGroup
+			terminated := 0
+			killed.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(30 * time.Millisecond):
+					}
+					n, err := b.q.TerminateJobTransactions(ctx, 1)
+					if err == nil {
+						terminated += int(n)
+					}
+				}
+			})
+			for {
+				s, err := runtime.GetWorkflow(ctx, b.pool, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s.Succeeded >= 1500 || s.Status != runtime.WorkflowRunning {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			close(stop)
+			killed.Wait()
+			s := waitWorkflow(t, b, id, 60*time.Second)
+			if s.Status != runtime.WorkflowSucceeded {
+				t.Fatalf("workflow %+v", s)
+			}
+			rec.mu.Lock()
+			bad := rec.bad
+			fanInStarts := rec.starts[fanIn.JobID()]
+			rec.mu.Unlock()
+			if len(bad) > 0 {
+				t.Fatalf("%d violations, first: %s", len(bad), bad[0])
+			}
+			if j := b.job(t, fanIn.JobID()); int(j.Attempts) != fanInStarts {
+				t.Fatalf("fan-in step started %d times in %d attempts", fanInStarts, j.Attempts)
+			}
+			if n, err := b.q.WorkflowNotesLeft(ctx); err != nil || n != 0 {
+				t.Fatalf("%d notes left, %v", n, err)
+			}
+			written, _ := b.q.WorkflowNotesWritten(ctx)
+			t.Logf("%d sessions terminated, about %d notes left and applied", terminated, written)
+		})
+	}
+}
