@@ -1,4 +1,4 @@
--- revision: 18
+-- revision: 19
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -269,6 +269,9 @@ LANGUAGE sql IMMUTABLE AS $$
     ('admin', 'function', 'workflow_cancel', 'EXECUTE'),
     ('worker', 'function', 'workflow_cancel_steps', 'EXECUTE'),
     ('admin', 'function', 'workflow_cancel_steps', 'EXECUTE'),
+    ('worker', 'function', 'workflow_apply_many', 'EXECUTE'),
+    ('admin', 'function', 'workflow_apply_many', 'EXECUTE'),
+    ('worker', 'function', 'workflow_settle_deferred', 'EXECUTE'),
     ('worker', 'function', 'apply_workflow_notes', 'EXECUTE'),
     ('worker', 'function', 'cancel_pending_workflows', 'EXECUTE'),
     ('worker', 'function', 'delete_finished_workflows', 'EXECUTE'),

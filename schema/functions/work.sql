@@ -1,4 +1,4 @@
--- revision: 52
+-- revision: 53
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -660,6 +660,9 @@ BEGIN
     -- The slots of limits these outcomes free are released together, each
     -- key's at once, after them (see release_deferred_slots).
     PERFORM set_config('pgtask.defer_slots', 'on', true);
+    -- So are what they mean to the children of workflow steps among them
+    -- (see workflow_settle_deferred).
+    PERFORM set_config('pgtask.wf_defer', 'on', true);
     WITH done AS (
         UPDATE pgtask.jobs j
            SET status = 'succeeded', result = d.result, finished_at = clock_timestamp(),
@@ -693,6 +696,7 @@ BEGIN
         END IF;
     END LOOP;
     PERFORM pgtask.release_deferred_slots();
+    PERFORM pgtask.workflow_settle_deferred();
     -- A payload holds at most 8000 bytes: 300 ids of up to 19 digits.
     FOR i IN 0 .. (cardinality(announced) - 1) / 300 LOOP
         EXIT WHEN cardinality(announced) = 0;

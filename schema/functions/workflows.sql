@@ -1,4 +1,4 @@
--- revision: 1
+-- revision: 3
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -193,43 +193,84 @@ BEGIN
 END;
 $$;
 
--- Applies the notes left for child p_child (see workflow_notes), whose
--- waits row the caller holds locked, deleting each as it applies it.
-CREATE OR REPLACE FUNCTION pgtask.workflow_apply_notes_of(p_child bigint) RETURNS integer
+-- Applies the outcomes of parents p_parents (p_outcomes, index by index)
+-- to child p_child, whose waits row the caller holds locked, as
+-- workflow_apply does one by one: the failures first (a cancel wins over
+-- a release), then the successes together, with one update of the
+-- child's waits row.
+CREATE OR REPLACE FUNCTION pgtask.workflow_apply_many(p_child bigint, p_parents bigint[], p_outcomes "char"[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    nt record;
-    n integer := 0;
+    f record;
+    k integer;
+    w pgtask.workflow_waits;
 BEGIN
-    FOR nt IN
-        DELETE FROM pgtask.workflow_notes WHERE child = p_child RETURNING parent, outcome
-    LOOP
-        PERFORM pgtask.workflow_apply(p_child, nt.parent, nt.outcome);
-        n := n + 1;
+    FOR f IN SELECT u.p FROM unnest(p_parents, p_outcomes) AS u(p, o) WHERE u.o = 'f' ORDER BY u.p LOOP
+        PERFORM pgtask.workflow_apply(p_child, f.p, 'f');
     END LOOP;
-    RETURN n;
+    WITH told AS (
+        UPDATE pgtask.workflow_edges e SET outcome = 's'
+          FROM unnest(p_parents, p_outcomes) AS u(p, o)
+         WHERE u.o = 's' AND e.parent = u.p AND e.child = p_child AND e.outcome IS NULL
+        RETURNING 1
+    )
+    SELECT count(*) INTO k FROM told;
+    IF k = 0 THEN
+        RETURN;
+    END IF;
+    UPDATE pgtask.workflow_waits SET remaining = remaining - k WHERE job_id = p_child
+    RETURNING * INTO w;
+    IF w.remaining = 0 AND w.cancelled_by IS NULL THEN
+        PERFORM pgtask.workflow_release(p_child, w.workflow_id);
+    END IF;
 END;
 $$;
 
--- Tells the children of step p_parent its outcome p_outcome (see the top of
--- this file): at once where the child's waits row is free, else in a note,
--- with a notification naming the children left so.
-CREATE OR REPLACE FUNCTION pgtask.workflow_settle(p_parent bigint, p_outcome "char") RETURNS void
+-- Applies the notes left for child p_child (see workflow_notes), whose
+-- waits row the caller holds locked, deleting them as it applies them.
+-- Returns how many.
+CREATE OR REPLACE FUNCTION pgtask.workflow_apply_notes_of(p_child bigint) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    e record;
+    ps bigint[];
+    os "char"[];
+BEGIN
+    WITH gone AS (
+        DELETE FROM pgtask.workflow_notes WHERE child = p_child RETURNING parent, outcome
+    )
+    SELECT coalesce(array_agg(parent), '{}'), coalesce(array_agg(outcome), '{}') INTO ps, os FROM gone;
+    IF cardinality(ps) > 0 THEN
+        PERFORM pgtask.workflow_apply_many(p_child, ps, os);
+    END IF;
+    RETURN cardinality(ps);
+END;
+$$;
+
+-- Tells the children of steps p_parents their outcomes p_outcomes ('s' or
+-- 'f', index by index; see the top of this file): each child's outcomes
+-- together, at once where its waits row is free, else in notes, with a
+-- notification naming the children left so.
+CREATE OR REPLACE FUNCTION pgtask.workflow_settle(p_parents bigint[], p_outcomes "char"[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
     left_ids bigint[] := '{}';
 BEGIN
-    FOR e IN
-        SELECT child FROM pgtask.workflow_edges WHERE parent = p_parent AND outcome IS NULL ORDER BY child
+    FOR c IN
+        SELECT e.child, array_agg(e.parent) AS ps, array_agg(u.o) AS os
+          FROM unnest(p_parents, p_outcomes) AS u(p, o)
+          JOIN pgtask.workflow_edges e ON e.parent = u.p AND e.outcome IS NULL
+         GROUP BY e.child
+         ORDER BY e.child
     LOOP
-        PERFORM 1 FROM pgtask.workflow_waits WHERE job_id = e.child FOR NO KEY UPDATE SKIP LOCKED;
+        PERFORM 1 FROM pgtask.workflow_waits WHERE job_id = c.child FOR NO KEY UPDATE SKIP LOCKED;
         IF FOUND THEN
-            PERFORM pgtask.workflow_apply(e.child, p_parent, p_outcome);
-            PERFORM pgtask.workflow_apply_notes_of(e.child);
+            PERFORM pgtask.workflow_apply_many(c.child, c.ps, c.os);
+            PERFORM pgtask.workflow_apply_notes_of(c.child);
         ELSE
-            INSERT INTO pgtask.workflow_notes (child, parent, outcome) VALUES (e.child, p_parent, p_outcome);
-            left_ids := left_ids || e.child;
+            INSERT INTO pgtask.workflow_notes (child, parent, outcome)
+            SELECT c.child, u.p, u.o FROM unnest(c.ps, c.os) AS u(p, o);
+            left_ids := left_ids || c.child;
         END IF;
     END LOOP;
     -- A payload holds at most 8000 bytes: 300 ids of up to 19 digits.
@@ -288,42 +329,74 @@ END;
 $$;
 
 -- Works off the queue of steps whose outcome the triggers left while
--- another was being applied (see the top of this file): "id:o" entries,
--- o 's' or 'f' (tell the children) or 'r' (retried: restore them).
+-- another was being applied, or while a batch of outcomes was recorded
+-- (see the top of this file): "id:o" entries, o 's' or 'f' (tell the
+-- children, each round's together) or 'r' (retried: restore them).
 CREATE OR REPLACE FUNCTION pgtask.workflow_work_queue() RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     q text;
-    ent text;
+    ids bigint[];
+    outs "char"[];
+    restored bigint[];
+    r bigint;
 BEGIN
     LOOP
         q := nullif(current_setting('pgtask.wf_queue', true), '');
         EXIT WHEN q IS NULL;
         PERFORM set_config('pgtask.wf_queue', '', true);
-        FOREACH ent IN ARRAY string_to_array(q, ',') LOOP
-            IF split_part(ent, ':', 2) = 'r' THEN
-                PERFORM pgtask.workflow_restore(split_part(ent, ':', 1)::bigint);
-            ELSE
-                PERFORM pgtask.workflow_settle(split_part(ent, ':', 1)::bigint, split_part(ent, ':', 2)::"char");
-            END IF;
+        SELECT coalesce(array_agg(split_part(e, ':', 1)::bigint ORDER BY n) FILTER (WHERE split_part(e, ':', 2) <> 'r'), '{}'),
+               coalesce(array_agg(split_part(e, ':', 2)::"char" ORDER BY n) FILTER (WHERE split_part(e, ':', 2) <> 'r'), '{}'),
+               coalesce(array_agg(split_part(e, ':', 1)::bigint ORDER BY n) FILTER (WHERE split_part(e, ':', 2) = 'r'), '{}')
+          INTO ids, outs, restored
+          FROM unnest(string_to_array(q, ',')) WITH ORDINALITY AS x(e, n);
+        FOREACH r IN ARRAY restored LOOP
+            PERFORM pgtask.workflow_restore(r);
         END LOOP;
+        IF cardinality(ids) > 0 THEN
+            PERFORM pgtask.workflow_settle(ids, outs);
+        END IF;
     END LOOP;
 END;
 $$;
 
--- Runs, or queues while one runs already, what step p_id's change means for
--- its children (p_what 's', 'f' or 'r').
+-- The outcomes of steps a batch of outcomes recorded (settle_jobs turns
+-- pgtask.wf_defer on, and the triggers only queue them), told now, each
+-- child's together. Turns the deferring off.
+CREATE OR REPLACE FUNCTION pgtask.workflow_settle_deferred() RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('pgtask.wf_defer', 'off', true);
+    IF nullif(current_setting('pgtask.wf_queue', true), '') IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM set_config('pgtask.wf_busy', 'on', true);
+    PERFORM pgtask.workflow_work_queue();
+    PERFORM set_config('pgtask.wf_busy', 'off', true);
+END;
+$$;
+
+-- Runs, or queues while one runs already (or while settle_jobs records a
+-- batch of outcomes), what step p_id's change means for its children
+-- (p_what 's', 'f' or 'r').
 CREATE OR REPLACE FUNCTION pgtask.workflow_step_changed(p_id bigint, p_what text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF current_setting('pgtask.wf_busy', true) = 'on' THEN
+    IF current_setting('pgtask.wf_busy', true) = 'on' OR current_setting('pgtask.wf_defer', true) = 'on' THEN
         PERFORM set_config('pgtask.wf_queue',
                            concat_ws(',', nullif(current_setting('pgtask.wf_queue', true), ''), p_id || ':' || p_what), true);
         RETURN;
     END IF;
     PERFORM set_config('pgtask.wf_busy', 'on', true);
-    PERFORM set_config('pgtask.wf_queue', p_id || ':' || p_what, true);
-    PERFORM pgtask.workflow_work_queue();
+    IF p_what = 'r' THEN
+        PERFORM pgtask.workflow_restore(p_id);
+    ELSE
+        PERFORM pgtask.workflow_settle(ARRAY[p_id], ARRAY[p_what::"char"]);
+    END IF;
+    -- What the changes it made queued: a cascade, one level at a time.
+    IF nullif(current_setting('pgtask.wf_queue', true), '') IS NOT NULL THEN
+        PERFORM pgtask.workflow_work_queue();
+    END IF;
     PERFORM set_config('pgtask.wf_busy', 'off', true);
 END;
 $$;
