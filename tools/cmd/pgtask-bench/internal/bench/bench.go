@@ -61,9 +61,9 @@ type Options struct {
 	RateModes    string
 	// Fair queues: the flooding tenant's jobs, the newcomer's behind them,
 	// and the tenants the fair drain spreads its jobs over.
-	FairFlood     int
-	FairNewcomer  int
-	FairTenants   int
+	FairFlood    int
+	FairNewcomer int
+	FairTenants  int
 	// Workflows: the fan-out's steps (beside one fan-in step), the chain's
 	// steps, and the modes they run in.
 	WorkflowFan   int
