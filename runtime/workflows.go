@@ -570,3 +570,41 @@ func CancelWorkflowByID(ctx context.Context, db DB, id WorkflowID) (bool, error)
 	}
 	return ok, nil
 }
+
+// Parent is a workflow step's parent as JobParents reads it.
+type Parent struct {
+	JobID JobID
+	// Step is the parent's place in the workflow.
+	Step   int
+	Policy FailurePolicy
+	// Outcome is what the step was told of the parent: "" nothing yet,
+	// "succeeded", or "failed" (failed for good, cancelled or deleted).
+	Outcome string
+}
+
+// JobParents reads the parents of workflow step id, in step order; none
+// for a step without parents or a job of no workflow.
+func JobParents(ctx context.Context, db DB, id JobID) ([]Parent, error) {
+	rows, err := gen.New(db).JobParents(ctx, int64(id))
+	if err != nil {
+		return nil, fmt.Errorf("job %d: read its parents: %w", id, err)
+	}
+	out := make([]Parent, len(rows))
+	for i, r := range rows {
+		p := Parent{JobID: JobID(r.Parent), Step: int(r.Step)}
+		switch r.Policy {
+		case "a":
+			p.Policy = RunAnyway
+		case "w":
+			p.Policy = CancelWorkflow
+		}
+		switch r.Outcome {
+		case "s":
+			p.Outcome = "succeeded"
+		case "f":
+			p.Outcome = "failed"
+		}
+		out[i] = p
+	}
+	return out, nil
+}
