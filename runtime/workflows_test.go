@@ -640,3 +640,57 @@ func TestWorkflowFanInUnderTerminations(t *testing.T) {
 		})
 	}
 }
+
+// With roles granted, own jobs only: a producer enqueues a workflow and
+// reads its state (not another's), a worker role works it, failing a
+// step, and an admin role's retry of that step resumes it.
+func TestWorkflowsUnderRoles(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	r := grantTestRoles(t, b, true)
+	producer := poolAs(t, b, r.Producer)
+	admin := poolAs(t, b, r.Admin)
+
+	theirs := runtime.NewWorkflow("theirs")
+	theirs.Add(req("ok"))
+	theirID, err := theirs.Enqueue(ctx, b.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf := runtime.NewWorkflow("mine")
+	first := wf.Add(req("flaky"))
+	second := wf.Add(req("ok"), runtime.After(first))
+	id, err := wf.Enqueue(ctx, producer)
+	if err != nil {
+		t.Fatalf("a producer's workflow: %v", err)
+	}
+	if _, err := runtime.GetWorkflow(ctx, producer, theirID); !errors.Is(err, runtime.ErrWorkflowNotFound) {
+		t.Fatalf("the producer reading another's workflow: %v, want ErrWorkflowNotFound", err)
+	}
+	var mu sync.Mutex
+	fail := true
+	startWorker(t, urlAs(t, b.url, r.Worker), runtime.Config{MaintenanceInterval: 20 * time.Millisecond}, noop("ok"),
+		runtime.Registration{Kind: "flaky", Handler: func(context.Context, *runtime.Job) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if fail {
+				return runtime.NoRetry(errors.New("broken"))
+			}
+			return nil
+		}})
+	b.waitStatus(t, second.JobID(), 30*time.Second, testdb.PgtaskJobStatusCancelled)
+	if s, err := runtime.GetWorkflow(ctx, producer, id); err != nil || s.Status != runtime.WorkflowFailed {
+		t.Fatalf("the producer reading its workflow: %+v, %v", s, err)
+	}
+	mu.Lock()
+	fail = false
+	mu.Unlock()
+	if ok, err := runtime.RetryJob(ctx, admin, first.JobID()); err != nil || !ok {
+		t.Fatalf("the admin's retry: %v, %v", ok, err)
+	}
+	b.waitStatus(t, second.JobID(), 30*time.Second, testdb.PgtaskJobStatusSucceeded)
+	if ok, err := runtime.CancelWorkflowByID(ctx, admin, theirID); err != nil || !ok {
+		t.Fatalf("the admin's cancel of a workflow: %v, %v", ok, err)
+	}
+}

@@ -1,4 +1,4 @@
--- revision: 19
+-- revision: 20
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -277,6 +277,8 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'delete_finished_workflows', 'EXECUTE'),
     ('admin', 'function', 'cancel_workflow', 'EXECUTE'),
     ('admin', 'function', 'parked_at', 'EXECUTE'),
+    -- GetWorkflow tells the steps waiting for their parents by it.
+    ('producer', 'function', 'parked_at', 'EXECUTE'),
 
     -- What both workers and operators' changes use: advancing a group (also
     -- from the trigger of a DELETE), and the checks and predicates.
