@@ -169,7 +169,10 @@ func (q *Queries) JobParents(ctx context.Context, id int64) ([]JobParentsRow, er
 const ListWorkflowSteps = `-- name: ListWorkflowSteps :many
 SELECT j.id, j.kind, j.queue, j.status, (j.status = 'scheduled' AND j.run_after = pgtask.parked_at())::boolean AS parked,
        j.attempts, j.created_at, j.started_at, j.finished_at,
-       coalesce((SELECT array_agg(e.parent ORDER BY e.step) FROM pgtask.workflow_edges e WHERE e.child = j.id), '{}')::bigint[] AS parents,
+       coalesce((SELECT array_agg(f.parent ORDER BY f.step)
+                   FROM (SELECT e.parent, e.step FROM pgtask.workflow_edges e WHERE e.child = j.id ORDER BY e.step LIMIT 20) f),
+                '{}')::bigint[] AS parents,
+       (SELECT count(*) FROM pgtask.workflow_edges e WHERE e.child = j.id)::integer AS parent_count,
        coalesce((SELECT w.remaining FROM pgtask.workflow_waits w WHERE w.job_id = j.id), 0)::integer AS waiting_for
   FROM pgtask.jobs j
  WHERE j.workflow_id = $1::bigint AND j.id > $2::bigint
@@ -184,21 +187,22 @@ type ListWorkflowStepsParams struct {
 }
 
 type ListWorkflowStepsRow struct {
-	ID         int64           `db:"id"`
-	Kind       string          `db:"kind"`
-	Queue      string          `db:"queue"`
-	Status     PgtaskJobStatus `db:"status"`
-	Parked     bool            `db:"parked"`
-	Attempts   int32           `db:"attempts"`
-	CreatedAt  time.Time       `db:"created_at"`
-	StartedAt  *time.Time      `db:"started_at"`
-	FinishedAt *time.Time      `db:"finished_at"`
-	Parents    []int64         `db:"parents"`
-	WaitingFor int32           `db:"waiting_for"`
+	ID          int64           `db:"id"`
+	Kind        string          `db:"kind"`
+	Queue       string          `db:"queue"`
+	Status      PgtaskJobStatus `db:"status"`
+	Parked      bool            `db:"parked"`
+	Attempts    int32           `db:"attempts"`
+	CreatedAt   time.Time       `db:"created_at"`
+	StartedAt   *time.Time      `db:"started_at"`
+	FinishedAt  *time.Time      `db:"finished_at"`
+	Parents     []int64         `db:"parents"`
+	ParentCount int32           `db:"parent_count"`
+	WaitingFor  int32           `db:"waiting_for"`
 }
 
 // A page of a workflow's steps in id order after @after_id, each with its
-// parents' ids and how many it still waits for.
+// first 20 parents' ids, how many it has and how many it still waits for.
 func (q *Queries) ListWorkflowSteps(ctx context.Context, arg ListWorkflowStepsParams) ([]ListWorkflowStepsRow, error) {
 	rows, err := q.db.Query(ctx, ListWorkflowSteps, arg.WorkflowID, arg.AfterID, arg.Max)
 	if err != nil {
@@ -219,6 +223,7 @@ func (q *Queries) ListWorkflowSteps(ctx context.Context, arg ListWorkflowStepsPa
 			&i.StartedAt,
 			&i.FinishedAt,
 			&i.Parents,
+			&i.ParentCount,
 			&i.WaitingFor,
 		); err != nil {
 			return nil, err

@@ -17,10 +17,13 @@ SELECT w.id, w.name, w.steps, w.edges, w.created_at, w.cancelled_at,
 
 -- name: ListWorkflowSteps :many
 -- A page of a workflow's steps in id order after @after_id, each with its
--- parents' ids and how many it still waits for.
+-- first 20 parents' ids, how many it has and how many it still waits for.
 SELECT j.id, j.kind, j.queue, j.status, (j.status = 'scheduled' AND j.run_after = pgtask.parked_at())::boolean AS parked,
        j.attempts, j.created_at, j.started_at, j.finished_at,
-       coalesce((SELECT array_agg(e.parent ORDER BY e.step) FROM pgtask.workflow_edges e WHERE e.child = j.id), '{}')::bigint[] AS parents,
+       coalesce((SELECT array_agg(f.parent ORDER BY f.step)
+                   FROM (SELECT e.parent, e.step FROM pgtask.workflow_edges e WHERE e.child = j.id ORDER BY e.step LIMIT 20) f),
+                '{}')::bigint[] AS parents,
+       (SELECT count(*) FROM pgtask.workflow_edges e WHERE e.child = j.id)::integer AS parent_count,
        coalesce((SELECT w.remaining FROM pgtask.workflow_waits w WHERE w.job_id = j.id), 0)::integer AS waiting_for
   FROM pgtask.jobs j
  WHERE j.workflow_id = @workflow_id::bigint AND j.id > @after_id::bigint

@@ -531,8 +531,11 @@ type WorkflowStep struct {
 	// is how many of them it still waits for.
 	Waiting    bool
 	WaitingFor int
-	Parents    []JobID
-	Attempts   int
+	// Parents are the step's first 20 parents, in step order;
+	// ParentCount how many it has.
+	Parents     []JobID
+	ParentCount int
+	Attempts    int
 	CreatedAt  time.Time
 	StartedAt  *time.Time
 	FinishedAt *time.Time
@@ -553,7 +556,7 @@ func WorkflowSteps(ctx context.Context, db DB, id WorkflowID, afterID JobID, lim
 			ps[k] = JobID(p)
 		}
 		out[i] = WorkflowStep{JobID: JobID(r.ID), Kind: r.Kind, Queue: r.Queue, Status: Status(r.Status),
-			Waiting: r.Parked, WaitingFor: int(r.WaitingFor), Parents: ps, Attempts: int(r.Attempts),
+			Waiting: r.Parked, WaitingFor: int(r.WaitingFor), Parents: ps, ParentCount: int(r.ParentCount), Attempts: int(r.Attempts),
 			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt}
 	}
 	return out, nil

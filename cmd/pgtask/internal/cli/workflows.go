@@ -103,6 +103,9 @@ func workflows(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				ps[i] = strconv.FormatInt(int64(p), 10)
 			}
 			line += ", after " + strings.Join(ps, ", ")
+			if s.ParentCount > len(s.Parents) {
+				line += fmt.Sprintf(" and %d more", s.ParentCount-len(s.Parents))
+			}
 		}
 		fmt.Fprintln(stdout, line)
 	}
