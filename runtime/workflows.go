@@ -536,9 +536,9 @@ type WorkflowStep struct {
 	Parents     []JobID
 	ParentCount int
 	Attempts    int
-	CreatedAt  time.Time
-	StartedAt  *time.Time
-	FinishedAt *time.Time
+	CreatedAt   time.Time
+	StartedAt   *time.Time
+	FinishedAt  *time.Time
 }
 
 // WorkflowSteps reads a page of a workflow's steps: up to limit (at most
