@@ -79,7 +79,7 @@ func (p *producer) run(ctx context.Context) error {
 		case r < 0.85:
 			err = p.commit(ctx, p.take(1+p.rng.IntN(20)), "batch", true)
 		case r < 0.90 && !p.limited:
-			err = p.commit(ctx, p.take(2+p.rng.IntN(30)), "workflow", false)
+			err = p.commit(ctx, ungrouped(p.take(2+p.rng.IntN(30))), "workflow", false)
 		default:
 			err = p.rollback(ctx)
 		}
@@ -210,6 +210,19 @@ func enqueue(ctx context.Context, tx pgx.Tx, items []item, how string) ([]int64,
 // that fails for good).
 func succeeds(behavior string) bool {
 	return behavior != behaveNoRetry && behavior != behavePoison
+}
+
+// ungrouped takes items out of their groups: a workflow's steps here are
+// ungrouped, so that a step waiting for its parents holds up no group (a
+// parked step at a group's head stops the group until its parents
+// succeed, and steps spread over many groups would chain them all).
+func ungrouped(items []item) []item {
+	out := make([]item, len(items))
+	for i, it := range items {
+		it.group = ""
+		out[i] = it
+	}
+	return out
 }
 
 // enqueueWorkflow inserts items in tx as one workflow: each step after
