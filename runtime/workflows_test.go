@@ -694,3 +694,61 @@ func TestWorkflowsUnderRoles(t *testing.T) {
 		t.Fatalf("the admin's cancel of a workflow: %v, %v", ok, err)
 	}
 }
+
+// Retention deletes a workflow's bookkeeping once none of its jobs is left
+// and it is older than the longest of the jobs' ages, and keeps a workflow
+// with a job left.
+func TestRetentionDeletesFinishedWorkflows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	w := idleWorker(t, b.url, runtime.Config{Retention: runtime.Retention{
+		Succeeded: time.Hour, Failed: 2 * time.Hour, Cancelled: time.Hour, Interval: time.Hour,
+	}})
+	newWorkflow := func() (runtime.WorkflowID, []runtime.JobID) {
+		t.Helper()
+		wf := runtime.NewWorkflow("old")
+		s := wf.Add(req("later", runtime.WithDelay(time.Hour)))
+		wf.Add(req("later"), runtime.After(s))
+		id, err := wf.Enqueue(ctx, b.pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, wf.JobIDs()
+	}
+	done, doneJobs := newWorkflow()
+	kept, keptJobs := newWorkflow()
+	for _, j := range []runtime.JobID{doneJobs[0], keptJobs[0]} {
+		if ok, err := runtime.CancelJob(ctx, b.pool, j); err != nil || !ok {
+			t.Fatalf("cancel: %v %v", ok, err)
+		}
+	}
+	// The first workflow's jobs finished long ago (and go); the second's
+	// head finished long ago too, but its other step (cancelled just now)
+	// stays.
+	for _, j := range append(doneJobs, keptJobs[0]) {
+		if err := b.q.BackdateFinished(ctx, testdb.BackdateFinishedParams{ID: int64(j), AgeSeconds: (3 * time.Hour).Seconds()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []runtime.WorkflowID{done, kept} {
+		if err := b.q.BackdateWorkflow(ctx, testdb.BackdateWorkflowParams{ID: int64(id), AgeSeconds: (3 * time.Hour).Seconds()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.LeaderStep(ctx)
+	if !w.IsLeader() {
+		t.Fatal("the worker was not elected")
+	}
+	w.RetainStep(ctx)
+	w.RetainStep(ctx)
+	if _, err := runtime.GetWorkflow(ctx, b.pool, done); !errors.Is(err, runtime.ErrWorkflowNotFound) {
+		t.Errorf("the workflow whose jobs are all gone: %v, want it deleted", err)
+	}
+	if n, err := b.q.WorkflowRowsLeft(ctx, int64(done)); err != nil || n != 0 {
+		t.Errorf("%d rows of its bookkeeping left, %v", n, err)
+	}
+	if s, err := runtime.GetWorkflow(ctx, b.pool, kept); err != nil || s.Deleted != 1 || s.Cancelled != 1 {
+		t.Errorf("the workflow with a job left: %+v, %v; want it kept", s, err)
+	}
+}

@@ -270,3 +270,14 @@ SELECT count(pg_terminate_backend(pid))::integer AS terminated
 
 -- name: ApplyWorkflowNotesNow :one
 SELECT pgtask.apply_workflow_notes(NULL, 1000)::integer AS applied;
+
+-- name: BackdateWorkflow :exec
+-- Makes a workflow look as if it was created age_seconds ago.
+UPDATE pgtask.workflows SET created_at = clock_timestamp() - make_interval(secs => @age_seconds::float8) WHERE id = @id;
+
+-- name: WorkflowRowsLeft :one
+-- The rows of workflow @id's bookkeeping: itself, its dependencies and its
+-- steps' counts.
+SELECT (SELECT count(*) FROM pgtask.workflows WHERE id = @id)
+     + (SELECT count(*) FROM pgtask.workflow_edges WHERE workflow_id = @id)
+     + (SELECT count(*) FROM pgtask.workflow_waits WHERE workflow_id = @id) AS left_over;

@@ -65,6 +65,21 @@ func (q *Queries) BackdateFinished(ctx context.Context, arg BackdateFinishedPara
 	return err
 }
 
+const backdateWorkflow = `-- name: BackdateWorkflow :exec
+UPDATE pgtask.workflows SET created_at = clock_timestamp() - make_interval(secs => $1::float8) WHERE id = $2
+`
+
+type BackdateWorkflowParams struct {
+	AgeSeconds float64
+	ID         int64
+}
+
+// Makes a workflow look as if it was created age_seconds ago.
+func (q *Queries) BackdateWorkflow(ctx context.Context, arg BackdateWorkflowParams) error {
+	_, err := q.db.Exec(ctx, backdateWorkflow, arg.AgeSeconds, arg.ID)
+	return err
+}
+
 const backendExists = `-- name: BackendExists :one
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = $1::integer) AS present
 `
@@ -890,6 +905,21 @@ func (q *Queries) WorkflowNotesWritten(ctx context.Context) (int64, error) {
 	var written int64
 	err := row.Scan(&written)
 	return written, err
+}
+
+const workflowRowsLeft = `-- name: WorkflowRowsLeft :one
+SELECT (SELECT count(*) FROM pgtask.workflows WHERE id = $1)
+     + (SELECT count(*) FROM pgtask.workflow_edges WHERE workflow_id = $1)
+     + (SELECT count(*) FROM pgtask.workflow_waits WHERE workflow_id = $1) AS left_over
+`
+
+// The rows of workflow @id's bookkeeping: itself, its dependencies and its
+// steps' counts.
+func (q *Queries) WorkflowRowsLeft(ctx context.Context, id int64) (int32, error) {
+	row := q.db.QueryRow(ctx, workflowRowsLeft, id)
+	var left_over int32
+	err := row.Scan(&left_over)
+	return left_over, err
 }
 
 const workflowWait = `-- name: WorkflowWait :one
