@@ -752,3 +752,42 @@ func TestRetentionDeletesFinishedWorkflows(t *testing.T) {
 		t.Errorf("the workflow with a job left: %+v, %v; want it kept", s, err)
 	}
 }
+
+// Steps that are grouped, limited, rate-limited, of a fair queue's
+// tenant or of another queue wait for their parent like any step, and
+// then run as any job of their kind does: each is released into its
+// group, its limit key, its rate key, its tenant's turn or its queue.
+func TestWorkflowStepsKeepTheirOptions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("options")
+	root := wf.Add(req("step"))
+	var steps []runtime.Step
+	for _, opt := range []runtime.EnqueueOption{
+		runtime.WithGroup("g"), runtime.WithLimit("k", 1), runtime.WithRate("r", 100, time.Second),
+		runtime.WithTenant("acme"), runtime.WithQueue("other"), runtime.WithPriority(5),
+	} {
+		steps = append(steps, wf.Add(req("step", opt), runtime.After(root)))
+	}
+	id, err := wf.Enqueue(ctx, b.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range steps {
+		if j := b.job(t, s.JobID()); j.Status != testdb.PgtaskJobStatusScheduled {
+			t.Fatalf("step %d is %s before its parent ran", s.JobID(), j.Status)
+		}
+	}
+	cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {}, "other": {Mode: runtime.ModeLease}},
+		MaintenanceInterval: 20 * time.Millisecond}
+	startWorker(t, b.url, cfg, noop("step"))
+	if s := waitWorkflow(t, b, id, 30*time.Second); s.Status != runtime.WorkflowSucceeded || s.Succeeded != 7 {
+		t.Fatalf("workflow %+v", s)
+	}
+	for _, s := range steps {
+		if j := b.job(t, s.JobID()); j.Attempts != 1 || !j.StartedAt.After(b.job(t, root.JobID()).FinishedAt.Add(-time.Millisecond)) {
+			t.Fatalf("step %d: %d attempts, started %v, its parent finished %v", s.JobID(), j.Attempts, j.StartedAt, b.job(t, root.JobID()).FinishedAt)
+		}
+	}
+}
