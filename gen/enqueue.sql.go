@@ -310,3 +310,112 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) (InsertJ
 	err := row.Scan(&i.Ids, &i.Existed)
 	return i, err
 }
+
+const InsertWorkflow = `-- name: InsertWorkflow :one
+SELECT e.job_ids::bigint[] AS ids,
+       pgtask.create_workflow(e.job_ids, e.job_existed, $1::text,
+                              $2::integer[], $3::integer[], $4::text[])::bigint AS workflow_id
+  FROM pgtask.enqueue_jobs(
+    $5::jsonb[], $6::integer[], $7::integer[],
+    $8::text[], $9::text[], $10::smallint[], $11::integer[], $12::integer[],
+    $13::boolean[], $14::text[], $15::bigint[],
+    $16::text[], $17::text[],
+    $18::text[], $19::bigint[], $20::text[],
+    $21::jsonb[],
+    $22::integer[], $23::text[], $24::text[], $25::integer[],
+    $26::text[],
+    $27::integer[], $28::text[], $29::text[], $30::integer[],
+    $31::bigint[], $32::integer[],
+    $33::integer[], $34::text[], $35::text[]
+  ) e
+`
+
+type InsertWorkflowParams struct {
+	Name            string            `db:"name"`
+	EdgeParents     []int32           `db:"edge_parents"`
+	EdgeChildren    []int32           `db:"edge_children"`
+	EdgePolicies    []string          `db:"edge_policies"`
+	Payloads        []json.RawMessage `db:"payloads"`
+	Settings        []int32           `db:"settings"`
+	Groups          []int32           `db:"groups"`
+	Kinds           []string          `db:"kinds"`
+	Queues          []string          `db:"queues"`
+	Priorities      []int16           `db:"priorities"`
+	AgingMs         []int32           `db:"aging_ms"`
+	MaxAttempts     []int32           `db:"max_attempts"`
+	FailBlocksGroup []bool            `db:"fail_blocks_group"`
+	RunAt           []string          `db:"run_at"`
+	DelayUs         []int64           `db:"delay_us"`
+	GroupQueues     []string          `db:"group_queues"`
+	GroupKeys       []string          `db:"group_keys"`
+	UniqueKeys      []string          `db:"unique_keys"`
+	UniqueWindowsUs []int64           `db:"unique_windows_us"`
+	UniqueStatuses  []string          `db:"unique_statuses"`
+	Metadata        []json.RawMessage `db:"metadata"`
+	Limits          []int32           `db:"limits"`
+	LimitQueues     []string          `db:"limit_queues"`
+	LimitKeys       []string          `db:"limit_keys"`
+	LimitMax        []int32           `db:"limit_max"`
+	LimitStrategies []string          `db:"limit_strategies"`
+	Rates           []int32           `db:"rates"`
+	RateQueues      []string          `db:"rate_queues"`
+	RateKeys        []string          `db:"rate_keys"`
+	RateN           []int32           `db:"rate_n"`
+	RatePeriodUs    []int64           `db:"rate_period_us"`
+	RateBurst       []int32           `db:"rate_burst"`
+	Fair            []int32           `db:"fair"`
+	FairQueues      []string          `db:"fair_queues"`
+	FairTenants     []string          `db:"fair_tenants"`
+}
+
+type InsertWorkflowRow struct {
+	Ids        []int64 `db:"ids"`
+	WorkflowID int64   `db:"workflow_id"`
+}
+
+// Inserts a workflow's steps as InsertJobs does (those with parents
+// parked: see pgtask.parked_at), and makes the workflow of them, with its
+// edges, in one statement; see pgtask.create_workflow. ids are the steps'
+// in order.
+func (q *Queries) InsertWorkflow(ctx context.Context, arg InsertWorkflowParams) (InsertWorkflowRow, error) {
+	row := q.db.QueryRow(ctx, InsertWorkflow,
+		arg.Name,
+		arg.EdgeParents,
+		arg.EdgeChildren,
+		arg.EdgePolicies,
+		arg.Payloads,
+		arg.Settings,
+		arg.Groups,
+		arg.Kinds,
+		arg.Queues,
+		arg.Priorities,
+		arg.AgingMs,
+		arg.MaxAttempts,
+		arg.FailBlocksGroup,
+		arg.RunAt,
+		arg.DelayUs,
+		arg.GroupQueues,
+		arg.GroupKeys,
+		arg.UniqueKeys,
+		arg.UniqueWindowsUs,
+		arg.UniqueStatuses,
+		arg.Metadata,
+		arg.Limits,
+		arg.LimitQueues,
+		arg.LimitKeys,
+		arg.LimitMax,
+		arg.LimitStrategies,
+		arg.Rates,
+		arg.RateQueues,
+		arg.RateKeys,
+		arg.RateN,
+		arg.RatePeriodUs,
+		arg.RateBurst,
+		arg.Fair,
+		arg.FairQueues,
+		arg.FairTenants,
+	)
+	var i InsertWorkflowRow
+	err := row.Scan(&i.Ids, &i.WorkflowID)
+	return i, err
+}

@@ -77,7 +77,7 @@ func (q *Queries) DeleteJobs(ctx context.Context, ids []int64) (int32, error) {
 }
 
 const FinishedJobs = `-- name: FinishedJobs :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id, tenant, fair_seq FROM pgtask.jobs
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id, tenant, fair_seq, workflow_id FROM pgtask.jobs
  WHERE id = ANY ($1::bigint[]) AND status::text IN ('succeeded', 'failed', 'cancelled')
 `
 
@@ -129,6 +129,7 @@ func (q *Queries) FinishedJobs(ctx context.Context, ids []int64) ([]PgtaskJob, e
 			&i.RateID,
 			&i.Tenant,
 			&i.FairSeq,
+			&i.WorkflowID,
 		); err != nil {
 			return nil, err
 		}
@@ -141,7 +142,7 @@ func (q *Queries) FinishedJobs(ctx context.Context, ids []int64) ([]PgtaskJob, e
 }
 
 const GetJob = `-- name: GetJob :one
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id, tenant, fair_seq FROM pgtask.jobs WHERE id = $1
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id, tenant, fair_seq, workflow_id FROM pgtask.jobs WHERE id = $1
 `
 
 func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
@@ -184,6 +185,7 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 		&i.RateID,
 		&i.Tenant,
 		&i.FairSeq,
+		&i.WorkflowID,
 	)
 	return i, err
 }
@@ -208,7 +210,7 @@ func (q *Queries) GetJobProgress(ctx context.Context, jobID int64) (PgtaskJobPro
 }
 
 const GetJobs = `-- name: GetJobs :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id, tenant, fair_seq FROM pgtask.jobs WHERE id = ANY ($1::bigint[])
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id, tenant, fair_seq, workflow_id FROM pgtask.jobs WHERE id = ANY ($1::bigint[])
 `
 
 // Jobs by id, in one round trip; an id with no job has no row.
@@ -258,6 +260,7 @@ func (q *Queries) GetJobs(ctx context.Context, ids []int64) ([]PgtaskJob, error)
 			&i.RateID,
 			&i.Tenant,
 			&i.FairSeq,
+			&i.WorkflowID,
 		); err != nil {
 			return nil, err
 		}
@@ -270,7 +273,7 @@ func (q *Queries) GetJobs(ctx context.Context, ids []int64) ([]PgtaskJob, error)
 }
 
 const ListJobsPage = `-- name: ListJobsPage :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id, tenant, fair_seq FROM pgtask.jobs
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id, tenant, fair_seq, workflow_id FROM pgtask.jobs
  WHERE ($1::text IS NULL OR queue = $1::text)
    AND ($2::text IS NULL OR kind = $2::text)
    AND ($3::text IS NULL OR group_key = $3::text)
@@ -350,6 +353,7 @@ func (q *Queries) ListJobsPage(ctx context.Context, arg ListJobsPageParams) ([]P
 			&i.RateID,
 			&i.Tenant,
 			&i.FairSeq,
+			&i.WorkflowID,
 		); err != nil {
 			return nil, err
 		}

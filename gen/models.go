@@ -171,6 +171,7 @@ type PgtaskJob struct {
 	RateID          pgtype.Int8     `db:"rate_id"`
 	Tenant          *string         `db:"tenant"`
 	FairSeq         pgtype.Int8     `db:"fair_seq"`
+	WorkflowID      pgtype.Int8     `db:"workflow_id"`
 }
 
 type PgtaskJobProgress struct {
@@ -278,4 +279,38 @@ type PgtaskWorkerKind struct {
 	Queue      string    `db:"queue"`
 	Kind       string    `db:"kind"`
 	RecordedAt time.Time `db:"recorded_at"`
+}
+
+type PgtaskWorkflow struct {
+	ID            int64      `db:"id"`
+	Name          string     `db:"name"`
+	Steps         int32      `db:"steps"`
+	Edges         int32      `db:"edges"`
+	CreatedAt     time.Time  `db:"created_at"`
+	CancelledAt   *time.Time `db:"cancelled_at"`
+	CancelPending bool       `db:"cancel_pending"`
+	EnqueuedBy    *string    `db:"enqueued_by"`
+}
+
+type PgtaskWorkflowEdge struct {
+	WorkflowID int64       `db:"workflow_id"`
+	Parent     int64       `db:"parent"`
+	Child      int64       `db:"child"`
+	Step       int32       `db:"step"`
+	Policy     interface{} `db:"policy"`
+	Outcome    interface{} `db:"outcome"`
+}
+
+type PgtaskWorkflowNote struct {
+	ID      int64       `db:"id"`
+	Child   int64       `db:"child"`
+	Parent  int64       `db:"parent"`
+	Outcome interface{} `db:"outcome"`
+}
+
+type PgtaskWorkflowWait struct {
+	JobID       int64       `db:"job_id"`
+	WorkflowID  int64       `db:"workflow_id"`
+	Remaining   int32       `db:"remaining"`
+	CancelledBy pgtype.Int8 `db:"cancelled_by"`
 }

@@ -629,6 +629,17 @@ func (q *Queries) ListenCancel(ctx context.Context) error {
 	return err
 }
 
+const ListenWorkflow = `-- name: ListenWorkflow :exec
+LISTEN pgtask_workflow
+`
+
+// Workflow notes left behind a locked step (see pgtask.workflow_settle):
+// each notification's payload is the steps' ids, comma-separated.
+func (q *Queries) ListenWorkflow(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, ListenWorkflow)
+	return err
+}
+
 const LockWorker = `-- name: LockWorker :exec
 SELECT pg_advisory_lock_shared(pgtask.worker_lock_class(), $1::integer),
        CASE WHEN current_setting('server_version_num')::integer >= 140000

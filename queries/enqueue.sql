@@ -71,3 +71,24 @@ SELECT pgtask.enqueue_job(
     @payload::jsonb, @kind::text, @queue::text, @priority::smallint, @aging_ms::integer, @max_attempts::integer,
     @fail_blocks_group::boolean, @run_at::text, @delay_us::bigint
 )::bigint AS id;
+-- name: InsertWorkflow :one
+-- Inserts a workflow's steps as InsertJobs does (those with parents
+-- parked: see pgtask.parked_at), and makes the workflow of them, with its
+-- edges, in one statement; see pgtask.create_workflow. ids are the steps'
+-- in order.
+SELECT e.job_ids::bigint[] AS ids,
+       pgtask.create_workflow(e.job_ids, e.job_existed, @name::text,
+                              @edge_parents::integer[], @edge_children::integer[], @edge_policies::text[])::bigint AS workflow_id
+  FROM pgtask.enqueue_jobs(
+    @payloads::jsonb[], @settings::integer[], @groups::integer[],
+    @kinds::text[], @queues::text[], @priorities::smallint[], @aging_ms::integer[], @max_attempts::integer[],
+    @fail_blocks_group::boolean[], @run_at::text[], @delay_us::bigint[],
+    @group_queues::text[], @group_keys::text[],
+    @unique_keys::text[], @unique_windows_us::bigint[], @unique_statuses::text[],
+    sqlc.narg(metadata)::jsonb[],
+    sqlc.narg(limits)::integer[], @limit_queues::text[], @limit_keys::text[], @limit_max::integer[],
+    @limit_strategies::text[],
+    sqlc.narg(rates)::integer[], @rate_queues::text[], @rate_keys::text[], @rate_n::integer[],
+    @rate_period_us::bigint[], @rate_burst::integer[],
+    sqlc.narg(fair)::integer[], @fair_queues::text[], @fair_tenants::text[]
+  ) e;

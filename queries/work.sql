@@ -219,3 +219,8 @@ ON CONFLICT (job_id) DO UPDATE
    SET attempt = excluded.attempt, percent = excluded.percent, message = excluded.message,
        value = excluded.value, updated_at = excluded.updated_at
  WHERE p.attempt <= excluded.attempt;
+
+-- name: ListenWorkflow :exec
+-- Workflow notes left behind a locked step (see pgtask.workflow_settle):
+-- each notification's payload is the steps' ids, comma-separated.
+LISTEN pgtask_workflow;

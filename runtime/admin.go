@@ -84,6 +84,9 @@ type JobInfo struct {
 	// BatchID is the batch the job belongs to (see EnqueueBatch); 0 for
 	// none. A batch's callbacks are not its jobs: they have none.
 	BatchID BatchID
+	// WorkflowID is the workflow the job is a step of (see Workflow); 0
+	// for none. Its parents are in JobParents.
+	WorkflowID WorkflowID
 }
 
 // ErrJobNotFound is returned for an id with no job.
@@ -119,6 +122,9 @@ func jobInfo(j gen.PgtaskJob) (*JobInfo, error) {
 		info.UniqueKey = *j.UniqueKey
 	}
 	info.Metadata = decodeMetadata(j.Metadata)
+	if j.WorkflowID.Valid {
+		info.WorkflowID = WorkflowID(j.WorkflowID.Int64)
+	}
 	if j.BatchID.Valid {
 		info.BatchID = BatchID(j.BatchID.Int64)
 	}

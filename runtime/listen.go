@@ -18,6 +18,10 @@ import (
 // cancelChannel carries the ids of running jobs an operator cancelled.
 const cancelChannel = "pgtask_cancel"
 
+// workflowChannel names workflow steps whose parents' outcomes wait in
+// notes (see workflowKeeper).
+const workflowChannel = "pgtask_workflow"
+
 // behindChannel names queues with jobs made runnable behind the claims'
 // cursors (see pgtask.pick_heads); the pgtask channel, queues with new
 // jobs.
@@ -70,6 +74,9 @@ func (w *Worker) listenOnce(ctx context.Context) (listened bool, err error) {
 	if err := q.ListenCancel(ctx); err != nil {
 		return false, err
 	}
+	if err := q.ListenWorkflow(ctx); err != nil {
+		return false, err
+	}
 	w.wakeAll()
 	locks := map[string]*idleLock{}
 	for {
@@ -86,6 +93,12 @@ func (w *Worker) listenOnce(ctx context.Context) (listened bool, err error) {
 		}
 		if n.Channel == cancelChannel {
 			w.cancelNotified(ctx, n.Payload)
+			continue
+		}
+		if n.Channel == workflowChannel {
+			if w.maint != nil {
+				w.maint.flows.notified(n.Payload)
+			}
 			continue
 		}
 		first, name := parseWake(n.Payload)

@@ -44,6 +44,7 @@ type maintenance struct {
 	promote *dueMover
 	age     *dueMover
 	limits  *limitChecker
+	flows   *workflowKeeper
 	rates   *rateChecker
 	fair    *fairClock
 	rescue  *rescuer
@@ -69,6 +70,7 @@ func newMaintenance(w *Worker) *maintenance {
 		promote:  newPromoter(q, w.log.With("maint", "promote"), maintainBatch),
 		age:      newAger(q, w.log.With("maint", "aging"), maintainBatch),
 		limits:   &limitChecker{q: q, batch: maintainBatch},
+		flows:    &workflowKeeper{q: q, log: w.log.With("maint", "workflows"), batch: maintainBatch, kick: make(chan struct{}, 1)},
 		rates:    &rateChecker{q: q, batch: maintainBatch, queues: w.queues, names: w.queueNames()},
 		fair:     &fairClock{q: q},
 		rescue: &rescuer{pool: w.pool, q: q, log: w.log.With("maint", "rescue"), batch: maintainBatch,
@@ -138,10 +140,16 @@ func (m *maintenance) run(ctx context.Context) {
 			m.log.Info("pgtask: maintenance recovered")
 			failing = false
 		}
+	wait:
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-m.flows.kick:
+			// Notes a finisher left behind a locked workflow step: applied
+			// now, on maintenance's connection, not at the next round.
+			m.flows.applyNotified(ctx)
+			goto wait
 		}
 	}
 }
@@ -157,7 +165,9 @@ func (m *maintenance) round(ctx context.Context) error {
 	// in the same round; and promotion before the limits, which admit the
 	// limited jobs it queued; aging before the rate checks, which apply
 	// those its rate-limited jobs leave.
-	for _, s := range []maintService{m.batches, m.promote, m.limits, m.fair, m.age, m.rates, m.rescued, m.cancel, m.ownRescued} {
+	// Workflow notes come before promotion too: a step they release is
+	// queued at once, and a limited one admitted in the same round.
+	for _, s := range []maintService{m.batches, m.flows, m.promote, m.limits, m.fair, m.age, m.rates, m.rescued, m.cancel, m.ownRescued} {
 		if err := s.step(ctx); err != nil {
 			return err
 		}

@@ -113,5 +113,15 @@ func (r *retainer) deleteBatch(ctx context.Context) (more bool) {
 		}
 		return false
 	}
+	more = more || n == r.batch
+	// So are workflows, whose bookkeeping goes once none of their jobs is
+	// left.
+	n, err = r.q.DeleteFinishedWorkflows(bctx, gen.DeleteFinishedWorkflowsParams{OlderThanMs: age.Milliseconds(), Max: r.batch})
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("pgtask: retention of workflows failed; will retry", "error", err)
+		}
+		return false
+	}
 	return more || n == r.batch
 }

@@ -208,6 +208,10 @@ CREATE TABLE pgtask.jobs (
     -- by (priority, fair_seq, id).
     tenant            text COLLATE "C",
     fair_seq          bigint,
+    -- The workflow the job is a step of (pgtask.workflows), NULL for none.
+    -- A step with parents is enqueued parked (see pgtask.parked_at) and
+    -- released when they allow it (see functions/workflows.sql).
+    workflow_id       bigint,
     CONSTRAINT jobs_queue_not_empty CHECK (queue <> ''),
     CONSTRAINT jobs_kind_not_empty CHECK (kind <> ''),
     CONSTRAINT jobs_group_key_not_empty CHECK (group_key <> ''),
@@ -301,6 +305,11 @@ CREATE UNIQUE INDEX jobs_unique ON pgtask.jobs (unique_key)
 -- functions/batches.sql), and a batch's counts read it once.
 CREATE INDEX jobs_batch ON pgtask.jobs (batch_id, id)
     WHERE batch_id IS NOT NULL;
+
+-- The steps of each workflow in order: a workflow's state and its page of
+-- steps read it, and retention finds a workflow's jobs there.
+CREATE INDEX jobs_workflow ON pgtask.jobs (workflow_id, id)
+    WHERE workflow_id IS NOT NULL;
 
 -- The failed jobs of each batch, for its on-failure callback.
 CREATE INDEX jobs_batch_failed ON pgtask.jobs (batch_id)
@@ -720,3 +729,122 @@ CREATE TABLE pgtask.job_progress (
     -- the value (runtime.MaxProgressBytes).
     CONSTRAINT job_progress_message_bounded CHECK (octet_length(message) <= 1024)
 );
+
+-- Workflows (runtime.Workflow, see functions/workflows.sql): jobs enqueued
+-- together with dependencies between them. A step with parents is enqueued
+-- parked (scheduled until the end of year 9999, like a batch's callback), so
+-- it is in no claim index and costs claims nothing while it waits; the
+-- transaction that records its last parent's success releases it.
+CREATE TABLE pgtask.workflows (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name         text NOT NULL,
+    -- How many steps it was enqueued with, and how many dependencies.
+    steps        integer NOT NULL,
+    edges        integer NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    -- When a failure whose dependency said so (or an operator) cancelled
+    -- the whole workflow: its unfinished steps are cancelled, and none is
+    -- released any more.
+    cancelled_at timestamptz,
+    -- Set with cancelled_at while some of its steps could not be cancelled
+    -- at once (their rows were locked): maintenance cancels them.
+    cancel_pending boolean NOT NULL DEFAULT false,
+    enqueued_by  text COLLATE "C" DEFAULT session_user,
+    CONSTRAINT workflows_name_bounded CHECK (octet_length(name) <= 128),
+    CONSTRAINT workflows_steps_valid CHECK (steps >= 1)
+);
+
+-- The cancelled workflows with steps maintenance still has to cancel.
+CREATE INDEX workflows_cancel_pending ON pgtask.workflows (id)
+    WHERE cancel_pending;
+
+-- One row per dependency: child runs after parent. policy says what a
+-- parent's failure for good (or its cancel, or its delete) does to the
+-- child: 'c' cancels it (the default), 'a' lets it run anyway, 'w' cancels
+-- the whole workflow. step is the parent's place in its workflow (from 0),
+-- which the child's typed inputs name. outcome is what the child was told
+-- of its parent: NULL nothing yet, 's' it succeeded, 'f' it failed for good,
+-- was cancelled or deleted. Only the parent's finisher writes its edges'
+-- outcome (under the child's waits row lock, or through a note), so
+-- finishers of one child's parents write rows of their own.
+CREATE TABLE pgtask.workflow_edges (
+    workflow_id bigint NOT NULL,
+    parent  bigint NOT NULL,
+    child   bigint NOT NULL,
+    step    integer NOT NULL,
+    policy  "char" NOT NULL,
+    outcome "char",
+    PRIMARY KEY (parent, child),
+    CONSTRAINT workflow_edges_policy_valid CHECK (policy IN ('c', 'a', 'w')),
+    CONSTRAINT workflow_edges_outcome_valid CHECK (outcome IN ('s', 'f'))
+);
+CREATE INDEX workflow_edges_child ON pgtask.workflow_edges (child, step);
+CREATE INDEX workflow_edges_workflow ON pgtask.workflow_edges (workflow_id);
+
+-- One row per step that has parents: how many of them it still waits for
+-- (those not succeeded, nor failed under policy 'a'), and, while it is
+-- cancelled because of a parent, that parent. A finisher takes this row
+-- with SKIP LOCKED only, and leaves what it could not apply in
+-- workflow_notes; the row is small and apart from the job's, so that the
+-- many updates a fan-in gets are cheap.
+CREATE TABLE pgtask.workflow_waits (
+    job_id       bigint PRIMARY KEY,
+    workflow_id  bigint NOT NULL,
+    remaining    integer NOT NULL,
+    cancelled_by bigint,
+    CONSTRAINT workflow_waits_remaining_valid CHECK (remaining >= 0)
+);
+CREATE INDEX workflow_waits_workflow ON pgtask.workflow_waits (workflow_id);
+
+-- A parent's outcome its finisher could not apply to a child at once (the
+-- child's waits row was locked by another finisher): applied, exactly once,
+-- under that row's lock, by the finisher right after its commit (it is
+-- notified on "pgtask_workflow"), by the next finisher of a parent of the
+-- child, or by maintenance.
+CREATE TABLE pgtask.workflow_notes (
+    id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    child   bigint NOT NULL,
+    parent  bigint NOT NULL,
+    outcome "char" NOT NULL
+);
+CREATE INDEX workflow_notes_child ON pgtask.workflow_notes (child);
+
+-- The triggers that tell a finished step's children (see
+-- functions/workflows.sql, which replaces these placeholders): a step that
+-- finishes (succeeded, failed for good, cancelled) or is deleted unfinished
+-- settles its edges; one an operator retries (finished to unfinished) makes
+-- the children it cancelled wait again, and stays parked itself while its
+-- own parents do not allow it to run. Their WHEN clauses keep every other
+-- job's updates free of them.
+CREATE FUNCTION pgtask.workflow_step_done() RETURNS trigger
+LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END; $$;
+
+CREATE FUNCTION pgtask.workflow_step_again() RETURNS trigger
+LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END; $$;
+
+CREATE FUNCTION pgtask.workflow_step_repark() RETURNS trigger
+LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END; $$;
+
+CREATE TRIGGER jobs_workflow_done
+    AFTER UPDATE ON pgtask.jobs
+    FOR EACH ROW
+    WHEN (OLD.workflow_id IS NOT NULL AND pgtask.job_pending(OLD.status) AND NOT pgtask.job_pending(NEW.status))
+    EXECUTE FUNCTION pgtask.workflow_step_done();
+
+CREATE TRIGGER jobs_workflow_deleted
+    AFTER DELETE ON pgtask.jobs
+    FOR EACH ROW
+    WHEN (OLD.workflow_id IS NOT NULL AND pgtask.job_pending(OLD.status))
+    EXECUTE FUNCTION pgtask.workflow_step_done();
+
+CREATE TRIGGER jobs_workflow_repark
+    BEFORE UPDATE ON pgtask.jobs
+    FOR EACH ROW
+    WHEN (OLD.workflow_id IS NOT NULL AND NOT pgtask.job_pending(OLD.status) AND pgtask.job_pending(NEW.status))
+    EXECUTE FUNCTION pgtask.workflow_step_repark();
+
+CREATE TRIGGER jobs_workflow_again
+    AFTER UPDATE ON pgtask.jobs
+    FOR EACH ROW
+    WHEN (OLD.workflow_id IS NOT NULL AND NOT pgtask.job_pending(OLD.status) AND pgtask.job_pending(NEW.status))
+    EXECUTE FUNCTION pgtask.workflow_step_again();

@@ -1,7 +1,8 @@
 // Package ledger is a small bank ledger that shows pgtask's main uses as
 // runnable examples (example_*_test.go, checked by go test): declaring and
 // enqueueing tasks, a handler whose writes commit with its job, FIFO groups,
-// typed results, and enqueueing inside the caller's transaction.
+// typed results, enqueueing inside the caller's transaction, and a
+// workflow whose steps read their parents' results.
 //
 // Its tasks are declared here; `go generate` writes their typed functions to
 // pgtask_gen.go. The handlers write the ledger's own table
@@ -38,6 +39,16 @@ type Statement struct {
 type Total struct {
 	Account string `json:"account"`
 	Cents   int64  `json:"cents"`
+}
+
+// Compare compares two accounts' totals, as a step of a workflow: its
+// inputs are set from the steps of two Statements, which makes them its
+// parents, and it starts once both have succeeded. Its handler reads their
+// results, typed; a step whose result is not a Total cannot be its input.
+type Compare struct {
+	runtime.TaskWithResult[string] `task:"compare"`
+	First                          runtime.Input[Total] `json:"first"`
+	Second                         runtime.Input[Total] `json:"second"`
 }
 
 // Schema creates the ledger's table; apply it after runtime.Migrate.

@@ -10,6 +10,67 @@ import (
 	"github.com/pgtask/pgtask/runtime/taskspec"
 )
 
+// CompareKind is the kind of Compare jobs, as stored in the jobs table.
+const CompareKind = "compare"
+
+// compareSpec holds Compare's settings from its task tag.
+var compareSpec = &taskspec.Spec[Compare]{
+	Kind: CompareKind,
+}
+
+// EnqueueCompare validates t and inserts it as a job of kind "compare" on queue
+// "default". db may be a pool, a connection or a transaction: in a transaction
+// the job exists only if it commits. opts override the declared settings.
+func EnqueueCompare(ctx context.Context, db runtime.DB, t Compare, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
+	return taskspec.Enqueue(ctx, db, compareSpec, t, opts...)
+}
+
+// EnqueueCompareMany validates every element of ts and inserts them all in one
+// statement, or none if any is invalid. Ids are returned in the order of ts,
+// and jobs of one group run in that order.
+func EnqueueCompareMany(ctx context.Context, db runtime.DB, ts []Compare, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
+	return taskspec.EnqueueMany(ctx, db, compareSpec, ts, opts...)
+}
+
+// AddCompare validates t and adds it to wf as a step of kind "compare", whose
+// Output feeds the runtime.Input fields of later steps. Its inputs (First,
+// Second) make it depend on the steps they are set from. opts add dependencies
+// without data (runtime.After and the like) and override the declared settings.
+// An invalid t is returned by wf.Enqueue.
+func AddCompare(wf *runtime.Workflow, t Compare, opts ...runtime.StepOption) runtime.StepWithResult[string] {
+	return taskspec.AddStepWithResult[string](wf, compareSpec, t, []runtime.Dep{t.First.Dep("First"), t.Second.Dep("Second")}, opts...)
+}
+
+// HandleCompare registers fn as the handler of "compare" jobs on w. fn runs in
+// the job's transaction (job.Tx()): its writes there, and the result it
+// returns, commit if and only if it returns a nil error.
+func HandleCompare(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Compare) (string, error)) error {
+	return taskspec.HandleWithResult(w, compareSpec, fn)
+}
+
+// GetCompareResult reads the result of "compare" job id with the job's status.
+// Until the job has succeeded the result is the zero value and the error wraps
+// runtime.ErrNoResult.
+func GetCompareResult(ctx context.Context, db runtime.DB, id runtime.JobID) (string, runtime.Status, error) {
+	return taskspec.Result[string](ctx, db, compareSpec, id)
+}
+
+// WaitCompareResult waits until "compare" job id has finished and returns its
+// result. A job that failed or was cancelled returns a *runtime.JobFailedError
+// (errors.Is(err, runtime.ErrJobFailed)) with its last error. The wait ends
+// with ctx. pool lends a connection to listen for finishes on, one for all the
+// waits of the process (see runtime.WaitJobs).
+func WaitCompareResult(ctx context.Context, pool *pgxpool.Pool, id runtime.JobID) (string, error) {
+	return taskspec.WaitResult[string](ctx, pool, compareSpec, id)
+}
+
+// GetCompareResults reads the results of "compare" jobs ids in one round trip,
+// in the order of ids, each with its job's status and, unless the job has
+// succeeded, an error (see runtime.JobResult).
+func GetCompareResults(ctx context.Context, db runtime.DB, ids []runtime.JobID) ([]runtime.JobResult[string], error) {
+	return taskspec.Results[string](ctx, db, compareSpec, ids)
+}
+
 // DepositKind is the kind of Deposit jobs, as stored in the jobs table.
 const DepositKind = "deposit"
 
@@ -35,6 +96,13 @@ func EnqueueDeposit(ctx context.Context, db runtime.DB, t Deposit, opts ...runti
 // and jobs of one group run in that order.
 func EnqueueDepositMany(ctx context.Context, db runtime.DB, ts []Deposit, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, depositSpec, ts, opts...)
+}
+
+// AddDeposit validates t and adds it to wf as a step of kind "deposit". opts
+// add dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddDeposit(wf *runtime.Workflow, t Deposit, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, depositSpec, t, nil, opts...)
 }
 
 // HandleDeposit registers fn as the handler of "deposit" jobs on w. fn runs in
@@ -69,6 +137,14 @@ func EnqueueStatement(ctx context.Context, db runtime.DB, t Statement, opts ...r
 // ts, and jobs of one group run in that order.
 func EnqueueStatementMany(ctx context.Context, db runtime.DB, ts []Statement, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, statementSpec, ts, opts...)
+}
+
+// AddStatement validates t and adds it to wf as a step of kind "statement",
+// whose Output feeds the runtime.Input fields of later steps. opts add
+// dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddStatement(wf *runtime.Workflow, t Statement, opts ...runtime.StepOption) runtime.StepWithResult[Total] {
+	return taskspec.AddStepWithResult[Total](wf, statementSpec, t, nil, opts...)
 }
 
 // HandleStatement registers fn as the handler of "statement" jobs on w. fn runs

@@ -235,3 +235,49 @@ SELECT 1 FROM pgtask.jobs WHERE id = @id FOR UPDATE;
 -- How many of queue @queue's rate keys no other session holds the row of.
 SELECT count(*)::bigint AS unlocked
   FROM (SELECT 1 FROM pgtask.rate_keys WHERE queue = @queue FOR NO KEY UPDATE SKIP LOCKED) k;
+
+-- name: WorkflowNotesLeft :one
+-- The notes of workflow steps not applied yet.
+SELECT count(*)::integer AS notes FROM pgtask.workflow_notes;
+
+-- name: WorkflowNotesWritten :one
+-- How many notes were ever left in this database (statistics: as of the
+-- last report of each session that wrote some).
+SELECT coalesce((SELECT n_tup_ins FROM pg_catalog.pg_stat_user_tables
+                  WHERE schemaname = 'pgtask' AND relname = 'workflow_notes'), 0)::bigint AS written;
+
+-- name: WorkflowWait :one
+-- How many parents step @id still waits for, and the parent whose failure
+-- cancelled it (0 for none).
+SELECT remaining, coalesce(cancelled_by, 0)::bigint AS cancelled_by FROM pgtask.workflow_waits WHERE job_id = @id;
+
+-- name: FinishJobAs :execrows
+-- Ends job @id with @status, as a worker or an operator would (its
+-- triggers fire).
+UPDATE pgtask.jobs SET status = @status, finished_at = now(), is_head = (is_head AND group_key IS NOT NULL)
+ WHERE id = @id AND pgtask.job_pending(status);
+
+-- name: SetLockTimeout :exec
+SELECT set_config('lock_timeout', @timeout::text, false);
+
+-- name: TerminateJobTransactions :one
+-- Ends up to @max sessions of this database (not this one) that sit idle
+-- in a transaction, as a worker's held batch does while its handlers run.
+SELECT count(pg_terminate_backend(pid))::integer AS terminated
+  FROM (SELECT pid FROM pg_catalog.pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'idle in transaction'
+         ORDER BY random() LIMIT @max::integer) s;
+
+-- name: ApplyWorkflowNotesNow :one
+SELECT pgtask.apply_workflow_notes(NULL, 1000)::integer AS applied;
+
+-- name: BackdateWorkflow :exec
+-- Makes a workflow look as if it was created age_seconds ago.
+UPDATE pgtask.workflows SET created_at = clock_timestamp() - make_interval(secs => @age_seconds::float8) WHERE id = @id;
+
+-- name: WorkflowRowsLeft :one
+-- The rows of workflow @id's bookkeeping: itself, its dependencies and its
+-- steps' counts.
+SELECT (SELECT count(*) FROM pgtask.workflows WHERE id = @id)
+     + (SELECT count(*) FROM pgtask.workflow_edges WHERE workflow_id = @id)
+     + (SELECT count(*) FROM pgtask.workflow_waits WHERE workflow_id = @id) AS left_over;

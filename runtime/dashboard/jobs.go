@@ -349,6 +349,8 @@ type jobPage struct {
 	ProgressValue string
 	// Limit is the concurrency limit the job counts against, nil for none.
 	Limit *runtime.JobLimit
+	// Parents are a workflow step's parents.
+	Parents []runtime.Parent
 }
 
 func (h *handler) jobPage(w http.ResponseWriter, r *http.Request) {
@@ -386,8 +388,21 @@ func (h *handler) jobPage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	var parents []runtime.Parent
+	if job.WorkflowID != 0 {
+		parents, err = runtime.JobParents(r.Context(), h.db, job.ID)
+		if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+			// The producer role does not read a workflow's dependencies.
+			parents, err = nil, nil
+		}
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+	}
 	p := jobPage{
-		page: h.page(r, "jobs", fmt.Sprintf("Job %d", id)), Job: job,
+		Parents: parents,
+		page:    h.page(r, "jobs", fmt.Sprintf("Job %d", id)), Job: job,
 		Payload: indentJSON(job.Payload), Result: indentJSON(job.Result), Attempts: latestFirst(job.Errors),
 		CanRetry:  job.Status == runtime.StatusFailed || job.Status == runtime.StatusCancelled,
 		CanCancel: !job.Status.Finished() || job.Status == runtime.StatusFailed,

@@ -18,7 +18,7 @@ var templateFS embed.FS
 var css []byte
 
 // pageNames are the pages; each is templates/<name>.html on the layout.
-var pageNames = []string{"queues", "jobs", "job", "groups", "limits", "tenants", "batches", "batch"}
+var pageNames = []string{"queues", "jobs", "job", "groups", "limits", "tenants", "batches", "batch", "workflow"}
 
 // parsePages parses each page with the layout. The templates are embedded,
 // so a failure is a bug in this package: it panics.
@@ -47,6 +47,7 @@ var funcs = template.FuncMap{
 	"status": statusClass,
 	"trim":   trim,
 	"cell":   newCell,
+	"sub":    func(a, b int) int { return a - b },
 }
 
 // cell is a count on the queues page that links to the jobs it counts.

@@ -40,6 +40,14 @@ func EnqueueRequestMany(ctx context.Context, db runtime.DB, ts []Request, opts .
 	return taskspec.EnqueueMany(ctx, db, requestSpec, ts, opts...)
 }
 
+// AddRequest validates t and adds it to wf as a step of kind "pgtask.http",
+// whose Output feeds the runtime.Input fields of later steps. opts add
+// dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddRequest(wf *runtime.Workflow, t Request, opts ...runtime.StepOption) runtime.StepWithResult[Response] {
+	return taskspec.AddStepWithResult[Response](wf, requestSpec, t, nil, opts...)
+}
+
 // HandleRequest registers fn as the handler of "pgtask.http" jobs on w. fn runs
 // in the job's transaction (job.Tx()): its writes there, and the result it
 // returns, commit if and only if it returns a nil error.

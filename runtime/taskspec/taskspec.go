@@ -188,6 +188,25 @@ func EnqueueMany[T any](ctx context.Context, db runtime.DB, spec *Spec[T], ts []
 	return runtime.EnqueueMany(ctx, db, reqs)
 }
 
+// AddStep validates t and adds it to wf as a step that depends on the
+// steps its inputs are set from (the task's Input fields, which the
+// generator lists) and on the dependencies among opts. A request that
+// fails validation is kept as wf's error, which its Enqueue returns.
+func AddStep[T any](wf *runtime.Workflow, spec *Spec[T], t T, inputs []runtime.Dep, opts ...runtime.StepOption) runtime.Step {
+	eo, deps := runtime.SplitStepOptions(opts)
+	req, err := spec.request(t, eo)
+	if err != nil {
+		req.Kind = spec.Kind
+	}
+	return wf.AddStep(req, err, append(inputs, deps...)...)
+}
+
+// AddStepWithResult is AddStep for a task with a result of type R: its
+// step's Output feeds the Input[R] fields of later steps.
+func AddStepWithResult[R, T any](wf *runtime.Workflow, spec *Spec[T], t T, inputs []runtime.Dep, opts ...runtime.StepOption) runtime.StepWithResult[R] {
+	return runtime.StepWithResult[R]{Step: AddStep(wf, spec, t, inputs, opts...)}
+}
+
 // decode reads and re-validates a job's payload. Either failing is final:
 // the same payload fails the same way on every attempt.
 func (s *Spec[T]) decode(job *runtime.Job) (T, error) {

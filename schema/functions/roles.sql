@@ -1,4 +1,4 @@
--- revision: 19
+-- revision: 21
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -229,6 +229,59 @@ LANGUAGE sql IMMUTABLE AS $$
     ('admin', 'function', 'default_rate_burst', 'EXECUTE'),
     ('admin', 'function', 'set_rate', 'EXECUTE'),
     ('none', 'function', 'forget_groups_after_truncate', ''),
+
+    -- Workflows (workflows.sql): producers make them through
+    -- create_workflow and read them (GetWorkflow); a step's finish tells
+    -- its children through the triggers, which run as whoever changes or
+    -- deletes the job (a worker, or an operator's cancel, retry or
+    -- delete); maintenance applies the notes left and finishes cancelling
+    -- cancelled workflows; retention deletes them; an operator cancels
+    -- them and reads their steps.
+    ('producer', 'table', 'workflows', 'SELECT'),
+    ('worker', 'table', 'workflows', 'SELECT, UPDATE, DELETE'),
+    ('admin', 'table', 'workflows', 'SELECT, UPDATE'),
+    ('worker', 'table', 'workflow_edges', 'SELECT, UPDATE, DELETE'),
+    ('admin', 'table', 'workflow_edges', 'SELECT, UPDATE'),
+    ('worker', 'table', 'workflow_waits', 'SELECT, UPDATE, DELETE'),
+    ('admin', 'table', 'workflow_waits', 'SELECT, UPDATE'),
+    ('worker', 'table', 'workflow_notes', 'SELECT, INSERT, DELETE'),
+    ('admin', 'table', 'workflow_notes', 'SELECT, INSERT, DELETE'),
+    ('none', 'sequence', 'workflows_id_seq', ''),
+    ('none', 'sequence', 'workflow_notes_id_seq', ''),
+    ('producer', 'function', 'create_workflow', 'EXECUTE'),
+    ('worker', 'function', 'create_workflow', 'EXECUTE'),
+    ('none', 'function', 'workflow_step_done', ''),
+    ('none', 'function', 'workflow_step_again', ''),
+    ('none', 'function', 'workflow_step_repark', ''),
+    ('worker', 'function', 'workflow_step_changed', 'EXECUTE'),
+    ('admin', 'function', 'workflow_step_changed', 'EXECUTE'),
+    ('worker', 'function', 'workflow_work_queue', 'EXECUTE'),
+    ('admin', 'function', 'workflow_work_queue', 'EXECUTE'),
+    ('worker', 'function', 'workflow_settle', 'EXECUTE'),
+    ('admin', 'function', 'workflow_settle', 'EXECUTE'),
+    ('worker', 'function', 'workflow_apply', 'EXECUTE'),
+    ('admin', 'function', 'workflow_apply', 'EXECUTE'),
+    ('worker', 'function', 'workflow_apply_notes_of', 'EXECUTE'),
+    ('admin', 'function', 'workflow_apply_notes_of', 'EXECUTE'),
+    ('worker', 'function', 'workflow_release', 'EXECUTE'),
+    ('admin', 'function', 'workflow_release', 'EXECUTE'),
+    ('worker', 'function', 'workflow_cancel_parked', 'EXECUTE'),
+    ('admin', 'function', 'workflow_cancel_parked', 'EXECUTE'),
+    ('admin', 'function', 'workflow_restore', 'EXECUTE'),
+    ('worker', 'function', 'workflow_cancel', 'EXECUTE'),
+    ('admin', 'function', 'workflow_cancel', 'EXECUTE'),
+    ('worker', 'function', 'workflow_cancel_steps', 'EXECUTE'),
+    ('admin', 'function', 'workflow_cancel_steps', 'EXECUTE'),
+    ('worker', 'function', 'workflow_apply_many', 'EXECUTE'),
+    ('admin', 'function', 'workflow_apply_many', 'EXECUTE'),
+    ('worker', 'function', 'workflow_settle_deferred', 'EXECUTE'),
+    ('worker', 'function', 'apply_workflow_notes', 'EXECUTE'),
+    ('worker', 'function', 'cancel_pending_workflows', 'EXECUTE'),
+    ('worker', 'function', 'delete_finished_workflows', 'EXECUTE'),
+    ('admin', 'function', 'cancel_workflow', 'EXECUTE'),
+    ('admin', 'function', 'parked_at', 'EXECUTE'),
+    -- GetWorkflow tells the steps waiting for their parents by it.
+    ('producer', 'function', 'parked_at', 'EXECUTE'),
 
     -- What both workers and operators' changes use: advancing a group (also
     -- from the trigger of a DELETE), and the checks and predicates.
@@ -464,10 +517,10 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- Row-level security, on the jobs and on the batches: a policy per
-    -- role, created or dropped only when not as asked, since either locks
-    -- the table.
-    FOREACH tab IN ARRAY ARRAY['jobs', 'batches'] LOOP
+    -- Row-level security, on the jobs, the batches and the workflows: a
+    -- policy per role, created or dropped only when not as asked, since
+    -- either locks the table.
+    FOREACH tab IN ARRAY ARRAY['jobs', 'batches', 'workflows'] LOOP
         policies := '{}';
         FOR pol IN
             SELECT v.policy, v.role_name, v.rule,
@@ -592,6 +645,10 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pgtask.granted_roles)
        AND (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'pgtask.batches'::regclass) THEN
         statements := statements || 'ALTER TABLE pgtask.batches DISABLE ROW LEVEL SECURITY'::text;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgtask.granted_roles)
+       AND (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'pgtask.workflows'::regclass) THEN
+        statements := statements || 'ALTER TABLE pgtask.workflows DISABLE ROW LEVEL SECURITY'::text;
     END IF;
     FOREACH s IN ARRAY existing LOOP
         statements := statements || format('DROP ROLE %I', s);

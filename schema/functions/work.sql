@@ -1,4 +1,4 @@
--- revision: 53
+-- revision: 54
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -619,6 +619,9 @@ BEGIN
     -- A slot of a limit this frees and hands on (see functions/limits.sql)
     -- is left for the claim that follows, like a group's next head.
     PERFORM set_config('pgtask.claiming', CASE WHEN p_claiming THEN 'on' ELSE 'off' END, true);
+    -- A workflow's step these outcomes release is left for that claim too
+    -- when it is of this queue (see workflow_release).
+    PERFORM set_config('pgtask.settling', p_queue, true);
     IF cardinality(p_ids) = 1 AND p_errors[1] IS NULL THEN
         -- One success, as BatchSize 1 gives: plain statements whose plans
         -- the session keeps. A group's head, its attempt still current:
@@ -678,6 +681,9 @@ BEGIN
     -- The slots of limits these outcomes free are released together, each
     -- key's at once, after them (see release_deferred_slots).
     PERFORM set_config('pgtask.defer_slots', 'on', true);
+    -- So are what they mean to the children of workflow steps among them
+    -- (see workflow_settle_deferred).
+    PERFORM set_config('pgtask.wf_defer', 'on', true);
     WITH done AS (
         UPDATE pgtask.jobs j
            SET status = 'succeeded', result = d.result, finished_at = clock_timestamp(),
@@ -711,6 +717,7 @@ BEGIN
         END IF;
     END LOOP;
     PERFORM pgtask.release_deferred_slots();
+    PERFORM pgtask.workflow_settle_deferred();
     -- A payload holds at most 8000 bytes: 300 ids of up to 19 digits.
     FOR i IN 0 .. (cardinality(announced) - 1) / 300 LOOP
         EXIT WHEN cardinality(announced) = 0;

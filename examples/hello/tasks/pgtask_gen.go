@@ -42,6 +42,14 @@ func EnqueueGreetMany(ctx context.Context, db runtime.DB, ts []Greet, opts ...ru
 	return taskspec.EnqueueMany(ctx, db, greetSpec, ts, opts...)
 }
 
+// AddGreet validates t and adds it to wf as a step of kind "greet", whose
+// Output feeds the runtime.Input fields of later steps. opts add dependencies
+// without data (runtime.After and the like) and override the declared settings.
+// An invalid t is returned by wf.Enqueue.
+func AddGreet(wf *runtime.Workflow, t Greet, opts ...runtime.StepOption) runtime.StepWithResult[Greeting] {
+	return taskspec.AddStepWithResult[Greeting](wf, greetSpec, t, nil, opts...)
+}
+
 // HandleGreet registers fn as the handler of "greet" jobs on w. fn runs in the
 // job's transaction (job.Tx()): its writes there, and the result it returns,
 // commit if and only if it returns a nil error.

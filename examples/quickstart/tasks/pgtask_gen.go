@@ -34,6 +34,14 @@ func EnqueueAddMany(ctx context.Context, db runtime.DB, ts []Add, opts ...runtim
 	return taskspec.EnqueueMany(ctx, db, addSpec, ts, opts...)
 }
 
+// AddAdd validates t and adds it to wf as a step of kind "add", whose Output
+// feeds the runtime.Input fields of later steps. opts add dependencies without
+// data (runtime.After and the like) and override the declared settings. An
+// invalid t is returned by wf.Enqueue.
+func AddAdd(wf *runtime.Workflow, t Add, opts ...runtime.StepOption) runtime.StepWithResult[Sum] {
+	return taskspec.AddStepWithResult[Sum](wf, addSpec, t, nil, opts...)
+}
+
 // HandleAdd registers fn as the handler of "add" jobs on w. fn runs in the
 // job's transaction (job.Tx()): its writes there, and the result it returns,
 // commit if and only if it returns a nil error.
@@ -88,6 +96,14 @@ func EnqueueResizeImageMany(ctx context.Context, db runtime.DB, ts []ResizeImage
 	return taskspec.EnqueueMany(ctx, db, resizeImageSpec, ts, opts...)
 }
 
+// AddResizeImage validates t and adds it to wf as a step of kind
+// "resize_image". opts add dependencies without data (runtime.After and the
+// like) and override the declared settings. An invalid t is returned by
+// wf.Enqueue.
+func AddResizeImage(wf *runtime.Workflow, t ResizeImage, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, resizeImageSpec, t, nil, opts...)
+}
+
 // HandleResizeImage registers fn as the handler of "resize_image" jobs on w. fn
 // runs in the job's transaction (job.Tx()): its writes there commit if and only
 // if it returns nil.
@@ -126,6 +142,13 @@ func EnqueueSendEmail(ctx context.Context, db runtime.DB, t SendEmail, opts ...r
 // ts, and jobs of one group run in that order.
 func EnqueueSendEmailMany(ctx context.Context, db runtime.DB, ts []SendEmail, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, sendEmailSpec, ts, opts...)
+}
+
+// AddSendEmail validates t and adds it to wf as a step of kind "send_email".
+// opts add dependencies without data (runtime.After and the like) and override
+// the declared settings. An invalid t is returned by wf.Enqueue.
+func AddSendEmail(wf *runtime.Workflow, t SendEmail, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, sendEmailSpec, t, nil, opts...)
 }
 
 // HandleSendEmail registers fn as the handler of "send_email" jobs on w. fn

@@ -34,6 +34,14 @@ func EnqueueAddMany(ctx context.Context, db runtime.DB, ts []Add, opts ...runtim
 	return taskspec.EnqueueMany(ctx, db, addSpec, ts, opts...)
 }
 
+// AddAdd validates t and adds it to wf as a step of kind "add", whose Output
+// feeds the runtime.Input fields of later steps. opts add dependencies without
+// data (runtime.After and the like) and override the declared settings. An
+// invalid t is returned by wf.Enqueue.
+func AddAdd(wf *runtime.Workflow, t Add, opts ...runtime.StepOption) runtime.StepWithResult[Sum] {
+	return taskspec.AddStepWithResult[Sum](wf, addSpec, t, nil, opts...)
+}
+
 // HandleAdd registers fn as the handler of "add" jobs on w. fn runs in the
 // job's transaction (job.Tx()): its writes there, and the result it returns,
 // commit if and only if it returns a nil error.
@@ -95,6 +103,13 @@ func EnqueueFetchMany(ctx context.Context, db runtime.DB, ts []Fetch, opts ...ru
 	return taskspec.EnqueueMany(ctx, db, fetchSpec, ts, opts...)
 }
 
+// AddFetch validates t and adds it to wf as a step of kind "fetch". opts add
+// dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddFetch(wf *runtime.Workflow, t Fetch, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, fetchSpec, t, nil, opts...)
+}
+
 // HandleFetch registers fn as the handler of "fetch" jobs on w. fn runs in the
 // job's transaction (job.Tx()): its writes there commit if and only if it
 // returns nil.
@@ -136,6 +151,13 @@ func EnqueueInviteMany(ctx context.Context, db runtime.DB, ts []Invite, opts ...
 	return taskspec.EnqueueMany(ctx, db, inviteSpec, ts, opts...)
 }
 
+// AddInvite validates t and adds it to wf as a step of kind "invite". opts add
+// dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddInvite(wf *runtime.Workflow, t Invite, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, inviteSpec, t, nil, opts...)
+}
+
 // HandleInvite registers fn as the handler of "invite" jobs on w. fn runs in
 // the job's transaction (job.Tx()): its writes there commit if and only if it
 // returns nil.
@@ -174,6 +196,13 @@ func EnqueueRenderMany(ctx context.Context, db runtime.DB, ts []Render, opts ...
 	return taskspec.EnqueueMany(ctx, db, renderSpec, ts, opts...)
 }
 
+// AddRender validates t and adds it to wf as a step of kind "render". opts add
+// dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddRender(wf *runtime.Workflow, t Render, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, renderSpec, t, nil, opts...)
+}
+
 // HandleRender registers fn as the handler of "render" jobs on w. fn runs in
 // the job's transaction (job.Tx()): its writes there commit if and only if it
 // returns nil.
@@ -201,6 +230,13 @@ func EnqueueReport(ctx context.Context, db runtime.DB, t Report, opts ...runtime
 // and jobs of one group run in that order.
 func EnqueueReportMany(ctx context.Context, db runtime.DB, ts []Report, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, reportSpec, ts, opts...)
+}
+
+// AddReport validates t and adds it to wf as a step of kind "report". opts add
+// dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddReport(wf *runtime.Workflow, t Report, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, reportSpec, t, nil, opts...)
 }
 
 // HandleReport registers fn as the handler of "report" jobs on w. fn runs in
@@ -240,6 +276,13 @@ func EnqueueSendEmail(ctx context.Context, db runtime.DB, t SendEmail, opts ...r
 // ts, and jobs of one group run in that order.
 func EnqueueSendEmailMany(ctx context.Context, db runtime.DB, ts []SendEmail, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, sendEmailSpec, ts, opts...)
+}
+
+// AddSendEmail validates t and adds it to wf as a step of kind "send_email".
+// opts add dependencies without data (runtime.After and the like) and override
+// the declared settings. An invalid t is returned by wf.Enqueue.
+func AddSendEmail(wf *runtime.Workflow, t SendEmail, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, sendEmailSpec, t, nil, opts...)
 }
 
 // HandleSendEmail registers fn as the handler of "send_email" jobs on w. fn

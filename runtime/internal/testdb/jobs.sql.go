@@ -23,6 +23,17 @@ func (q *Queries) AnalyzeJobs(ctx context.Context) error {
 	return err
 }
 
+const applyWorkflowNotesNow = `-- name: ApplyWorkflowNotesNow :one
+SELECT pgtask.apply_workflow_notes(NULL, 1000)::integer AS applied
+`
+
+func (q *Queries) ApplyWorkflowNotesNow(ctx context.Context) (int32, error) {
+	row := q.db.QueryRow(ctx, applyWorkflowNotesNow)
+	var applied int32
+	err := row.Scan(&applied)
+	return applied, err
+}
+
 const backdateBatchFinished = `-- name: BackdateBatchFinished :exec
 UPDATE pgtask.batches SET finished_at = clock_timestamp() - make_interval(secs => $1::float8)
  WHERE id = $2 AND finished_at IS NOT NULL
@@ -51,6 +62,21 @@ type BackdateFinishedParams struct {
 // Makes a finished job look as if it finished @age_ms ago.
 func (q *Queries) BackdateFinished(ctx context.Context, arg BackdateFinishedParams) error {
 	_, err := q.db.Exec(ctx, backdateFinished, arg.AgeSeconds, arg.ID)
+	return err
+}
+
+const backdateWorkflow = `-- name: BackdateWorkflow :exec
+UPDATE pgtask.workflows SET created_at = clock_timestamp() - make_interval(secs => $1::float8) WHERE id = $2
+`
+
+type BackdateWorkflowParams struct {
+	AgeSeconds float64
+	ID         int64
+}
+
+// Makes a workflow look as if it was created age_seconds ago.
+func (q *Queries) BackdateWorkflow(ctx context.Context, arg BackdateWorkflowParams) error {
+	_, err := q.db.Exec(ctx, backdateWorkflow, arg.AgeSeconds, arg.ID)
 	return err
 }
 
@@ -342,6 +368,26 @@ func (q *Queries) FillErrorHistory(ctx context.Context, arg FillErrorHistoryPara
 	return err
 }
 
+const finishJobAs = `-- name: FinishJobAs :execrows
+UPDATE pgtask.jobs SET status = $1, finished_at = now(), is_head = (is_head AND group_key IS NOT NULL)
+ WHERE id = $2 AND pgtask.job_pending(status)
+`
+
+type FinishJobAsParams struct {
+	Status PgtaskJobStatus
+	ID     int64
+}
+
+// Ends job @id with @status, as a worker or an operator would (its
+// triggers fire).
+func (q *Queries) FinishJobAs(ctx context.Context, arg FinishJobAsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, finishJobAs, arg.Status, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const forgetFunctionFile = `-- name: ForgetFunctionFile :exec
 DELETE FROM pgtask.function_files WHERE name = $1
 `
@@ -430,7 +476,7 @@ func (q *Queries) GetGroup(ctx context.Context, arg GetGroupParams) (GetGroupRow
 
 const getJob = `-- name: GetJob :one
 
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id, tenant, fair_seq FROM pgtask.jobs WHERE id = $1
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id, tenant, fair_seq, workflow_id FROM pgtask.jobs WHERE id = $1
 `
 
 // Queries runtime's tests read the database with. The runtime never runs
@@ -476,6 +522,7 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (PgtaskJob, error) {
 		&i.RateID,
 		&i.Tenant,
 		&i.FairSeq,
+		&i.WorkflowID,
 	)
 	return i, err
 }
@@ -511,7 +558,7 @@ func (q *Queries) IndexReads(ctx context.Context, index string) (int64, error) {
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id, tenant, fair_seq FROM pgtask.jobs WHERE queue = $1 ORDER BY id
+SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id, tenant, fair_seq, workflow_id FROM pgtask.jobs WHERE queue = $1 ORDER BY id
 `
 
 // A queue's jobs in id order.
@@ -561,6 +608,7 @@ func (q *Queries) ListJobs(ctx context.Context, queue string) ([]PgtaskJob, erro
 			&i.RateID,
 			&i.Tenant,
 			&i.FairSeq,
+			&i.WorkflowID,
 		); err != nil {
 			return nil, err
 		}
@@ -691,6 +739,15 @@ func (q *Queries) SetJobQueue(ctx context.Context, arg SetJobQueueParams) error 
 	return err
 }
 
+const setLockTimeout = `-- name: SetLockTimeout :exec
+SELECT set_config('lock_timeout', $1::text, false)
+`
+
+func (q *Queries) SetLockTimeout(ctx context.Context, timeout string) error {
+	_, err := q.db.Exec(ctx, setLockTimeout, timeout)
+	return err
+}
+
 const setProgressAttempt = `-- name: SetProgressAttempt :execrows
 UPDATE pgtask.job_progress SET attempt = $1 WHERE job_id = $2
 `
@@ -718,6 +775,22 @@ SELECT pg_catalog.pg_terminate_backend($1::integer) AS terminated
 func (q *Queries) TerminateBackend(ctx context.Context, pid int32) (bool, error) {
 	row := q.db.QueryRow(ctx, terminateBackend, pid)
 	var terminated bool
+	err := row.Scan(&terminated)
+	return terminated, err
+}
+
+const terminateJobTransactions = `-- name: TerminateJobTransactions :one
+SELECT count(pg_terminate_backend(pid))::integer AS terminated
+  FROM (SELECT pid FROM pg_catalog.pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'idle in transaction'
+         ORDER BY random() LIMIT $1::integer) s
+`
+
+// Ends up to @max sessions of this database (not this one) that sit idle
+// in a transaction, as a worker's held batch does while its handlers run.
+func (q *Queries) TerminateJobTransactions(ctx context.Context, max int32) (int32, error) {
+	row := q.db.QueryRow(ctx, terminateJobTransactions, max)
+	var terminated int32
 	err := row.Scan(&terminated)
 	return terminated, err
 }
@@ -806,4 +879,63 @@ func (q *Queries) UnvalidatedConstraints(ctx context.Context) ([]UnvalidatedCons
 		return nil, err
 	}
 	return items, nil
+}
+
+const workflowNotesLeft = `-- name: WorkflowNotesLeft :one
+SELECT count(*)::integer AS notes FROM pgtask.workflow_notes
+`
+
+// The notes of workflow steps not applied yet.
+func (q *Queries) WorkflowNotesLeft(ctx context.Context) (int32, error) {
+	row := q.db.QueryRow(ctx, workflowNotesLeft)
+	var notes int32
+	err := row.Scan(&notes)
+	return notes, err
+}
+
+const workflowNotesWritten = `-- name: WorkflowNotesWritten :one
+SELECT coalesce((SELECT n_tup_ins FROM pg_catalog.pg_stat_user_tables
+                  WHERE schemaname = 'pgtask' AND relname = 'workflow_notes'), 0)::bigint AS written
+`
+
+// How many notes were ever left in this database (statistics: as of the
+// last report of each session that wrote some).
+func (q *Queries) WorkflowNotesWritten(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, workflowNotesWritten)
+	var written int64
+	err := row.Scan(&written)
+	return written, err
+}
+
+const workflowRowsLeft = `-- name: WorkflowRowsLeft :one
+SELECT (SELECT count(*) FROM pgtask.workflows WHERE id = $1)
+     + (SELECT count(*) FROM pgtask.workflow_edges WHERE workflow_id = $1)
+     + (SELECT count(*) FROM pgtask.workflow_waits WHERE workflow_id = $1) AS left_over
+`
+
+// The rows of workflow @id's bookkeeping: itself, its dependencies and its
+// steps' counts.
+func (q *Queries) WorkflowRowsLeft(ctx context.Context, id int64) (int32, error) {
+	row := q.db.QueryRow(ctx, workflowRowsLeft, id)
+	var left_over int32
+	err := row.Scan(&left_over)
+	return left_over, err
+}
+
+const workflowWait = `-- name: WorkflowWait :one
+SELECT remaining, coalesce(cancelled_by, 0)::bigint AS cancelled_by FROM pgtask.workflow_waits WHERE job_id = $1
+`
+
+type WorkflowWaitRow struct {
+	Remaining   int32
+	CancelledBy int64
+}
+
+// How many parents step @id still waits for, and the parent whose failure
+// cancelled it (0 for none).
+func (q *Queries) WorkflowWait(ctx context.Context, id int64) (WorkflowWaitRow, error) {
+	row := q.db.QueryRow(ctx, workflowWait, id)
+	var i WorkflowWaitRow
+	err := row.Scan(&i.Remaining, &i.CancelledBy)
+	return i, err
 }

@@ -136,4 +136,5 @@ type PgtaskJob struct {
 	RateID          pgtype.Int8
 	Tenant          *string
 	FairSeq         pgtype.Int8
+	WorkflowID      pgtype.Int8
 }

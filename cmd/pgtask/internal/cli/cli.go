@@ -31,6 +31,7 @@ commands:
   stats     jobs per queue and status (runnable, on a limit, on a rate), oldest wait, blocked groups, paused queues
   jobs      list jobs by filter, or show one (pgtask jobs list|show)
   batches   show a batch: its jobs' counts and its callbacks (pgtask batches show)
+  workflows show a workflow: its state, its steps' counts and a page of its steps (pgtask workflows show)
   retry     retry the failed and cancelled jobs a filter matches
   cancel    cancel the jobs a filter matches, running ones included
   purge     delete the finished jobs a filter matches
@@ -71,6 +72,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = jobs(ctx, args[1:], stdout, stderr)
 	case "batches":
 		err = batches(ctx, args[1:], stdout, stderr)
+	case "workflows":
+		err = workflows(ctx, args[1:], stdout, stderr)
 	case "limits":
 		err = limits(ctx, args[1:], stdout, stderr)
 	case "rates":

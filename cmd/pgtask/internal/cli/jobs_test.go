@@ -218,3 +218,50 @@ func TestJobsShowShowsPriorityAging(t *testing.T) {
 		}
 	}
 }
+
+// jobs show names a step's workflow and parents; workflows show prints the
+// workflow's state and a page of its steps, and says so for an id with no
+// workflow.
+func TestWorkflowsShow(t *testing.T) {
+	t.Parallel()
+	url := pgtasktest.NewDatabase(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	step := runtime.EnqueueRequest{Kind: "fetch", Payload: []byte(`{}`)}
+	wf := runtime.NewWorkflow("import")
+	a, b := wf.Add(step), wf.Add(step)
+	c := wf.Add(runtime.EnqueueRequest{Kind: "merge", Payload: []byte(`{}`)}, runtime.After(a), runtime.AfterAnyway(b))
+	id, err := wf.Enqueue(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, "jobs", "show", fmt.Sprint(c.JobID()), "-database-url", url)
+	wantParents := fmt.Sprintf("\nworkflow %d\n  after job %d (step 0, on failure: cancel): not finished\n  after job %d (step 1, on failure: anyway): not finished\n",
+		id, a.JobID(), b.JobID())
+	if code != 0 || !strings.Contains(out, wantParents) {
+		t.Fatalf("jobs show: code %d, stderr %q, stdout:\n%s\nwant %q", code, errOut, out, wantParents)
+	}
+	code, out, errOut = run(t, "workflows", "show", fmt.Sprint(id), "-limit", "2", "-database-url", url)
+	want := fmt.Sprintf("workflow %d \"import\": running\n3 steps, 2 dependencies: 1 waiting, 2 queued, 0 started, 0 succeeded, 0 failed, 0 cancelled, 0 deleted\n", id)
+	more := fmt.Sprintf("more: pgtask workflows show -after %d %d\n", b.JobID(), id)
+	if code != 0 || !strings.HasPrefix(out, want) || !strings.Contains(out, fmt.Sprintf("  job %d fetch (default): queued\n", a.JobID())) ||
+		!strings.HasSuffix(out, more) {
+		t.Fatalf("workflows show: code %d, stderr %q, stdout:\n%s\nwant it to begin %q and end %q", code, errOut, out, want, more)
+	}
+	code, out, errOut = run(t, "workflows", "show", fmt.Sprint(id), "-after", fmt.Sprint(b.JobID()), "-database-url", url)
+	wantStep := fmt.Sprintf("  job %d merge (default): waiting for 2 parent(s), after %d, %d\n", c.JobID(), a.JobID(), b.JobID())
+	if code != 0 || !strings.HasSuffix(out, wantStep) {
+		t.Fatalf("workflows show -after: code %d, stderr %q, stdout:\n%s\nwant it to end %q", code, errOut, out, wantStep)
+	}
+	code, out, _ = run(t, "workflows", "show", "-json", fmt.Sprint(id), "-database-url", url)
+	if code != 0 || !strings.Contains(out, `"status": "running"`) || !strings.Contains(out, `"waiting_for": 2`) {
+		t.Fatalf("workflows show -json: code %d, stdout:\n%s", code, out)
+	}
+	if code, _, errOut = run(t, "workflows", "show", "999", "-database-url", url); code != 1 || !strings.Contains(errOut, "workflow not found") {
+		t.Fatalf("workflows show of no workflow: code %d, stderr %q", code, errOut)
+	}
+}

@@ -305,6 +305,8 @@ type jobJSON struct {
 	UniqueKey   string                 `json:"unique_key,omitempty"`
 	Metadata    map[string]string      `json:"metadata,omitempty"`
 	BatchID     int64                  `json:"batch_id,omitempty"`
+	WorkflowID  int64                  `json:"workflow_id,omitempty"`
+	Parents     []parentJSON           `json:"parents,omitempty"`
 	// Progress is what the job's attempts last reported, and Limit the
 	// concurrency limit it counts against; only jobs show reads them.
 	Progress *progressJSON `json:"progress,omitempty"`
@@ -317,6 +319,15 @@ type limitJSON struct {
 	Limit    int    `json:"limit"`
 	Admitted bool   `json:"admitted"` // it holds a slot: queued to run, or running
 	Waiting  bool   `json:"waiting"`  // queued, waiting for a free slot
+}
+
+// parentJSON is a workflow step's parent as jobs show prints it with
+// -json.
+type parentJSON struct {
+	JobID   int64  `json:"job_id"`
+	Step    int    `json:"step"`
+	Policy  string `json:"policy"`
+	Outcome string `json:"outcome,omitempty"`
 }
 
 // progressJSON is a job's progress as jobs show prints it with -json.
@@ -334,7 +345,7 @@ func jsonJob(j *runtime.JobInfo) jobJSON {
 		errs = []runtime.AttemptError{}
 	}
 	return jobJSON{int64(j.ID), j.Queue, j.Kind, j.Group, j.Status, j.Priority, max(j.Aging.Milliseconds(), 0), j.AgesAt, j.Attempts, j.MaxAttempts, j.Snoozes,
-		j.Payload, j.Result, errs, j.RunAfter, j.CreatedAt, j.StartedAt, j.FinishedAt, j.UniqueKey, j.Metadata, int64(j.BatchID), nil, nil}
+		j.Payload, j.Result, errs, j.RunAfter, j.CreatedAt, j.StartedAt, j.FinishedAt, j.UniqueKey, j.Metadata, int64(j.BatchID), int64(j.WorkflowID), nil, nil, nil}
 }
 
 func jsonJobs(list []*runtime.JobInfo) []jobJSON {
@@ -441,8 +452,22 @@ func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	var parents []runtime.Parent
+	if j.WorkflowID != 0 {
+		parents, err = runtime.JobParents(ctx, conn, j.ID)
+		if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+			// The producer role does not read a workflow's dependencies.
+			parents, err = nil, nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 	if *c.asJSON {
 		out := jsonJob(j)
+		for _, pa := range parents {
+			out.Parents = append(out.Parents, parentJSON{int64(pa.JobID), pa.Step, pa.Policy.String(), pa.Outcome})
+		}
 		if p != nil {
 			out.Progress = &progressJSON{p.Attempt, p.Percent, p.Message, p.Value, p.UpdatedAt}
 		}
@@ -468,6 +493,16 @@ func showJob(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if j.BatchID != 0 {
 		fmt.Fprintf(stdout, "batch %d\n", j.BatchID)
+	}
+	if j.WorkflowID != 0 {
+		fmt.Fprintf(stdout, "workflow %d\n", j.WorkflowID)
+		for _, pa := range parents {
+			told := pa.Outcome
+			if told == "" {
+				told = "not finished"
+			}
+			fmt.Fprintf(stdout, "  after job %d (step %d, on failure: %s): %s\n", pa.JobID, pa.Step, pa.Policy, told)
+		}
 	}
 	if limit != nil {
 		state := "holds no slot now"

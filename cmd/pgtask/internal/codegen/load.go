@@ -42,6 +42,9 @@ type task struct {
 	// job's unique key is made of their values.
 	Unique []string
 	Result types.Type // nil unless the task embeds runtime.TaskWithResult[R]
+	// Inputs are the fields of type runtime.Input[R], in declaration
+	// order: a workflow step's parents whose results it reads.
+	Inputs []string
 }
 
 // groupKind says how a group or limit key field becomes the text key.
@@ -298,6 +301,16 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec, rules *ruleChecker) (task,
 			continue
 		}
 		f := strct.Field(i)
+		if isInput(f.Type()) {
+			switch {
+			case f.Embedded():
+				fail(f.Pos(), "%s embeds runtime.Input; declare it as a named field", ts.Name.Name)
+			case !f.Exported():
+				fail(f.Pos(), "field %s is unexported, so it is not in the JSON payload; export it", f.Name())
+			default:
+				t.Inputs = append(t.Inputs, f.Name())
+			}
+		}
 		tag, has := reflect.StructTag(strct.Tag(i)).Lookup("task")
 		if !has {
 			continue
@@ -473,6 +486,17 @@ func mapKeyEncodable(typ types.Type) bool {
 		}
 	}
 	return false
+}
+
+// isInput reports whether typ is runtime.Input[R] (a workflow step's
+// input).
+func isInput(typ types.Type) bool {
+	named, ok := typ.(*types.Named)
+	if !ok {
+		return false
+	}
+	obj := named.Origin().Obj()
+	return obj.Pkg() != nil && obj.Pkg().Path() == runtimePath && obj.Name() == "Input"
 }
 
 // markerName returns "Task" or "TaskWithResult" when typ is one of the

@@ -217,6 +217,42 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 		Block(jen.Return(ts("EnqueueMany").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("ts"), jen.Id("opts").Op("..."))))
 	f.Line()
 
+	var inputs jen.Code = jen.Nil()
+	inputNote := ""
+	if len(t.Inputs) > 0 {
+		var deps []jen.Code
+		for _, name := range t.Inputs {
+			deps = append(deps, jen.Id("t").Dot(name).Dot("Dep").Call(jen.Lit(name)))
+		}
+		inputs = jen.Index().Add(rt("Dep")).Values(deps...)
+		inputNote = fmt.Sprintf(" Its inputs (%s) make it depend on the steps they are set from.", strings.Join(t.Inputs, ", "))
+	}
+	addParams := []jen.Code{
+		jen.Id("wf").Op("*").Add(rt("Workflow")),
+		jen.Id("t").Add(typ),
+		jen.Id("opts").Op("...").Add(rt("StepOption")),
+	}
+	if t.Result == nil {
+		comment(f, "Add%s validates t and adds it to wf as a step of kind %q.%s "+
+			"opts add dependencies without data (runtime.After and the like) and "+
+			"override the declared settings. An invalid t is returned by wf.Enqueue.", t.Name, s.Kind, inputNote)
+		f.Func().Id("Add" + t.Name).Params(addParams...).Add(rt("Step")).
+			Block(jen.Return(ts("AddStep").Call(jen.Id("wf"), jen.Id(spec), jen.Id("t"), inputs, jen.Id("opts").Op("..."))))
+		f.Line()
+	} else {
+		result, err := typeCode(t.Result)
+		if err != nil {
+			return Error{Pos: t.Pos, Msg: fmt.Sprintf("%s: result type: %v", t.Name, err)}
+		}
+		comment(f, "Add%s validates t and adds it to wf as a step of kind %q, whose "+
+			"Output feeds the runtime.Input fields of later steps.%s opts add "+
+			"dependencies without data (runtime.After and the like) and override the "+
+			"declared settings. An invalid t is returned by wf.Enqueue.", t.Name, s.Kind, inputNote)
+		f.Func().Id("Add" + t.Name).Params(addParams...).Add(rt("StepWithResult")).Types(result.Clone()).
+			Block(jen.Return(ts("AddStepWithResult").Types(result.Clone()).Call(jen.Id("wf"), jen.Id(spec), jen.Id("t"), inputs, jen.Id("opts").Op("..."))))
+		f.Line()
+	}
+
 	handlerParams := jen.Params(jen.Id("ctx").Qual("context", "Context"), jen.Id("job").Op("*").Add(rt("Job")), jen.Id("t").Add(typ))
 	if t.Result == nil {
 		comment(f, "Handle%s registers fn as the handler of %q jobs on w. fn runs in the "+

@@ -94,3 +94,9 @@ SELECT pg_stat_get_numscans('pgtask.jobs_claim'::regclass)::bigint AS scans,
 SELECT started_at::timestamptz AS started_at FROM pgtask.jobs
  WHERE queue = @queue::text AND started_at IS NOT NULL
  ORDER BY started_at;
+
+-- name: FinishTimes :many
+-- When each job of @queue finished, by id: the workflow chain's steps.
+SELECT id, finished_at::timestamptz AS finished_at FROM pgtask.jobs
+ WHERE queue = @queue::text AND finished_at IS NOT NULL
+ ORDER BY id;

@@ -530,3 +530,31 @@ SELECT k.rate_key, k.rate, k.period_us, k.burst, j.started_at::timestamptz AS st
   JOIN pgtask.jobs j ON j.rate_id = k.id
  WHERE k.queue = @queue::text AND j.started_at IS NOT NULL
  ORDER BY k.rate_key, j.started_at;
+
+-- name: WorkflowViolations :many
+-- 10. Workflow steps against their parents (all of the default policy,
+-- and all meant to succeed): an attempt of a step that started before a
+-- parent's success was recorded (its finished_at, in the transaction that
+-- committed it), or while a parent had not succeeded; a step that
+-- succeeded while still counting parents to wait for; a note no one
+-- applied.
+SELECT 'started before a parent succeeded'::text AS kind,
+       format('job %s attempt %s started at %s; parent %s is %s, finished at %s',
+              a.job_id, a.attempt, a.started_at, p.id, p.status, p.finished_at)::text AS detail
+  FROM pgtask.workflow_edges e
+  JOIN pgtask.jobs p ON p.id = e.parent
+  JOIN pgtask_chaos.attempts a ON a.job_id = e.child
+ WHERE e.policy = 'c' AND (p.status <> 'succeeded' OR p.finished_at IS NULL OR a.started_at < p.finished_at)
+UNION ALL
+SELECT 'succeeded while waiting for parents',
+       format('job %s succeeded still waiting for %s parent(s)', w.job_id, w.remaining)
+  FROM pgtask.workflow_waits w
+  JOIN pgtask.jobs j ON j.id = w.job_id
+ WHERE j.status = 'succeeded' AND (w.remaining <> 0 OR w.cancelled_by IS NOT NULL)
+UNION ALL
+SELECT 'note left', format('child %s: parent %s''s outcome %s never applied', n.child, n.parent, n.outcome)
+  FROM pgtask.workflow_notes n;
+
+-- name: CountWorkflowEdges :one
+SELECT (SELECT count(*) FROM pgtask.workflow_edges)::bigint AS edges,
+       (SELECT count(*) FROM pgtask.workflows)::bigint AS workflows;

@@ -31,7 +31,7 @@ import (
 
 // Options sizes the run.
 type Options struct {
-	Only          string // comma-separated subset of: floor,enqueue,defaults,hotpinned,drain,wakeup,visible,commit,claim,limits,rates,fair,memory,retention,dashboard,steady
+	Only          string // comma-separated subset of: floor,enqueue,defaults,hotpinned,drain,wakeup,visible,commit,claim,limits,rates,fair,workflows,memory,retention,dashboard,steady
 	Conns         int    // connections (runners, producers, floor clients)
 	Batch         int    // jobs per claim in drains
 	EnqueueSingle int
@@ -61,9 +61,14 @@ type Options struct {
 	RateModes    string
 	// Fair queues: the flooding tenant's jobs, the newcomer's behind them,
 	// and the tenants the fair drain spreads its jobs over.
-	FairFlood     int
-	FairNewcomer  int
-	FairTenants   int
+	FairFlood    int
+	FairNewcomer int
+	FairTenants  int
+	// Workflows: the fan-out's steps (beside one fan-in step), the chain's
+	// steps, and the modes they run in.
+	WorkflowFan   int
+	WorkflowChain int
+	WorkflowModes string
 	FloorDuration time.Duration
 	// The steady run: jobs a second offered for a duration to a worker of
 	// that Concurrency, in each of the modes.
@@ -85,6 +90,7 @@ func defaults() Options {
 		LimitKeys: 1_000, WaitingKeys: 100_000,
 		Rate: 100, RateDuration: time.Minute, RateModes: "held,lease",
 		FairFlood: 100_000, FairNewcomer: 100, FairTenants: 100,
+		WorkflowFan: 10_000, WorkflowChain: 1_000, WorkflowModes: "held,lease",
 		FloorDuration: 5 * time.Second,
 		SteadyRate:    400, SteadyDuration: 10 * time.Minute, SteadyConcurrency: 32, SteadyModes: "held",
 	}
@@ -96,7 +102,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := defaults()
 	fs := flag.NewFlagSet("pgtask-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,hotpinned,drain,wakeup,visible,commit,claim,limits,rates,fair,memory,retention,dashboard,steady")
+	fs.StringVar(&o.Only, "only", "", "run only these, comma-separated: floor,enqueue,defaults,hotpinned,drain,wakeup,visible,commit,claim,limits,rates,fair,workflows,memory,retention,dashboard,steady")
 	fs.IntVar(&o.Conns, "conns", o.Conns, "connections: worker runners, producers and floor clients")
 	fs.IntVar(&o.Batch, "batch", o.Batch, "jobs per claim in the drains")
 	fs.IntVar(&o.EnqueueSingle, "enqueue-single", o.EnqueueSingle, "jobs enqueued one per call")
@@ -121,6 +127,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.FairFlood, "fair-flood", o.FairFlood, "jobs tenant a enqueues into a fair queue before tenant b's")
 	fs.IntVar(&o.FairNewcomer, "fair-newcomer", o.FairNewcomer, "jobs tenant b enqueues behind tenant a's")
 	fs.IntVar(&o.FairTenants, "fair-tenants", o.FairTenants, "tenants the fair queue's drain spreads its jobs over")
+	fs.IntVar(&o.WorkflowFan, "workflow-fan", o.WorkflowFan, "steps of the workflow fan-out, beside its one fan-in step")
+	fs.IntVar(&o.WorkflowChain, "workflow-chain", o.WorkflowChain, "steps of the workflow chain")
+	fs.StringVar(&o.WorkflowModes, "workflow-modes", o.WorkflowModes, "the workflow runs' modes, comma-separated: held,lease (empty: none)")
 	fs.IntVar(&o.DashboardJobs, "dashboard-jobs", o.DashboardJobs, "jobs in the table while the dashboard's pages are timed")
 	fs.DurationVar(&o.FloorDuration, "floor-duration", o.FloorDuration, "how long to measure the UPDATE floor")
 	fs.IntVar(&o.SteadyRate, "steady-rate", o.SteadyRate, "jobs a second offered in the steady run")
@@ -200,6 +209,7 @@ func run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		{"limits", b.measureLimits},
 		{"rates", b.measureRates},
 		{"fair", b.measureFair},
+		{"workflows", b.measureWorkflows},
 		{"memory", b.measureMemory},
 		{"retention", b.measureRetention},
 		{"dashboard", b.measureDashboard},

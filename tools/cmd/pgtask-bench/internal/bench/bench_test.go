@@ -23,7 +23,7 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		"-wake-samples", "10", "-claim-backlogs", "100,2000", "-memory-jobs", "3000",
 		"-floor-duration", "500ms", "-batch", "50", "-defaults-jobs", "500", "-dashboard-jobs", "3000",
 		"-limit-keys", "50", "-waiting-keys", "500", "-fair-flood", "3000", "-fair-newcomer", "20", "-fair-tenants", "10",
-		"-rate-duration", "2s",
+		"-rate-duration", "2s", "-workflow-fan", "200", "-workflow-chain", "50",
 		"-retained", "3000", "-expired", "3000", "-steady-duration", "4s", "-steady-rate", "100", "-steady-concurrency", "4", "-hot-pinned", "300",
 	}, &out, &errOut)
 	if code != 0 {
@@ -80,6 +80,10 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		regexp.MustCompile(`lease defaults: fair: tenant b's 20 jobs behind tenant a's 3000 +3000 \+ 20 jobs +\d+ of a's jobs started after b's enqueue before b's last +< 1000 (met|MISSED)`),
 		regexp.MustCompile(`lease defaults: drain ungrouped, fair over 10 tenants +500 jobs +\d+ jobs/s \([\d.]+x the same, not fair: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the same, not fair (met|MISSED)`),
 		regexp.MustCompile(`lease defaults: drain ungrouped, fair over 10 tenants, transaction held open +500 jobs +\d+ jobs/s \([\d.]+x the same without it: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the same without it (met|MISSED)`),
+		regexp.MustCompile(`workflows \(held\): fan-out of 200 steps, one fan-in step +201 jobs +\d+ jobs/s \([\d.]+x a plain drain of as many jobs: \d+ jobs/s\) +\d+\.\d+x +>= 0\.50x a plain drain of as many jobs (met|MISSED)`),
+		regexp.MustCompile(`workflows \(held\): chain, parent's success to the next step's start +50 steps +p50 [\d.]+ms, p99 [\d.]+ms +p50 <= 5ms (met|MISSED)`),
+		regexp.MustCompile(`workflows \(lease\): fan-out of 200 steps, one fan-in step +201 jobs +\d+ jobs/s \([\d.]+x a plain drain of as many jobs: \d+ jobs/s\) +\d+\.\d+x +>= 0\.50x a plain drain of as many jobs (met|MISSED)`),
+		regexp.MustCompile(`workflows \(lease\): chain, parent's success to the next step's start +50 steps +p50 [\d.]+ms, p99 [\d.]+ms +p50 <= 5ms (met|MISSED)`),
 		regexp.MustCompile(`claim 10 jobs with 500 limit keys at their limit, jobs waiting +10000 runnable +p50 \d+µs, p99 \d+µs \([\d.]+x none waiting: p50 \d+µs, p99 \d+µs\) +p50 <= 1\.20x none waiting (met|MISSED)`),
 		regexp.MustCompile(`worker RSS over a drain .* +3000 jobs +[\d.]+ MiB at 10%, [\d.]+ MiB peak, [\d.]+ MiB at end`),
 		regexp.MustCompile(`dashboard: queues \(GET /\) +3000 jobs +p50 [\d.]+ms, max [\d.]+ms +p50 <= 100\.00ms (met|MISSED)`),
@@ -92,8 +96,8 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", want, table)
 		}
 	}
-	if strings.Count(table, "\n") != 73 {
-		t.Errorf("table has %d lines, want a header and 72 rows:\n%s", strings.Count(table, "\n"), table)
+	if strings.Count(table, "\n") != 77 {
+		t.Errorf("table has %d lines, want a header and 76 rows:\n%s", strings.Count(table, "\n"), table)
 	}
 }
 

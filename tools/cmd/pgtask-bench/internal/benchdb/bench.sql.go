@@ -78,6 +78,38 @@ func (q *Queries) CountFinishedBefore(ctx context.Context, before time.Time) (in
 	return jobs, err
 }
 
+const finishTimes = `-- name: FinishTimes :many
+SELECT id, finished_at::timestamptz AS finished_at FROM pgtask.jobs
+ WHERE queue = $1::text AND finished_at IS NOT NULL
+ ORDER BY id
+`
+
+type FinishTimesRow struct {
+	ID         int64
+	FinishedAt time.Time
+}
+
+// When each job of @queue finished, by id: the workflow chain's steps.
+func (q *Queries) FinishTimes(ctx context.Context, queue string) ([]FinishTimesRow, error) {
+	rows, err := q.db.Query(ctx, finishTimes, queue)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []FinishTimesRow{}
+	for rows.Next() {
+		var i FinishTimesRow
+		if err := rows.Scan(&i.ID, &i.FinishedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const insertDashboardHistory = `-- name: InsertDashboardHistory :exec
 INSERT INTO pgtask.jobs (queue, kind, is_head, status, payload, attempts, max_attempts, errors,
                          run_after, created_at, started_at, finished_at)

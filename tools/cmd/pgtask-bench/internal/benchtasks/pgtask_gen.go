@@ -40,6 +40,14 @@ func EnqueueGroupedNoopMany(ctx context.Context, db runtime.DB, ts []GroupedNoop
 	return taskspec.EnqueueMany(ctx, db, groupedNoopSpec, ts, opts...)
 }
 
+// AddGroupedNoop validates t and adds it to wf as a step of kind
+// "bench_grouped_noop". opts add dependencies without data (runtime.After and
+// the like) and override the declared settings. An invalid t is returned by
+// wf.Enqueue.
+func AddGroupedNoop(wf *runtime.Workflow, t GroupedNoop, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, groupedNoopSpec, t, nil, opts...)
+}
+
 // HandleGroupedNoop registers fn as the handler of "bench_grouped_noop" jobs on
 // w. fn runs in the job's transaction (job.Tx()): its writes there commit if
 // and only if it returns nil.
@@ -70,6 +78,13 @@ func EnqueueNoop(ctx context.Context, db runtime.DB, t Noop, opts ...runtime.Enq
 // and jobs of one group run in that order.
 func EnqueueNoopMany(ctx context.Context, db runtime.DB, ts []Noop, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, noopSpec, ts, opts...)
+}
+
+// AddNoop validates t and adds it to wf as a step of kind "bench_noop". opts
+// add dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddNoop(wf *runtime.Workflow, t Noop, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, noopSpec, t, nil, opts...)
 }
 
 // HandleNoop registers fn as the handler of "bench_noop" jobs on w. fn runs in
@@ -103,6 +118,13 @@ func EnqueueSleep(ctx context.Context, db runtime.DB, t Sleep, opts ...runtime.E
 // and jobs of one group run in that order.
 func EnqueueSleepMany(ctx context.Context, db runtime.DB, ts []Sleep, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, sleepSpec, ts, opts...)
+}
+
+// AddSleep validates t and adds it to wf as a step of kind "bench_sleep". opts
+// add dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddSleep(wf *runtime.Workflow, t Sleep, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, sleepSpec, t, nil, opts...)
 }
 
 // HandleSleep registers fn as the handler of "bench_sleep" jobs on w. fn runs

@@ -121,6 +121,10 @@ func TestChaos(t *testing.T) {
 	if want := int64(cfg.Jobs); res.Jobs.Committed != want || res.Jobs.Succeeded+res.Jobs.Failed != want {
 		t.Errorf("committed %d, succeeded %d, failed %d; want %d finished", res.Jobs.Committed, res.Jobs.Succeeded, res.Jobs.Failed, want)
 	}
+	// Some jobs were workflow steps, so check 10 held steps to parents.
+	if res.Jobs.ByHow["workflow"] == 0 {
+		t.Errorf("no workflow was enqueued: %v", res.Jobs.ByHow)
+	}
 	if res.Jobs.NotCommitted["rollback"] == 0 || res.Jobs.NotCommitted["savepoint"] == 0 {
 		t.Errorf("no rolled-back enqueues to check: %v", res.Jobs.NotCommitted)
 	}

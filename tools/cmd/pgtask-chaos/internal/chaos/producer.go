@@ -76,8 +76,10 @@ func (p *producer) run(ctx context.Context) error {
 			err = p.commit(ctx, p.take(1+p.rng.IntN(40)), "batch", false)
 		case r < 0.80:
 			err = p.commit(ctx, p.take(1+p.rng.IntN(4)), "single", false)
-		case r < 0.90:
+		case r < 0.85:
 			err = p.commit(ctx, p.take(1+p.rng.IntN(20)), "batch", true)
+		case r < 0.90 && !p.limited:
+			err = p.commit(ctx, ungrouped(p.take(2+p.rng.IntN(30))), "workflow", false)
 		default:
 			err = p.rollback(ctx)
 		}
@@ -179,6 +181,9 @@ func enqueue(ctx context.Context, tx pgx.Tx, items []item, how string) ([]int64,
 		reqs[i] = req
 	}
 	var ids []int64
+	if how == "workflow" {
+		return enqueueWorkflow(ctx, tx, items, reqs)
+	}
 	if how == "batch" {
 		got, err := runtime.EnqueueMany(ctx, tx, reqs)
 		if err != nil {
@@ -195,6 +200,58 @@ func enqueue(ctx context.Context, tx pgx.Tx, items []item, how string) ([]int64,
 			return ids, err
 		}
 		ids = append(ids, int64(id))
+	}
+	return ids, nil
+}
+
+// succeeds reports whether a job of behavior ends succeeded: only such
+// jobs are a workflow step's parents, so that check 1 holds of their
+// dependents too (the default policy cancels the dependents of a parent
+// that fails for good).
+func succeeds(behavior string) bool {
+	return behavior != behaveNoRetry && behavior != behavePoison
+}
+
+// ungrouped takes items out of their groups: a workflow's steps here are
+// ungrouped, so that a step waiting for its parents holds up no group (a
+// parked step at a group's head stops the group until its parents
+// succeed, and steps spread over many groups would chain them all).
+func ungrouped(items []item) []item {
+	out := make([]item, len(items))
+	for i, it := range items {
+		it.group = ""
+		out[i] = it
+	}
+	return out
+}
+
+// enqueueWorkflow inserts items in tx as one workflow: each step after
+// the first depends on an earlier one that succeeds, and the last also on
+// all the others that succeed (a chain, forks and a fan-in), each step
+// in its group as any job. Check 10 holds its steps to their parents.
+func enqueueWorkflow(ctx context.Context, tx pgx.Tx, items []item, reqs []runtime.EnqueueRequest) ([]int64, error) {
+	wf := runtime.NewWorkflow("chaos")
+	steps := make([]runtime.Step, len(items))
+	for i := range items {
+		var deps []runtime.StepOption
+		if i > 0 && succeeds(items[(i-1)/2].behavior) {
+			deps = append(deps, runtime.After(steps[(i-1)/2]))
+		}
+		if i == len(items)-1 {
+			for k := range i {
+				if succeeds(items[k].behavior) {
+					deps = append(deps, runtime.After(steps[k]))
+				}
+			}
+		}
+		steps[i] = wf.Add(reqs[i], deps...)
+	}
+	if _, err := wf.Enqueue(ctx, tx); err != nil {
+		return nil, err
+	}
+	ids := make([]int64, len(items))
+	for i, id := range wf.JobIDs() {
+		ids[i] = int64(id)
 	}
 	return ids, nil
 }

@@ -377,6 +377,22 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 	}
 	res.Checks = append(res.Checks, rates)
 
+	// 10. Workflows.
+	flows, err := q.WorkflowViolations(ctx)
+	if err != nil {
+		return fmt.Errorf("check 10: %w", err)
+	}
+	wc := newCheck(10, "every workflow step starts after all its parents succeeded, never when one failed")
+	for _, v := range flows {
+		wc.add(v.Kind, v.Detail)
+	}
+	edges, err := q.CountWorkflowEdges(ctx)
+	if err != nil {
+		return fmt.Errorf("check 10: %w", err)
+	}
+	wc.Note = fmt.Sprintf("%d dependencies of %d workflows checked", edges.Edges, edges.Workflows)
+	res.Checks = append(res.Checks, wc)
+
 	replays, err := q.ObserveReplays(ctx)
 	if err != nil {
 		return err
@@ -686,7 +702,7 @@ func (r *Result) Print(w io.Writer) {
 	fmt.Fprintf(tw, "  enqueued (ids handed out)\t%10d\n", j.HandedOut)
 	fmt.Fprintf(tw, "  committed\t%10d\n", j.Committed)
 	for _, how := range slices.Sorted(maps.Keys(j.ByHow)) {
-		fmt.Fprintf(tw, "    by %s\t%10d\n", map[string]string{"batch": "EnqueueMany", "single": "Enqueue"}[how], j.ByHow[how])
+		fmt.Fprintf(tw, "    by %s\t%10d\n", map[string]string{"batch": "EnqueueMany", "single": "Enqueue", "workflow": "Workflow.Enqueue"}[how], j.ByHow[how])
 	}
 	var rolled int64
 	for _, n := range j.NotCommitted {

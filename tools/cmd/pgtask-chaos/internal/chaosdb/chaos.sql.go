@@ -499,6 +499,23 @@ func (q *Queries) CountStartsNotRecorded(ctx context.Context) (int64, error) {
 	return attempts, err
 }
 
+const countWorkflowEdges = `-- name: CountWorkflowEdges :one
+SELECT (SELECT count(*) FROM pgtask.workflow_edges)::bigint AS edges,
+       (SELECT count(*) FROM pgtask.workflows)::bigint AS workflows
+`
+
+type CountWorkflowEdgesRow struct {
+	Edges     int64
+	Workflows int64
+}
+
+func (q *Queries) CountWorkflowEdges(ctx context.Context) (CountWorkflowEdgesRow, error) {
+	row := q.db.QueryRow(ctx, countWorkflowEdges)
+	var i CountWorkflowEdgesRow
+	err := row.Scan(&i.Edges, &i.Workflows)
+	return i, err
+}
+
 const deathTotals = `-- name: DeathTotals :many
 SELECT kind, count(*)::bigint AS deaths FROM pgtask_chaos.deaths GROUP BY kind ORDER BY kind
 `
@@ -1387,6 +1404,56 @@ func (q *Queries) WorkerBackends(ctx context.Context, spared []string) ([]Worker
 	for rows.Next() {
 		var i WorkerBackendsRow
 		if err := rows.Scan(&i.Pid, &i.State, &i.ApplicationName); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const workflowViolations = `-- name: WorkflowViolations :many
+SELECT 'started before a parent succeeded'::text AS kind,
+       format('job %s attempt %s started at %s; parent %s is %s, finished at %s',
+              a.job_id, a.attempt, a.started_at, p.id, p.status, p.finished_at)::text AS detail
+  FROM pgtask.workflow_edges e
+  JOIN pgtask.jobs p ON p.id = e.parent
+  JOIN pgtask_chaos.attempts a ON a.job_id = e.child
+ WHERE e.policy = 'c' AND (p.status <> 'succeeded' OR p.finished_at IS NULL OR a.started_at < p.finished_at)
+UNION ALL
+SELECT 'succeeded while waiting for parents',
+       format('job %s succeeded still waiting for %s parent(s)', w.job_id, w.remaining)
+  FROM pgtask.workflow_waits w
+  JOIN pgtask.jobs j ON j.id = w.job_id
+ WHERE j.status = 'succeeded' AND (w.remaining <> 0 OR w.cancelled_by IS NOT NULL)
+UNION ALL
+SELECT 'note left', format('child %s: parent %s''s outcome %s never applied', n.child, n.parent, n.outcome)
+  FROM pgtask.workflow_notes n
+`
+
+type WorkflowViolationsRow struct {
+	Kind   string
+	Detail string
+}
+
+// 10. Workflow steps against their parents (all of the default policy,
+// and all meant to succeed): an attempt of a step that started before a
+// parent's success was recorded (its finished_at, in the transaction that
+// committed it), or while a parent had not succeeded; a step that
+// succeeded while still counting parents to wait for; a note no one
+// applied.
+func (q *Queries) WorkflowViolations(ctx context.Context) ([]WorkflowViolationsRow, error) {
+	rows, err := q.db.Query(ctx, workflowViolations)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WorkflowViolationsRow{}
+	for rows.Next() {
+		var i WorkflowViolationsRow
+		if err := rows.Scan(&i.Kind, &i.Detail); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -41,6 +41,13 @@ func EnqueueRenderMany(ctx context.Context, db runtime.DB, ts []Render, opts ...
 	return taskspec.EnqueueMany(ctx, db, renderSpec, ts, opts...)
 }
 
+// AddRender validates t and adds it to wf as a step of kind "render". opts add
+// dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddRender(wf *runtime.Workflow, t Render, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, renderSpec, t, nil, opts...)
+}
+
 // HandleRender registers fn as the handler of "render" jobs on w. fn runs in
 // the job's transaction (job.Tx()): its writes there commit if and only if it
 // returns nil.
@@ -73,6 +80,13 @@ func EnqueueSweep(ctx context.Context, db runtime.DB, t Sweep, opts ...runtime.E
 // and jobs of one group run in that order.
 func EnqueueSweepMany(ctx context.Context, db runtime.DB, ts []Sweep, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, sweepSpec, ts, opts...)
+}
+
+// AddSweep validates t and adds it to wf as a step of kind "sweep". opts add
+// dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddSweep(wf *runtime.Workflow, t Sweep, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, sweepSpec, t, nil, opts...)
 }
 
 // HandleSweep registers fn as the handler of "sweep" jobs on w. fn runs in the
@@ -117,6 +131,13 @@ func EnqueueSync(ctx context.Context, db runtime.DB, t Sync, opts ...runtime.Enq
 // and jobs of one group run in that order.
 func EnqueueSyncMany(ctx context.Context, db runtime.DB, ts []Sync, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, syncSpec, ts, opts...)
+}
+
+// AddSync validates t and adds it to wf as a step of kind "sync". opts add
+// dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddSync(wf *runtime.Workflow, t Sync, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, syncSpec, t, nil, opts...)
 }
 
 // HandleSync registers fn as the handler of "sync" jobs on w. fn runs in the

@@ -37,6 +37,13 @@ func EnqueueExportMany(ctx context.Context, db runtime.DB, ts []Export, opts ...
 	return taskspec.EnqueueMany(ctx, db, exportSpec, ts, opts...)
 }
 
+// AddExport validates t and adds it to wf as a step of kind "export". opts add
+// dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddExport(wf *runtime.Workflow, t Export, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, exportSpec, t, nil, opts...)
+}
+
 // HandleExport registers fn as the handler of "export" jobs on w. fn runs in
 // the job's transaction (job.Tx()): its writes there commit if and only if it
 // returns nil.
@@ -77,6 +84,13 @@ func EnqueueFetch(ctx context.Context, db runtime.DB, t Fetch, opts ...runtime.E
 // and jobs of one group run in that order.
 func EnqueueFetchMany(ctx context.Context, db runtime.DB, ts []Fetch, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, fetchSpec, ts, opts...)
+}
+
+// AddFetch validates t and adds it to wf as a step of kind "fetch". opts add
+// dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddFetch(wf *runtime.Workflow, t Fetch, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, fetchSpec, t, nil, opts...)
 }
 
 // HandleFetch registers fn as the handler of "fetch" jobs on w. fn runs in the
@@ -121,6 +135,13 @@ func EnqueueReindexMany(ctx context.Context, db runtime.DB, ts []Reindex, opts .
 	return taskspec.EnqueueMany(ctx, db, reindexSpec, ts, opts...)
 }
 
+// AddReindex validates t and adds it to wf as a step of kind "reindex". opts
+// add dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddReindex(wf *runtime.Workflow, t Reindex, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, reindexSpec, t, nil, opts...)
+}
+
 // HandleReindex registers fn as the handler of "reindex" jobs on w. fn runs in
 // the job's transaction (job.Tx()): its writes there commit if and only if it
 // returns nil.
@@ -160,6 +181,13 @@ func EnqueueResize(ctx context.Context, db runtime.DB, t Resize, opts ...runtime
 // and jobs of one group run in that order.
 func EnqueueResizeMany(ctx context.Context, db runtime.DB, ts []Resize, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, resizeSpec, ts, opts...)
+}
+
+// AddResize validates t and adds it to wf as a step of kind "resize". opts add
+// dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddResize(wf *runtime.Workflow, t Resize, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, resizeSpec, t, nil, opts...)
 }
 
 // HandleResize registers fn as the handler of "resize" jobs on w. fn runs in

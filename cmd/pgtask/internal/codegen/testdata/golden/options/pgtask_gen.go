@@ -45,6 +45,13 @@ func EnqueueChargeMany(ctx context.Context, db runtime.DB, ts []Charge, opts ...
 	return taskspec.EnqueueMany(ctx, db, chargeSpec, ts, opts...)
 }
 
+// AddCharge validates t and adds it to wf as a step of kind "billing.charge".
+// opts add dependencies without data (runtime.After and the like) and override
+// the declared settings. An invalid t is returned by wf.Enqueue.
+func AddCharge(wf *runtime.Workflow, t Charge, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, chargeSpec, t, nil, opts...)
+}
+
 // HandleCharge registers fn as the handler of "billing.charge" jobs on w. fn
 // runs in the job's transaction (job.Tx()): its writes there commit if and only
 // if it returns nil.
@@ -84,6 +91,14 @@ func EnqueueHTTPRequest(ctx context.Context, db runtime.DB, t HTTPRequest, opts 
 // ts, and jobs of one group run in that order.
 func EnqueueHTTPRequestMany(ctx context.Context, db runtime.DB, ts []HTTPRequest, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, httpRequestSpec, ts, opts...)
+}
+
+// AddHTTPRequest validates t and adds it to wf as a step of kind
+// "http_request". opts add dependencies without data (runtime.After and the
+// like) and override the declared settings. An invalid t is returned by
+// wf.Enqueue.
+func AddHTTPRequest(wf *runtime.Workflow, t HTTPRequest, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, httpRequestSpec, t, nil, opts...)
 }
 
 // HandleHTTPRequest registers fn as the handler of "http_request" jobs on w. fn
@@ -127,6 +142,13 @@ func EnqueueInviteMany(ctx context.Context, db runtime.DB, ts []Invite, opts ...
 	return taskspec.EnqueueMany(ctx, db, inviteSpec, ts, opts...)
 }
 
+// AddInvite validates t and adds it to wf as a step of kind "invite". opts add
+// dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddInvite(wf *runtime.Workflow, t Invite, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, inviteSpec, t, nil, opts...)
+}
+
 // HandleInvite registers fn as the handler of "invite" jobs on w. fn runs in
 // the job's transaction (job.Tx()): its writes there commit if and only if it
 // returns nil.
@@ -167,6 +189,13 @@ func EnqueueRebalanceMany(ctx context.Context, db runtime.DB, ts []Rebalance, op
 	return taskspec.EnqueueMany(ctx, db, rebalanceSpec, ts, opts...)
 }
 
+// AddRebalance validates t and adds it to wf as a step of kind "rebalance".
+// opts add dependencies without data (runtime.After and the like) and override
+// the declared settings. An invalid t is returned by wf.Enqueue.
+func AddRebalance(wf *runtime.Workflow, t Rebalance, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, rebalanceSpec, t, nil, opts...)
+}
+
 // HandleRebalance registers fn as the handler of "rebalance" jobs on w. fn runs
 // in the job's transaction (job.Tx()): its writes there commit if and only if
 // it returns nil.
@@ -201,6 +230,13 @@ func EnqueueShardMany(ctx context.Context, db runtime.DB, ts []Shard, opts ...ru
 	return taskspec.EnqueueMany(ctx, db, shardSpec, ts, opts...)
 }
 
+// AddShard validates t and adds it to wf as a step of kind "shard". opts add
+// dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddShard(wf *runtime.Workflow, t Shard, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, shardSpec, t, nil, opts...)
+}
+
 // HandleShard registers fn as the handler of "shard" jobs on w. fn runs in the
 // job's transaction (job.Tx()): its writes there commit if and only if it
 // returns nil.
@@ -233,6 +269,13 @@ func EnqueueSync(ctx context.Context, db runtime.DB, t Sync, opts ...runtime.Enq
 // and jobs of one group run in that order.
 func EnqueueSyncMany(ctx context.Context, db runtime.DB, ts []Sync, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, syncSpec, ts, opts...)
+}
+
+// AddSync validates t and adds it to wf as a step of kind "sync". opts add
+// dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddSync(wf *runtime.Workflow, t Sync, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, syncSpec, t, nil, opts...)
 }
 
 // HandleSync registers fn as the handler of "sync" jobs on w. fn runs in the
@@ -270,6 +313,13 @@ func EnqueueTransfer(ctx context.Context, db runtime.DB, t Transfer, opts ...run
 // and jobs of one group run in that order.
 func EnqueueTransferMany(ctx context.Context, db runtime.DB, ts []Transfer, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, transferSpec, ts, opts...)
+}
+
+// AddTransfer validates t and adds it to wf as a step of kind "transfer". opts
+// add dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddTransfer(wf *runtime.Workflow, t Transfer, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, transferSpec, t, nil, opts...)
 }
 
 // HandleTransfer registers fn as the handler of "transfer" jobs on w. fn runs

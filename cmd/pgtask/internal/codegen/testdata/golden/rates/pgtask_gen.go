@@ -42,6 +42,14 @@ func EnqueueCallPartnerMany(ctx context.Context, db runtime.DB, ts []CallPartner
 	return taskspec.EnqueueMany(ctx, db, callPartnerSpec, ts, opts...)
 }
 
+// AddCallPartner validates t and adds it to wf as a step of kind
+// "call_partner". opts add dependencies without data (runtime.After and the
+// like) and override the declared settings. An invalid t is returned by
+// wf.Enqueue.
+func AddCallPartner(wf *runtime.Workflow, t CallPartner, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, callPartnerSpec, t, nil, opts...)
+}
+
 // HandleCallPartner registers fn as the handler of "call_partner" jobs on w. fn
 // runs in the job's transaction (job.Tx()): its writes there commit if and only
 // if it returns nil.
@@ -76,6 +84,13 @@ func EnqueueSendSMS(ctx context.Context, db runtime.DB, t SendSMS, opts ...runti
 // and jobs of one group run in that order.
 func EnqueueSendSMSMany(ctx context.Context, db runtime.DB, ts []SendSMS, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, sendSMSSpec, ts, opts...)
+}
+
+// AddSendSMS validates t and adds it to wf as a step of kind "send_sms". opts
+// add dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddSendSMS(wf *runtime.Workflow, t SendSMS, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, sendSMSSpec, t, nil, opts...)
 }
 
 // HandleSendSMS registers fn as the handler of "send_sms" jobs on w. fn runs in

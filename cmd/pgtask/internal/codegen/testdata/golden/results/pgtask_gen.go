@@ -33,6 +33,14 @@ func EnqueueCountMany(ctx context.Context, db runtime.DB, ts []Count, opts ...ru
 	return taskspec.EnqueueMany(ctx, db, countSpec, ts, opts...)
 }
 
+// AddCount validates t and adds it to wf as a step of kind "count", whose
+// Output feeds the runtime.Input fields of later steps. opts add dependencies
+// without data (runtime.After and the like) and override the declared settings.
+// An invalid t is returned by wf.Enqueue.
+func AddCount(wf *runtime.Workflow, t Count, opts ...runtime.StepOption) runtime.StepWithResult[map[string][]int64] {
+	return taskspec.AddStepWithResult[map[string][]int64](wf, countSpec, t, nil, opts...)
+}
+
 // HandleCount registers fn as the handler of "count" jobs on w. fn runs in the
 // job's transaction (job.Tx()): its writes there, and the result it returns,
 // commit if and only if it returns a nil error.
@@ -90,6 +98,14 @@ func EnqueueLookupMany(ctx context.Context, db runtime.DB, ts []Lookup, opts ...
 	return taskspec.EnqueueMany(ctx, db, lookupSpec, ts, opts...)
 }
 
+// AddLookup validates t and adds it to wf as a step of kind "lookup", whose
+// Output feeds the runtime.Input fields of later steps. opts add dependencies
+// without data (runtime.After and the like) and override the declared settings.
+// An invalid t is returned by wf.Enqueue.
+func AddLookup(wf *runtime.Workflow, t Lookup, opts ...runtime.StepOption) runtime.StepWithResult[Pair[string, receipt.Receipt]] {
+	return taskspec.AddStepWithResult[Pair[string, receipt.Receipt]](wf, lookupSpec, t, nil, opts...)
+}
+
 // HandleLookup registers fn as the handler of "lookup" jobs on w. fn runs in
 // the job's transaction (job.Tx()): its writes there, and the result it
 // returns, commit if and only if it returns a nil error.
@@ -142,6 +158,14 @@ func EnqueuePayMany(ctx context.Context, db runtime.DB, ts []Pay, opts ...runtim
 	return taskspec.EnqueueMany(ctx, db, paySpec, ts, opts...)
 }
 
+// AddPay validates t and adds it to wf as a step of kind "pay", whose Output
+// feeds the runtime.Input fields of later steps. opts add dependencies without
+// data (runtime.After and the like) and override the declared settings. An
+// invalid t is returned by wf.Enqueue.
+func AddPay(wf *runtime.Workflow, t Pay, opts ...runtime.StepOption) runtime.StepWithResult[*receipt.Receipt] {
+	return taskspec.AddStepWithResult[*receipt.Receipt](wf, paySpec, t, nil, opts...)
+}
+
 // HandlePay registers fn as the handler of "pay" jobs on w. fn runs in the
 // job's transaction (job.Tx()): its writes there, and the result it returns,
 // commit if and only if it returns a nil error.
@@ -192,6 +216,14 @@ func EnqueueTags(ctx context.Context, db runtime.DB, t Tags, opts ...runtime.Enq
 // and jobs of one group run in that order.
 func EnqueueTagsMany(ctx context.Context, db runtime.DB, ts []Tags, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, tagsSpec, ts, opts...)
+}
+
+// AddTags validates t and adds it to wf as a step of kind "tags", whose Output
+// feeds the runtime.Input fields of later steps. opts add dependencies without
+// data (runtime.After and the like) and override the declared settings. An
+// invalid t is returned by wf.Enqueue.
+func AddTags(wf *runtime.Workflow, t Tags, opts ...runtime.StepOption) runtime.StepWithResult[[]string] {
+	return taskspec.AddStepWithResult[[]string](wf, tagsSpec, t, nil, opts...)
 }
 
 // HandleTags registers fn as the handler of "tags" jobs on w. fn runs in the
