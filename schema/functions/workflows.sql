@@ -1,4 +1,4 @@
--- revision: 3
+-- revision: 4
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -96,14 +96,23 @@ $$;
 -- else on pgtask_behind. A limited step waits for a slot of its key (a
 -- check of it, which maintenance applies). A step of a cancelled workflow
 -- is cancelled instead. Returns whether it released it.
+--
+-- The workflow's row is read FOR SHARE and stays so until this
+-- transaction ends: a cancel in flight (which holds the row updated until
+-- its commit) is waited for and seen, and a cancel that comes after waits
+-- for this release to commit, then finds the step released (see
+-- workflow_cancel_steps). So no step is released after its workflow's
+-- cancel committed.
 CREATE OR REPLACE FUNCTION pgtask.workflow_release(p_id bigint, p_workflow bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     q text;
     head boolean;
     lim bigint;
+    cancelled timestamptz;
 BEGIN
-    IF EXISTS (SELECT 1 FROM pgtask.workflows w WHERE w.id = p_workflow AND w.cancelled_at IS NOT NULL) THEN
+    SELECT w.cancelled_at INTO cancelled FROM pgtask.workflows w WHERE w.id = p_workflow FOR SHARE;
+    IF cancelled IS NOT NULL THEN
         PERFORM pgtask.workflow_cancel_parked(p_id);
         RETURN false;
     END IF;
@@ -457,42 +466,66 @@ END;
 $$;
 
 -- Cancels what it can of cancelled workflow p_workflow's unfinished steps
--- without waiting for a group's row; returns how many steps it could not,
--- still to do (running steps asked to stop are done).
+-- without ever waiting: a step's row, and a queued step's group row, are
+-- taken with SKIP LOCKED, and a step whose rows another transaction holds
+-- (an operator, a finisher that released it, a claim about to run it) is
+-- left over, for maintenance (cancel_pending_workflows). Each step is read
+-- again once locked: a parked step may have been released meanwhile, and
+-- is then cancelled as a queued one. Running steps are asked to stop (see
+-- cancel_job). Returns how many steps it left over; at 0 the workflow's
+-- cancel is done.
 CREATE OR REPLACE FUNCTION pgtask.workflow_cancel_steps(p_workflow bigint) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     s record;
+    j pgtask.jobs;
+    grouped boolean;
     left_over integer := 0;
 BEGIN
     FOR s IN
-        SELECT j.id, j.status, j.attempts, j.queue, j.group_key,
-               (j.status = 'scheduled' AND j.run_after = pgtask.parked_at()) AS parked
-          FROM pgtask.jobs j
-         WHERE j.workflow_id = p_workflow AND pgtask.job_pending(j.status)
-         ORDER BY j.id
+        SELECT x.id FROM pgtask.jobs x
+         WHERE x.workflow_id = p_workflow AND pgtask.job_pending(x.status)
+         ORDER BY x.id
     LOOP
-        IF s.status = 'started' THEN
-            INSERT INTO pgtask.cancel_requests (job_id, attempt) VALUES (s.id, s.attempts)
+        -- As of now, not of the loop's start.
+        SELECT * INTO j FROM pgtask.jobs WHERE id = s.id;
+        CONTINUE WHEN NOT FOUND OR NOT pgtask.job_pending(j.status);
+        IF j.status = 'started' THEN
+            INSERT INTO pgtask.cancel_requests (job_id, attempt) VALUES (j.id, j.attempts)
                 ON CONFLICT (job_id) DO NOTHING;
-            PERFORM pg_notify('pgtask_cancel', s.id::text || ':' || s.attempts::text);
-        ELSIF s.parked THEN
-            PERFORM pgtask.workflow_cancel_parked(s.id);
-        ELSE
-            -- Queued, or scheduled for a retry: cancelled as an operator
-            -- cancels it (its group moves on), but never waiting for the
-            -- group's row, which an enqueue may hold until its caller
-            -- commits.
-            IF s.group_key IS NOT NULL THEN
-                PERFORM 1 FROM pgtask.queue_groups
-                  WHERE queue = s.queue AND group_key = s.group_key
-                    FOR UPDATE SKIP LOCKED;
-                IF NOT FOUND THEN
-                    left_over := left_over + 1;
-                    CONTINUE;
-                END IF;
+            PERFORM pg_notify('pgtask_cancel', j.id::text || ':' || j.attempts::text);
+            CONTINUE;
+        END IF;
+        -- The group's row first, as cancel_job takes them; a parked step
+        -- needs none (see workflow_cancel_parked).
+        grouped := j.group_key IS NOT NULL AND NOT (j.status = 'scheduled' AND j.run_after = pgtask.parked_at());
+        IF grouped THEN
+            PERFORM 1 FROM pgtask.queue_groups
+              WHERE queue = j.queue AND group_key = j.group_key
+                FOR UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                left_over := left_over + 1;
+                CONTINUE;
             END IF;
-            PERFORM pgtask.cancel_job(s.id);
+        END IF;
+        SELECT * INTO j FROM pgtask.jobs WHERE id = s.id FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            left_over := left_over + 1;
+            CONTINUE;
+        END IF;
+        CONTINUE WHEN NOT pgtask.job_pending(j.status);
+        IF j.status = 'started' THEN
+            INSERT INTO pgtask.cancel_requests (job_id, attempt) VALUES (j.id, j.attempts)
+                ON CONFLICT (job_id) DO NOTHING;
+            PERFORM pg_notify('pgtask_cancel', j.id::text || ':' || j.attempts::text);
+        ELSIF j.status = 'scheduled' AND j.run_after = pgtask.parked_at() THEN
+            PERFORM pgtask.workflow_cancel_parked(j.id);
+        ELSIF j.group_key IS NOT NULL AND NOT grouped THEN
+            -- Released since it was read: its group's row is not ours.
+            left_over := left_over + 1;
+        ELSE
+            -- Its rows are ours: cancel_job waits for nothing.
+            PERFORM pgtask.cancel_job(j.id);
         END IF;
     END LOOP;
     IF left_over = 0 THEN
