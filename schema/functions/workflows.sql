@@ -1,4 +1,4 @@
--- revision: 4
+-- revision: 5
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -69,11 +69,15 @@ BEGIN
         RAISE EXCEPTION 'pgtask.create_workflow: an edge is listed twice' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     INSERT INTO pgtask.workflows (name, steps, edges) VALUES (p_name, n, ne) RETURNING id INTO wid;
+    -- Which steps have parents, by one hash join of the steps with the
+    -- children (not a look through the edges for each step).
     UPDATE pgtask.jobs j SET workflow_id = wid
-     WHERE j.id = ANY (p_ids) AND j.workflow_id IS NULL AND j.batch_id IS NULL
+      FROM (SELECT i.id, k.c IS NOT NULL AS has_parents
+              FROM unnest(p_ids) WITH ORDINALITY AS i(id, n)
+              LEFT JOIN (SELECT DISTINCT c FROM unnest(p_children) AS c) k ON k.c = i.n) s
+     WHERE j.id = s.id AND j.workflow_id IS NULL AND j.batch_id IS NULL
        AND j.enqueued_by = session_user AND j.created_at = now()
-       AND (j.status = 'scheduled' AND j.run_after = pgtask.parked_at())
-           = EXISTS (SELECT 1 FROM unnest(p_children) c WHERE p_ids[c] = j.id);
+       AND (j.status = 'scheduled' AND j.run_after = pgtask.parked_at()) = s.has_parents;
     GET DIAGNOSTICS taken = ROW_COUNT;
     IF taken <> n OR (SELECT count(DISTINCT u) FROM unnest(p_ids) u) <> n THEN
         RAISE EXCEPTION 'pgtask.create_workflow: a step is not a job this transaction enqueued, or is in a workflow or batch already, or is parked without parents (or has parents and is not parked)'
