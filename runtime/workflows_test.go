@@ -698,13 +698,24 @@ func TestWorkflowsUnderRoles(t *testing.T) {
 // Retention deletes a workflow's bookkeeping once none of its jobs is left
 // and it is older than the longest of the jobs' ages, and keeps a workflow
 // with a job left.
+// So it does when retention keeps jobs of some status forever.
 func TestRetentionDeletesFinishedWorkflows(t *testing.T) {
 	t.Parallel()
+	for name, keep := range map[string]runtime.Retention{
+		"every status aged": {Succeeded: time.Hour, Failed: 2 * time.Hour, Cancelled: time.Hour, Interval: time.Hour},
+		"successes kept":    {Succeeded: -1, Failed: 2 * time.Hour, Cancelled: time.Hour, Interval: time.Hour},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testRetentionDeletesFinishedWorkflows(t, keep)
+		})
+	}
+}
+
+func testRetentionDeletesFinishedWorkflows(t *testing.T, keep runtime.Retention) {
 	b := setup(t)
 	ctx := context.Background()
-	w := idleWorker(t, b.url, runtime.Config{Retention: runtime.Retention{
-		Succeeded: time.Hour, Failed: 2 * time.Hour, Cancelled: time.Hour, Interval: time.Hour,
-	}})
+	w := idleWorker(t, b.url, runtime.Config{Retention: keep})
 	newWorkflow := func() (runtime.WorkflowID, []runtime.JobID) {
 		t.Helper()
 		wf := runtime.NewWorkflow("old")
