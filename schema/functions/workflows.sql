@@ -1,4 +1,4 @@
--- revision: 5
+-- revision: 6
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -23,8 +23,8 @@
 -- cancel) tells their children in turn. That cascade runs in a loop, not by
 -- triggers nested in triggers: while a step's outcome is being applied
 -- (pgtask.wf_busy), the triggers of the steps it changes only queue their
--- ids (pgtask.wf_queue), and the outermost trigger works the queue off,
--- one level at a time, so a chain of any length costs no stack.
+-- ids (see workflow_queue_add), and the outermost trigger works the queue
+-- off, one level at a time, so a chain of any length costs no stack.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
 -- schema/functions.go): raise it with every change.
@@ -341,6 +341,49 @@ BEGIN
 END;
 $$;
 
+-- Queues entry p_entry ("id:o") for workflow_work_queue. The queue is
+-- kept in this transaction's settings, in chunks of about 4 kB
+-- (pgtask.wf_q1, pgtask.wf_q2, ..., pgtask.wf_qn the last one in use), so
+-- that an entry costs the copy of one chunk, not of the whole queue: a
+-- cascade through thousands of steps stays linear in their number.
+CREATE OR REPLACE FUNCTION pgtask.workflow_queue_add(p_entry text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := coalesce(nullif(current_setting('pgtask.wf_qn', true), '')::integer, 0);
+    cur text;
+BEGIN
+    IF n > 0 THEN
+        cur := current_setting('pgtask.wf_q' || n, true);
+    END IF;
+    IF n = 0 OR octet_length(cur) > 4000 THEN
+        n := n + 1;
+        cur := NULL;
+        PERFORM set_config('pgtask.wf_qn', n::text, true);
+    END IF;
+    PERFORM set_config('pgtask.wf_q' || n, concat_ws(',', nullif(cur, ''), p_entry), true);
+END;
+$$;
+
+-- Takes the whole queue of workflow_queue_add, in order, leaving it
+-- empty; NULL when it is empty.
+CREATE OR REPLACE FUNCTION pgtask.workflow_queue_take() RETURNS text[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := coalesce(nullif(current_setting('pgtask.wf_qn', true), '')::integer, 0);
+    out text[] := '{}';
+BEGIN
+    IF n = 0 THEN
+        RETURN NULL;
+    END IF;
+    FOR i IN 1 .. n LOOP
+        out := out || string_to_array(nullif(current_setting('pgtask.wf_q' || i, true), ''), ',');
+        PERFORM set_config('pgtask.wf_q' || i, '', true);
+    END LOOP;
+    PERFORM set_config('pgtask.wf_qn', '0', true);
+    RETURN out;
+END;
+$$;
+
 -- Works off the queue of steps whose outcome the triggers left while
 -- another was being applied, or while a batch of outcomes was recorded
 -- (see the top of this file): "id:o" entries, o 's' or 'f' (tell the
@@ -348,21 +391,20 @@ $$;
 CREATE OR REPLACE FUNCTION pgtask.workflow_work_queue() RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    q text;
+    q text[];
     ids bigint[];
     outs "char"[];
     restored bigint[];
     r bigint;
 BEGIN
     LOOP
-        q := nullif(current_setting('pgtask.wf_queue', true), '');
+        q := pgtask.workflow_queue_take();
         EXIT WHEN q IS NULL;
-        PERFORM set_config('pgtask.wf_queue', '', true);
         SELECT coalesce(array_agg(split_part(e, ':', 1)::bigint ORDER BY n) FILTER (WHERE split_part(e, ':', 2) <> 'r'), '{}'),
                coalesce(array_agg(split_part(e, ':', 2)::"char" ORDER BY n) FILTER (WHERE split_part(e, ':', 2) <> 'r'), '{}'),
                coalesce(array_agg(split_part(e, ':', 1)::bigint ORDER BY n) FILTER (WHERE split_part(e, ':', 2) = 'r'), '{}')
           INTO ids, outs, restored
-          FROM unnest(string_to_array(q, ',')) WITH ORDINALITY AS x(e, n);
+          FROM unnest(q) WITH ORDINALITY AS x(e, n);
         FOREACH r IN ARRAY restored LOOP
             PERFORM pgtask.workflow_restore(r);
         END LOOP;
@@ -380,7 +422,7 @@ CREATE OR REPLACE FUNCTION pgtask.workflow_settle_deferred() RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM set_config('pgtask.wf_defer', 'off', true);
-    IF nullif(current_setting('pgtask.wf_queue', true), '') IS NULL THEN
+    IF coalesce(nullif(current_setting('pgtask.wf_qn', true), ''), '0') = '0' THEN
         RETURN;
     END IF;
     PERFORM set_config('pgtask.wf_busy', 'on', true);
@@ -396,8 +438,7 @@ CREATE OR REPLACE FUNCTION pgtask.workflow_step_changed(p_id bigint, p_what text
 LANGUAGE plpgsql AS $$
 BEGIN
     IF current_setting('pgtask.wf_busy', true) = 'on' OR current_setting('pgtask.wf_defer', true) = 'on' THEN
-        PERFORM set_config('pgtask.wf_queue',
-                           concat_ws(',', nullif(current_setting('pgtask.wf_queue', true), ''), p_id || ':' || p_what), true);
+        PERFORM pgtask.workflow_queue_add(p_id || ':' || p_what);
         RETURN;
     END IF;
     PERFORM set_config('pgtask.wf_busy', 'on', true);
@@ -407,9 +448,7 @@ BEGIN
         PERFORM pgtask.workflow_settle(ARRAY[p_id], ARRAY[p_what::"char"]);
     END IF;
     -- What the changes it made queued: a cascade, one level at a time.
-    IF nullif(current_setting('pgtask.wf_queue', true), '') IS NOT NULL THEN
-        PERFORM pgtask.workflow_work_queue();
-    END IF;
+    PERFORM pgtask.workflow_work_queue();
     PERFORM set_config('pgtask.wf_busy', 'off', true);
 END;
 $$;

@@ -206,5 +206,31 @@ func (b *bench) measureWorkflowEnqueue(ctx context.Context) error {
 	}
 	b.done()
 	b.addVersus(label, n, rate(n, fan), rate(n, many), 0.5, "EnqueueMany of as many jobs")
+
+	// A cascade: the root's cancel cancels every other step, in the
+	// operator's transaction.
+	label = fmt.Sprintf("workflows: cancel of a fan-out's root, %d steps", n)
+	b.say("%s", label)
+	var cascade time.Duration
+	pool, _, cleanup, err := b.database(ctx, b.o.Conns)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	wf := pgtask.NewWorkflow("fan-out")
+	root := benchtasks.AddNoop(wf, benchtasks.Noop{N: 0})
+	for i := 1; i < n; i++ {
+		benchtasks.AddNoop(wf, benchtasks.Noop{N: i}, pgtask.After(root))
+	}
+	if _, err := wf.Enqueue(ctx, pool); err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, err := pgtask.CancelJob(ctx, pool, root.JobID()); err != nil {
+		return err
+	}
+	cascade = time.Since(start)
+	b.done()
+	b.addVersus(label, n, rate(n, cascade), rate(n, many), 0.5, "EnqueueMany of as many jobs")
 	return nil
 }
