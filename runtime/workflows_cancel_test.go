@@ -2,6 +2,8 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -158,5 +160,81 @@ func TestWorkflowCancelRacesARelease(t *testing.T) {
 		if j.Status != testdb.PgtaskJobStatusCancelled {
 			t.Fatalf("round %d: the released step of the cancelled workflow is %s", round, j.Status)
 		}
+	}
+}
+
+// A workflow cancelled while one of its steps cannot be cancelled yet (an
+// operator holds its row) says it is cancelling until maintenance has
+// cancelled that step, then cancelled.
+func TestWorkflowCancellingUntilItsStepsEnd(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("cancelling")
+	s := wf.Add(req("x"))
+	id := enqueueIdle(t, b, wf)
+	op := beginTx(t, b)
+	if err := testdb.New(op).LockJobRow(ctx, int64(s.JobID())); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := runtime.CancelWorkflowByID(ctx, b.pool, id); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	if st, err := runtime.GetWorkflow(ctx, b.pool, id); err != nil || st.Status != runtime.WorkflowCancelling || st.Queued != 1 {
+		t.Fatalf("with a step left to cancel: %+v, %v", st, err)
+	}
+	if err := op.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.gen.CancelPendingWorkflows(ctx, 10); err != nil || n != 0 {
+		t.Fatalf("maintenance: %d left, %v", n, err)
+	}
+	if st, err := runtime.GetWorkflow(ctx, b.pool, id); err != nil || st.Status != runtime.WorkflowCancelled || st.Cancelled != 1 {
+		t.Fatalf("once maintenance cancelled the step: %+v, %v", st, err)
+	}
+}
+
+// A step whose parent's job retention deleted before the step read its
+// result is told the result is gone.
+func TestWorkflowInputOfAGoneParent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("gone")
+	parent := runtime.StepWithResult[int]{Step: wf.Add(req("x"))}
+	payload, err := json.Marshal(map[string]any{"in": parent.Output()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := wf.AddStep(runtime.EnqueueRequest{Kind: "reader", Payload: payload}, nil, parent.Output().Dep("In"))
+	enqueueIdle(t, b, wf)
+	if _, err := b.q.FinishJobAs(ctx, testdb.FinishJobAsParams{ID: int64(parent.JobID()), Status: testdb.PgtaskJobStatusSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.q.DeleteJob(ctx, int64(parent.JobID())); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	startWorker(t, b.url, runtime.Config{}, runtime.Registration{Kind: "reader", Handler: func(ctx context.Context, job *runtime.Job) error {
+		var p struct {
+			In runtime.Input[int] `json:"in"`
+		}
+		if err := json.Unmarshal(job.Payload, &p); err != nil {
+			return err
+		}
+		_, err := p.In.Get(ctx, job)
+		select {
+		case got <- err:
+		default:
+		}
+		return nil
+	}})
+	select {
+	case err := <-got:
+		if !errors.Is(err, runtime.ErrParentGone) {
+			t.Fatalf("Get: %v, want ErrParentGone", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("step %d did not run in 30s", child.JobID())
 	}
 }

@@ -369,21 +369,39 @@ func TestWorkflowEnqueueRefusesBadInput(t *testing.T) {
 			}
 		})
 	}
-	var n int
-	if err := b.pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM pgtask.jobs) + (SELECT count(*) FROM pgtask.workflows)").Scan(&n); err != nil {
+	n, err := b.q.JobAndWorkflowRows(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 {
 		t.Fatalf("%d rows inserted by refused workflows", n)
 	}
-	// Enqueued once only.
-	w := runtime.NewWorkflow("once")
-	w.Add(req("x"))
-	if _, err := w.Enqueue(ctx, b.pool); err != nil {
+	// Enqueued in a transaction that rolls back, then again: the second
+	// Enqueue makes the workflow, and the ids name its jobs.
+	w := runtime.NewWorkflow("again")
+	first := w.Add(req("x"))
+	w.Add(req("x"), runtime.After(first))
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Enqueue(ctx, b.pool); err == nil || !strings.Contains(err.Error(), "enqueued already") {
-		t.Fatalf("second enqueue: %v", err)
+	if _, err := w.Enqueue(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id, err := w.Enqueue(ctx, b.pool)
+	if err != nil {
+		t.Fatalf("enqueue after a rollback: %v", err)
+	}
+	if s, err := runtime.GetWorkflow(ctx, b.pool, id); err != nil || s.Steps != 2 || w.ID() != id {
+		t.Fatalf("workflow %+v, %v", s, err)
+	}
+	for _, j := range w.JobIDs() {
+		if _, err := b.q.GetJob(ctx, int64(j)); err != nil {
+			t.Fatalf("job %d of the workflow: %v", j, err)
+		}
 	}
 }
 

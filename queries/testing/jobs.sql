@@ -281,3 +281,7 @@ UPDATE pgtask.workflows SET created_at = clock_timestamp() - make_interval(secs 
 SELECT (SELECT count(*) FROM pgtask.workflows WHERE id = @id)
      + (SELECT count(*) FROM pgtask.workflow_edges WHERE workflow_id = @id)
      + (SELECT count(*) FROM pgtask.workflow_waits WHERE workflow_id = @id) AS left_over;
+
+-- name: JobAndWorkflowRows :one
+-- How many jobs and workflows there are, together.
+SELECT (SELECT count(*) FROM pgtask.jobs) + (SELECT count(*) FROM pgtask.workflows) AS rows;

@@ -557,6 +557,18 @@ func (q *Queries) IndexReads(ctx context.Context, index string) (int64, error) {
 	return reads, err
 }
 
+const jobAndWorkflowRows = `-- name: JobAndWorkflowRows :one
+SELECT (SELECT count(*) FROM pgtask.jobs) + (SELECT count(*) FROM pgtask.workflows) AS rows
+`
+
+// How many jobs and workflows there are, together.
+func (q *Queries) JobAndWorkflowRows(ctx context.Context) (int32, error) {
+	row := q.db.QueryRow(ctx, jobAndWorkflowRows)
+	var rows int32
+	err := row.Scan(&rows)
+	return rows, err
+}
+
 const listJobs = `-- name: ListJobs :many
 SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id, tenant, fair_seq, workflow_id FROM pgtask.jobs WHERE queue = $1 ORDER BY id
 `
