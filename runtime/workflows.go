@@ -426,7 +426,8 @@ func (in *Input[R]) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Get reads the parent's result, in the job's transaction. A parent that
+// Get reads the parent's result (held mode: in the job's transaction; lease
+// mode: through the pool, holding no connection). A parent that
 // did not succeed (the step runs anyway) returns an error wrapping
 // ErrParentFailed, with the parent's status; a parent retried since
 // (unfinished again) one wrapping ErrParentNotFinished; a parent whose job
@@ -447,12 +448,19 @@ func (in Input[R]) Get(ctx context.Context, job *Job) (R, error) {
 	return v, nil
 }
 
-// stepInput reads the result of the parent at step of job's workflow.
+// stepInput reads the result of the parent at step of job's workflow: in
+// held mode in the job's transaction, in lease mode through the pool (a
+// parent's result is committed before its child starts), so that a lease
+// handler holds no connection for it.
 func stepInput(ctx context.Context, job *Job, step int) (json.RawMessage, error) {
-	if job.tx == nil {
+	var db gen.DBTX = job.tx
+	if job.lease != nil {
+		db = job.lease.w.pool
+	}
+	if db == nil {
 		return nil, fmt.Errorf("job %d: no transaction to read its parent's result in", job.ID)
 	}
-	r, err := gen.New(job.tx).StepInput(ctx, gen.StepInputParams{ID: int64(job.ID), Step: int32(step)})
+	r, err := gen.New(db).StepInput(ctx, gen.StepInputParams{ID: int64(job.ID), Step: int32(step)})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, NoRetry(fmt.Errorf("job %d: step %d of its workflow is not its parent", job.ID, step))
 	}

@@ -238,3 +238,57 @@ func TestWorkflowInputOfAGoneParent(t *testing.T) {
 		t.Fatalf("step %d did not run in 30s", child.JobID())
 	}
 }
+
+// A lease-mode step reads its parent's result without opening its job's
+// transaction: a lease handler holds no connection while it runs.
+func TestWorkflowLeaseInputHoldsNoConnection(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("lease-input")
+	parent := runtime.StepWithResult[int]{Step: wf.Add(req("x"))}
+	payload, err := json.Marshal(map[string]any{"in": parent.Output()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf.AddStep(runtime.EnqueueRequest{Kind: "reader", Payload: payload}, nil, parent.Output().Dep("In"))
+	enqueueIdle(t, b, wf)
+	if _, err := b.q.FinishJobAs(ctx, testdb.FinishJobAsParams{ID: int64(parent.JobID()), Status: testdb.PgtaskJobStatusSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	type seen struct {
+		err  error
+		open int32
+	}
+	got := make(chan seen, 1)
+	cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: runtime.ModeLease}}}
+	startWorker(t, b.url, cfg, runtime.Registration{Kind: "reader", Handler: func(ctx context.Context, job *runtime.Job) error {
+		var p struct {
+			In runtime.Input[int] `json:"in"`
+		}
+		if err := json.Unmarshal(job.Payload, &p); err != nil {
+			return err
+		}
+		_, err := p.In.Get(ctx, job)
+		open, cerr := b.q.CountIdleInTransaction(ctx)
+		if err == nil {
+			err = cerr
+		}
+		select {
+		case got <- seen{err, open}:
+		default:
+		}
+		return nil
+	}})
+	select {
+	case s := <-got:
+		if s.err != nil {
+			t.Fatal(s.err)
+		}
+		if s.open != 0 {
+			t.Fatalf("%d sessions in an open transaction while the lease handler ran after Get", s.open)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the step did not run in 30s")
+	}
+}

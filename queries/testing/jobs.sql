@@ -285,3 +285,9 @@ SELECT (SELECT count(*) FROM pgtask.workflows WHERE id = @id)
 -- name: JobAndWorkflowRows :one
 -- How many jobs and workflows there are, together.
 SELECT (SELECT count(*) FROM pgtask.jobs) + (SELECT count(*) FROM pgtask.workflows) AS rows;
+
+-- name: CountIdleInTransaction :one
+-- Sessions of this database (not this one) that sit in an open
+-- transaction between statements.
+SELECT count(*)::integer AS sessions FROM pg_catalog.pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'idle in transaction';

@@ -135,6 +135,20 @@ func (q *Queries) CountBlockedBy(ctx context.Context, pid int32) (int64, error) 
 	return blocked, err
 }
 
+const countIdleInTransaction = `-- name: CountIdleInTransaction :one
+SELECT count(*)::integer AS sessions FROM pg_catalog.pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'idle in transaction'
+`
+
+// Sessions of this database (not this one) that sit in an open
+// transaction between statements.
+func (q *Queries) CountIdleInTransaction(ctx context.Context) (int32, error) {
+	row := q.db.QueryRow(ctx, countIdleInTransaction)
+	var sessions int32
+	err := row.Scan(&sessions)
+	return sessions, err
+}
+
 const countJobs = `-- name: CountJobs :many
 SELECT queue, status, count(*)::bigint AS jobs
   FROM pgtask.jobs
