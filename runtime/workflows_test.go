@@ -101,6 +101,28 @@ func waitWorkflow(t *testing.T, b *bundle, id runtime.WorkflowID, timeout time.D
 	}
 }
 
+// waitWorkflowProgress waits until workflow id has no step left to run,
+// failing when no step has finished for stall.
+func waitWorkflowProgress(t *testing.T, b *bundle, id runtime.WorkflowID, stall time.Duration) *runtime.WorkflowState {
+	t.Helper()
+	last, since := -1, time.Now()
+	for {
+		s, err := runtime.GetWorkflow(context.Background(), b.pool, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Status != runtime.WorkflowRunning && s.Waiting+s.Queued+s.Started == 0 {
+			return s
+		}
+		if done := s.Succeeded + s.Failed + s.Cancelled; done != last {
+			last, since = done, time.Now()
+		} else if time.Since(since) > stall {
+			t.Fatalf("workflow %d: no step finished for %s: %+v", id, stall, s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // A diamond, a chain and a fan-in in one workflow, worked by three workers
 // at once in each mode: every step starts once, and only after all its
 // parents have succeeded.
@@ -158,8 +180,8 @@ func TestWorkflowStepsStartAfterTheirParents(t *testing.T) {
 			if j := b.job(t, last.JobID()); j.Status != testdb.PgtaskJobStatusSucceeded {
 				t.Fatalf("fan-in step %s", j.Status)
 			}
-			var notes int
-			if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM pgtask.workflow_notes").Scan(&notes); err != nil {
+			notes, err := b.q.WorkflowNotesLeft(ctx)
+			if err != nil {
 				t.Fatal(err)
 			}
 			if notes != 0 {
@@ -209,7 +231,9 @@ func TestWorkflowChainFailureCancelsEveryDependent(t *testing.T) {
 		t.Fatalf("after the head's retry: %+v", s)
 	}
 	startWorker(t, b.url, runtime.Config{}, noop("step"))
-	s = waitWorkflow(t, b, id, 60*time.Second)
+	// A chain runs one step at a time: on a loaded machine it may take
+	// long, so the wait fails when no step succeeds for 30 s.
+	s = waitWorkflowProgress(t, b, id, 30*time.Second)
 	if s.Status != runtime.WorkflowSucceeded {
 		t.Fatalf("workflow %+v", s)
 	}
@@ -624,13 +648,21 @@ func TestWorkflowFanInUnderTerminations(t *testing.T) {
 					}
 				}
 			})
+			deadline := time.Now().Add(90 * time.Second)
 			for {
 				s, err := runtime.GetWorkflow(ctx, b.pool, id)
 				if err != nil {
+					close(stop)
+					killed.Wait()
 					t.Fatal(err)
 				}
 				if s.Succeeded >= 1500 || s.Status != runtime.WorkflowRunning {
 					break
+				}
+				if time.Now().After(deadline) {
+					close(stop)
+					killed.Wait()
+					t.Fatalf("under terminations, %d steps succeeded after 90s, want 1500: %+v", s.Succeeded, s)
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
