@@ -642,9 +642,18 @@ func TestWorkflowFanInUnderTerminations(t *testing.T) {
 						return
 					case <-time.After(30 * time.Millisecond):
 					}
+					// Held mode's job transactions sit idle in
+					// transaction while handlers run; lease mode's
+					// sessions matter while they record outcomes.
 					n, err := b.q.TerminateJobTransactions(ctx, 1)
 					if err == nil {
 						terminated += int(n)
+					}
+					if mode == runtime.ModeLease {
+						n, err = b.q.TerminateSettlers(ctx, 1)
+						if err == nil {
+							terminated += int(n)
+						}
 					}
 				}
 			})

@@ -838,6 +838,24 @@ func (q *Queries) TerminateListeners(ctx context.Context) (int64, error) {
 	return terminated, err
 }
 
+const terminateSettlers = `-- name: TerminateSettlers :one
+SELECT count(pg_terminate_backend(pid))::integer AS terminated
+  FROM (SELECT pid FROM pg_catalog.pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active'
+           AND query ~ '^-- name: SettleJobs '
+         ORDER BY random() LIMIT $1::integer) s
+`
+
+// Ends up to @max sessions of this database (not this one) that are
+// recording outcomes (pgtask.settle_jobs) right now, as a lost connection
+// would end them mid-way.
+func (q *Queries) TerminateSettlers(ctx context.Context, max int32) (int32, error) {
+	row := q.db.QueryRow(ctx, terminateSettlers, max)
+	var terminated int32
+	err := row.Scan(&terminated)
+	return terminated, err
+}
+
 const transactionIsolation = `-- name: TransactionIsolation :one
 SELECT current_setting('transaction_isolation')::text AS level
 `
