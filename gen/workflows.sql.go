@@ -286,9 +286,9 @@ func (q *Queries) ListWorkflows(ctx context.Context, arg ListWorkflowsParams) ([
 }
 
 const StepInput = `-- name: StepInput :one
-SELECT p.id, p.status, p.result
+SELECT e.parent AS id, p.status, p.result
   FROM pgtask.workflow_edges e
-  JOIN pgtask.jobs p ON p.id = e.parent
+  LEFT JOIN pgtask.jobs p ON p.id = e.parent
  WHERE e.child = $1 AND e.step = $2::integer
 `
 
@@ -298,13 +298,14 @@ type StepInputParams struct {
 }
 
 type StepInputRow struct {
-	ID     int64           `db:"id"`
-	Status PgtaskJobStatus `db:"status"`
-	Result json.RawMessage `db:"result"`
+	ID     int64               `db:"id"`
+	Status NullPgtaskJobStatus `db:"status"`
+	Result json.RawMessage     `db:"result"`
 }
 
 // The result of the parent that is step @step of job @id's workflow, with
-// its status, for a typed input (runtime.Input). No row: no such parent.
+// its status, for a typed input (runtime.Input). No row: no such parent;
+// a NULL status: the parent's job is gone (retention, or a delete).
 func (q *Queries) StepInput(ctx context.Context, arg StepInputParams) (StepInputRow, error) {
 	row := q.db.QueryRow(ctx, StepInput, arg.ID, arg.Step)
 	var i StepInputRow

@@ -48,10 +48,11 @@ SELECT e.parent, e.step, e.policy::text AS policy, coalesce(e.outcome::text, '')
 
 -- name: StepInput :one
 -- The result of the parent that is step @step of job @id's workflow, with
--- its status, for a typed input (runtime.Input). No row: no such parent.
-SELECT p.id, p.status, p.result
+-- its status, for a typed input (runtime.Input). No row: no such parent;
+-- a NULL status: the parent's job is gone (retention, or a delete).
+SELECT e.parent AS id, p.status, p.result
   FROM pgtask.workflow_edges e
-  JOIN pgtask.jobs p ON p.id = e.parent
+  LEFT JOIN pgtask.jobs p ON p.id = e.parent
  WHERE e.child = @id AND e.step = @step::integer;
 
 -- name: ApplyWorkflowNotes :one

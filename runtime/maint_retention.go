@@ -101,22 +101,21 @@ func (r *retainer) deleteBatch(ctx context.Context) (more bool) {
 	}
 	// Ended batches are kept as long as the longest-kept of their jobs.
 	age := max(r.cfg.Succeeded, r.cfg.Failed, r.cfg.Cancelled)
-	if min(r.cfg.Succeeded, r.cfg.Failed, r.cfg.Cancelled) < 0 {
-		return more
-	}
 	bctx, cancel := context.WithTimeout(ctx, bookkeeping)
 	defer cancel()
-	n, err := r.q.DeleteFinishedBatches(bctx, gen.DeleteFinishedBatchesParams{OlderThanMs: age.Milliseconds(), Max: r.batch})
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("pgtask: retention of batches failed; will retry", "error", err)
+	if min(r.cfg.Succeeded, r.cfg.Failed, r.cfg.Cancelled) >= 0 {
+		n, err := r.q.DeleteFinishedBatches(bctx, gen.DeleteFinishedBatchesParams{OlderThanMs: age.Milliseconds(), Max: r.batch})
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("pgtask: retention of batches failed; will retry", "error", err)
+			}
+			return false
 		}
-		return false
+		more = more || n == r.batch
 	}
-	more = more || n == r.batch
 	// So are workflows, whose bookkeeping goes once none of their jobs is
-	// left.
-	n, err = r.q.DeleteFinishedWorkflows(bctx, gen.DeleteFinishedWorkflowsParams{OlderThanMs: age.Milliseconds(), Max: r.batch})
+	// left, whatever status is kept forever: a job kept is a job left.
+	n, err := r.q.DeleteFinishedWorkflows(bctx, gen.DeleteFinishedWorkflowsParams{OlderThanMs: age.Milliseconds(), Max: r.batch})
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("pgtask: retention of workflows failed; will retry", "error", err)

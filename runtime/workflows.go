@@ -69,6 +69,16 @@ func (p FailurePolicy) String() string {
 // (RunAnyway).
 var ErrParentFailed = errors.New("pgtask: the parent step did not succeed")
 
+// ErrParentGone is wrapped by the error of Input.Get when the parent's
+// job is gone (retention deleted it, or a delete by hand), so its result
+// can no longer be read.
+var ErrParentGone = errors.New("pgtask: the parent step's job is gone")
+
+// ErrParentNotFinished is wrapped by the error of Input.Get when the
+// parent has not finished: a step that runs anyway after a parent which an
+// operator retried meanwhile. The step's attempt fails and is retried.
+var ErrParentNotFinished = errors.New("pgtask: the parent step has not finished")
+
 // ErrWorkflowNotFound is returned by GetWorkflow for an id with no workflow.
 var ErrWorkflowNotFound = errors.New("pgtask: workflow not found")
 
@@ -258,8 +268,13 @@ func rank(p FailurePolicy) int {
 // empty workflow, more than MaxWorkflowSteps steps or MaxWorkflowEdges
 // dependencies, a step whose request fails the checks of EnqueueMany (an
 // *EnqueueError with its index), a unique step, a step with parents and
-// RunAt or Delay, and an Input not set from a step of this workflow. A
-// workflow is enqueued once.
+// RunAt or Delay, and an Input not set from a step of this workflow.
+//
+// Enqueue leaves the builder as it was, but for the ids it reports (ID,
+// JobIDs, Step.JobID): those of the last Enqueue that returned no error.
+// So a builder can be enqueued again after a transaction it was enqueued
+// in rolled back (a retried transaction); each Enqueue makes a new
+// workflow.
 func (wf *Workflow) Enqueue(ctx context.Context, db DB) (WorkflowID, error) {
 	if err := wf.check(); err != nil {
 		return 0, err
@@ -327,8 +342,6 @@ func (wf *Workflow) check() error {
 	switch {
 	case wf.err != nil:
 		return wf.err
-	case wf.id != 0:
-		return fmt.Errorf("workflow %q: enqueued already (workflow %d)", wf.name, wf.id)
 	case wf.name == "":
 		return errors.New("workflow: the name is empty")
 	case len(wf.name) > MaxWorkflowNameBytes:
@@ -413,9 +426,12 @@ func (in *Input[R]) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Get reads the parent's result, in the job's transaction. A parent that
+// Get reads the parent's result (held mode: in the job's transaction; lease
+// mode: through the pool, holding no connection). A parent that
 // did not succeed (the step runs anyway) returns an error wrapping
-// ErrParentFailed, with the parent's status.
+// ErrParentFailed, with the parent's status; a parent retried since
+// (unfinished again) one wrapping ErrParentNotFinished; a parent whose job
+// is gone (retention) one wrapping ErrParentGone.
 func (in Input[R]) Get(ctx context.Context, job *Job) (R, error) {
 	var zero R
 	if !in.set {
@@ -432,20 +448,33 @@ func (in Input[R]) Get(ctx context.Context, job *Job) (R, error) {
 	return v, nil
 }
 
-// stepInput reads the result of the parent at step of job's workflow.
+// stepInput reads the result of the parent at step of job's workflow: in
+// held mode in the job's transaction, in lease mode through the pool (a
+// parent's result is committed before its child starts), so that a lease
+// handler holds no connection for it.
 func stepInput(ctx context.Context, job *Job, step int) (json.RawMessage, error) {
-	if job.tx == nil {
+	var db gen.DBTX = job.tx
+	if job.lease != nil {
+		db = job.lease.w.pool
+	}
+	if db == nil {
 		return nil, fmt.Errorf("job %d: no transaction to read its parent's result in", job.ID)
 	}
-	r, err := gen.New(job.tx).StepInput(ctx, gen.StepInputParams{ID: int64(job.ID), Step: int32(step)})
+	r, err := gen.New(db).StepInput(ctx, gen.StepInputParams{ID: int64(job.ID), Step: int32(step)})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, NoRetry(fmt.Errorf("job %d: step %d of its workflow is not its parent", job.ID, step))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("job %d: read its parent's result: %w", job.ID, err)
 	}
-	if r.Status != gen.PgtaskJobStatusSucceeded {
-		return nil, NoRetry(fmt.Errorf("job %d: parent job %d (step %d) is %s: %w", job.ID, r.ID, step, r.Status, ErrParentFailed))
+	switch {
+	case !r.Status.Valid:
+		return nil, NoRetry(fmt.Errorf("job %d: parent job %d (step %d) is gone, and its result with it: %w", job.ID, r.ID, step, ErrParentGone))
+	case r.Status.PgtaskJobStatus == gen.PgtaskJobStatusSucceeded:
+	case r.Status.PgtaskJobStatus == gen.PgtaskJobStatusFailed || r.Status.PgtaskJobStatus == gen.PgtaskJobStatusCancelled:
+		return nil, NoRetry(fmt.Errorf("job %d: parent job %d (step %d) is %s: %w", job.ID, r.ID, step, r.Status.PgtaskJobStatus, ErrParentFailed))
+	default:
+		return nil, fmt.Errorf("job %d: parent job %d (step %d) is %s: %w", job.ID, r.ID, step, r.Status.PgtaskJobStatus, ErrParentNotFinished)
 	}
 	if len(r.Result) == 0 {
 		return json.RawMessage("null"), nil
@@ -464,9 +493,13 @@ const (
 	// WorkflowFailed: every step finished, and some failed for good.
 	WorkflowFailed WorkflowStatus = "failed"
 	// WorkflowCancelled: it was cancelled as a whole (CancelWorkflow, or an
-	// operator), or every step finished and some were cancelled, none
-	// failed.
+	// operator) and none of its steps is left running or to cancel, or
+	// every step finished and some were cancelled, none failed.
 	WorkflowCancelled WorkflowStatus = "cancelled"
+	// WorkflowCancelling: it was cancelled as a whole, and some of its
+	// steps still run (they were asked to stop) or are still to be
+	// cancelled (maintenance cancels them).
+	WorkflowCancelling WorkflowStatus = "cancelling"
 )
 
 // WorkflowState is a workflow's state as one query reads it (GetWorkflow).
@@ -503,6 +536,8 @@ func GetWorkflow(ctx context.Context, db DB, id WorkflowID) (*WorkflowState, err
 		Failed: int(r.Failed), Cancelled: int(r.Cancelled), Deleted: int(r.Steps - r.Present)}
 	pending := s.Waiting + s.Queued + s.Started
 	switch {
+	case s.CancelledAt != nil && pending > 0:
+		s.Status = WorkflowCancelling
 	case s.CancelledAt != nil:
 		s.Status = WorkflowCancelled
 	case pending > 0:

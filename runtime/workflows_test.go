@@ -101,6 +101,28 @@ func waitWorkflow(t *testing.T, b *bundle, id runtime.WorkflowID, timeout time.D
 	}
 }
 
+// waitWorkflowProgress waits until workflow id has no step left to run,
+// failing when no step has finished for stall.
+func waitWorkflowProgress(t *testing.T, b *bundle, id runtime.WorkflowID, stall time.Duration) *runtime.WorkflowState {
+	t.Helper()
+	last, since := -1, time.Now()
+	for {
+		s, err := runtime.GetWorkflow(context.Background(), b.pool, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Status != runtime.WorkflowRunning && s.Waiting+s.Queued+s.Started == 0 {
+			return s
+		}
+		if done := s.Succeeded + s.Failed + s.Cancelled; done != last {
+			last, since = done, time.Now()
+		} else if time.Since(since) > stall {
+			t.Fatalf("workflow %d: no step finished for %s: %+v", id, stall, s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // A diamond, a chain and a fan-in in one workflow, worked by three workers
 // at once in each mode: every step starts once, and only after all its
 // parents have succeeded.
@@ -158,8 +180,8 @@ func TestWorkflowStepsStartAfterTheirParents(t *testing.T) {
 			if j := b.job(t, last.JobID()); j.Status != testdb.PgtaskJobStatusSucceeded {
 				t.Fatalf("fan-in step %s", j.Status)
 			}
-			var notes int
-			if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM pgtask.workflow_notes").Scan(&notes); err != nil {
+			notes, err := b.q.WorkflowNotesLeft(ctx)
+			if err != nil {
 				t.Fatal(err)
 			}
 			if notes != 0 {
@@ -209,7 +231,9 @@ func TestWorkflowChainFailureCancelsEveryDependent(t *testing.T) {
 		t.Fatalf("after the head's retry: %+v", s)
 	}
 	startWorker(t, b.url, runtime.Config{}, noop("step"))
-	s = waitWorkflow(t, b, id, 60*time.Second)
+	// A chain runs one step at a time: on a loaded machine it may take
+	// long, so the wait fails when no step succeeds for 30 s.
+	s = waitWorkflowProgress(t, b, id, 30*time.Second)
 	if s.Status != runtime.WorkflowSucceeded {
 		t.Fatalf("workflow %+v", s)
 	}
@@ -369,21 +393,39 @@ func TestWorkflowEnqueueRefusesBadInput(t *testing.T) {
 			}
 		})
 	}
-	var n int
-	if err := b.pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM pgtask.jobs) + (SELECT count(*) FROM pgtask.workflows)").Scan(&n); err != nil {
+	n, err := b.q.JobAndWorkflowRows(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 {
 		t.Fatalf("%d rows inserted by refused workflows", n)
 	}
-	// Enqueued once only.
-	w := runtime.NewWorkflow("once")
-	w.Add(req("x"))
-	if _, err := w.Enqueue(ctx, b.pool); err != nil {
+	// Enqueued in a transaction that rolls back, then again: the second
+	// Enqueue makes the workflow, and the ids name its jobs.
+	w := runtime.NewWorkflow("again")
+	first := w.Add(req("x"))
+	w.Add(req("x"), runtime.After(first))
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Enqueue(ctx, b.pool); err == nil || !strings.Contains(err.Error(), "enqueued already") {
-		t.Fatalf("second enqueue: %v", err)
+	if _, err := w.Enqueue(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id, err := w.Enqueue(ctx, b.pool)
+	if err != nil {
+		t.Fatalf("enqueue after a rollback: %v", err)
+	}
+	if s, err := runtime.GetWorkflow(ctx, b.pool, id); err != nil || s.Steps != 2 || w.ID() != id {
+		t.Fatalf("workflow %+v, %v", s, err)
+	}
+	for _, j := range w.JobIDs() {
+		if _, err := b.q.GetJob(ctx, int64(j)); err != nil {
+			t.Fatalf("job %d of the workflow: %v", j, err)
+		}
 	}
 }
 
@@ -600,19 +642,36 @@ func TestWorkflowFanInUnderTerminations(t *testing.T) {
 						return
 					case <-time.After(30 * time.Millisecond):
 					}
+					// Held mode's job transactions sit idle in
+					// transaction while handlers run; lease mode's
+					// sessions matter while they record outcomes.
 					n, err := b.q.TerminateJobTransactions(ctx, 1)
 					if err == nil {
 						terminated += int(n)
 					}
+					if mode == runtime.ModeLease {
+						n, err = b.q.TerminateSettlers(ctx, 1)
+						if err == nil {
+							terminated += int(n)
+						}
+					}
 				}
 			})
+			deadline := time.Now().Add(90 * time.Second)
 			for {
 				s, err := runtime.GetWorkflow(ctx, b.pool, id)
 				if err != nil {
+					close(stop)
+					killed.Wait()
 					t.Fatal(err)
 				}
 				if s.Succeeded >= 1500 || s.Status != runtime.WorkflowRunning {
 					break
+				}
+				if time.Now().After(deadline) {
+					close(stop)
+					killed.Wait()
+					t.Fatalf("under terminations, %d steps succeeded after 90s, want 1500: %+v", s.Succeeded, s)
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -698,13 +757,24 @@ func TestWorkflowsUnderRoles(t *testing.T) {
 // Retention deletes a workflow's bookkeeping once none of its jobs is left
 // and it is older than the longest of the jobs' ages, and keeps a workflow
 // with a job left.
+// So it does when retention keeps jobs of some status forever.
 func TestRetentionDeletesFinishedWorkflows(t *testing.T) {
 	t.Parallel()
+	for name, keep := range map[string]runtime.Retention{
+		"every status aged": {Succeeded: time.Hour, Failed: 2 * time.Hour, Cancelled: time.Hour, Interval: time.Hour},
+		"successes kept":    {Succeeded: -1, Failed: 2 * time.Hour, Cancelled: time.Hour, Interval: time.Hour},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testRetentionDeletesFinishedWorkflows(t, keep)
+		})
+	}
+}
+
+func testRetentionDeletesFinishedWorkflows(t *testing.T, keep runtime.Retention) {
 	b := setup(t)
 	ctx := context.Background()
-	w := idleWorker(t, b.url, runtime.Config{Retention: runtime.Retention{
-		Succeeded: time.Hour, Failed: 2 * time.Hour, Cancelled: time.Hour, Interval: time.Hour,
-	}})
+	w := idleWorker(t, b.url, runtime.Config{Retention: keep})
 	newWorkflow := func() (runtime.WorkflowID, []runtime.JobID) {
 		t.Helper()
 		wf := runtime.NewWorkflow("old")

@@ -281,3 +281,23 @@ UPDATE pgtask.workflows SET created_at = clock_timestamp() - make_interval(secs 
 SELECT (SELECT count(*) FROM pgtask.workflows WHERE id = @id)
      + (SELECT count(*) FROM pgtask.workflow_edges WHERE workflow_id = @id)
      + (SELECT count(*) FROM pgtask.workflow_waits WHERE workflow_id = @id) AS left_over;
+
+-- name: JobAndWorkflowRows :one
+-- How many jobs and workflows there are, together.
+SELECT (SELECT count(*) FROM pgtask.jobs) + (SELECT count(*) FROM pgtask.workflows) AS rows;
+
+-- name: CountIdleInTransaction :one
+-- Sessions of this database (not this one) that sit in an open
+-- transaction between statements.
+SELECT count(*)::integer AS sessions FROM pg_catalog.pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'idle in transaction';
+
+-- name: TerminateSettlers :one
+-- Ends up to @max sessions of this database (not this one) that are
+-- recording outcomes (pgtask.settle_jobs) right now, as a lost connection
+-- would end them mid-way.
+SELECT count(pg_terminate_backend(pid))::integer AS terminated
+  FROM (SELECT pid FROM pg_catalog.pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active'
+           AND query ~ '^-- name: SettleJobs '
+         ORDER BY random() LIMIT @max::integer) s;

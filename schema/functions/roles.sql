@@ -1,4 +1,4 @@
--- revision: 21
+-- revision: 22
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -255,6 +255,10 @@ LANGUAGE sql IMMUTABLE AS $$
     ('none', 'function', 'workflow_step_repark', ''),
     ('worker', 'function', 'workflow_step_changed', 'EXECUTE'),
     ('admin', 'function', 'workflow_step_changed', 'EXECUTE'),
+    ('worker', 'function', 'workflow_queue_add', 'EXECUTE'),
+    ('admin', 'function', 'workflow_queue_add', 'EXECUTE'),
+    ('worker', 'function', 'workflow_queue_take', 'EXECUTE'),
+    ('admin', 'function', 'workflow_queue_take', 'EXECUTE'),
     ('worker', 'function', 'workflow_work_queue', 'EXECUTE'),
     ('admin', 'function', 'workflow_work_queue', 'EXECUTE'),
     ('worker', 'function', 'workflow_settle', 'EXECUTE'),

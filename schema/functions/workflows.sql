@@ -1,4 +1,4 @@
--- revision: 3
+-- revision: 6
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -23,8 +23,8 @@
 -- cancel) tells their children in turn. That cascade runs in a loop, not by
 -- triggers nested in triggers: while a step's outcome is being applied
 -- (pgtask.wf_busy), the triggers of the steps it changes only queue their
--- ids (pgtask.wf_queue), and the outermost trigger works the queue off,
--- one level at a time, so a chain of any length costs no stack.
+-- ids (see workflow_queue_add), and the outermost trigger works the queue
+-- off, one level at a time, so a chain of any length costs no stack.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
 -- schema/functions.go): raise it with every change.
@@ -69,11 +69,15 @@ BEGIN
         RAISE EXCEPTION 'pgtask.create_workflow: an edge is listed twice' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     INSERT INTO pgtask.workflows (name, steps, edges) VALUES (p_name, n, ne) RETURNING id INTO wid;
+    -- Which steps have parents, by one hash join of the steps with the
+    -- children (not a look through the edges for each step).
     UPDATE pgtask.jobs j SET workflow_id = wid
-     WHERE j.id = ANY (p_ids) AND j.workflow_id IS NULL AND j.batch_id IS NULL
+      FROM (SELECT i.id, k.c IS NOT NULL AS has_parents
+              FROM unnest(p_ids) WITH ORDINALITY AS i(id, n)
+              LEFT JOIN (SELECT DISTINCT c FROM unnest(p_children) AS c) k ON k.c = i.n) s
+     WHERE j.id = s.id AND j.workflow_id IS NULL AND j.batch_id IS NULL
        AND j.enqueued_by = session_user AND j.created_at = now()
-       AND (j.status = 'scheduled' AND j.run_after = pgtask.parked_at())
-           = EXISTS (SELECT 1 FROM unnest(p_children) c WHERE p_ids[c] = j.id);
+       AND (j.status = 'scheduled' AND j.run_after = pgtask.parked_at()) = s.has_parents;
     GET DIAGNOSTICS taken = ROW_COUNT;
     IF taken <> n OR (SELECT count(DISTINCT u) FROM unnest(p_ids) u) <> n THEN
         RAISE EXCEPTION 'pgtask.create_workflow: a step is not a job this transaction enqueued, or is in a workflow or batch already, or is parked without parents (or has parents and is not parked)'
@@ -96,14 +100,23 @@ $$;
 -- else on pgtask_behind. A limited step waits for a slot of its key (a
 -- check of it, which maintenance applies). A step of a cancelled workflow
 -- is cancelled instead. Returns whether it released it.
+--
+-- The workflow's row is read FOR SHARE and stays so until this
+-- transaction ends: a cancel in flight (which holds the row updated until
+-- its commit) is waited for and seen, and a cancel that comes after waits
+-- for this release to commit, then finds the step released (see
+-- workflow_cancel_steps). So no step is released after its workflow's
+-- cancel committed.
 CREATE OR REPLACE FUNCTION pgtask.workflow_release(p_id bigint, p_workflow bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     q text;
     head boolean;
     lim bigint;
+    cancelled timestamptz;
 BEGIN
-    IF EXISTS (SELECT 1 FROM pgtask.workflows w WHERE w.id = p_workflow AND w.cancelled_at IS NOT NULL) THEN
+    SELECT w.cancelled_at INTO cancelled FROM pgtask.workflows w WHERE w.id = p_workflow FOR SHARE;
+    IF cancelled IS NOT NULL THEN
         PERFORM pgtask.workflow_cancel_parked(p_id);
         RETURN false;
     END IF;
@@ -328,6 +341,49 @@ BEGIN
 END;
 $$;
 
+-- Queues entry p_entry ("id:o") for workflow_work_queue. The queue is
+-- kept in this transaction's settings, in chunks of about 4 kB
+-- (pgtask.wf_q1, pgtask.wf_q2, ..., pgtask.wf_qn the last one in use), so
+-- that an entry costs the copy of one chunk, not of the whole queue: a
+-- cascade through thousands of steps stays linear in their number.
+CREATE OR REPLACE FUNCTION pgtask.workflow_queue_add(p_entry text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := coalesce(nullif(current_setting('pgtask.wf_qn', true), '')::integer, 0);
+    cur text;
+BEGIN
+    IF n > 0 THEN
+        cur := current_setting('pgtask.wf_q' || n, true);
+    END IF;
+    IF n = 0 OR octet_length(cur) > 4000 THEN
+        n := n + 1;
+        cur := NULL;
+        PERFORM set_config('pgtask.wf_qn', n::text, true);
+    END IF;
+    PERFORM set_config('pgtask.wf_q' || n, concat_ws(',', nullif(cur, ''), p_entry), true);
+END;
+$$;
+
+-- Takes the whole queue of workflow_queue_add, in order, leaving it
+-- empty; NULL when it is empty.
+CREATE OR REPLACE FUNCTION pgtask.workflow_queue_take() RETURNS text[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := coalesce(nullif(current_setting('pgtask.wf_qn', true), '')::integer, 0);
+    out text[] := '{}';
+BEGIN
+    IF n = 0 THEN
+        RETURN NULL;
+    END IF;
+    FOR i IN 1 .. n LOOP
+        out := out || string_to_array(nullif(current_setting('pgtask.wf_q' || i, true), ''), ',');
+        PERFORM set_config('pgtask.wf_q' || i, '', true);
+    END LOOP;
+    PERFORM set_config('pgtask.wf_qn', '0', true);
+    RETURN out;
+END;
+$$;
+
 -- Works off the queue of steps whose outcome the triggers left while
 -- another was being applied, or while a batch of outcomes was recorded
 -- (see the top of this file): "id:o" entries, o 's' or 'f' (tell the
@@ -335,21 +391,20 @@ $$;
 CREATE OR REPLACE FUNCTION pgtask.workflow_work_queue() RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    q text;
+    q text[];
     ids bigint[];
     outs "char"[];
     restored bigint[];
     r bigint;
 BEGIN
     LOOP
-        q := nullif(current_setting('pgtask.wf_queue', true), '');
+        q := pgtask.workflow_queue_take();
         EXIT WHEN q IS NULL;
-        PERFORM set_config('pgtask.wf_queue', '', true);
         SELECT coalesce(array_agg(split_part(e, ':', 1)::bigint ORDER BY n) FILTER (WHERE split_part(e, ':', 2) <> 'r'), '{}'),
                coalesce(array_agg(split_part(e, ':', 2)::"char" ORDER BY n) FILTER (WHERE split_part(e, ':', 2) <> 'r'), '{}'),
                coalesce(array_agg(split_part(e, ':', 1)::bigint ORDER BY n) FILTER (WHERE split_part(e, ':', 2) = 'r'), '{}')
           INTO ids, outs, restored
-          FROM unnest(string_to_array(q, ',')) WITH ORDINALITY AS x(e, n);
+          FROM unnest(q) WITH ORDINALITY AS x(e, n);
         FOREACH r IN ARRAY restored LOOP
             PERFORM pgtask.workflow_restore(r);
         END LOOP;
@@ -367,7 +422,7 @@ CREATE OR REPLACE FUNCTION pgtask.workflow_settle_deferred() RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM set_config('pgtask.wf_defer', 'off', true);
-    IF nullif(current_setting('pgtask.wf_queue', true), '') IS NULL THEN
+    IF coalesce(nullif(current_setting('pgtask.wf_qn', true), ''), '0') = '0' THEN
         RETURN;
     END IF;
     PERFORM set_config('pgtask.wf_busy', 'on', true);
@@ -383,8 +438,7 @@ CREATE OR REPLACE FUNCTION pgtask.workflow_step_changed(p_id bigint, p_what text
 LANGUAGE plpgsql AS $$
 BEGIN
     IF current_setting('pgtask.wf_busy', true) = 'on' OR current_setting('pgtask.wf_defer', true) = 'on' THEN
-        PERFORM set_config('pgtask.wf_queue',
-                           concat_ws(',', nullif(current_setting('pgtask.wf_queue', true), ''), p_id || ':' || p_what), true);
+        PERFORM pgtask.workflow_queue_add(p_id || ':' || p_what);
         RETURN;
     END IF;
     PERFORM set_config('pgtask.wf_busy', 'on', true);
@@ -394,9 +448,7 @@ BEGIN
         PERFORM pgtask.workflow_settle(ARRAY[p_id], ARRAY[p_what::"char"]);
     END IF;
     -- What the changes it made queued: a cascade, one level at a time.
-    IF nullif(current_setting('pgtask.wf_queue', true), '') IS NOT NULL THEN
-        PERFORM pgtask.workflow_work_queue();
-    END IF;
+    PERFORM pgtask.workflow_work_queue();
     PERFORM set_config('pgtask.wf_busy', 'off', true);
 END;
 $$;
@@ -457,42 +509,66 @@ END;
 $$;
 
 -- Cancels what it can of cancelled workflow p_workflow's unfinished steps
--- without waiting for a group's row; returns how many steps it could not,
--- still to do (running steps asked to stop are done).
+-- without ever waiting: a step's row, and a queued step's group row, are
+-- taken with SKIP LOCKED, and a step whose rows another transaction holds
+-- (an operator, a finisher that released it, a claim about to run it) is
+-- left over, for maintenance (cancel_pending_workflows). Each step is read
+-- again once locked: a parked step may have been released meanwhile, and
+-- is then cancelled as a queued one. Running steps are asked to stop (see
+-- cancel_job). Returns how many steps it left over; at 0 the workflow's
+-- cancel is done.
 CREATE OR REPLACE FUNCTION pgtask.workflow_cancel_steps(p_workflow bigint) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     s record;
+    j pgtask.jobs;
+    grouped boolean;
     left_over integer := 0;
 BEGIN
     FOR s IN
-        SELECT j.id, j.status, j.attempts, j.queue, j.group_key,
-               (j.status = 'scheduled' AND j.run_after = pgtask.parked_at()) AS parked
-          FROM pgtask.jobs j
-         WHERE j.workflow_id = p_workflow AND pgtask.job_pending(j.status)
-         ORDER BY j.id
+        SELECT x.id FROM pgtask.jobs x
+         WHERE x.workflow_id = p_workflow AND pgtask.job_pending(x.status)
+         ORDER BY x.id
     LOOP
-        IF s.status = 'started' THEN
-            INSERT INTO pgtask.cancel_requests (job_id, attempt) VALUES (s.id, s.attempts)
+        -- As of now, not of the loop's start.
+        SELECT * INTO j FROM pgtask.jobs WHERE id = s.id;
+        CONTINUE WHEN NOT FOUND OR NOT pgtask.job_pending(j.status);
+        IF j.status = 'started' THEN
+            INSERT INTO pgtask.cancel_requests (job_id, attempt) VALUES (j.id, j.attempts)
                 ON CONFLICT (job_id) DO NOTHING;
-            PERFORM pg_notify('pgtask_cancel', s.id::text || ':' || s.attempts::text);
-        ELSIF s.parked THEN
-            PERFORM pgtask.workflow_cancel_parked(s.id);
-        ELSE
-            -- Queued, or scheduled for a retry: cancelled as an operator
-            -- cancels it (its group moves on), but never waiting for the
-            -- group's row, which an enqueue may hold until its caller
-            -- commits.
-            IF s.group_key IS NOT NULL THEN
-                PERFORM 1 FROM pgtask.queue_groups
-                  WHERE queue = s.queue AND group_key = s.group_key
-                    FOR UPDATE SKIP LOCKED;
-                IF NOT FOUND THEN
-                    left_over := left_over + 1;
-                    CONTINUE;
-                END IF;
+            PERFORM pg_notify('pgtask_cancel', j.id::text || ':' || j.attempts::text);
+            CONTINUE;
+        END IF;
+        -- The group's row first, as cancel_job takes them; a parked step
+        -- needs none (see workflow_cancel_parked).
+        grouped := j.group_key IS NOT NULL AND NOT (j.status = 'scheduled' AND j.run_after = pgtask.parked_at());
+        IF grouped THEN
+            PERFORM 1 FROM pgtask.queue_groups
+              WHERE queue = j.queue AND group_key = j.group_key
+                FOR UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                left_over := left_over + 1;
+                CONTINUE;
             END IF;
-            PERFORM pgtask.cancel_job(s.id);
+        END IF;
+        SELECT * INTO j FROM pgtask.jobs WHERE id = s.id FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            left_over := left_over + 1;
+            CONTINUE;
+        END IF;
+        CONTINUE WHEN NOT pgtask.job_pending(j.status);
+        IF j.status = 'started' THEN
+            INSERT INTO pgtask.cancel_requests (job_id, attempt) VALUES (j.id, j.attempts)
+                ON CONFLICT (job_id) DO NOTHING;
+            PERFORM pg_notify('pgtask_cancel', j.id::text || ':' || j.attempts::text);
+        ELSIF j.status = 'scheduled' AND j.run_after = pgtask.parked_at() THEN
+            PERFORM pgtask.workflow_cancel_parked(j.id);
+        ELSIF j.group_key IS NOT NULL AND NOT grouped THEN
+            -- Released since it was read: its group's row is not ours.
+            left_over := left_over + 1;
+        ELSE
+            -- Its rows are ours: cancel_job waits for nothing.
+            PERFORM pgtask.cancel_job(j.id);
         END IF;
     END LOOP;
     IF left_over = 0 THEN

@@ -135,6 +135,20 @@ func (q *Queries) CountBlockedBy(ctx context.Context, pid int32) (int64, error) 
 	return blocked, err
 }
 
+const countIdleInTransaction = `-- name: CountIdleInTransaction :one
+SELECT count(*)::integer AS sessions FROM pg_catalog.pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'idle in transaction'
+`
+
+// Sessions of this database (not this one) that sit in an open
+// transaction between statements.
+func (q *Queries) CountIdleInTransaction(ctx context.Context) (int32, error) {
+	row := q.db.QueryRow(ctx, countIdleInTransaction)
+	var sessions int32
+	err := row.Scan(&sessions)
+	return sessions, err
+}
+
 const countJobs = `-- name: CountJobs :many
 SELECT queue, status, count(*)::bigint AS jobs
   FROM pgtask.jobs
@@ -557,6 +571,18 @@ func (q *Queries) IndexReads(ctx context.Context, index string) (int64, error) {
 	return reads, err
 }
 
+const jobAndWorkflowRows = `-- name: JobAndWorkflowRows :one
+SELECT (SELECT count(*) FROM pgtask.jobs) + (SELECT count(*) FROM pgtask.workflows) AS rows
+`
+
+// How many jobs and workflows there are, together.
+func (q *Queries) JobAndWorkflowRows(ctx context.Context) (int32, error) {
+	row := q.db.QueryRow(ctx, jobAndWorkflowRows)
+	var rows int32
+	err := row.Scan(&rows)
+	return rows, err
+}
+
 const listJobs = `-- name: ListJobs :many
 SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id, tenant, fair_seq, workflow_id FROM pgtask.jobs WHERE queue = $1 ORDER BY id
 `
@@ -808,6 +834,24 @@ SELECT count(pg_catalog.pg_terminate_backend(pid))::bigint AS terminated
 func (q *Queries) TerminateListeners(ctx context.Context) (int64, error) {
 	row := q.db.QueryRow(ctx, terminateListeners)
 	var terminated int64
+	err := row.Scan(&terminated)
+	return terminated, err
+}
+
+const terminateSettlers = `-- name: TerminateSettlers :one
+SELECT count(pg_terminate_backend(pid))::integer AS terminated
+  FROM (SELECT pid FROM pg_catalog.pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active'
+           AND query ~ '^-- name: SettleJobs '
+         ORDER BY random() LIMIT $1::integer) s
+`
+
+// Ends up to @max sessions of this database (not this one) that are
+// recording outcomes (pgtask.settle_jobs) right now, as a lost connection
+// would end them mid-way.
+func (q *Queries) TerminateSettlers(ctx context.Context, max int32) (int32, error) {
+	row := q.db.QueryRow(ctx, terminateSettlers, max)
+	var terminated int32
 	err := row.Scan(&terminated)
 	return terminated, err
 }

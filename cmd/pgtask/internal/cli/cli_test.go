@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -188,18 +189,37 @@ func TestGenReportsDeclarationErrors(t *testing.T) {
 
 func TestGenWritesThenLeavesAlone(t *testing.T) {
 	t.Parallel()
-	// The package must sit inside the module for go/packages to load it.
-	dir, err := os.MkdirTemp("../codegen/testdata", "tmp-gen-")
+	// The package sits in a module of its own outside the tree, which
+	// takes pgtask from this checkout (go/packages loads it as a user's).
+	dir := t.TempDir()
+	root, err := filepath.Abs("../../../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod := "module example.com/gentest\n\ngo 1.26\n\nrequire github.com/pgtask/pgtask v0.0.0\n\nreplace github.com/pgtask/pgtask => " + root + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(mod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	src, err := os.ReadFile("../codegen/testdata/golden/basic/tasks.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "tasks.go"), src, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	// The module's requirements, from the module cache this build filled.
+	list := exec.Command("go", "list", "-mod=mod", ".")
+	list.Dir = dir
+	list.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=")
+	if out, err := list.CombinedOutput(); err != nil {
+		t.Fatalf("go list in the test's module: %v\n%s", err, out)
 	}
 	code, out, errOut := run(t, "gen", "-o", "jobs_gen.go", dir)
 	if code != 0 || out != "pgtask gen: wrote "+filepath.Join(dir, "jobs_gen.go")+"\n" {

@@ -301,6 +301,9 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec, rules *ruleChecker) (task,
 			continue
 		}
 		f := strct.Field(i)
+		if !isInput(f.Type()) && holdsInput(f.Type(), map[types.Type]bool{}) {
+			fail(f.Pos(), "field %s: a step's input is a field of the task of type runtime.Input[R]; one in a slice, pointer, map or nested struct is not supported (its step would wait for no parent)", f.Name())
+		}
 		if isInput(f.Type()) {
 			switch {
 			case f.Embedded():
@@ -497,6 +500,35 @@ func isInput(typ types.Type) bool {
 	}
 	obj := named.Origin().Obj()
 	return obj.Pkg() != nil && obj.Pkg().Path() == runtimePath && obj.Name() == "Input"
+}
+
+// holdsInput reports whether typ has a runtime.Input[R] inside it: as
+// the element of a slice, array, map or pointer, or a field of a struct.
+func holdsInput(typ types.Type, seen map[types.Type]bool) bool {
+	if isInput(typ) {
+		return true
+	}
+	if seen[typ] {
+		return false
+	}
+	seen[typ] = true
+	switch u := typ.Underlying().(type) {
+	case *types.Pointer:
+		return holdsInput(u.Elem(), seen)
+	case *types.Slice:
+		return holdsInput(u.Elem(), seen)
+	case *types.Array:
+		return holdsInput(u.Elem(), seen)
+	case *types.Map:
+		return holdsInput(u.Key(), seen) || holdsInput(u.Elem(), seen)
+	case *types.Struct:
+		for i := range u.NumFields() {
+			if holdsInput(u.Field(i).Type(), seen) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // markerName returns "Task" or "TaskWithResult" when typ is one of the

@@ -25,6 +25,9 @@ import (
 //     (its finished_at, in the transaction that commits it) to the next
 //     step's handler starting.
 func (b *bench) measureWorkflows(ctx context.Context) error {
+	if err := b.measureWorkflowEnqueue(ctx); err != nil {
+		return err
+	}
 	for _, m := range strings.Split(b.o.WorkflowModes, ",") {
 		mode := pgtask.Mode(strings.TrimSpace(m))
 		if mode == "" {
@@ -154,5 +157,80 @@ func (b *bench) measureChain(ctx context.Context, mode pgtask.Mode) error {
 	p50, p99 := percentile(lat, 0.5), percentile(lat, 0.99)
 	b.add(label, fmt.Sprintf("%d steps", n), fmt.Sprintf("p50 %s, p99 %s", ms(p50), ms(p99)), 0,
 		"p50 <= 5ms", ok(p50 <= 5*time.Millisecond))
+	return nil
+}
+
+// measureWorkflowEnqueue times enqueueing a workflow of o.WorkflowFan
+// steps, one root and the rest after it (a fan-out), beside one EnqueueMany
+// of as many jobs just before it, each into a database of its own: what
+// making the steps a workflow costs an enqueue.
+func (b *bench) measureWorkflowEnqueue(ctx context.Context) error {
+	n := b.o.WorkflowFan
+	label := fmt.Sprintf("workflows: enqueue of a fan-out of %d steps", n)
+	timeIt := func(enqueue func(ctx context.Context, pool *pgxpool.Pool) error) (time.Duration, error) {
+		pool, _, cleanup, err := b.database(ctx, b.o.Conns)
+		if err != nil {
+			return 0, err
+		}
+		defer cleanup()
+		start := time.Now()
+		if err := enqueue(ctx, pool); err != nil {
+			return 0, err
+		}
+		return time.Since(start), nil
+	}
+	b.say("%s: EnqueueMany of %d jobs", label, n)
+	many, err := timeIt(func(ctx context.Context, pool *pgxpool.Pool) error {
+		ts := make([]benchtasks.Noop, n)
+		for i := range ts {
+			ts[i] = benchtasks.Noop{N: i}
+		}
+		_, err := benchtasks.EnqueueNoopMany(ctx, pool, ts, pgtask.WithQueue("bench"))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	b.say("%s: the workflow", label)
+	fan, err := timeIt(func(ctx context.Context, pool *pgxpool.Pool) error {
+		wf := pgtask.NewWorkflow("fan-out")
+		root := benchtasks.AddNoop(wf, benchtasks.Noop{N: 0})
+		for i := 1; i < n; i++ {
+			benchtasks.AddNoop(wf, benchtasks.Noop{N: i}, pgtask.After(root))
+		}
+		_, err := wf.Enqueue(ctx, pool)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	b.done()
+	b.addVersus(label, n, rate(n, fan), rate(n, many), 0.5, "EnqueueMany of as many jobs")
+
+	// A cascade: the root's cancel cancels every other step, in the
+	// operator's transaction.
+	label = fmt.Sprintf("workflows: cancel of a fan-out's root, %d steps", n)
+	b.say("%s", label)
+	var cascade time.Duration
+	pool, _, cleanup, err := b.database(ctx, b.o.Conns)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	wf := pgtask.NewWorkflow("fan-out")
+	root := benchtasks.AddNoop(wf, benchtasks.Noop{N: 0})
+	for i := 1; i < n; i++ {
+		benchtasks.AddNoop(wf, benchtasks.Noop{N: i}, pgtask.After(root))
+	}
+	if _, err := wf.Enqueue(ctx, pool); err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, err := pgtask.CancelJob(ctx, pool, root.JobID()); err != nil {
+		return err
+	}
+	cascade = time.Since(start)
+	b.done()
+	b.addVersus(label, n, rate(n, cascade), rate(n, many), 0.5, "EnqueueMany of as many jobs")
 	return nil
 }

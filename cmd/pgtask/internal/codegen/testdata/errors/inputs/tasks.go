@@ -1,0 +1,20 @@
+package inputs
+
+import "github.com/pgtask/pgtask/runtime"
+
+type Page struct {
+	runtime.TaskWithResult[string] `task:"page"`
+}
+
+type Pages struct {
+	Prev runtime.Input[string]
+}
+
+type FanIn struct {
+	runtime.Task `task:"fan_in"`
+	All          []runtime.Input[string]
+	One          *runtime.Input[string]
+	Nested       Pages
+	ByName       map[string]runtime.Input[string]
+	Fine         runtime.Input[string]
+}
