@@ -80,6 +80,8 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 		regexp.MustCompile(`lease defaults: fair: tenant b's 20 jobs behind tenant a's 3000 +3000 \+ 20 jobs +\d+ of a's jobs started after b's enqueue before b's last +< 1000 (met|MISSED)`),
 		regexp.MustCompile(`lease defaults: drain ungrouped, fair over 10 tenants +500 jobs +\d+ jobs/s \([\d.]+x the same, not fair: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the same, not fair (met|MISSED)`),
 		regexp.MustCompile(`lease defaults: drain ungrouped, fair over 10 tenants, transaction held open +500 jobs +\d+ jobs/s \([\d.]+x the same without it: \d+ jobs/s\) +\d+\.\d+x +>= 0\.80x the same without it (met|MISSED)`),
+		regexp.MustCompile(`workflows: enqueue of a fan-out of 200 steps +200 jobs +\d+ jobs/s \([\d.]+x EnqueueMany of as many jobs: \d+ jobs/s\) +\d+\.\d+x +>= 0\.50x EnqueueMany of as many jobs (met|MISSED)`),
+		regexp.MustCompile(`workflows: cancel of a fan-out's root, 200 steps +200 jobs +\d+ jobs/s \([\d.]+x EnqueueMany of as many jobs: \d+ jobs/s\) +\d+\.\d+x +>= 0\.50x EnqueueMany of as many jobs (met|MISSED)`),
 		regexp.MustCompile(`workflows \(held\): fan-out of 200 steps, one fan-in step +201 jobs +\d+ jobs/s \([\d.]+x a plain drain of as many jobs: \d+ jobs/s\) +\d+\.\d+x +>= 0\.50x a plain drain of as many jobs (met|MISSED)`),
 		regexp.MustCompile(`workflows \(held\): chain, parent's success to the next step's start +50 steps +p50 [\d.]+ms, p99 [\d.]+ms +p50 <= 5ms (met|MISSED)`),
 		regexp.MustCompile(`workflows \(lease\): fan-out of 200 steps, one fan-in step +201 jobs +\d+ jobs/s \([\d.]+x a plain drain of as many jobs: \d+ jobs/s\) +\d+\.\d+x +>= 0\.50x a plain drain of as many jobs (met|MISSED)`),
@@ -96,8 +98,8 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", want, table)
 		}
 	}
-	if strings.Count(table, "\n") != 77 {
-		t.Errorf("table has %d lines, want a header and 76 rows:\n%s", strings.Count(table, "\n"), table)
+	if strings.Count(table, "\n") != 79 {
+		t.Errorf("table has %d lines, want a header and 78 rows:\n%s", strings.Count(table, "\n"), table)
 	}
 }
 
