@@ -235,3 +235,18 @@ SELECT 1 FROM pgtask.jobs WHERE id = @id FOR UPDATE;
 -- How many of queue @queue's rate keys no other session holds the row of.
 SELECT count(*)::bigint AS unlocked
   FROM (SELECT 1 FROM pgtask.rate_keys WHERE queue = @queue FOR NO KEY UPDATE SKIP LOCKED) k;
+
+-- name: LimitSlots :many
+-- Each limit key of a queue, read in one snapshot: its limit, its free
+-- slots, its admitted jobs started and queued, and the slots given back
+-- into notes that maintenance has not applied yet. The admitted jobs, the
+-- free slots and the noted ones add up to the limit at every instant.
+SELECT k.limit_key, k.max_running, k.free,
+       (SELECT count(*) FROM pgtask.jobs j
+         WHERE j.limit_id = k.id AND j.is_head AND j.status = 'started')::bigint AS started,
+       (SELECT count(*) FROM pgtask.jobs j
+         WHERE j.limit_id = k.id AND j.is_head AND j.status = 'queued')::bigint AS queued,
+       (SELECT coalesce(sum(c.released), 0) FROM pgtask.limit_checks c WHERE c.key_id = k.id)::bigint AS noted
+  FROM pgtask.limit_keys k
+ WHERE k.queue = @queue
+ ORDER BY k.limit_key;
