@@ -250,3 +250,20 @@ SELECT k.limit_key, k.max_running, k.free,
   FROM pgtask.limit_keys k
  WHERE k.queue = @queue
  ORDER BY k.limit_key;
+
+-- name: LimitKeysWrittenHere :one
+-- How many of queue @queue's limit keys' rows the caller's transaction
+-- wrote.
+SELECT count(*)::bigint AS written FROM pgtask.limit_keys
+ WHERE queue = @queue AND xmin = xid(pg_current_xact_id());
+
+-- name: ReadyLimitKeys :one
+-- How many of queue @queue's limit keys are ready (free slots, jobs
+-- waiting: in limit_keys_ready).
+SELECT count(*)::bigint AS ready FROM pgtask.limit_keys
+ WHERE queue = @queue AND waiting AND free > 0;
+
+-- name: LimitKeyFrontier :one
+-- Where key @limit_key of queue @queue's claims look for its jobs from.
+SELECT frontier_priority, frontier_id FROM pgtask.limit_keys
+ WHERE queue = @queue AND limit_key = @limit_key;

@@ -1,4 +1,4 @@
--- revision: 13
+-- revision: 14
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -452,6 +452,11 @@ $$;
 -- waiting, and its frontier goes, if any job still waits (one locked by
 -- someone else, or of a kind not in p_kinds); else it is no longer
 -- waiting, and drops out of limit_keys_ready until a job comes to wait.
+-- A held claim that gets nothing of a key whose jobs still wait leaves
+-- its row unwritten. Keys marked waiting whose jobs were cancelled or
+-- deleted stay ready until a claim looks at them: each claim looks at a
+-- bounded number of keys (see the held loop), so such keys cost the
+-- claims a few rows each, once.
 CREATE OR REPLACE FUNCTION pgtask.pick_admitted(p_queue text, p_room integer, p_run_max integer, p_kinds text[],
                                                 OUT admitted bigint[], OUT followers bigint[], OUT keys bigint[])
 LANGUAGE plpgsql
@@ -474,6 +479,9 @@ DECLARE
     kid bigint;
     kr record;
     keys_seen bigint[] := '{}';
+    last_rs timestamptz;
+    last_id bigint;
+    still boolean;
 BEGIN
     admitted := '{}';
     followers := '{}';
@@ -486,12 +494,27 @@ BEGIN
         -- allows, so that a claim writes few keys' rows. One key at a
         -- time: a loop over a query would lock several keys' rows ahead,
         -- which the claims beside this one would skip until it commits.
-        WHILE room > 0 LOOP
-            SELECT k.id INTO kid FROM pgtask.limit_keys k
-             WHERE k.queue = p_queue AND k.waiting AND k.free > 0 AND k.id <> ALL (keys_seen)
+        -- The keys are walked in ready order from where the last one was,
+        -- at most 2 * p_room + 2 of them: keys that give nothing (their
+        -- jobs gone, or locked by someone else) cost a claim a bounded
+        -- look, not one of every ready key. A key whose jobs waiting are
+        -- all of kinds not in p_kinds is passed over in the walk, unread
+        -- and unwritten.
+        WHILE room > 0 AND cardinality(keys_seen) < 2 * p_room + 2 LOOP
+            SELECT k.id, k.ready_since INTO kid, last_rs FROM pgtask.limit_keys k
+             WHERE k.queue = p_queue AND k.waiting AND k.free > 0
+               AND (last_id IS NULL OR (k.ready_since, k.id) > (last_rs, last_id))
+               AND k.id <> ALL (keys_seen)
+               AND (p_kinds IS NULL
+                    OR EXISTS (SELECT 1 FROM pgtask.jobs j
+                                WHERE j.limit_id = k.id AND j.status = 'queued' AND NOT j.is_head
+                                  AND j.kind = ANY (p_kinds))
+                    OR NOT EXISTS (SELECT 1 FROM pgtask.jobs j
+                                    WHERE j.limit_id = k.id AND j.status = 'queued' AND NOT j.is_head))
              ORDER BY k.ready_since, k.id
              LIMIT 1;
             EXIT WHEN NOT FOUND;
+            last_id := kid;
             keys_seen := keys_seen || kid;
             SELECT free, waiting, frontier_priority, frontier_id INTO kr FROM pgtask.limit_keys
              WHERE id = kid
@@ -507,6 +530,16 @@ BEGIN
                  ORDER BY j.priority, j.id
                  LIMIT least(room, p_run_max)
                    FOR UPDATE SKIP LOCKED) f;
+            -- Whether a job still waits.
+            still := cardinality(run) = least(room, p_run_max)
+                     OR EXISTS (SELECT 1 FROM pgtask.jobs j
+                                 WHERE j.limit_id = kid AND j.status = 'queued' AND NOT j.is_head
+                                   AND j.id <> ALL (run));
+            IF cardinality(run) = 0 AND still THEN
+                -- Nothing for this claim (jobs of other kinds, or locked):
+                -- the key's row is left as it is.
+                CONTINUE;
+            END IF;
             IF cardinality(run) > 0 THEN
                 admitted := admitted || run[1];
                 followers := followers || run[2:];
@@ -514,10 +547,7 @@ BEGIN
             END IF;
             UPDATE pgtask.limit_keys
                SET free = free - least(cardinality(run), 1), ready_since = clock_timestamp(),
-                   waiting = cardinality(run) = least(room, p_run_max)
-                             OR EXISTS (SELECT 1 FROM pgtask.jobs j
-                                         WHERE j.limit_id = kid AND j.status = 'queued' AND NOT j.is_head
-                                           AND j.id <> ALL (run)),
+                   waiting = still,
                    frontier_priority = CASE WHEN cardinality(run) = least(room, p_run_max) THEN run_prios[cardinality(run)] END,
                    frontier_id = CASE WHEN cardinality(run) = least(room, p_run_max) THEN run[cardinality(run)] END
              WHERE id = kid;

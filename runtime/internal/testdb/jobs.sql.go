@@ -510,6 +510,43 @@ func (q *Queries) IndexReads(ctx context.Context, index string) (int64, error) {
 	return reads, err
 }
 
+const limitKeyFrontier = `-- name: LimitKeyFrontier :one
+SELECT frontier_priority, frontier_id FROM pgtask.limit_keys
+ WHERE queue = $1 AND limit_key = $2
+`
+
+type LimitKeyFrontierParams struct {
+	Queue    string
+	LimitKey string
+}
+
+type LimitKeyFrontierRow struct {
+	FrontierPriority pgtype.Int2
+	FrontierID       pgtype.Int8
+}
+
+// Where key @limit_key of queue @queue's claims look for its jobs from.
+func (q *Queries) LimitKeyFrontier(ctx context.Context, arg LimitKeyFrontierParams) (LimitKeyFrontierRow, error) {
+	row := q.db.QueryRow(ctx, limitKeyFrontier, arg.Queue, arg.LimitKey)
+	var i LimitKeyFrontierRow
+	err := row.Scan(&i.FrontierPriority, &i.FrontierID)
+	return i, err
+}
+
+const limitKeysWrittenHere = `-- name: LimitKeysWrittenHere :one
+SELECT count(*)::bigint AS written FROM pgtask.limit_keys
+ WHERE queue = $1 AND xmin = xid(pg_current_xact_id())
+`
+
+// How many of queue @queue's limit keys' rows the caller's transaction
+// wrote.
+func (q *Queries) LimitKeysWrittenHere(ctx context.Context, queue string) (int64, error) {
+	row := q.db.QueryRow(ctx, limitKeysWrittenHere, queue)
+	var written int64
+	err := row.Scan(&written)
+	return written, err
+}
+
 const limitSlots = `-- name: LimitSlots :many
 SELECT k.limit_key, k.max_running, k.free,
        (SELECT count(*) FROM pgtask.jobs j
@@ -674,6 +711,20 @@ func (q *Queries) PinHorizon(ctx context.Context) (int64, error) {
 	var jobs int64
 	err := row.Scan(&jobs)
 	return jobs, err
+}
+
+const readyLimitKeys = `-- name: ReadyLimitKeys :one
+SELECT count(*)::bigint AS ready FROM pgtask.limit_keys
+ WHERE queue = $1 AND waiting AND free > 0
+`
+
+// How many of queue @queue's limit keys are ready (free slots, jobs
+// waiting: in limit_keys_ready).
+func (q *Queries) ReadyLimitKeys(ctx context.Context, queue string) (int64, error) {
+	row := q.db.QueryRow(ctx, readyLimitKeys, queue)
+	var ready int64
+	err := row.Scan(&ready)
+	return ready, err
 }
 
 const renameMigration = `-- name: RenameMigration :exec

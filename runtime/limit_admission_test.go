@@ -1,0 +1,118 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtask/pgtask/gen"
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
+)
+
+// readyKeys makes n keys of limit 1 in queue, named prefix0.., each with
+// a free slot and one job of kind waiting for it (ready, in
+// limit_keys_ready), or, stale, with its waiting job deleted since: the
+// key stays marked waiting until a claim looks at it. Returns the waiting
+// jobs' ids.
+func readyKeys(t *testing.T, b *bundle, queue, prefix, kind string, n int, stale bool) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	var reqs []runtime.EnqueueRequest
+	for i := range n {
+		for range 2 {
+			r := runtime.EnqueueRequest{Kind: kind, Payload: []byte(`{}`)}
+			r.Apply(runtime.WithQueue(queue), runtime.WithLimit(fmt.Sprint(prefix, i), 1))
+			reqs = append(reqs, r)
+		}
+	}
+	ids, err := runtime.EnqueueMany(ctx, b.pool, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waiting []int64
+	for i := 0; i < len(ids); i += 2 {
+		if _, err := b.q.DeleteJob(ctx, int64(ids[i])); err != nil {
+			t.Fatal(err)
+		}
+		if stale {
+			if _, err := b.q.DeleteJob(ctx, int64(ids[i+1])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waiting = append(waiting, int64(ids[i+1]))
+	}
+	return waiting
+}
+
+// claimIn claims up to max jobs of queue and kinds in tx, held (lease
+// false) or with a lease, and returns the ids claimed.
+func claimIn(t *testing.T, tx pgx.Tx, queue string, max int32, kinds []string, lease bool) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	var ids []int64
+	if lease {
+		rows, err := gen.New(tx).ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{
+			Queue: queue, Max: max, WorkerID: 1, LeaseMs: 60000, Token: 1, RunMax: 1, Kinds: kinds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	rows, err := gen.New(tx).ClaimJobs(ctx, gen.ClaimJobsParams{Queue: queue, Max: max, WorkerID: 1, Kinds: kinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
+
+// A claim looks at a bounded number of ready keys that give it nothing:
+// 300 keys whose waiting jobs were deleted stay marked waiting, and a held
+// claim of 4 jobs writes at most 2 * 4 + 2 of their rows (clearing them),
+// not all 300; the claims that follow clear the rest a few at a time and
+// reach the one key with a job waiting behind them.
+func TestAClaimLooksAtFewStaleReadyKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	readyKeys(t, b, "st", "gone", "limited", 300, true)
+	live := readyKeys(t, b, "st", "live", "limited", 1, false)[0]
+	if n, err := b.q.ReadyLimitKeys(ctx, "st"); err != nil || n != 301 {
+		t.Fatalf("%d ready keys (%v), want 301", n, err)
+	}
+	for claims := 1; ; claims++ {
+		tx, err := b.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := claimIn(t, tx, "st", 4, []string{"limited"}, false)
+		written, err := testdb.New(tx).LimitKeysWrittenHere(ctx, "st")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if written > 10 {
+			t.Fatalf("claim %d wrote %d keys' rows, want at most 10", claims, written)
+		}
+		if len(got) > 0 {
+			if len(got) != 1 || got[0] != live {
+				t.Fatalf("claim %d took %v, want the live key's job %d", claims, got, live)
+			}
+			t.Logf("the live key's job in claim %d", claims)
+			break
+		}
+		if claims > 40 {
+			t.Fatalf("%d claims and the live key's job is not taken", claims)
+		}
+	}
+}
