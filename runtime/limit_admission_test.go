@@ -116,3 +116,36 @@ func TestAClaimLooksAtFewStaleReadyKeys(t *testing.T) {
 		}
 	}
 }
+
+// Keys whose waiting jobs are all of kinds a worker does not handle are
+// neither written nor in the way of its claims, in either mode: with 300
+// such keys ready ahead of it, a claim of kind b takes the job of the one
+// key of kind b, writing that key's row alone.
+func TestClaimsPassOverKeysOfOtherKinds(t *testing.T) {
+	t.Parallel()
+	for _, lease := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lease=%v", lease), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			readyKeys(t, b, "kd", "a", "kind_a", 300, false)
+			want := readyKeys(t, b, "kd", "b", "kind_b", 1, false)[0]
+			tx, err := b.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck // the claim is not kept
+			got := claimIn(t, tx, "kd", 4, []string{"kind_b"}, lease)
+			written, err := testdb.New(tx).LimitKeysWrittenHere(ctx, "kd")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got[0] != want {
+				t.Errorf("a claim of kind b took %v, want job %d", got, want)
+			}
+			if written > 1 {
+				t.Errorf("a claim of kind b wrote %d keys' rows, want 1", written)
+			}
+		})
+	}
+}

@@ -1,4 +1,4 @@
--- revision: 14
+-- revision: 15
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -561,6 +561,15 @@ BEGIN
             SELECT id, ready_since, free, sum(free) OVER (ORDER BY ready_since, id) AS upto
               FROM pgtask.limit_keys
              WHERE queue = p_queue AND waiting AND free > 0
+               -- Not a key whose jobs waiting are all of kinds not in
+               -- p_kinds: it would fill the room with nothing, before the
+               -- keys this claim can take from.
+               AND (p_kinds IS NULL
+                    OR EXISTS (SELECT 1 FROM pgtask.jobs j
+                                WHERE j.limit_id = limit_keys.id AND j.status = 'queued' AND NOT j.is_head
+                                  AND j.kind = ANY (p_kinds))
+                    OR NOT EXISTS (SELECT 1 FROM pgtask.jobs j
+                                    WHERE j.limit_id = limit_keys.id AND j.status = 'queued' AND NOT j.is_head))
              ORDER BY ready_since, id
              LIMIT p_room) r
          WHERE r.upto - r.free < p_room) c;
