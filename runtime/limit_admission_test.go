@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
@@ -145,6 +146,59 @@ func TestClaimsPassOverKeysOfOtherKinds(t *testing.T) {
 			}
 			if written > 1 {
 				t.Errorf("a claim of kind b wrote %d keys' rows, want 1", written)
+			}
+		})
+	}
+}
+
+// A claim that passes over a waiting job of a key (locked by someone else
+// here) does not move the key's frontier past it, in either mode, so the
+// key's next claims find it before the jobs behind it: job 1 of four
+// waiting is locked while a claim takes job 2, and the key's frontier
+// stays before job 1.
+func TestAClaimsFrontierStaysBeforeAJobItPassedOver(t *testing.T) {
+	t.Parallel()
+	for _, lease := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lease=%v", lease), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			var reqs []runtime.EnqueueRequest
+			for range 5 {
+				r := runtime.EnqueueRequest{Kind: "limited", Payload: []byte(`{}`)}
+				r.Apply(runtime.WithQueue("fr"), runtime.WithLimit("k", 1))
+				reqs = append(reqs, r)
+			}
+			ids, err := runtime.EnqueueMany(ctx, b.pool, reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.q.DeleteJob(ctx, int64(ids[0])); err != nil {
+				t.Fatal(err)
+			}
+			lock, err := b.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lock.Rollback(ctx) //nolint:errcheck // only a lock
+			if err := testdb.New(lock).LockJobRow(ctx, int64(ids[1])); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := b.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck // the claim is not kept
+			got := claimIn(t, tx, "fr", 1, []string{"limited"}, lease)
+			if len(got) != 1 || got[0] != int64(ids[2]) {
+				t.Fatalf("the claim took %v, want job %d (job %d locked)", got, ids[2], ids[1])
+			}
+			f, err := testdb.New(tx).LimitKeyFrontier(ctx, testdb.LimitKeyFrontierParams{Queue: "fr", LimitKey: "k"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.FrontierID != (pgtype.Int8{}) && f.FrontierID.Int64 >= int64(ids[1]) {
+				t.Errorf("the key's frontier is job %d, past job %d that the claim passed over", f.FrontierID.Int64, ids[1])
 			}
 		})
 	}

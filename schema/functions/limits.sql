@@ -1,4 +1,4 @@
--- revision: 15
+-- revision: 16
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -482,6 +482,7 @@ DECLARE
     last_rs timestamptz;
     last_id bigint;
     still boolean;
+    passed boolean;
 BEGIN
     admitted := '{}';
     followers := '{}';
@@ -530,11 +531,20 @@ BEGIN
                  ORDER BY j.priority, j.id
                  LIMIT least(room, p_run_max)
                    FOR UPDATE SKIP LOCKED) f;
-            -- Whether a job still waits.
+            -- Whether a job still waits, and whether one waits before the
+            -- last taken that this claim passed over (locked by someone
+            -- else, or of a kind not in p_kinds): the frontier never moves
+            -- past it, so that no later job passes it.
             still := cardinality(run) = least(room, p_run_max)
                      OR EXISTS (SELECT 1 FROM pgtask.jobs j
                                  WHERE j.limit_id = kid AND j.status = 'queued' AND NOT j.is_head
                                    AND j.id <> ALL (run));
+            passed := cardinality(run) > 0 AND EXISTS (
+                SELECT 1 FROM pgtask.jobs j
+                 WHERE j.limit_id = kid AND j.status = 'queued' AND NOT j.is_head
+                   AND (kr.frontier_id IS NULL OR (j.priority, j.id) > (kr.frontier_priority, kr.frontier_id))
+                   AND (j.priority, j.id) < (run_prios[cardinality(run)], run[cardinality(run)])
+                   AND j.id <> ALL (run));
             IF cardinality(run) = 0 AND still THEN
                 -- Nothing for this claim (jobs of other kinds, or locked):
                 -- the key's row is left as it is.
@@ -548,8 +558,10 @@ BEGIN
             UPDATE pgtask.limit_keys
                SET free = free - least(cardinality(run), 1), ready_since = clock_timestamp(),
                    waiting = still,
-                   frontier_priority = CASE WHEN cardinality(run) = least(room, p_run_max) THEN run_prios[cardinality(run)] END,
-                   frontier_id = CASE WHEN cardinality(run) = least(room, p_run_max) THEN run[cardinality(run)] END
+                   frontier_priority = CASE WHEN passed THEN frontier_priority
+                                            WHEN cardinality(run) = least(room, p_run_max) THEN run_prios[cardinality(run)] END,
+                   frontier_id = CASE WHEN passed THEN frontier_id
+                                      WHEN cardinality(run) = least(room, p_run_max) THEN run[cardinality(run)] END
              WHERE id = kid;
             room := room - cardinality(run);
         END LOOP;
@@ -615,18 +627,27 @@ BEGIN
     -- short stays waiting only while a job of it still waits. Worked out
     -- in arrays and written by id: a join of the rows to a list of the
     -- keys was planned as a scan of the whole table.
+    -- A frontier never moves past a job the claim passed over (locked by
+    -- someone else, or of a kind not in p_kinds): the key's frontier stays
+    -- where it was then, so that no later job passes it.
     SELECT array_agg(u.kid ORDER BY u.ord),
            array_agg(x.n ORDER BY u.ord),
-           array_agg(CASE WHEN x.n >= u.want THEN x.last_p END ORDER BY u.ord),
-           array_agg(CASE WHEN x.n >= u.want THEN x.last_i END ORDER BY u.ord),
+           array_agg(CASE WHEN x.passed THEN u.fp WHEN x.n >= u.want THEN x.last_p END ORDER BY u.ord),
+           array_agg(CASE WHEN x.passed THEN u.fi WHEN x.n >= u.want THEN x.last_i END ORDER BY u.ord),
            array_agg(x.n >= u.want OR EXISTS (SELECT 1 FROM pgtask.jobs j
                                                WHERE j.limit_id = u.kid AND j.status = 'queued' AND NOT j.is_head
                                                  AND j.id <> ALL (got)) ORDER BY u.ord)
       INTO kids, wants, fps, fis, stills
-      FROM unnest(kids, wants) WITH ORDINALITY AS u(kid, want, ord)
+      FROM unnest(kids, wants, fps, fis) WITH ORDINALITY AS u(kid, want, fp, fi, ord)
       CROSS JOIN LATERAL (
           SELECT (SELECT count(*) FROM unnest(got_keys) a WHERE a = u.kid)::integer AS n,
-                 l.p AS last_p, l.i AS last_i
+                 l.p AS last_p, l.i AS last_i,
+                 l.i IS NOT NULL AND EXISTS (
+                     SELECT 1 FROM pgtask.jobs j
+                      WHERE j.limit_id = u.kid AND j.status = 'queued' AND NOT j.is_head
+                        AND (u.fi IS NULL OR (j.priority, j.id) > (u.fp, u.fi))
+                        AND (j.priority, j.id) < (l.p, l.i)
+                        AND j.id <> ALL (got)) AS passed
             FROM (SELECT 1) one
             LEFT JOIN LATERAL (
                 SELECT g.p, g.id AS i FROM unnest(got, got_keys, got_prios) AS g(id, kid, p) WHERE g.kid = u.kid
