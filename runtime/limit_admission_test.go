@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -200,6 +201,34 @@ func TestAClaimsFrontierStaysBeforeAJobItPassedOver(t *testing.T) {
 			if f.FrontierID != (pgtype.Int8{}) && f.FrontierID.Int64 >= int64(ids[1]) {
 				t.Errorf("the key's frontier is job %d, past job %d that the claim passed over", f.FrontierID.Int64, ids[1])
 			}
+		})
+	}
+}
+
+// A key freed by a settle whose own claim does not take its job (of a kind
+// that worker does not handle) wakes the queue's other workers: an idle
+// worker of kind y, polling once an hour, starts the key's waiting job of
+// kind y within seconds of a worker of kind x finishing the key's job that
+// held its one slot.
+func TestAFreedKeyItsSettlesClaimLeftWakesOtherWorkers(t *testing.T) {
+	t.Parallel()
+	for _, lease := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lease=%v", lease), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			lim := []runtime.EnqueueOption{runtime.WithQueue("wk"), runtime.WithLimit("k", 1)}
+			first := enqueue(t, b.pool, "x", map[string]int{}, lim...)
+			second := enqueue(t, b.pool, "y", map[string]int{}, lim...)
+			qc := runtime.QueueConfig{Concurrency: 2, Mode: runtime.ModeHeld}
+			if lease {
+				qc.Mode = runtime.ModeLease
+			}
+			cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{"wk": qc}, PollInterval: time.Hour}
+			startWorker(t, b.url, cfg, runtime.Registration{Kind: "y", Queue: "wk", Handler: func(context.Context, *runtime.Job) error { return nil }})
+			time.Sleep(300 * time.Millisecond)
+			startWorker(t, b.url, cfg, runtime.Registration{Kind: "x", Queue: "wk", Handler: func(context.Context, *runtime.Job) error { return nil }})
+			b.waitStatus(t, first, 10*time.Second, testdb.PgtaskJobStatusSucceeded)
+			b.waitStatus(t, second, 5*time.Second, testdb.PgtaskJobStatusSucceeded)
 		})
 	}
 }

@@ -1,4 +1,4 @@
--- revision: 16
+-- revision: 17
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -49,7 +49,9 @@
 -- waiting committed before, and one whose waiting is in flight holds the
 -- row until it commits or comes with a check: no job waits on a key with a
 -- free slot unseen. A key that becomes ready wakes its queue's workers,
--- unless a claim of the queue follows in the same transaction.
+-- or, when a claim of the queue follows in the same transaction, that
+-- claim wakes them if a key of the queue is still ready after it (its room
+-- or kinds may not take the key's jobs).
 --
 -- A fair queue's claims take heads by turn only (functions/fair.sql): there
 -- a freed slot is handed on to the key's next waiting job (hand_on_slots),
@@ -264,13 +266,42 @@ $$;
 
 -- Wakes the workers of queue p_queue for a limit key that became ready,
 -- unless a claim of the queue follows in this transaction (pgtask.claiming,
--- see settle_jobs): that claim admits its jobs.
+-- see settle_jobs): the queue is left in pgtask.limit_wakes for that
+-- claim, which admits what it has room and kinds for and then wakes the
+-- workers if a key is still ready (wake_for_ready_keys).
 CREATE OR REPLACE FUNCTION pgtask.wake_for_limit(p_queue text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     IF current_setting('pgtask.claiming', true) IS DISTINCT FROM 'on' THEN
         PERFORM pg_notify('pgtask', p_queue);
+    ELSE
+        PERFORM set_config('pgtask.limit_wakes',
+                           (coalesce(nullif(current_setting('pgtask.limit_wakes', true), '')::text[], '{}') || p_queue)::text,
+                           true);
     END IF;
+END;
+$$;
+
+-- For a claim of queue p_queue, after it admitted what it could: the
+-- wakes left to it (see wake_for_limit) sent, once each per transaction,
+-- for a queue other than the claim's, or for the claim's when a key of it
+-- is still ready (the claim had no room, or no handler, for its jobs).
+CREATE OR REPLACE FUNCTION pgtask.wake_for_ready_keys(p_queue text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    woke text[] := nullif(current_setting('pgtask.limit_wakes', true), '')::text[];
+    q text;
+BEGIN
+    IF woke IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM set_config('pgtask.limit_wakes', '', true);
+    FOR q IN SELECT DISTINCT u FROM unnest(woke) u LOOP
+        IF q IS DISTINCT FROM p_queue
+           OR EXISTS (SELECT 1 FROM pgtask.limit_keys k WHERE k.queue = q AND k.waiting AND k.free > 0) THEN
+            PERFORM pg_notify('pgtask', q);
+        END IF;
+    END LOOP;
 END;
 $$;
 

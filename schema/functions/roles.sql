@@ -1,4 +1,4 @@
--- revision: 18
+-- revision: 19
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -197,6 +197,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('worker', 'function', 'pick_admitted', 'EXECUTE'),
     ('worker', 'function', 'hand_on_slots', 'EXECUTE'),
     ('worker', 'function', 'wake_for_limit', 'EXECUTE'),
+    ('worker', 'function', 'wake_for_ready_keys', 'EXECUTE'),
     ('worker', 'function', 'limit_arm', 'EXECUTE'),
     ('admin', 'function', 'hand_on_slots', 'EXECUTE'),
     ('admin', 'function', 'wake_for_limit', 'EXECUTE'),

@@ -1,4 +1,4 @@
--- revision: 52
+-- revision: 53
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -360,6 +360,7 @@ BEGIN
         rated := pgtask.pick_rated(p_queue, p_max, p_kinds);
         IF cardinality(rated) >= p_max THEN
             PERFORM pgtask.leave_promoted(p_queue);
+            PERFORM pgtask.wake_for_ready_keys(p_queue);
             RETURN QUERY SELECT * FROM pgtask.start_held(rated, p_worker, p_token, '{}', NULL, p_after_priority, p_after_id, false, '{}');
             RETURN;
         END IF;
@@ -372,6 +373,7 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM pgtask.fair_queues f WHERE f.queue = p_queue) THEN
         SELECT a.admitted, a.followers, a.keys INTO limited, lruns, lkeys
           FROM pgtask.pick_admitted(p_queue, p_max - cardinality(rated), p_max, p_kinds) a;
+        PERFORM pgtask.wake_for_ready_keys(p_queue);
         IF cardinality(rated) + cardinality(limited) + cardinality(lruns) >= p_max THEN
             PERFORM pgtask.leave_promoted(p_queue);
             RETURN QUERY SELECT * FROM pgtask.start_held(rated || limited || lruns, p_worker, p_token, '{}', NULL,
@@ -379,6 +381,8 @@ BEGIN
             RETURN;
         END IF;
         rated := rated || limited || lruns;
+    ELSE
+        PERFORM pgtask.wake_for_ready_keys(p_queue);
     END IF;
     -- (Not for a fair queue, whose heads are taken by turn: see pick_heads.)
     IF p_max = 1 AND p_after_priority IS NOT NULL AND cardinality(rated) = 0
@@ -1002,6 +1006,9 @@ BEGIN
         SELECT a.admitted INTO limited FROM pgtask.pick_admitted(p_queue, p_max - cardinality(rated), 0, p_kinds) a;
         rated := rated || limited;
     END IF;
+    -- A key made ready in this transaction that the claim left ready wakes
+    -- the queue's workers (see wake_for_limit).
+    PERFORM pgtask.wake_for_ready_keys(p_queue);
     promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
     IF cardinality(rated) < p_max THEN
         heads := pgtask.pick_heads(p_queue, p_max - cardinality(rated), p_after_priority, p_after_id, p_floor_id,
