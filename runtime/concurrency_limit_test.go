@@ -545,6 +545,8 @@ func TestLimitSlotsAddUpWhileClaimsAndSettlesRace(t *testing.T) {
 			b := setup(t)
 			ctx := context.Background()
 			limits := map[string]int{"one": 1, "few": 3}
+			keyOf := func(n int) string { return []string{"one", "few", "few"}[n%3] }
+			gauge := newKeyGauge()
 			var failed, killed sync.Map
 			handler := func(ctx context.Context, job *runtime.Job) error {
 				var p struct {
@@ -553,6 +555,8 @@ func TestLimitSlotsAddUpWhileClaimsAndSettlesRace(t *testing.T) {
 				if err := json.Unmarshal(job.Payload, &p); err != nil {
 					return err
 				}
+				gauge.enter(keyOf(p.N))
+				defer gauge.leave(keyOf(p.N))
 				time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
 				switch {
 				case p.N%13 == 0 && mode == runtime.ModeHeld && job.Attempt == 1:
@@ -578,7 +582,7 @@ func TestLimitSlotsAddUpWhileClaimsAndSettlesRace(t *testing.T) {
 				var reqs []runtime.EnqueueRequest
 				for range size {
 					n++
-					key := []string{"one", "few", "few"}[n%3]
+					key := keyOf(n)
 					r := runtime.EnqueueRequest{Kind: "racing", Payload: mustJSON(t, map[string]any{"n": n})}
 					r.Apply(runtime.WithQueue("race"), runtime.WithLimit(key, limits[key]))
 					reqs = append(reqs, r)
@@ -637,6 +641,15 @@ func TestLimitSlotsAddUpWhileClaimsAndSettlesRace(t *testing.T) {
 			}
 			for _, id := range ids {
 				b.waitStatus(t, id, 30*time.Second, testdb.PgtaskJobStatusSucceeded)
+			}
+			// Handlers running at once, counted in them: the key of limit 1
+			// never runs two, the key of limit 3 (2 for a while, with the
+			// jobs already running going on) never more than 3.
+			if got := gauge.mostOf("one"); got > 1 {
+				t.Errorf("%d handlers of key \"one\" ran at once, over its limit of 1", got)
+			}
+			if got := gauge.mostOf("few"); got > 3 {
+				t.Errorf("%d handlers of key \"few\" ran at once, over its limit of 3", got)
 			}
 			close(stop)
 			<-sampled
