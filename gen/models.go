@@ -198,12 +198,16 @@ type PgtaskLimitCheck struct {
 }
 
 type PgtaskLimitKey struct {
-	ID         pgtype.Int8 `db:"id"`
-	Queue      string      `db:"queue"`
-	LimitKey   string      `db:"limit_key"`
-	Declared   int32       `db:"declared"`
-	MaxRunning int32       `db:"max_running"`
-	Free       int32       `db:"free"`
+	ID               pgtype.Int8 `db:"id"`
+	Queue            string      `db:"queue"`
+	LimitKey         string      `db:"limit_key"`
+	Declared         int32       `db:"declared"`
+	MaxRunning       int32       `db:"max_running"`
+	Free             int32       `db:"free"`
+	Waiting          bool        `db:"waiting"`
+	ReadySince       time.Time   `db:"ready_since"`
+	FrontierPriority pgtype.Int2 `db:"frontier_priority"`
+	FrontierID       pgtype.Int8 `db:"frontier_id"`
 }
 
 type PgtaskLimitOverride struct {

@@ -525,3 +525,142 @@ func TestSlotGivenBackPastALockedWaitingJobReachesIt(t *testing.T) {
 	}
 	waitLimitsIdle(t, b, "lim", map[string]int{"k": 1})
 }
+
+// Claims admit waiting jobs into their keys' free slots while batches of
+// outcomes give slots back, on the same key rows, from many runners at
+// once: three workers of Concurrency 4 work keys of limit 1 and 3 with
+// short handlers, so that claims race for a key's last slot and settles
+// give slots back under them; some attempts fail and wait out a backoff
+// (giving their slot up), some snooze, in the held mode some have their
+// session terminated under them (the job is rescued, its slot kept), and
+// an operator lowers the limit of 3 to 2 and clears it again while they
+// run. Sampled in one snapshot every few milliseconds, each key's admitted
+// jobs, free slots and slots noted for maintenance add up to its limit,
+// and the key of limit 1 never has two admitted jobs started.
+func TestLimitSlotsAddUpWhileClaimsAndSettlesRace(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			limits := map[string]int{"one": 1, "few": 3}
+			keyOf := func(n int) string { return []string{"one", "few", "few"}[n%3] }
+			gauge := newKeyGauge()
+			var failed, killed sync.Map
+			handler := func(ctx context.Context, job *runtime.Job) error {
+				var p struct {
+					N int `json:"n"`
+				}
+				if err := json.Unmarshal(job.Payload, &p); err != nil {
+					return err
+				}
+				gauge.enter(keyOf(p.N))
+				defer gauge.leave(keyOf(p.N))
+				time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+				switch {
+				case p.N%13 == 0 && mode == runtime.ModeHeld && job.Attempt == 1:
+					if _, loaded := killed.LoadOrStore(p.N, true); !loaded {
+						pid := job.Tx().Conn().PgConn().PID()
+						if _, err := b.gen.TerminateBackend(ctx, int32(pid)); err != nil {
+							return err
+						}
+					}
+				case p.N%7 == 0 && job.Attempt == 1:
+					if _, loaded := failed.LoadOrStore(p.N, true); !loaded {
+						return errors.New("first attempt fails")
+					}
+				case p.N%11 == 0 && job.Snoozes == 0:
+					return runtime.Snooze(2 * time.Millisecond)
+				}
+				return nil
+			}
+			cfg := runtime.Config{Queues: map[string]runtime.QueueConfig{"race": {Mode: mode, Concurrency: 4}}}
+			reg := runtime.Registration{Kind: "racing", Queue: "race", Handler: handler, Backoff: fastRetry}
+			n := 0
+			batch := func(size int) []runtime.JobID {
+				var reqs []runtime.EnqueueRequest
+				for range size {
+					n++
+					key := keyOf(n)
+					r := runtime.EnqueueRequest{Kind: "racing", Payload: mustJSON(t, map[string]any{"n": n})}
+					r.Apply(runtime.WithQueue("race"), runtime.WithLimit(key, limits[key]))
+					reqs = append(reqs, r)
+				}
+				ids, err := runtime.EnqueueMany(ctx, b.pool, reqs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ids
+			}
+			ids := batch(300)
+
+			samples := 0
+			var bad []string
+			stop := make(chan struct{})
+			sampled := make(chan struct{})
+			go func() {
+				defer close(sampled)
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(2 * time.Millisecond):
+					}
+					rows, err := b.q.LimitSlots(ctx, "race")
+					if err != nil {
+						bad = append(bad, err.Error())
+						return
+					}
+					samples++
+					for _, r := range rows {
+						if sum := r.Started + r.Queued + int64(r.Free) + r.Noted; sum != int64(r.MaxRunning) {
+							bad = append(bad, fmt.Sprintf("key %q: %d started and %d queued admitted, %d free, %d noted: %d slots, limit %d",
+								r.LimitKey, r.Started, r.Queued, r.Free, r.Noted, sum, r.MaxRunning))
+						}
+						if r.LimitKey == "one" && r.Started > 1 {
+							bad = append(bad, fmt.Sprintf("key %q: %d admitted jobs started, limit 1", r.LimitKey, r.Started))
+						}
+					}
+				}
+			}()
+			for range 3 {
+				startWorker(t, b.url, cfg, reg)
+			}
+			for range 4 {
+				time.Sleep(30 * time.Millisecond)
+				ids = append(ids, batch(60)...)
+			}
+			if _, err := runtime.SetLimit(ctx, b.pool, "race", "few", 2); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, batch(60)...)
+			time.Sleep(100 * time.Millisecond)
+			if _, err := runtime.SetLimit(ctx, b.pool, "race", "few", 0); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ids {
+				b.waitStatus(t, id, 30*time.Second, testdb.PgtaskJobStatusSucceeded)
+			}
+			// Handlers running at once, counted in them: the key of limit 1
+			// never runs two, the key of limit 3 (2 for a while, with the
+			// jobs already running going on) never more than 3.
+			if got := gauge.mostOf("one"); got > 1 {
+				t.Errorf("%d handlers of key \"one\" ran at once, over its limit of 1", got)
+			}
+			if got := gauge.mostOf("few"); got > 3 {
+				t.Errorf("%d handlers of key \"few\" ran at once, over its limit of 3", got)
+			}
+			close(stop)
+			<-sampled
+			if len(bad) > 0 {
+				t.Fatalf("%d of %d samples wrong, first: %s", len(bad), samples, strings.Join(bad[:min(len(bad), 5)], "; "))
+			}
+			if samples < 50 {
+				t.Fatalf("only %d samples taken", samples)
+			}
+			t.Logf("%d samples", samples)
+			waitLimitsIdle(t, b, "race", limits)
+		})
+	}
+}

@@ -34,9 +34,9 @@ type LimitInfo struct {
 // SetLimit sets an operator's limit for key of queue ("" for the queue's
 // own limit), which wins over the limit the tasks declare, at once and for
 // every worker, until it is cleared: n 0 clears it. A raised limit admits
-// waiting jobs within a maintenance round; a lowered one admits none until
-// enough of the running ones have ended (none is stopped). It reports how
-// many live keys it changed.
+// waiting jobs at once (the queue's workers are woken and claim them); a
+// lowered one admits none until enough of the running ones have ended (none
+// is stopped). It reports how many live keys it changed.
 func SetLimit(ctx context.Context, db DB, queue, key string, n int) (int, error) {
 	return setLimit(ctx, db, queue, &key, n)
 }

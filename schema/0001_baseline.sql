@@ -440,10 +440,11 @@ CREATE TRIGGER jobs_forget_groups_after_truncate
 
 -- Concurrency limits (see functions/limits.sql): one row per key that has
 -- had a limited job, with its limit and how many of its slots are free.
--- Jobs admitted (is_head) and free slots add up to max_running. The row is
--- changed when a slot is taken from it or given back to it, not when a
--- finished job hands its slot on to a waiting one, so a key working off a
--- backlog leaves its row alone.
+-- Jobs admitted (is_head) and free slots add up to max_running. A claim
+-- takes slots from the row as it admits waiting jobs, and a batch of
+-- outcomes gives its slots back to it once per key; a key that has free
+-- slots and jobs waiting is ready, in limit_keys_ready, where claims find
+-- it.
 CREATE TABLE pgtask.limit_keys (
     id          bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
     queue       text COLLATE "C" NOT NULL,
@@ -456,6 +457,17 @@ CREATE TABLE pgtask.limit_keys (
     -- Below 0 after a limit was lowered under the jobs already admitted:
     -- slots given back fill it first.
     free        integer NOT NULL,
+    -- Whether jobs of the key may be waiting for a slot: set by whoever
+    -- makes one wait, cleared by a claim that finds none left.
+    waiting     boolean NOT NULL DEFAULT false,
+    -- When the key last became ready or gave a claim jobs: claims take
+    -- ready keys in this order, so each key's turn comes round.
+    ready_since timestamptz NOT NULL DEFAULT now(),
+    -- The (priority, id) of the last job a claim took from the key, NULL
+    -- for none: its next claim looks for waiting jobs after it (see
+    -- pick_admitted).
+    frontier_priority smallint,
+    frontier_id       bigint,
     PRIMARY KEY (queue, limit_key),
     CONSTRAINT limit_keys_declared_valid CHECK (declared >= 1),
     CONSTRAINT limit_keys_max_valid CHECK (max_running >= 1),
@@ -463,6 +475,11 @@ CREATE TABLE pgtask.limit_keys (
     CONSTRAINT limit_keys_queue_bounded CHECK (octet_length(queue) <= 128),
     CONSTRAINT limit_keys_key_bounded CHECK (octet_length(limit_key) <= 1024)
 );
+
+-- The keys whose waiting jobs a claim may admit now: free slots, jobs
+-- waiting. Keys at their limit are not in it, so a claim never reads them.
+CREATE INDEX limit_keys_ready ON pgtask.limit_keys (queue, ready_since, id)
+    WHERE waiting AND free > 0;
 
 -- Limits an operator set, which win over the declared ones: for one key of
 -- a queue, or (limit_key NULL) for every key of it but the queue's own ('').
@@ -500,6 +517,9 @@ LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END; $$;
 CREATE FUNCTION pgtask.limit_release() RETURNS trigger
 LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END; $$;
 
+CREATE FUNCTION pgtask.limit_waits() RETURNS trigger
+LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END; $$;
+
 CREATE TRIGGER jobs_limit_unadmit
     BEFORE UPDATE ON pgtask.jobs
     FOR EACH ROW
@@ -518,6 +538,16 @@ CREATE TRIGGER jobs_limit_release_deleted
     FOR EACH ROW
     WHEN (OLD.limit_id IS NOT NULL AND OLD.is_head AND OLD.status IN ('queued', 'started'))
     EXECUTE FUNCTION pgtask.limit_release();
+
+-- A limited job that comes to wait (a delayed job or a retry made due, a
+-- job handed back or rescued from a run, an operator's retry) marks its
+-- key waiting.
+CREATE TRIGGER jobs_limit_waits
+    AFTER UPDATE ON pgtask.jobs
+    FOR EACH ROW
+    WHEN (NEW.limit_id IS NOT NULL AND NEW.status = 'queued' AND NOT NEW.is_head
+          AND (OLD.status <> 'queued' OR OLD.is_head))
+    EXECUTE FUNCTION pgtask.limit_waits();
 
 -- Rate limits (see functions/rates.sql): one row per key that has had a
 -- rate-limited job, a token bucket: rate tokens per period_us, at most

@@ -301,3 +301,34 @@ SELECT count(pg_terminate_backend(pid))::integer AS terminated
          WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active'
            AND query ~ '^-- name: SettleJobs '
          ORDER BY random() LIMIT @max::integer) s;
+-- name: LimitSlots :many
+-- Each limit key of a queue, read in one snapshot: its limit, its free
+-- slots, its admitted jobs started and queued, and the slots given back
+-- into notes that maintenance has not applied yet. The admitted jobs, the
+-- free slots and the noted ones add up to the limit at every instant.
+SELECT k.limit_key, k.max_running, k.free,
+       (SELECT count(*) FROM pgtask.jobs j
+         WHERE j.limit_id = k.id AND j.is_head AND j.status = 'started')::bigint AS started,
+       (SELECT count(*) FROM pgtask.jobs j
+         WHERE j.limit_id = k.id AND j.is_head AND j.status = 'queued')::bigint AS queued,
+       (SELECT coalesce(sum(c.released), 0) FROM pgtask.limit_checks c WHERE c.key_id = k.id)::bigint AS noted
+  FROM pgtask.limit_keys k
+ WHERE k.queue = @queue
+ ORDER BY k.limit_key;
+
+-- name: LimitKeysWrittenHere :one
+-- How many of queue @queue's limit keys' rows the caller's transaction
+-- wrote.
+SELECT count(*)::bigint AS written FROM pgtask.limit_keys
+ WHERE queue = @queue AND xmin = xid(pg_current_xact_id());
+
+-- name: ReadyLimitKeys :one
+-- How many of queue @queue's limit keys are ready (free slots, jobs
+-- waiting: in limit_keys_ready).
+SELECT count(*)::bigint AS ready FROM pgtask.limit_keys
+ WHERE queue = @queue AND waiting AND free > 0;
+
+-- name: LimitKeyFrontier :one
+-- Where key @limit_key of queue @queue's claims look for its jobs from.
+SELECT frontier_priority, frontier_id FROM pgtask.limit_keys
+ WHERE queue = @queue AND limit_key = @limit_key;

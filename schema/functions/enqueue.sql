@@ -1,4 +1,4 @@
--- revision: 15
+-- revision: 16
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -564,11 +564,19 @@ BEGIN
           FROM (SELECT x.l, x.i, starts[x.o] <= now() AS due,
                        row_number() OVER (PARTITION BY x.l, starts[x.o] <= now() ORDER BY p_priorities[x.o], x.i) AS rn
                   FROM unnest(p_limits, p_settings) WITH ORDINALITY AS x(l, o, i)) u;
-        UPDATE pgtask.limit_keys k SET free = k.free - a.taken
-          FROM (SELECT lids[u.l] AS id, count(*) AS taken
-                  FROM unnest(p_limits, admit) AS u(l, a)
-                 WHERE u.a GROUP BY u.l) a
-         WHERE k.id = a.id;
+        -- A key this call holds that it leaves jobs waiting on is marked
+        -- waiting, its frontier moved back before a job of a better
+        -- priority (see pick_admitted).
+        UPDATE pgtask.limit_keys k
+           SET free = k.free - a.taken, waiting = k.waiting OR a.waits,
+               frontier_priority = CASE WHEN a.best < k.frontier_priority THEN NULL ELSE k.frontier_priority END,
+               frontier_id = CASE WHEN a.best < k.frontier_priority THEN NULL ELSE k.frontier_id END
+          FROM (SELECT lids[u.l] AS id, count(*) FILTER (WHERE u.a) AS taken,
+                       coalesce(bool_or(NOT u.a AND starts[u.o] <= now()), false) AS waits,
+                       min(p_priorities[u.o]) FILTER (WHERE NOT u.a AND starts[u.o] <= now()) AS best
+                  FROM unnest(p_limits, admit, p_settings) AS u(l, a, o)
+                 WHERE u.l > 0 AND llocked[u.l] GROUP BY u.l) a
+         WHERE k.id = a.id AND (a.taken > 0 OR (a.waits AND NOT k.waiting) OR a.best < k.frontier_priority);
         IF strat IS NOT NULL THEN
             SELECT array_agg(st <> 'queue' AND EXISTS (
                        SELECT 1 FROM pgtask.jobs w

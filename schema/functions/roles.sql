@@ -1,4 +1,4 @@
--- revision: 22
+-- revision: 23
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -195,7 +195,16 @@ LANGUAGE sql IMMUTABLE AS $$
     ('none', 'function', 'advance_after_delete', ''),
     ('none', 'function', 'limit_unadmit', ''),
     ('none', 'function', 'limit_release', ''),
+    ('none', 'function', 'limit_waits', ''),
     ('worker', 'function', 'check_limits', 'EXECUTE'),
+    ('worker', 'function', 'pick_admitted', 'EXECUTE'),
+    ('worker', 'function', 'hand_on_slots', 'EXECUTE'),
+    ('worker', 'function', 'wake_for_limit', 'EXECUTE'),
+    ('worker', 'function', 'wake_for_ready_keys', 'EXECUTE'),
+    ('worker', 'function', 'limit_arm', 'EXECUTE'),
+    ('admin', 'function', 'hand_on_slots', 'EXECUTE'),
+    ('admin', 'function', 'wake_for_limit', 'EXECUTE'),
+    ('admin', 'function', 'limit_arm', 'EXECUTE'),
     ('worker', 'function', 'release_slot', 'EXECUTE'),
     ('worker', 'function', 'release_slots', 'EXECUTE'),
     ('worker', 'function', 'release_deferred_slots', 'EXECUTE'),

@@ -1,4 +1,4 @@
--- revision: 54
+-- revision: 55
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -266,7 +266,10 @@ $$;
 -- head ends, its slot passes to the run's next job (see release_slot). The
 -- scan starts at the head: the index entries before it are mostly those of
 -- jobs admitted earlier, which a transaction held open elsewhere keeps.
+-- Heads of the keys p_taken_keys, whose runs the claim took already (see
+-- pick_admitted), are dropped too.
 CREATE OR REPLACE FUNCTION pgtask.pick_limited_runs(p_heads bigint[], p_room integer, p_per_head integer, p_kinds text[],
+                                                    p_taken_keys bigint[],
                                                     OUT dropped bigint[], OUT followers bigint[])
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -285,7 +288,7 @@ BEGIN
          WHERE j.id = ANY (p_heads) AND j.limit_id IS NOT NULL
          ORDER BY j.priority, j.id
     LOOP
-        IF h.nth > 1 THEN
+        IF h.nth > 1 OR h.limit_id = ANY (p_taken_keys) THEN
             dropped := dropped || h.id;
             CONTINUE;
         END IF;
@@ -339,6 +342,9 @@ DECLARE
     dropped bigint[];
     followers bigint[];
     rated bigint[] := '{}';
+    limited bigint[] := '{}';
+    lruns bigint[] := '{}';
+    lkeys bigint[] := '{}';
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
     PERFORM pg_advisory_xact_lock_shared(pgtask.pause_lock_class(), hashtext(p_queue));
@@ -354,9 +360,29 @@ BEGIN
         rated := pgtask.pick_rated(p_queue, p_max, p_kinds);
         IF cardinality(rated) >= p_max THEN
             PERFORM pgtask.leave_promoted(p_queue);
-            RETURN QUERY SELECT * FROM pgtask.start_held(rated, p_worker, p_token, '{}', NULL, p_after_priority, p_after_id, false);
+            PERFORM pgtask.wake_for_ready_keys(p_queue);
+            RETURN QUERY SELECT * FROM pgtask.start_held(rated, p_worker, p_token, '{}', NULL, p_after_priority, p_after_id, false, '{}');
             RETURN;
         END IF;
+    END IF;
+    -- Waiting jobs of limit keys with free slots (see functions/limits.sql),
+    -- next, each key's with a run behind it. A queue with no ready key
+    -- costs one probe of limit_keys_ready. (Not in a fair queue, whose
+    -- slots are handed on to waiting jobs, which run at their turn.)
+    IF EXISTS (SELECT 1 FROM pgtask.limit_keys k WHERE k.queue = p_queue AND k.waiting AND k.free > 0)
+       AND NOT EXISTS (SELECT 1 FROM pgtask.fair_queues f WHERE f.queue = p_queue) THEN
+        SELECT a.admitted, a.followers, a.keys INTO limited, lruns, lkeys
+          FROM pgtask.pick_admitted(p_queue, p_max - cardinality(rated), p_max, p_kinds) a;
+        PERFORM pgtask.wake_for_ready_keys(p_queue);
+        IF cardinality(rated) + cardinality(limited) + cardinality(lruns) >= p_max THEN
+            PERFORM pgtask.leave_promoted(p_queue);
+            RETURN QUERY SELECT * FROM pgtask.start_held(rated || limited || lruns, p_worker, p_token, '{}', NULL,
+                                                         p_after_priority, p_after_id, false, limited);
+            RETURN;
+        END IF;
+        rated := rated || limited || lruns;
+    ELSE
+        PERFORM pgtask.wake_for_ready_keys(p_queue);
     END IF;
     -- (Not for a fair queue, whose heads are taken by turn: see pick_heads.)
     IF p_max = 1 AND p_after_priority IS NOT NULL AND cardinality(rated) = 0
@@ -418,7 +444,8 @@ BEGIN
                                p_kinds);
     exhausted := cardinality(heads) < p_max - cardinality(rated);
     IF cardinality(heads) = 0 THEN
-        RETURN QUERY SELECT * FROM pgtask.start_held(rated, p_worker, p_token, '{}', NULL, p_after_priority, p_after_id, false);
+        RETURN QUERY SELECT * FROM pgtask.start_held(rated, p_worker, p_token, '{}', NULL, p_after_priority, p_after_id, false,
+                                                     limited);
         RETURN;
     END IF;
     -- Limited heads (see functions/limits.sql): one per key, each with a
@@ -427,7 +454,7 @@ BEGIN
     -- A queue that never had a limit key has no limited heads to look for.
     IF EXISTS (SELECT 1 FROM pgtask.limit_keys k WHERE k.queue = p_queue) THEN
         SELECT r.dropped, r.followers INTO dropped, followers
-          FROM pgtask.pick_limited_runs(heads, p_max - cardinality(rated) - cardinality(heads), p_max, p_kinds) r;
+          FROM pgtask.pick_limited_runs(heads, p_max - cardinality(rated) - cardinality(heads), p_max, p_kinds, lkeys) r;
     ELSE
         dropped := '{}';
         followers := '{}';
@@ -440,17 +467,19 @@ BEGIN
         picked := picked || pgtask.pick_runs(picked, p_max - cardinality(rated) - cardinality(picked), p_max, p_kinds);
     END IF;
     picked := rated || picked || followers[1 : greatest(p_max - cardinality(rated) - cardinality(picked), 0)];
-    RETURN QUERY SELECT * FROM pgtask.start_held(picked, p_worker, p_token, heads, promoted, p_after_priority, p_after_id, exhausted);
+    RETURN QUERY SELECT * FROM pgtask.start_held(picked, p_worker, p_token, heads, promoted, p_after_priority, p_after_id, exhausted,
+                                                 limited);
 END;
 $$;
 
 -- Starts the jobs p_ids a held-mode claim picked (locked) and returns them
 -- as claim_jobs does, in priority, id order; only the heads p_heads its
 -- scans found may move the worker's cursor (see scanned; p_exhausted: the
--- scans came up short).
+-- scans came up short). The limited jobs p_admitted took a slot of their
+-- key in the claim (see pick_admitted): they start admitted (is_head).
 CREATE OR REPLACE FUNCTION pgtask.start_held(p_ids bigint[], p_worker integer, p_token bigint, p_heads bigint[],
                                              p_promoted bigint[], p_after_priority smallint, p_after_id bigint,
-                                             p_exhausted boolean)
+                                             p_exhausted boolean, p_admitted bigint[])
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
@@ -462,7 +491,7 @@ AS $$
         UPDATE pgtask.jobs j
            SET status = 'started', attempts = j.attempts + 1,
                started_at = statement_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker,
-               claim_token = p_token, lease_until = NULL
+               claim_token = p_token, lease_until = NULL, is_head = j.is_head OR j.id = ANY (p_admitted)
          WHERE j.id = ANY (p_ids)
         RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                   j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
@@ -981,17 +1010,29 @@ DECLARE
     promoted bigint[];
     exhausted boolean;
     rated bigint[] := '{}';
+    limited bigint[] := '{}';
 BEGIN
     PERFORM pgtask.require_read_committed('claiming jobs');
     PERFORM pg_advisory_xact_lock_shared(pgtask.pause_lock_class(), hashtext(p_queue));
     IF EXISTS (SELECT 1 FROM pgtask.paused_queues q WHERE q.queue = p_queue) THEN
         RETURN;
     END IF;
-    -- Rate-limited jobs first, as in claim_jobs.
+    -- Rate-limited jobs first, then waiting jobs of limit keys with free
+    -- slots, each taking a slot (no runs: handlers run side by side), as
+    -- in claim_jobs.
     IF EXISTS (SELECT 1 FROM pgtask.rate_keys k
                 WHERE k.queue = p_queue AND k.ready_at IS NOT NULL AND k.ready_at <= clock_timestamp()) THEN
         rated := pgtask.pick_rated(p_queue, p_max, p_kinds);
     END IF;
+    IF cardinality(rated) < p_max
+       AND EXISTS (SELECT 1 FROM pgtask.limit_keys k WHERE k.queue = p_queue AND k.waiting AND k.free > 0)
+       AND NOT EXISTS (SELECT 1 FROM pgtask.fair_queues f WHERE f.queue = p_queue) THEN
+        SELECT a.admitted INTO limited FROM pgtask.pick_admitted(p_queue, p_max - cardinality(rated), 0, p_kinds) a;
+        rated := rated || limited;
+    END IF;
+    -- A key made ready in this transaction that the claim left ready wakes
+    -- the queue's workers (see wake_for_limit).
+    PERFORM pgtask.wake_for_ready_keys(p_queue);
     promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
     IF cardinality(rated) < p_max THEN
         heads := pgtask.pick_heads(p_queue, p_max - cardinality(rated), p_after_priority, p_after_id, p_floor_id,
@@ -1012,7 +1053,8 @@ BEGIN
             UPDATE pgtask.jobs j
                SET status = 'started', attempts = j.attempts + 1, started_at = statement_timestamp(),
                    owner_pid = NULL, worker_id = p_worker, claim_token = p_token,
-                   lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond'
+                   lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond',
+                   is_head = j.is_head OR j.id = ANY (limited)
              WHERE j.id = ANY (picked)
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,

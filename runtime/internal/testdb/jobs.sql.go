@@ -583,6 +583,95 @@ func (q *Queries) JobAndWorkflowRows(ctx context.Context) (int32, error) {
 	return rows, err
 }
 
+const limitKeyFrontier = `-- name: LimitKeyFrontier :one
+SELECT frontier_priority, frontier_id FROM pgtask.limit_keys
+ WHERE queue = $1 AND limit_key = $2
+`
+
+type LimitKeyFrontierParams struct {
+	Queue    string
+	LimitKey string
+}
+
+type LimitKeyFrontierRow struct {
+	FrontierPriority pgtype.Int2
+	FrontierID       pgtype.Int8
+}
+
+// Where key @limit_key of queue @queue's claims look for its jobs from.
+func (q *Queries) LimitKeyFrontier(ctx context.Context, arg LimitKeyFrontierParams) (LimitKeyFrontierRow, error) {
+	row := q.db.QueryRow(ctx, limitKeyFrontier, arg.Queue, arg.LimitKey)
+	var i LimitKeyFrontierRow
+	err := row.Scan(&i.FrontierPriority, &i.FrontierID)
+	return i, err
+}
+
+const limitKeysWrittenHere = `-- name: LimitKeysWrittenHere :one
+SELECT count(*)::bigint AS written FROM pgtask.limit_keys
+ WHERE queue = $1 AND xmin = xid(pg_current_xact_id())
+`
+
+// How many of queue @queue's limit keys' rows the caller's transaction
+// wrote.
+func (q *Queries) LimitKeysWrittenHere(ctx context.Context, queue string) (int64, error) {
+	row := q.db.QueryRow(ctx, limitKeysWrittenHere, queue)
+	var written int64
+	err := row.Scan(&written)
+	return written, err
+}
+
+const limitSlots = `-- name: LimitSlots :many
+SELECT k.limit_key, k.max_running, k.free,
+       (SELECT count(*) FROM pgtask.jobs j
+         WHERE j.limit_id = k.id AND j.is_head AND j.status = 'started')::bigint AS started,
+       (SELECT count(*) FROM pgtask.jobs j
+         WHERE j.limit_id = k.id AND j.is_head AND j.status = 'queued')::bigint AS queued,
+       (SELECT coalesce(sum(c.released), 0) FROM pgtask.limit_checks c WHERE c.key_id = k.id)::bigint AS noted
+  FROM pgtask.limit_keys k
+ WHERE k.queue = $1
+ ORDER BY k.limit_key
+`
+
+type LimitSlotsRow struct {
+	LimitKey   string
+	MaxRunning int32
+	Free       int32
+	Started    int64
+	Queued     int64
+	Noted      int64
+}
+
+// Each limit key of a queue, read in one snapshot: its limit, its free
+// slots, its admitted jobs started and queued, and the slots given back
+// into notes that maintenance has not applied yet. The admitted jobs, the
+// free slots and the noted ones add up to the limit at every instant.
+func (q *Queries) LimitSlots(ctx context.Context, queue string) ([]LimitSlotsRow, error) {
+	rows, err := q.db.Query(ctx, limitSlots, queue)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LimitSlotsRow{}
+	for rows.Next() {
+		var i LimitSlotsRow
+		if err := rows.Scan(
+			&i.LimitKey,
+			&i.MaxRunning,
+			&i.Free,
+			&i.Started,
+			&i.Queued,
+			&i.Noted,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listJobs = `-- name: ListJobs :many
 SELECT id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload, result, errors, attempts, max_attempts, fail_blocks_group, run_after, created_at, started_at, finished_at, owner_pid, worker_id, claim_token, lease_until, stale_outcomes, snoozes, unique_key, unique_statuses, unique_until, metadata, enqueued_by, batch_id, limit_id, rate_id, tenant, fair_seq, workflow_id FROM pgtask.jobs WHERE queue = $1 ORDER BY id
 `
@@ -696,6 +785,20 @@ func (q *Queries) PinHorizon(ctx context.Context) (int64, error) {
 	var jobs int64
 	err := row.Scan(&jobs)
 	return jobs, err
+}
+
+const readyLimitKeys = `-- name: ReadyLimitKeys :one
+SELECT count(*)::bigint AS ready FROM pgtask.limit_keys
+ WHERE queue = $1 AND waiting AND free > 0
+`
+
+// How many of queue @queue's limit keys are ready (free slots, jobs
+// waiting: in limit_keys_ready).
+func (q *Queries) ReadyLimitKeys(ctx context.Context, queue string) (int64, error) {
+	row := q.db.QueryRow(ctx, readyLimitKeys, queue)
+	var ready int64
+	err := row.Scan(&ready)
+	return ready, err
 }
 
 const renameMigration = `-- name: RenameMigration :exec
