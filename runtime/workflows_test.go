@@ -649,7 +649,9 @@ func TestWorkflowFanInUnderTerminations(t *testing.T) {
 					if err == nil {
 						terminated += int(n)
 					}
-					if mode == runtime.ModeLease {
+					// At most 100 of them, so that a slow machine
+					// (or the race detector) still gets through.
+					if mode == runtime.ModeLease && terminated < 100 {
 						n, err = b.q.TerminateSettlers(ctx, 1)
 						if err == nil {
 							terminated += int(n)
