@@ -92,15 +92,9 @@ func (h *handler) limitAction(w http.ResponseWriter, r *http.Request, what strin
 	bad := func(format string, args ...any) {
 		http.Error(w, "400 Bad Request: "+fmt.Sprintf(format, args...), http.StatusBadRequest)
 	}
-	switch {
-	case queue == "":
-		bad("the form names no queue")
-		return
-	case len(queue) > runtime.MaxQueueBytes:
-		bad("the queue's name is %d bytes, more than the %d allowed", len(queue), runtime.MaxQueueBytes)
-		return
-	case len(key) > runtime.MaxGroupKeyBytes:
-		bad("the limit key is %d bytes, more than the %d allowed", len(key), runtime.MaxGroupKeyBytes)
+	switch msg := badQueueAnd(queue, "limit key", key, runtime.MaxGroupKeyBytes); {
+	case msg != "":
+		bad("%s", msg)
 		return
 	case everyKey && key != "":
 		bad("give a key or every key, not both")
@@ -150,15 +144,8 @@ func (h *handler) rateAction(w http.ResponseWriter, r *http.Request, what string
 	bad := func(format string, args ...any) {
 		http.Error(w, "400 Bad Request: "+fmt.Sprintf(format, args...), http.StatusBadRequest)
 	}
-	switch {
-	case queue == "":
-		bad("the form names no queue")
-		return
-	case len(queue) > runtime.MaxQueueBytes:
-		bad("the queue's name is %d bytes, more than the %d allowed", len(queue), runtime.MaxQueueBytes)
-		return
-	case len(key) > runtime.MaxGroupKeyBytes:
-		bad("the rate key is %d bytes, more than the %d allowed", len(key), runtime.MaxGroupKeyBytes)
+	if msg := badQueueAnd(queue, "rate key", key, runtime.MaxGroupKeyBytes); msg != "" {
+		bad("%s", msg)
 		return
 	}
 	n, per, burst := 0, time.Duration(0), 0
@@ -188,4 +175,18 @@ func (h *handler) rateAction(w http.ResponseWriter, r *http.Request, what string
 	h.log.InfoContext(r.Context(), "pgtask dashboard: "+what+" rate", "queue", queue, "key", key,
 		"rate", n, "per", per, "burst", burst, "changed", changed, "user", authUser(r))
 	h.redirectBack(w, r, "rate-"+what, int64(changed), 0)
+}
+
+// badQueueAnd says what is wrong with a form's queue and its key (what
+// names it; max bytes at most), or "" when nothing is.
+func badQueueAnd(queue, what, key string, max int) string {
+	switch {
+	case queue == "":
+		return "the form names no queue"
+	case len(queue) > runtime.MaxQueueBytes:
+		return fmt.Sprintf("the queue's name is %d bytes, more than the %d allowed", len(queue), runtime.MaxQueueBytes)
+	case len(key) > max:
+		return fmt.Sprintf("the %s is %d bytes, more than the %d allowed", what, len(key), max)
+	}
+	return ""
 }

@@ -42,15 +42,8 @@ func (h *handler) setTenantWeight(w http.ResponseWriter, r *http.Request) {
 	bad := func(format string, args ...any) {
 		http.Error(w, "400 Bad Request: "+fmt.Sprintf(format, args...), http.StatusBadRequest)
 	}
-	switch {
-	case queue == "":
-		bad("the form names no queue")
-		return
-	case len(queue) > runtime.MaxQueueBytes:
-		bad("the queue's name is %d bytes, more than the %d allowed", len(queue), runtime.MaxQueueBytes)
-		return
-	case len(tenant) > runtime.MaxTenantBytes:
-		bad("the tenant is %d bytes, more than the %d allowed", len(tenant), runtime.MaxTenantBytes)
+	if msg := badQueueAnd(queue, "tenant", tenant, runtime.MaxTenantBytes); msg != "" {
+		bad("%s", msg)
 		return
 	}
 	n, err := strconv.Atoi(f.Get("weight"))
