@@ -507,6 +507,27 @@ func wakeups(ctx context.Context, pool *pgxpool.Pool, queue string, n int, start
 	return lat, nil
 }
 
+// waitFinished waits until queue has no unfinished job, saying every
+// interval how many of its n are done ("label: done/n what, s").
+func (b *bench) waitFinished(ctx context.Context, pool *pgxpool.Pool, queue, label, what string, n int, every time.Duration) error {
+	start := time.Now()
+	for {
+		left, err := unfinishedJobs(ctx, pool, queue)
+		if err != nil {
+			return err
+		}
+		if left == 0 {
+			return nil
+		}
+		b.say("%s: %d/%d %s, %.0f s", label, int64(n)-left, n, what, time.Since(start).Seconds())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(every):
+		}
+	}
+}
+
 // percentile of sorted durations.
 func percentile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]

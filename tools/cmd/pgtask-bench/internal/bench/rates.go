@@ -137,21 +137,8 @@ func (b *bench) measureBindingRate(ctx context.Context, mode pgtask.Mode) error 
 		}
 		wg.Go(func() { _ = w.Run(runCtx) })
 	}
-	start := time.Now()
-	for {
-		left, err := unfinishedJobs(ctx, pool, "bench")
-		if err != nil {
-			return err
-		}
-		if left == 0 {
-			break
-		}
-		b.say("%s: %d/%d jobs started, %.0f s", label, int64(n)-left, n, time.Since(start).Seconds())
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
+	if err := b.waitFinished(ctx, pool, "bench", label, "jobs started", n, 250*time.Millisecond); err != nil {
+		return err
 	}
 	b.done()
 	starts, err := benchdb.New(pool).StartTimes(ctx, "bench")

@@ -119,21 +119,8 @@ func (b *bench) measureChain(ctx context.Context, mode pgtask.Mode) error {
 	if _, err := wf.Enqueue(ctx, pool); err != nil {
 		return err
 	}
-	start := time.Now()
-	for {
-		left, err := unfinishedJobs(ctx, pool, "bench")
-		if err != nil {
-			return err
-		}
-		if left == 0 {
-			break
-		}
-		b.say("%s: %d/%d steps, %.0f s", label, int64(n)-left, n, time.Since(start).Seconds())
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	if err := b.waitFinished(ctx, pool, "bench", label, "steps", n, 100*time.Millisecond); err != nil {
+		return err
 	}
 	b.done()
 	finished, err := benchdb.New(pool).FinishTimes(ctx, "bench")
