@@ -845,7 +845,11 @@ CREATE INDEX workflow_notes_child ON pgtask.workflow_notes (child);
 -- settles its edges; one an operator retries (finished to unfinished) makes
 -- the children it cancelled wait again, and stays parked itself while its
 -- own parents do not allow it to run. Their WHEN clauses keep every other
--- job's updates free of them.
+-- job's updates free of them, and call no function: every statement that
+-- updates jobs prepares each WHEN again, and a SQL function there (such as
+-- job_pending, whose test they spell out) is inlined anew each time, its
+-- body parsed: about half of what these triggers cost each update of a
+-- plain job's row.
 CREATE FUNCTION pgtask.workflow_step_done() RETURNS trigger
 LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END; $$;
 
@@ -858,23 +862,26 @@ LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END; $$;
 CREATE TRIGGER jobs_workflow_done
     AFTER UPDATE ON pgtask.jobs
     FOR EACH ROW
-    WHEN (OLD.workflow_id IS NOT NULL AND pgtask.job_pending(OLD.status) AND NOT pgtask.job_pending(NEW.status))
+    WHEN (OLD.workflow_id IS NOT NULL AND OLD.status IN ('scheduled', 'queued', 'started')
+          AND NEW.status NOT IN ('scheduled', 'queued', 'started'))
     EXECUTE FUNCTION pgtask.workflow_step_done();
 
 CREATE TRIGGER jobs_workflow_deleted
     AFTER DELETE ON pgtask.jobs
     FOR EACH ROW
-    WHEN (OLD.workflow_id IS NOT NULL AND pgtask.job_pending(OLD.status))
+    WHEN (OLD.workflow_id IS NOT NULL AND OLD.status IN ('scheduled', 'queued', 'started'))
     EXECUTE FUNCTION pgtask.workflow_step_done();
 
 CREATE TRIGGER jobs_workflow_repark
     BEFORE UPDATE ON pgtask.jobs
     FOR EACH ROW
-    WHEN (OLD.workflow_id IS NOT NULL AND NOT pgtask.job_pending(OLD.status) AND pgtask.job_pending(NEW.status))
+    WHEN (OLD.workflow_id IS NOT NULL AND OLD.status NOT IN ('scheduled', 'queued', 'started')
+          AND NEW.status IN ('scheduled', 'queued', 'started'))
     EXECUTE FUNCTION pgtask.workflow_step_repark();
 
 CREATE TRIGGER jobs_workflow_again
     AFTER UPDATE ON pgtask.jobs
     FOR EACH ROW
-    WHEN (OLD.workflow_id IS NOT NULL AND NOT pgtask.job_pending(OLD.status) AND pgtask.job_pending(NEW.status))
+    WHEN (OLD.workflow_id IS NOT NULL AND OLD.status NOT IN ('scheduled', 'queued', 'started')
+          AND NEW.status IN ('scheduled', 'queued', 'started'))
     EXECUTE FUNCTION pgtask.workflow_step_again();
