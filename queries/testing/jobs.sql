@@ -333,13 +333,15 @@ SELECT count(*)::bigint AS ready FROM pgtask.limit_keys
 SELECT frontier_priority, frontier_id FROM pgtask.limit_keys
  WHERE queue = @queue AND limit_key = @limit_key;
 
--- name: JobTriggersCallingFunctions :many
--- The triggers on pgtask.jobs whose WHEN clause calls a function. Every
--- statement that updates or deletes jobs prepares each trigger's WHEN
--- again, and a SQL function in one is inlined there, its body parsed anew.
+-- name: JobTriggersNeedingPlanning :many
+-- The triggers on pgtask.jobs whose WHEN clause calls a function or holds
+-- an IN list. Every statement that updates or deletes jobs prepares each
+-- trigger's WHEN again: a SQL function in one is inlined there, its body
+-- parsed anew, and an IN list folded into an array.
 SELECT t.tgname::text AS trigger_name
   FROM pg_catalog.pg_trigger t
- WHERE t.tgrelid = 'pgtask.jobs'::regclass AND t.tgqual::text LIKE '%{FUNCEXPR %'
+ WHERE t.tgrelid = 'pgtask.jobs'::regclass
+   AND (t.tgqual::text LIKE '%{FUNCEXPR %' OR t.tgqual::text LIKE '%{ARRAYEXPR %')
  ORDER BY t.tgname;
 
 -- name: TrackFunctionCalls :exec

@@ -617,18 +617,20 @@ func (q *Queries) JobAndWorkflowRows(ctx context.Context) (int32, error) {
 	return rows, err
 }
 
-const jobTriggersCallingFunctions = `-- name: JobTriggersCallingFunctions :many
+const jobTriggersNeedingPlanning = `-- name: JobTriggersNeedingPlanning :many
 SELECT t.tgname::text AS trigger_name
   FROM pg_catalog.pg_trigger t
- WHERE t.tgrelid = 'pgtask.jobs'::regclass AND t.tgqual::text LIKE '%{FUNCEXPR %'
+ WHERE t.tgrelid = 'pgtask.jobs'::regclass
+   AND (t.tgqual::text LIKE '%{FUNCEXPR %' OR t.tgqual::text LIKE '%{ARRAYEXPR %')
  ORDER BY t.tgname
 `
 
-// The triggers on pgtask.jobs whose WHEN clause calls a function. Every
-// statement that updates or deletes jobs prepares each trigger's WHEN
-// again, and a SQL function in one is inlined there, its body parsed anew.
-func (q *Queries) JobTriggersCallingFunctions(ctx context.Context) ([]string, error) {
-	rows, err := q.db.Query(ctx, jobTriggersCallingFunctions)
+// The triggers on pgtask.jobs whose WHEN clause calls a function or holds
+// an IN list. Every statement that updates or deletes jobs prepares each
+// trigger's WHEN again: a SQL function in one is inlined there, its body
+// parsed anew, and an IN list folded into an array.
+func (q *Queries) JobTriggersNeedingPlanning(ctx context.Context) ([]string, error) {
+	rows, err := q.db.Query(ctx, jobTriggersNeedingPlanning)
 	if err != nil {
 		return nil, err
 	}
