@@ -523,20 +523,20 @@ LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END; $$;
 CREATE TRIGGER jobs_limit_unadmit
     BEFORE UPDATE ON pgtask.jobs
     FOR EACH ROW
-    WHEN (NEW.limit_id IS NOT NULL AND NEW.is_head AND NEW.status NOT IN ('queued', 'started'))
+    WHEN (NEW.limit_id IS NOT NULL AND NEW.is_head AND NEW.status <> ALL ('{queued,started}'::pgtask.job_status[]))
     EXECUTE FUNCTION pgtask.limit_unadmit();
 
 CREATE TRIGGER jobs_limit_release
     AFTER UPDATE ON pgtask.jobs
     FOR EACH ROW
-    WHEN (OLD.limit_id IS NOT NULL AND OLD.is_head AND OLD.status IN ('queued', 'started')
-          AND NOT (NEW.is_head AND NEW.status IN ('queued', 'started')))
+    WHEN (OLD.limit_id IS NOT NULL AND OLD.is_head AND OLD.status = ANY ('{queued,started}'::pgtask.job_status[])
+          AND NOT (NEW.is_head AND NEW.status = ANY ('{queued,started}'::pgtask.job_status[])))
     EXECUTE FUNCTION pgtask.limit_release();
 
 CREATE TRIGGER jobs_limit_release_deleted
     AFTER DELETE ON pgtask.jobs
     FOR EACH ROW
-    WHEN (OLD.limit_id IS NOT NULL AND OLD.is_head AND OLD.status IN ('queued', 'started'))
+    WHEN (OLD.limit_id IS NOT NULL AND OLD.is_head AND OLD.status = ANY ('{queued,started}'::pgtask.job_status[]))
     EXECUTE FUNCTION pgtask.limit_release();
 
 -- A limited job that comes to wait (a delayed job or a retry made due, a
@@ -845,7 +845,12 @@ CREATE INDEX workflow_notes_child ON pgtask.workflow_notes (child);
 -- settles its edges; one an operator retries (finished to unfinished) makes
 -- the children it cancelled wait again, and stays parked itself while its
 -- own parents do not allow it to run. Their WHEN clauses keep every other
--- job's updates free of them.
+-- job's updates free of them, and need no planning: every statement that
+-- updates jobs prepares each WHEN again, and a SQL function there (such as
+-- job_pending, whose test they spell out) is inlined anew each time, its
+-- body parsed, as an IN list is folded into an array each time. Those were
+-- most of what these triggers cost each update of a plain job's row; the
+-- statuses are an array constant instead, here and in the limits' triggers.
 CREATE FUNCTION pgtask.workflow_step_done() RETURNS trigger
 LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END; $$;
 
@@ -858,23 +863,26 @@ LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END; $$;
 CREATE TRIGGER jobs_workflow_done
     AFTER UPDATE ON pgtask.jobs
     FOR EACH ROW
-    WHEN (OLD.workflow_id IS NOT NULL AND pgtask.job_pending(OLD.status) AND NOT pgtask.job_pending(NEW.status))
+    WHEN (OLD.workflow_id IS NOT NULL AND OLD.status = ANY ('{scheduled,queued,started}'::pgtask.job_status[])
+          AND NEW.status <> ALL ('{scheduled,queued,started}'::pgtask.job_status[]))
     EXECUTE FUNCTION pgtask.workflow_step_done();
 
 CREATE TRIGGER jobs_workflow_deleted
     AFTER DELETE ON pgtask.jobs
     FOR EACH ROW
-    WHEN (OLD.workflow_id IS NOT NULL AND pgtask.job_pending(OLD.status))
+    WHEN (OLD.workflow_id IS NOT NULL AND OLD.status = ANY ('{scheduled,queued,started}'::pgtask.job_status[]))
     EXECUTE FUNCTION pgtask.workflow_step_done();
 
 CREATE TRIGGER jobs_workflow_repark
     BEFORE UPDATE ON pgtask.jobs
     FOR EACH ROW
-    WHEN (OLD.workflow_id IS NOT NULL AND NOT pgtask.job_pending(OLD.status) AND pgtask.job_pending(NEW.status))
+    WHEN (OLD.workflow_id IS NOT NULL AND OLD.status <> ALL ('{scheduled,queued,started}'::pgtask.job_status[])
+          AND NEW.status = ANY ('{scheduled,queued,started}'::pgtask.job_status[]))
     EXECUTE FUNCTION pgtask.workflow_step_repark();
 
 CREATE TRIGGER jobs_workflow_again
     AFTER UPDATE ON pgtask.jobs
     FOR EACH ROW
-    WHEN (OLD.workflow_id IS NOT NULL AND NOT pgtask.job_pending(OLD.status) AND pgtask.job_pending(NEW.status))
+    WHEN (OLD.workflow_id IS NOT NULL AND OLD.status <> ALL ('{scheduled,queued,started}'::pgtask.job_status[])
+          AND NEW.status = ANY ('{scheduled,queued,started}'::pgtask.job_status[]))
     EXECUTE FUNCTION pgtask.workflow_step_again();

@@ -332,3 +332,27 @@ SELECT count(*)::bigint AS ready FROM pgtask.limit_keys
 -- Where key @limit_key of queue @queue's claims look for its jobs from.
 SELECT frontier_priority, frontier_id FROM pgtask.limit_keys
  WHERE queue = @queue AND limit_key = @limit_key;
+
+-- name: JobTriggersNeedingPlanning :many
+-- The triggers on pgtask.jobs whose WHEN clause calls a function or holds
+-- an IN list. Every statement that updates or deletes jobs prepares each
+-- trigger's WHEN again: a SQL function in one is inlined there, its body
+-- parsed anew, and an IN list folded into an array.
+SELECT t.tgname::text AS trigger_name
+  FROM pg_catalog.pg_trigger t
+ WHERE t.tgrelid = 'pgtask.jobs'::regclass
+   AND (t.tgqual::text LIKE '%{FUNCEXPR %' OR t.tgqual::text LIKE '%{ARRAYEXPR %')
+ ORDER BY t.tgname;
+
+-- name: TrackFunctionCalls :exec
+-- Counts the calls of SQL and PL/pgSQL functions in the caller's
+-- transaction (see FunctionCallsHere); tests connect as a superuser.
+SELECT set_config('track_functions', 'all', true);
+
+-- name: FunctionCallsHere :many
+-- The calls of pgtask's functions the caller's transaction made, counted
+-- since TrackFunctionCalls (functions inlined into a statement are not).
+SELECT f.funcname::text AS function_name, f.calls::bigint AS calls
+  FROM pg_catalog.pg_stat_xact_user_functions f
+ WHERE f.schemaname = 'pgtask'
+ ORDER BY f.funcname;

@@ -1,4 +1,4 @@
--- revision: 55
+-- revision: 56
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -381,7 +381,9 @@ BEGIN
             RETURN;
         END IF;
         rated := rated || limited || lruns;
-    ELSE
+    ELSIF current_setting('pgtask.limit_wakes', true) <> '' THEN
+        -- Only a transaction whose outcomes made a key ready has wakes
+        -- left (see wake_for_limit): other claims skip the call.
         PERFORM pgtask.wake_for_ready_keys(p_queue);
     END IF;
     -- (Not for a fair queue, whose heads are taken by turn: see pick_heads.)
@@ -647,10 +649,11 @@ DECLARE
 BEGIN
     -- A slot of a limit this frees and hands on (see functions/limits.sql)
     -- is left for the claim that follows, like a group's next head.
-    PERFORM set_config('pgtask.claiming', CASE WHEN p_claiming THEN 'on' ELSE 'off' END, true);
     -- A workflow's step these outcomes release is left for that claim too
-    -- when it is of this queue (see workflow_release).
-    PERFORM set_config('pgtask.settling', p_queue, true);
+    -- when it is of this queue (see workflow_release). Both set in one
+    -- statement: every settle runs it.
+    PERFORM set_config('pgtask.claiming', CASE WHEN p_claiming THEN 'on' ELSE 'off' END, true),
+            set_config('pgtask.settling', p_queue, true);
     IF cardinality(p_ids) = 1 AND p_errors[1] IS NULL THEN
         -- One success, as BatchSize 1 gives: plain statements whose plans
         -- the session keeps. A group's head, its attempt still current:
@@ -1031,8 +1034,11 @@ BEGIN
         rated := rated || limited;
     END IF;
     -- A key made ready in this transaction that the claim left ready wakes
-    -- the queue's workers (see wake_for_limit).
-    PERFORM pgtask.wake_for_ready_keys(p_queue);
+    -- the queue's workers (see wake_for_limit); without such a key, there
+    -- is nothing to call for.
+    IF current_setting('pgtask.limit_wakes', true) <> '' THEN
+        PERFORM pgtask.wake_for_ready_keys(p_queue);
+    END IF;
     promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
     IF cardinality(rated) < p_max THEN
         heads := pgtask.pick_heads(p_queue, p_max - cardinality(rated), p_after_priority, p_after_id, p_floor_id,

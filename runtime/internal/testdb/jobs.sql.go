@@ -425,6 +425,40 @@ func (q *Queries) ForgetWorkerKinds(ctx context.Context) error {
 	return err
 }
 
+const functionCallsHere = `-- name: FunctionCallsHere :many
+SELECT f.funcname::text AS function_name, f.calls::bigint AS calls
+  FROM pg_catalog.pg_stat_xact_user_functions f
+ WHERE f.schemaname = 'pgtask'
+ ORDER BY f.funcname
+`
+
+type FunctionCallsHereRow struct {
+	FunctionName string
+	Calls        int64
+}
+
+// The calls of pgtask's functions the caller's transaction made, counted
+// since TrackFunctionCalls (functions inlined into a statement are not).
+func (q *Queries) FunctionCallsHere(ctx context.Context) ([]FunctionCallsHereRow, error) {
+	rows, err := q.db.Query(ctx, functionCallsHere)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []FunctionCallsHereRow{}
+	for rows.Next() {
+		var i FunctionCallsHereRow
+		if err := rows.Scan(&i.FunctionName, &i.Calls); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const getBatchRow = `-- name: GetBatchRow :one
 SELECT id, total, on_finish, on_failure, pending_from, created_at, failed_at, finished_at, succeeded, failed, cancelled, deleted, enqueued_by FROM pgtask.batches WHERE id = $1
 `
@@ -581,6 +615,38 @@ func (q *Queries) JobAndWorkflowRows(ctx context.Context) (int32, error) {
 	var rows int32
 	err := row.Scan(&rows)
 	return rows, err
+}
+
+const jobTriggersNeedingPlanning = `-- name: JobTriggersNeedingPlanning :many
+SELECT t.tgname::text AS trigger_name
+  FROM pg_catalog.pg_trigger t
+ WHERE t.tgrelid = 'pgtask.jobs'::regclass
+   AND (t.tgqual::text LIKE '%{FUNCEXPR %' OR t.tgqual::text LIKE '%{ARRAYEXPR %')
+ ORDER BY t.tgname
+`
+
+// The triggers on pgtask.jobs whose WHEN clause calls a function or holds
+// an IN list. Every statement that updates or deletes jobs prepares each
+// trigger's WHEN again: a SQL function in one is inlined there, its body
+// parsed anew, and an IN list folded into an array.
+func (q *Queries) JobTriggersNeedingPlanning(ctx context.Context) ([]string, error) {
+	rows, err := q.db.Query(ctx, jobTriggersNeedingPlanning)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var trigger_name string
+		if err := rows.Scan(&trigger_name); err != nil {
+			return nil, err
+		}
+		items = append(items, trigger_name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const limitKeyFrontier = `-- name: LimitKeyFrontier :one
@@ -957,6 +1023,17 @@ func (q *Queries) TerminateSettlers(ctx context.Context, max int32) (int32, erro
 	var terminated int32
 	err := row.Scan(&terminated)
 	return terminated, err
+}
+
+const trackFunctionCalls = `-- name: TrackFunctionCalls :exec
+SELECT set_config('track_functions', 'all', true)
+`
+
+// Counts the calls of SQL and PL/pgSQL functions in the caller's
+// transaction (see FunctionCallsHere); tests connect as a superuser.
+func (q *Queries) TrackFunctionCalls(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, trackFunctionCalls)
+	return err
 }
 
 const transactionIsolation = `-- name: TransactionIsolation :one

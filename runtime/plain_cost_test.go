@@ -1,0 +1,96 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/pgtask/pgtask/gen"
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
+)
+
+// What a plain job (in no workflow, no limit, no rate, no fair queue) costs
+// is counted here, so that a feature that adds to it for jobs that do not
+// use the feature is seen.
+
+// Every statement that updates or deletes jobs prepares the WHEN clause of
+// each of the table's row triggers again. A SQL function called there is
+// inlined each time, its body parsed anew, and an IN list is folded into an
+// array: the workflow triggers' calls of job_pending and the IN lists were
+// most of what the triggers cost each update of a plain job's row.
+func TestJobTriggersNeedNoPlanningInTheirWhen(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	names, err := b.q.JobTriggersNeedingPlanning(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) > 0 {
+		t.Fatalf("triggers on pgtask.jobs whose WHEN calls a function or holds an IN list: %v", names)
+	}
+}
+
+// A plain job's claim and success, with the claim that follows them in the
+// same transaction as a held runner does, call these functions once per job
+// each, and none other per job.
+func TestPlainJobCallsOnlyItsOwnFunctions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const jobs = 3
+	for range jobs {
+		enqueue(t, b.pool, "plain.cost", map[string]any{})
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // it only counts
+	q, g := testdb.New(tx), gen.New(tx)
+	if err := q.TrackFunctionCalls(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range jobs {
+		claimed, err := g.ClaimJobs(ctx, gen.ClaimJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: 1})
+		if err != nil || len(claimed) != 1 {
+			t.Fatalf("claim %d: %v, %v", i, claimed, err)
+		}
+		r, err := g.SettleJobs(ctx, gen.SettleJobsParams{Queue: runtime.DefaultQueue,
+			Ids: []int64{claimed[0].ID}, Attempts: []int32{claimed[0].Attempts},
+			Results: []json.RawMessage{nil}, Errors: []json.RawMessage{nil}, RetryInUs: []int64{0},
+			SnoozeCaps: []int32{0}, Tokens: []int64{0}, Claiming: i < jobs-1})
+		if err != nil || r.Recorded != 1 {
+			t.Fatalf("settle %d: %+v, %v", i, r, err)
+		}
+	}
+	calls, err := q.FunctionCallsHere(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, c := range calls {
+		if c.Calls >= jobs { // a constant folded once per plan is not the jobs' cost
+			got[c.FunctionName] = c.Calls
+		}
+	}
+	want := map[string]int64{"claim_jobs": jobs, "require_read_committed": jobs, "pick_heads": jobs,
+		"start_held": jobs, "settle_jobs": jobs}
+	if !maps.Equal(got, want) {
+		t.Fatalf("functions called for %d plain jobs: %v, want %v (extra: %v)", jobs, got, want, extra(got, want))
+	}
+}
+
+// extra lists the names got has that want has not, or with other counts.
+func extra(got, want map[string]int64) []string {
+	var names []string
+	for name, n := range got {
+		if want[name] != n {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
