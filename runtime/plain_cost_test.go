@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/pgtask/pgtask/gen"
@@ -19,8 +20,7 @@ import (
 // Every statement that updates or deletes jobs prepares the WHEN clause of
 // each of the table's row triggers again. A SQL function called there is
 // inlined each time, its body parsed anew, and an IN list is folded into an
-// array: the workflow triggers' calls of job_pending and the IN lists were
-// most of what the triggers cost each update of a plain job's row.
+// array, on every update of every job, whether the trigger fires or not.
 func TestJobTriggersNeedNoPlanningInTheirWhen(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -30,6 +30,26 @@ func TestJobTriggersNeedNoPlanningInTheirWhen(t *testing.T) {
 	}
 	if len(names) > 0 {
 		t.Fatalf("triggers on pgtask.jobs whose WHEN calls a function or holds an IN list: %v", names)
+	}
+}
+
+// The workflow triggers spell job_pending's set of statuses out (see
+// TestJobTriggersNeedNoPlanningInTheirWhen): a status added to the set
+// must be added to them too, or a step in it would never tell its children.
+func TestWorkflowTriggersMatchJobPending(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rows, err := b.q.WorkflowTriggersPendingArrays(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 4 {
+		t.Fatalf("found %d jobs_workflow_* triggers, want 4", len(rows))
+	}
+	for _, r := range rows {
+		if !strings.Contains(r.Definition, r.PendingArray) {
+			t.Errorf("trigger %s does not test job_pending's statuses %s: %s", r.TriggerName, r.PendingArray, r.Definition)
+		}
 	}
 }
 

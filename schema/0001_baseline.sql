@@ -45,7 +45,8 @@ CREATE TABLE pgtask.function_files (
 -- function and new indexes, in a new migration.
 
 -- A job that still has to run: waiting for its time, runnable, or running.
--- A group's unfinished jobs.
+-- A group's unfinished jobs. The jobs_workflow_* triggers spell its set of
+-- statuses out as an array constant (see them below).
 CREATE FUNCTION pgtask.job_pending(status pgtask.job_status) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT status IN ('scheduled', 'queued', 'started') $$;
@@ -848,9 +849,10 @@ CREATE INDEX workflow_notes_child ON pgtask.workflow_notes (child);
 -- job's updates free of them, and need no planning: every statement that
 -- updates jobs prepares each WHEN again, and a SQL function there (such as
 -- job_pending, whose test they spell out) is inlined anew each time, its
--- body parsed, as an IN list is folded into an array each time. Those were
--- most of what these triggers cost each update of a plain job's row; the
+-- body parsed, as an IN list is folded into an array each time; the
 -- statuses are an array constant instead, here and in the limits' triggers.
+-- The array is job_pending's set of statuses: TestWorkflowTriggersMatchJobPending
+-- holds the two equal.
 CREATE FUNCTION pgtask.workflow_step_done() RETURNS trigger
 LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END; $$;
 

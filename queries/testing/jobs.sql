@@ -356,3 +356,15 @@ SELECT f.funcname::text AS function_name, f.calls::bigint AS calls
   FROM pg_catalog.pg_stat_xact_user_functions f
  WHERE f.schemaname = 'pgtask'
  ORDER BY f.funcname;
+
+-- name: WorkflowTriggersPendingArrays :many
+-- Each jobs_workflow_* trigger's definition, beside the statuses for which
+-- pgtask.job_pending holds, written as the array constant the triggers
+-- spell out.
+SELECT t.tgname::text AS trigger_name, pg_catalog.pg_get_triggerdef(t.oid)::text AS definition,
+       (SELECT '''{' || string_agg(s::text, ',' ORDER BY s) || '}''::pgtask.job_status[]'
+          FROM unnest(enum_range(NULL::pgtask.job_status)) AS s
+         WHERE pgtask.job_pending(s))::text AS pending_array
+  FROM pg_catalog.pg_trigger t
+ WHERE t.tgrelid = 'pgtask.jobs'::regclass AND t.tgname LIKE 'jobs\_workflow\_%'
+ ORDER BY t.tgname;

@@ -1146,6 +1146,45 @@ func (q *Queries) WorkflowRowsLeft(ctx context.Context, id int64) (int32, error)
 	return left_over, err
 }
 
+const workflowTriggersPendingArrays = `-- name: WorkflowTriggersPendingArrays :many
+SELECT t.tgname::text AS trigger_name, pg_catalog.pg_get_triggerdef(t.oid)::text AS definition,
+       (SELECT '''{' || string_agg(s::text, ',' ORDER BY s) || '}''::pgtask.job_status[]'
+          FROM unnest(enum_range(NULL::pgtask.job_status)) AS s
+         WHERE pgtask.job_pending(s))::text AS pending_array
+  FROM pg_catalog.pg_trigger t
+ WHERE t.tgrelid = 'pgtask.jobs'::regclass AND t.tgname LIKE 'jobs\_workflow\_%'
+ ORDER BY t.tgname
+`
+
+type WorkflowTriggersPendingArraysRow struct {
+	TriggerName  string
+	Definition   string
+	PendingArray string
+}
+
+// Each jobs_workflow_* trigger's definition, beside the statuses for which
+// pgtask.job_pending holds, written as the array constant the triggers
+// spell out.
+func (q *Queries) WorkflowTriggersPendingArrays(ctx context.Context) ([]WorkflowTriggersPendingArraysRow, error) {
+	rows, err := q.db.Query(ctx, workflowTriggersPendingArrays)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WorkflowTriggersPendingArraysRow{}
+	for rows.Next() {
+		var i WorkflowTriggersPendingArraysRow
+		if err := rows.Scan(&i.TriggerName, &i.Definition, &i.PendingArray); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const workflowWait = `-- name: WorkflowWait :one
 SELECT remaining, coalesce(cancelled_by, 0)::bigint AS cancelled_by FROM pgtask.workflow_waits WHERE job_id = $1
 `
