@@ -332,3 +332,10 @@ SELECT count(*)::bigint AS ready FROM pgtask.limit_keys
 -- Where key @limit_key of queue @queue's claims look for its jobs from.
 SELECT frontier_priority, frontier_id FROM pgtask.limit_keys
  WHERE queue = @queue AND limit_key = @limit_key;
+
+-- name: JobRowsReadHere :one
+-- How many rows of the jobs table the caller's transaction has read so
+-- far: fetched through indexes, and read by sequential scans.
+SELECT coalesce(s.idx_tup_fetch, 0)::bigint AS fetched, coalesce(s.seq_tup_read, 0)::bigint AS scanned
+  FROM pg_catalog.pg_stat_xact_user_tables s
+ WHERE s.relid = 'pgtask.jobs'::regclass;

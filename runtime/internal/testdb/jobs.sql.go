@@ -583,6 +583,26 @@ func (q *Queries) JobAndWorkflowRows(ctx context.Context) (int32, error) {
 	return rows, err
 }
 
+const jobRowsReadHere = `-- name: JobRowsReadHere :one
+SELECT coalesce(s.idx_tup_fetch, 0)::bigint AS fetched, coalesce(s.seq_tup_read, 0)::bigint AS scanned
+  FROM pg_catalog.pg_stat_xact_user_tables s
+ WHERE s.relid = 'pgtask.jobs'::regclass
+`
+
+type JobRowsReadHereRow struct {
+	Fetched int64
+	Scanned int64
+}
+
+// How many rows of the jobs table the caller's transaction has read so
+// far: fetched through indexes, and read by sequential scans.
+func (q *Queries) JobRowsReadHere(ctx context.Context) (JobRowsReadHereRow, error) {
+	row := q.db.QueryRow(ctx, jobRowsReadHere)
+	var i JobRowsReadHereRow
+	err := row.Scan(&i.Fetched, &i.Scanned)
+	return i, err
+}
+
 const limitKeyFrontier = `-- name: LimitKeyFrontier :one
 SELECT frontier_priority, frontier_id FROM pgtask.limit_keys
  WHERE queue = $1 AND limit_key = $2
