@@ -1,4 +1,4 @@
--- revision: 18
+-- revision: 19
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -496,7 +496,11 @@ $$;
 -- taken while one key held every job of the table, the generic plans
 -- scanned the whole table for each such test, expecting a match at once,
 -- and every claim read every job the key had run before
--- (TestAClaimReadsAKeysJobsFromItsFrontier).
+-- (TestAClaimReadsAKeysJobsFromItsFrontier). Whether a claim passed over
+-- a job before the last it took is the first job it did not take,
+-- compared with that last one: an upper bound of (priority, id) in the
+-- scan's condition does not end a scan of the index, whose order stops at
+-- the priority, so the look went on through every job waiting after it.
 CREATE OR REPLACE FUNCTION pgtask.pick_admitted(p_queue text, p_room integer, p_run_max integer, p_kinds text[],
                                                 OUT admitted bigint[], OUT followers bigint[], OUT keys bigint[])
 LANGUAGE plpgsql
@@ -584,13 +588,12 @@ BEGIN
                           WHERE j.limit_id = kid AND j.status = 'queued' AND NOT j.is_head
                             AND j.id <> ALL (run)
                           ORDER BY j.priority, j.id LIMIT 1) IS NOT NULL;
-            passed := cardinality(run) > 0 AND (
-                SELECT j.id FROM pgtask.jobs j
+            passed := cardinality(run) > 0 AND coalesce((
+                SELECT (j.priority, j.id) < (run_prios[cardinality(run)], run[cardinality(run)]) FROM pgtask.jobs j
                  WHERE j.limit_id = kid AND j.status = 'queued' AND NOT j.is_head
                    AND (j.priority, j.id) > (coalesce(kr.frontier_priority, -32768), coalesce(kr.frontier_id, -9223372036854775808))
-                   AND (j.priority, j.id) < (run_prios[cardinality(run)], run[cardinality(run)])
                    AND j.id <> ALL (run)
-                 ORDER BY j.priority, j.id LIMIT 1) IS NOT NULL;
+                 ORDER BY j.priority, j.id LIMIT 1), false);
             IF cardinality(run) = 0 AND still THEN
                 -- Nothing for this claim (jobs of other kinds, or locked):
                 -- the key's row is left as it is.
@@ -695,13 +698,12 @@ BEGIN
       CROSS JOIN LATERAL (
           SELECT (SELECT count(*) FROM unnest(got_keys) a WHERE a = u.kid)::integer AS n,
                  l.p AS last_p, l.i AS last_i,
-                 l.i IS NOT NULL AND (
-                     SELECT j.id FROM pgtask.jobs j
+                 l.i IS NOT NULL AND coalesce((
+                     SELECT (j.priority, j.id) < (l.p, l.i) FROM pgtask.jobs j
                       WHERE j.limit_id = u.kid AND j.status = 'queued' AND NOT j.is_head
                         AND (j.priority, j.id) > (coalesce(u.fp, -32768), coalesce(u.fi, -9223372036854775808))
-                        AND (j.priority, j.id) < (l.p, l.i)
                         AND j.id <> ALL (got)
-                      ORDER BY j.priority, j.id LIMIT 1) IS NOT NULL AS passed
+                      ORDER BY j.priority, j.id LIMIT 1), false) AS passed
             FROM (SELECT 1) one
             LEFT JOIN LATERAL (
                 SELECT g.p, g.id AS i FROM unnest(got, got_keys, got_prios) AS g(id, kid, p) WHERE g.kid = u.kid
