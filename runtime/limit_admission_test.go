@@ -235,9 +235,10 @@ func TestAFreedKeyItsSettlesClaimLeftWakesOtherWorkers(t *testing.T) {
 
 // A claim reads a key's waiting jobs from its frontier on, however the
 // planner's statistics look: with 2,000 jobs of a key of limit 100 run
-// before (finished, their rows kept) and the table analyzed while every
-// job in it was of that key, a claim of 50 in either mode reads a few rows
-// per job it takes, not every job of the key. Statistics that say a key
+// before (finished, their rows kept), 18,000 waiting, and the table
+// analyzed while every job in it was of that key, a claim of 50 in either
+// mode reads a few rows per job it takes and a few blocks of the index of
+// waiting jobs, not every job of the key run before or waiting after. Statistics that say a key
 // holds the whole table once had the looks at its waiting jobs planned as
 // sequential scans of the table, each claim reading every job kept, which
 // slowed a drain under a limit that does not bind to a fifth.
@@ -249,7 +250,7 @@ func TestAClaimReadsAKeysJobsFromItsFrontier(t *testing.T) {
 			b := setup(t)
 			ctx := context.Background()
 			var reqs []runtime.EnqueueRequest
-			for range 3000 {
+			for range 20_000 {
 				r := runtime.EnqueueRequest{Kind: "limited", Payload: []byte(`{}`)}
 				r.Apply(runtime.WithQueue("fz"), runtime.WithLimit("", 100))
 				reqs = append(reqs, r)
@@ -290,10 +291,23 @@ func TestAClaimReadsAKeysJobsFromItsFrontier(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			blocksBefore, err := tq.WaitingIndexBlocksHere(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
 			got := claimIn(t, tx, "fz", 50, kinds, lease)
 			after, err := tq.JobRowsReadHere(ctx)
 			if err != nil {
 				t.Fatal(err)
+			}
+			blocksAfter, err := tq.WaitingIndexBlocksHere(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if blocks := blocksAfter - blocksBefore; blocks > 20 {
+				t.Errorf("a claim of %d jobs read %d blocks of the index of waiting jobs, want at most 20: it read the jobs waiting after it", len(got), blocks)
+			} else {
+				t.Logf("a claim of %d jobs read %d blocks of the index of waiting jobs", len(got), blocks)
 			}
 			fetched, scanned := after.Fetched-before.Fetched, after.Scanned-before.Scanned
 			t.Logf("a claim of %d jobs fetched %d rows through indexes and scanned %d", len(got), fetched, scanned)

@@ -339,3 +339,8 @@ SELECT frontier_priority, frontier_id FROM pgtask.limit_keys
 SELECT coalesce(s.idx_tup_fetch, 0)::bigint AS fetched, coalesce(s.seq_tup_read, 0)::bigint AS scanned
   FROM pg_catalog.pg_stat_xact_user_tables s
  WHERE s.relid = 'pgtask.jobs'::regclass;
+
+-- name: WaitingIndexBlocksHere :one
+-- How many blocks of the index of limited jobs waiting for a slot the
+-- caller's transaction has read so far.
+SELECT pg_catalog.pg_stat_get_xact_blocks_fetched('pgtask.jobs_limit_waiting'::regclass)::bigint AS blocks;

@@ -1048,6 +1048,19 @@ func (q *Queries) UnvalidatedConstraints(ctx context.Context) ([]UnvalidatedCons
 	return items, nil
 }
 
+const waitingIndexBlocksHere = `-- name: WaitingIndexBlocksHere :one
+SELECT pg_catalog.pg_stat_get_xact_blocks_fetched('pgtask.jobs_limit_waiting'::regclass)::bigint AS blocks
+`
+
+// How many blocks of the index of limited jobs waiting for a slot the
+// caller's transaction has read so far.
+func (q *Queries) WaitingIndexBlocksHere(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, waitingIndexBlocksHere)
+	var blocks int64
+	err := row.Scan(&blocks)
+	return blocks, err
+}
+
 const workflowNotesLeft = `-- name: WorkflowNotesLeft :one
 SELECT count(*)::integer AS notes FROM pgtask.workflow_notes
 `
