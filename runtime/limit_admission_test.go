@@ -232,3 +232,92 @@ func TestAFreedKeyItsSettlesClaimLeftWakesOtherWorkers(t *testing.T) {
 		})
 	}
 }
+
+// A claim reads a key's waiting jobs from its frontier on, however the
+// planner's statistics look: with 2,000 jobs of a key of limit 100 run
+// before (finished, their rows kept), 18,000 waiting, and the table
+// analyzed while every job in it was of that key, a claim of 50 in either
+// mode reads a few rows per job it takes and a few blocks of the index of
+// waiting jobs, not every job of the key run before or waiting after. Statistics that say a key
+// holds the whole table once had the looks at its waiting jobs planned as
+// sequential scans of the table, each claim reading every job kept, which
+// slowed a drain under a limit that does not bind to a fifth.
+func TestAClaimReadsAKeysJobsFromItsFrontier(t *testing.T) {
+	t.Parallel()
+	for _, lease := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lease=%v", lease), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			var reqs []runtime.EnqueueRequest
+			for range 20_000 {
+				r := runtime.EnqueueRequest{Kind: "limited", Payload: []byte(`{}`)}
+				r.Apply(runtime.WithQueue("fz"), runtime.WithLimit("", 100))
+				reqs = append(reqs, r)
+			}
+			if _, err := runtime.EnqueueMany(ctx, b.pool, reqs); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.q.AnalyzeJobs(ctx); err != nil {
+				t.Fatal(err)
+			}
+			kinds := []string{"limited"}
+			for ran := 0; ran < 2000; {
+				tx, err := b.pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := claimIn(t, tx, "fz", 100, kinds, true)
+				if len(got) == 0 {
+					t.Fatalf("a claim took nothing after %d jobs ran", ran)
+				}
+				for _, id := range got {
+					if _, err := testdb.New(tx).FinishJobAs(ctx, testdb.FinishJobAsParams{ID: id, Status: testdb.PgtaskJobStatusSucceeded}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+				ran += len(got)
+			}
+			tx, err := b.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck // the claim is not kept
+			tq := testdb.New(tx)
+			before, err := tq.JobRowsReadHere(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			blocksBefore, err := tq.WaitingIndexBlocksHere(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := claimIn(t, tx, "fz", 50, kinds, lease)
+			after, err := tq.JobRowsReadHere(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			blocksAfter, err := tq.WaitingIndexBlocksHere(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if blocks := blocksAfter - blocksBefore; blocks > 20 {
+				t.Errorf("a claim of %d jobs read %d blocks of the index of waiting jobs, want at most 20: it read the jobs waiting after it", len(got), blocks)
+			} else {
+				t.Logf("a claim of %d jobs read %d blocks of the index of waiting jobs", len(got), blocks)
+			}
+			fetched, scanned := after.Fetched-before.Fetched, after.Scanned-before.Scanned
+			t.Logf("a claim of %d jobs fetched %d rows through indexes and scanned %d", len(got), fetched, scanned)
+			if len(got) == 0 {
+				t.Fatal("the claim took nothing")
+			}
+			if scanned > 0 || fetched > 10*int64(len(got))+100 {
+				t.Errorf("a claim of %d jobs read %d rows of the jobs table (%d scanned), want at most %d: it read jobs that ran before",
+					len(got), fetched+scanned, scanned, 10*len(got)+100)
+			}
+		})
+	}
+}

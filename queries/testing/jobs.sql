@@ -368,3 +368,15 @@ SELECT t.tgname::text AS trigger_name, pg_catalog.pg_get_triggerdef(t.oid)::text
   FROM pg_catalog.pg_trigger t
  WHERE t.tgrelid = 'pgtask.jobs'::regclass AND t.tgname LIKE 'jobs\_workflow\_%'
  ORDER BY t.tgname;
+
+-- name: JobRowsReadHere :one
+-- How many rows of the jobs table the caller's transaction has read so
+-- far: fetched through indexes, and read by sequential scans.
+SELECT coalesce(s.idx_tup_fetch, 0)::bigint AS fetched, coalesce(s.seq_tup_read, 0)::bigint AS scanned
+  FROM pg_catalog.pg_stat_xact_user_tables s
+ WHERE s.relid = 'pgtask.jobs'::regclass;
+
+-- name: WaitingIndexBlocksHere :one
+-- How many blocks of the index of limited jobs waiting for a slot the
+-- caller's transaction has read so far.
+SELECT pg_catalog.pg_stat_get_xact_blocks_fetched('pgtask.jobs_limit_waiting'::regclass)::bigint AS blocks;

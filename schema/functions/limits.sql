@@ -1,4 +1,4 @@
--- revision: 17
+-- revision: 19
 -- Concurrency limits: at most max_running jobs of a key run at once, across
 -- every worker.
 --
@@ -488,6 +488,19 @@ $$;
 -- deleted stay ready until a claim looks at them: each claim looks at a
 -- bounded number of keys (see the held loop), so such keys cost the
 -- claims a few rows each, once.
+--
+-- Every look at a key's waiting jobs asks for the first of them in the
+-- index's order (ORDER BY priority, id LIMIT 1), from the frontier given
+-- as a bound of the index's range (a NULL frontier as the lowest (priority,
+-- id)), never as EXISTS or as "no frontier, or after it": with statistics
+-- taken while one key held every job of the table, the generic plans
+-- scanned the whole table for each such test, expecting a match at once,
+-- and every claim read every job the key had run before
+-- (TestAClaimReadsAKeysJobsFromItsFrontier). Whether a claim passed over
+-- a job before the last it took is the first job it did not take,
+-- compared with that last one: an upper bound of (priority, id) in the
+-- scan's condition does not end a scan of the index, whose order stops at
+-- the priority, so the look went on through every job waiting after it.
 CREATE OR REPLACE FUNCTION pgtask.pick_admitted(p_queue text, p_room integer, p_run_max integer, p_kinds text[],
                                                 OUT admitted bigint[], OUT followers bigint[], OUT keys bigint[])
 LANGUAGE plpgsql
@@ -538,11 +551,15 @@ BEGIN
                AND (last_id IS NULL OR (k.ready_since, k.id) > (last_rs, last_id))
                AND k.id <> ALL (keys_seen)
                AND (p_kinds IS NULL
-                    OR EXISTS (SELECT 1 FROM pgtask.jobs j
-                                WHERE j.limit_id = k.id AND j.status = 'queued' AND NOT j.is_head
-                                  AND j.kind = ANY (p_kinds))
-                    OR NOT EXISTS (SELECT 1 FROM pgtask.jobs j
-                                    WHERE j.limit_id = k.id AND j.status = 'queued' AND NOT j.is_head))
+                    OR (SELECT j.id FROM pgtask.jobs j
+                         WHERE j.limit_id = k.id AND j.status = 'queued' AND NOT j.is_head
+                           AND (j.priority, j.id) > (coalesce(k.frontier_priority, -32768), coalesce(k.frontier_id, -9223372036854775808))
+                           AND j.kind = ANY (p_kinds)
+                         ORDER BY j.priority, j.id LIMIT 1) IS NOT NULL
+                    OR (SELECT j.id FROM pgtask.jobs j
+                         WHERE j.limit_id = k.id AND j.status = 'queued' AND NOT j.is_head
+                           AND (j.priority, j.id) > (coalesce(k.frontier_priority, -32768), coalesce(k.frontier_id, -9223372036854775808))
+                         ORDER BY j.priority, j.id LIMIT 1) IS NULL)
              ORDER BY k.ready_since, k.id
              LIMIT 1;
             EXIT WHEN NOT FOUND;
@@ -558,7 +575,7 @@ BEGIN
                 SELECT j.id, j.priority FROM pgtask.jobs j
                  WHERE j.limit_id = kid AND j.status = 'queued' AND NOT j.is_head
                    AND (p_kinds IS NULL OR j.kind = ANY (p_kinds))
-                   AND (kr.frontier_id IS NULL OR (j.priority, j.id) > (kr.frontier_priority, kr.frontier_id))
+                   AND (j.priority, j.id) > (coalesce(kr.frontier_priority, -32768), coalesce(kr.frontier_id, -9223372036854775808))
                  ORDER BY j.priority, j.id
                  LIMIT least(room, p_run_max)
                    FOR UPDATE SKIP LOCKED) f;
@@ -567,15 +584,16 @@ BEGIN
             -- else, or of a kind not in p_kinds): the frontier never moves
             -- past it, so that no later job passes it.
             still := cardinality(run) = least(room, p_run_max)
-                     OR EXISTS (SELECT 1 FROM pgtask.jobs j
-                                 WHERE j.limit_id = kid AND j.status = 'queued' AND NOT j.is_head
-                                   AND j.id <> ALL (run));
-            passed := cardinality(run) > 0 AND EXISTS (
-                SELECT 1 FROM pgtask.jobs j
+                     OR (SELECT j.id FROM pgtask.jobs j
+                          WHERE j.limit_id = kid AND j.status = 'queued' AND NOT j.is_head
+                            AND j.id <> ALL (run)
+                          ORDER BY j.priority, j.id LIMIT 1) IS NOT NULL;
+            passed := cardinality(run) > 0 AND coalesce((
+                SELECT (j.priority, j.id) < (run_prios[cardinality(run)], run[cardinality(run)]) FROM pgtask.jobs j
                  WHERE j.limit_id = kid AND j.status = 'queued' AND NOT j.is_head
-                   AND (kr.frontier_id IS NULL OR (j.priority, j.id) > (kr.frontier_priority, kr.frontier_id))
-                   AND (j.priority, j.id) < (run_prios[cardinality(run)], run[cardinality(run)])
-                   AND j.id <> ALL (run));
+                   AND (j.priority, j.id) > (coalesce(kr.frontier_priority, -32768), coalesce(kr.frontier_id, -9223372036854775808))
+                   AND j.id <> ALL (run)
+                 ORDER BY j.priority, j.id LIMIT 1), false);
             IF cardinality(run) = 0 AND still THEN
                 -- Nothing for this claim (jobs of other kinds, or locked):
                 -- the key's row is left as it is.
@@ -608,11 +626,17 @@ BEGIN
                -- p_kinds: it would fill the room with nothing, before the
                -- keys this claim can take from.
                AND (p_kinds IS NULL
-                    OR EXISTS (SELECT 1 FROM pgtask.jobs j
-                                WHERE j.limit_id = limit_keys.id AND j.status = 'queued' AND NOT j.is_head
-                                  AND j.kind = ANY (p_kinds))
-                    OR NOT EXISTS (SELECT 1 FROM pgtask.jobs j
-                                    WHERE j.limit_id = limit_keys.id AND j.status = 'queued' AND NOT j.is_head))
+                    OR (SELECT j.id FROM pgtask.jobs j
+                         WHERE j.limit_id = limit_keys.id AND j.status = 'queued' AND NOT j.is_head
+                           AND (j.priority, j.id) > (coalesce(limit_keys.frontier_priority, -32768),
+                                                     coalesce(limit_keys.frontier_id, -9223372036854775808))
+                           AND j.kind = ANY (p_kinds)
+                         ORDER BY j.priority, j.id LIMIT 1) IS NOT NULL
+                    OR (SELECT j.id FROM pgtask.jobs j
+                         WHERE j.limit_id = limit_keys.id AND j.status = 'queued' AND NOT j.is_head
+                           AND (j.priority, j.id) > (coalesce(limit_keys.frontier_priority, -32768),
+                                                     coalesce(limit_keys.frontier_id, -9223372036854775808))
+                         ORDER BY j.priority, j.id LIMIT 1) IS NULL)
              ORDER BY ready_since, id
              LIMIT p_room) r
          WHERE r.upto - r.free < p_room) c;
@@ -647,7 +671,7 @@ BEGIN
           SELECT j.id, j.priority FROM pgtask.jobs j
            WHERE j.limit_id = u.kid AND j.status = 'queued' AND NOT j.is_head
              AND (p_kinds IS NULL OR j.kind = ANY (p_kinds))
-             AND (u.fi IS NULL OR (j.priority, j.id) > (u.fp, u.fi))
+             AND (j.priority, j.id) > (coalesce(u.fp, -32768), coalesce(u.fi, -9223372036854775808))
            ORDER BY j.priority, j.id
            LIMIT u.want
              FOR UPDATE SKIP LOCKED) w
@@ -665,24 +689,26 @@ BEGIN
            array_agg(x.n ORDER BY u.ord),
            array_agg(CASE WHEN x.passed THEN u.fp WHEN x.n >= u.want THEN x.last_p END ORDER BY u.ord),
            array_agg(CASE WHEN x.passed THEN u.fi WHEN x.n >= u.want THEN x.last_i END ORDER BY u.ord),
-           array_agg(x.n >= u.want OR EXISTS (SELECT 1 FROM pgtask.jobs j
-                                               WHERE j.limit_id = u.kid AND j.status = 'queued' AND NOT j.is_head
-                                                 AND j.id <> ALL (got)) ORDER BY u.ord)
+           array_agg(x.n >= u.want OR (SELECT j.id FROM pgtask.jobs j
+                                        WHERE j.limit_id = u.kid AND j.status = 'queued' AND NOT j.is_head
+                                          AND j.id <> ALL (got)
+                                        ORDER BY j.priority, j.id LIMIT 1) IS NOT NULL ORDER BY u.ord)
       INTO kids, wants, fps, fis, stills
       FROM unnest(kids, wants, fps, fis) WITH ORDINALITY AS u(kid, want, fp, fi, ord)
       CROSS JOIN LATERAL (
           SELECT (SELECT count(*) FROM unnest(got_keys) a WHERE a = u.kid)::integer AS n,
                  l.p AS last_p, l.i AS last_i,
-                 l.i IS NOT NULL AND EXISTS (
-                     SELECT 1 FROM pgtask.jobs j
+                 l.i IS NOT NULL AND coalesce((
+                     SELECT (j.priority, j.id) < (l.p, l.i) FROM pgtask.jobs j
                       WHERE j.limit_id = u.kid AND j.status = 'queued' AND NOT j.is_head
-                        AND (u.fi IS NULL OR (j.priority, j.id) > (u.fp, u.fi))
-                        AND (j.priority, j.id) < (l.p, l.i)
-                        AND j.id <> ALL (got)) AS passed
+                        AND (j.priority, j.id) > (coalesce(u.fp, -32768), coalesce(u.fi, -9223372036854775808))
+                        AND j.id <> ALL (got)
+                      ORDER BY j.priority, j.id LIMIT 1), false) AS passed
             FROM (SELECT 1) one
             LEFT JOIN LATERAL (
                 SELECT g.p, g.id AS i FROM unnest(got, got_keys, got_prios) AS g(id, kid, p) WHERE g.kid = u.kid
-                 ORDER BY g.p DESC, g.id DESC LIMIT 1) l ON true) x
+                 ORDER BY g.p DESC, g.id DESC LIMIT 1) l ON true
+          OFFSET 0) x
      WHERE u.want > 0;
     UPDATE pgtask.limit_keys k
        SET free = k.free - u.n, waiting = u.still, ready_since = clock_timestamp(),

@@ -617,6 +617,26 @@ func (q *Queries) JobAndWorkflowRows(ctx context.Context) (int32, error) {
 	return rows, err
 }
 
+const jobRowsReadHere = `-- name: JobRowsReadHere :one
+SELECT coalesce(s.idx_tup_fetch, 0)::bigint AS fetched, coalesce(s.seq_tup_read, 0)::bigint AS scanned
+  FROM pg_catalog.pg_stat_xact_user_tables s
+ WHERE s.relid = 'pgtask.jobs'::regclass
+`
+
+type JobRowsReadHereRow struct {
+	Fetched int64
+	Scanned int64
+}
+
+// How many rows of the jobs table the caller's transaction has read so
+// far: fetched through indexes, and read by sequential scans.
+func (q *Queries) JobRowsReadHere(ctx context.Context) (JobRowsReadHereRow, error) {
+	row := q.db.QueryRow(ctx, jobRowsReadHere)
+	var i JobRowsReadHereRow
+	err := row.Scan(&i.Fetched, &i.Scanned)
+	return i, err
+}
+
 const jobTriggersNeedingPlanning = `-- name: JobTriggersNeedingPlanning :many
 SELECT t.tgname::text AS trigger_name
   FROM pg_catalog.pg_trigger t
@@ -1103,6 +1123,19 @@ func (q *Queries) UnvalidatedConstraints(ctx context.Context) ([]UnvalidatedCons
 		return nil, err
 	}
 	return items, nil
+}
+
+const waitingIndexBlocksHere = `-- name: WaitingIndexBlocksHere :one
+SELECT pg_catalog.pg_stat_get_xact_blocks_fetched('pgtask.jobs_limit_waiting'::regclass)::bigint AS blocks
+`
+
+// How many blocks of the index of limited jobs waiting for a slot the
+// caller's transaction has read so far.
+func (q *Queries) WaitingIndexBlocksHere(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, waitingIndexBlocksHere)
+	var blocks int64
+	err := row.Scan(&blocks)
+	return blocks, err
 }
 
 const workflowNotesLeft = `-- name: WorkflowNotesLeft :one
