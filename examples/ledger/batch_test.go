@@ -27,8 +27,9 @@ func TestTypedBatchesRunTheirCallbacksOnce(t *testing.T) {
 	deposits := []ledger.Deposit{{Account: "a", Cents: 1}, {Account: "b", Cents: 2}, {Account: "c"}, {Account: "d", Cents: 4}}
 	_, _, err := ledger.EnqueueDepositBatch(ctx, pool, deposits, runtime.BatchOptions{})
 	var ee *runtime.EnqueueError
-	if !errors.As(err, &ee) || ee.Index != 2 || !strings.Contains(err.Error(), "item 2 of the batch") {
-		t.Fatalf("a batch with an invalid deposit at index 2: %v; want an *EnqueueError naming item 2", err)
+	const wantErr = "enqueue (item 2 of the batch): invalid deposit: cents fails gt=0"
+	if !errors.As(err, &ee) || ee.Index != 2 || err.Error() != wantErr {
+		t.Fatalf("a batch with an invalid deposit at index 2: %v; want an *EnqueueError: %s", err, wantErr)
 	}
 	if _, err := ledger.RequestReconcile(ledger.Reconcile{}); err == nil || !strings.Contains(err.Error(), "day") {
 		t.Fatalf("a Reconcile without a day: %v; want a validation error naming it", err)
