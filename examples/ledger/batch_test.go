@@ -5,8 +5,12 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/examples/ledger"
 	"github.com/pgtask/pgtask/examples/ledger/ledgerdb"
@@ -93,9 +97,25 @@ func TestTypedBatchesRunTheirCallbacksOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	depositBatch, depositIDs, err := ledger.EnqueueDepositBatch(ctx, pool, deposits, runtime.BatchOptions{OnFinish: &onDeposits})
+	// The batch, its 40 jobs and its callback go in one statement.
+	traced := poolConfig.Copy()
+	counter := &statements{}
+	traced.ConnConfig.Tracer = counter
+	tracedPool, err := pgxpool.NewWithConfig(ctx, traced)
 	if err != nil {
 		t.Fatal(err)
+	}
+	defer tracedPool.Close()
+	if err := tracedPool.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := counter.n.Load()
+	depositBatch, depositIDs, err := ledger.EnqueueDepositBatch(ctx, tracedPool, deposits, runtime.BatchOptions{OnFinish: &onDeposits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := counter.n.Load() - before; n != 1 {
+		t.Errorf("the typed batch of %d deposits and its callback took %d statements; want 1", len(deposits), n)
 	}
 	if len(depositIDs) != len(deposits) {
 		t.Fatalf("%d ids for %d deposits", len(depositIDs), len(deposits))
@@ -165,3 +185,13 @@ func TestTypedBatchesRunTheirCallbacksOnce(t *testing.T) {
 		}
 	}
 }
+
+// statements counts the statements a pool's connections send.
+type statements struct{ n atomic.Int64 }
+
+func (s *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	s.n.Add(1)
+	return ctx
+}
+
+func (s *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
