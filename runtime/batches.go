@@ -29,7 +29,8 @@ const BatchMetadataKey = "pgtask.batch"
 // A callback runs as any job of its kind (its handler, retries and options
 // apply), once; its handler reads the batch's counts with BatchSummaryOf.
 // A callback may not be grouped, unique, or given RunAt or Delay: it runs
-// when its batch says.
+// when its batch says. The generated Request<Task> makes one from a
+// declared task's value, validated.
 type BatchOptions struct {
 	// OnFinish runs once all the batch's jobs have finished: succeeded,
 	// failed for good, or cancelled (a job deleted before it finished

@@ -1,8 +1,8 @@
 // Package ledger is a small bank ledger that shows pgtask's main uses as
 // runnable examples (example_*_test.go, checked by go test): declaring and
 // enqueueing tasks, a handler whose writes commit with its job, FIFO groups,
-// typed results, enqueueing inside the caller's transaction, and a
-// workflow whose steps read their parents' results.
+// typed results, enqueueing inside the caller's transaction, a workflow
+// whose steps read their parents' results, and a batch with a callback.
 //
 // Its tasks are declared here; `go generate` writes their typed functions to
 // pgtask_gen.go. The handlers write the ledger's own table
@@ -49,6 +49,16 @@ type Compare struct {
 	runtime.TaskWithResult[string] `task:"compare"`
 	First                          runtime.Input[Total] `json:"first"`
 	Second                         runtime.Input[Total] `json:"second"`
+}
+
+// Reconcile closes a day's deposits, enqueued together as a batch: it is
+// the batch's OnFinish callback, which runs once all of them have
+// finished, and its handler reads the batch's counts with
+// runtime.BatchSummaryOf. A callback runs when its batch says, so it has no
+// group.
+type Reconcile struct {
+	runtime.Task `task:"reconcile"`
+	Day          string `json:"day" validate:"required"`
 }
 
 // Schema creates the ledger's table; apply it after runtime.Migrate.

@@ -32,6 +32,23 @@ func EnqueueCompareMany(ctx context.Context, db runtime.DB, ts []Compare, opts .
 	return taskspec.EnqueueMany(ctx, db, compareSpec, ts, opts...)
 }
 
+// EnqueueCompareBatch validates every element of ts and inserts them as a
+// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
+// statement, or nothing if any is invalid. It returns the batch's id and the
+// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
+// callbacks.
+func EnqueueCompareBatch(ctx context.Context, db runtime.DB, ts []Compare, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, compareSpec, ts, batch, opts...)
+}
+
+// RequestCompare validates t and returns it as a request for a job of kind
+// "compare", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestCompare(t Compare, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(compareSpec, t, opts...)
+}
+
 // AddCompare validates t and adds it to wf as a step of kind "compare", whose
 // Output feeds the runtime.Input fields of later steps. Its inputs (First,
 // Second) make it depend on the steps they are set from. opts add dependencies
@@ -98,6 +115,23 @@ func EnqueueDepositMany(ctx context.Context, db runtime.DB, ts []Deposit, opts .
 	return taskspec.EnqueueMany(ctx, db, depositSpec, ts, opts...)
 }
 
+// EnqueueDepositBatch validates every element of ts and inserts them as a
+// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
+// statement, or nothing if any is invalid. It returns the batch's id and the
+// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
+// callbacks.
+func EnqueueDepositBatch(ctx context.Context, db runtime.DB, ts []Deposit, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, depositSpec, ts, batch, opts...)
+}
+
+// RequestDeposit validates t and returns it as a request for a job of kind
+// "deposit", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestDeposit(t Deposit, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(depositSpec, t, opts...)
+}
+
 // AddDeposit validates t and adds it to wf as a step of kind "deposit". opts
 // add dependencies without data (runtime.After and the like) and override the
 // declared settings. An invalid t is returned by wf.Enqueue.
@@ -110,6 +144,60 @@ func AddDeposit(wf *runtime.Workflow, t Deposit, opts ...runtime.StepOption) run
 // returns nil.
 func HandleDeposit(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Deposit) error) error {
 	return taskspec.Handle(w, depositSpec, fn)
+}
+
+// ReconcileKind is the kind of Reconcile jobs, as stored in the jobs table.
+const ReconcileKind = "reconcile"
+
+// reconcileSpec holds Reconcile's settings from its task tag.
+var reconcileSpec = &taskspec.Spec[Reconcile]{
+	Kind: ReconcileKind,
+}
+
+// EnqueueReconcile validates t and inserts it as a job of kind "reconcile" on
+// queue "default". db may be a pool, a connection or a transaction: in a
+// transaction the job exists only if it commits. opts override the declared
+// settings.
+func EnqueueReconcile(ctx context.Context, db runtime.DB, t Reconcile, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
+	return taskspec.Enqueue(ctx, db, reconcileSpec, t, opts...)
+}
+
+// EnqueueReconcileMany validates every element of ts and inserts them all in
+// one statement, or none if any is invalid. Ids are returned in the order of
+// ts, and jobs of one group run in that order.
+func EnqueueReconcileMany(ctx context.Context, db runtime.DB, ts []Reconcile, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
+	return taskspec.EnqueueMany(ctx, db, reconcileSpec, ts, opts...)
+}
+
+// EnqueueReconcileBatch validates every element of ts and inserts them as a
+// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
+// statement, or nothing if any is invalid. It returns the batch's id and the
+// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
+// callbacks.
+func EnqueueReconcileBatch(ctx context.Context, db runtime.DB, ts []Reconcile, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, reconcileSpec, ts, batch, opts...)
+}
+
+// RequestReconcile validates t and returns it as a request for a job of kind
+// "reconcile", with the declared settings and opts over them: a batch's
+// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
+// of several kinds.
+func RequestReconcile(t Reconcile, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(reconcileSpec, t, opts...)
+}
+
+// AddReconcile validates t and adds it to wf as a step of kind "reconcile".
+// opts add dependencies without data (runtime.After and the like) and override
+// the declared settings. An invalid t is returned by wf.Enqueue.
+func AddReconcile(wf *runtime.Workflow, t Reconcile, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, reconcileSpec, t, nil, opts...)
+}
+
+// HandleReconcile registers fn as the handler of "reconcile" jobs on w. fn runs
+// in the job's transaction (job.Tx()): its writes there commit if and only if
+// it returns nil.
+func HandleReconcile(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Reconcile) error) error {
+	return taskspec.Handle(w, reconcileSpec, fn)
 }
 
 // StatementKind is the kind of Statement jobs, as stored in the jobs table.
@@ -137,6 +225,23 @@ func EnqueueStatement(ctx context.Context, db runtime.DB, t Statement, opts ...r
 // ts, and jobs of one group run in that order.
 func EnqueueStatementMany(ctx context.Context, db runtime.DB, ts []Statement, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, statementSpec, ts, opts...)
+}
+
+// EnqueueStatementBatch validates every element of ts and inserts them as a
+// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
+// statement, or nothing if any is invalid. It returns the batch's id and the
+// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
+// callbacks.
+func EnqueueStatementBatch(ctx context.Context, db runtime.DB, ts []Statement, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, statementSpec, ts, batch, opts...)
+}
+
+// RequestStatement validates t and returns it as a request for a job of kind
+// "statement", with the declared settings and opts over them: a batch's
+// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
+// of several kinds.
+func RequestStatement(t Statement, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(statementSpec, t, opts...)
 }
 
 // AddStatement validates t and adds it to wf as a step of kind "statement",

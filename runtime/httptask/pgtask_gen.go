@@ -40,6 +40,23 @@ func EnqueueRequestMany(ctx context.Context, db runtime.DB, ts []Request, opts .
 	return taskspec.EnqueueMany(ctx, db, requestSpec, ts, opts...)
 }
 
+// EnqueueRequestBatch validates every element of ts and inserts them as a
+// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
+// statement, or nothing if any is invalid. It returns the batch's id and the
+// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
+// callbacks.
+func EnqueueRequestBatch(ctx context.Context, db runtime.DB, ts []Request, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, requestSpec, ts, batch, opts...)
+}
+
+// RequestRequest validates t and returns it as a request for a job of kind
+// "pgtask.http", with the declared settings and opts over them: a batch's
+// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
+// of several kinds.
+func RequestRequest(t Request, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(requestSpec, t, opts...)
+}
+
 // AddRequest validates t and adds it to wf as a step of kind "pgtask.http",
 // whose Output feeds the runtime.Input fields of later steps. opts add
 // dependencies without data (runtime.After and the like) and override the

@@ -1,7 +1,7 @@
 // Package taskspec is what the code `pgtask gen` writes calls: each task's
 // settings as a Spec, and the typed enqueue, handle and result functions the
-// generated Enqueue<Task>, Enqueue<Task>Many, Handle<Task> and
-// Get<Task>Result wrap.
+// generated Enqueue<Task>, Enqueue<Task>Many, Enqueue<Task>Batch,
+// Request<Task>, Handle<Task> and Get<Task>Result wrap.
 //
 // Users do not call it; generated code does. Call the generated functions,
 // or package runtime directly (runtime.Enqueue, Worker.Register) for work

@@ -188,6 +188,33 @@ func EnqueueMany[T any](ctx context.Context, db runtime.DB, spec *Spec[T], ts []
 	return runtime.EnqueueMany(ctx, db, reqs)
 }
 
+// Request validates t and returns it as a request of spec's kind, with
+// the task's declared settings and opts over them: what EnqueueBatch takes
+// as a callback, and runtime.EnqueueMany or Workflow.Add as a job.
+func Request[T any](spec *Spec[T], t T, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	req, err := spec.request(t, opts)
+	if err != nil {
+		return runtime.EnqueueRequest{}, &runtime.EnqueueError{Index: 0, Kind: spec.Kind, Err: err}
+	}
+	return req, nil
+}
+
+// EnqueueBatch validates every element and inserts them as a batch with
+// the callbacks of batch (see runtime.EnqueueBatch), in one statement, or
+// nothing: one invalid element stops the batch. opts apply to the
+// elements, not to the callbacks, which are requests of their own.
+func EnqueueBatch[T any](ctx context.Context, db runtime.DB, spec *Spec[T], ts []T, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	reqs := make([]runtime.EnqueueRequest, len(ts))
+	for i, t := range ts {
+		req, err := spec.request(t, opts)
+		if err != nil {
+			return 0, nil, &runtime.EnqueueError{Index: i, Kind: spec.Kind, Err: err, Batch: true}
+		}
+		reqs[i] = req
+	}
+	return runtime.EnqueueBatch(ctx, db, reqs, batch)
+}
+
 // AddStep validates t and adds it to wf as a step that depends on the
 // steps its inputs are set from (the task's Input fields, which the
 // generator lists) and on the dependencies among opts. A request that

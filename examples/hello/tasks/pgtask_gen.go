@@ -42,6 +42,22 @@ func EnqueueGreetMany(ctx context.Context, db runtime.DB, ts []Greet, opts ...ru
 	return taskspec.EnqueueMany(ctx, db, greetSpec, ts, opts...)
 }
 
+// EnqueueGreetBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueGreetBatch(ctx context.Context, db runtime.DB, ts []Greet, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, greetSpec, ts, batch, opts...)
+}
+
+// RequestGreet validates t and returns it as a request for a job of kind
+// "greet", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestGreet(t Greet, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(greetSpec, t, opts...)
+}
+
 // AddGreet validates t and adds it to wf as a step of kind "greet", whose
 // Output feeds the runtime.Input fields of later steps. opts add dependencies
 // without data (runtime.After and the like) and override the declared settings.

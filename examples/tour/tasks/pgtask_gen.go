@@ -34,6 +34,22 @@ func EnqueueAddMany(ctx context.Context, db runtime.DB, ts []Add, opts ...runtim
 	return taskspec.EnqueueMany(ctx, db, addSpec, ts, opts...)
 }
 
+// EnqueueAddBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueAddBatch(ctx context.Context, db runtime.DB, ts []Add, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, addSpec, ts, batch, opts...)
+}
+
+// RequestAdd validates t and returns it as a request for a job of kind "add",
+// with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestAdd(t Add, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(addSpec, t, opts...)
+}
+
 // AddAdd validates t and adds it to wf as a step of kind "add", whose Output
 // feeds the runtime.Input fields of later steps. opts add dependencies without
 // data (runtime.After and the like) and override the declared settings. An
@@ -103,6 +119,22 @@ func EnqueueFetchMany(ctx context.Context, db runtime.DB, ts []Fetch, opts ...ru
 	return taskspec.EnqueueMany(ctx, db, fetchSpec, ts, opts...)
 }
 
+// EnqueueFetchBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueFetchBatch(ctx context.Context, db runtime.DB, ts []Fetch, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, fetchSpec, ts, batch, opts...)
+}
+
+// RequestFetch validates t and returns it as a request for a job of kind
+// "fetch", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestFetch(t Fetch, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(fetchSpec, t, opts...)
+}
+
 // AddFetch validates t and adds it to wf as a step of kind "fetch". opts add
 // dependencies without data (runtime.After and the like) and override the
 // declared settings. An invalid t is returned by wf.Enqueue.
@@ -151,6 +183,22 @@ func EnqueueInviteMany(ctx context.Context, db runtime.DB, ts []Invite, opts ...
 	return taskspec.EnqueueMany(ctx, db, inviteSpec, ts, opts...)
 }
 
+// EnqueueInviteBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueInviteBatch(ctx context.Context, db runtime.DB, ts []Invite, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, inviteSpec, ts, batch, opts...)
+}
+
+// RequestInvite validates t and returns it as a request for a job of kind
+// "invite", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestInvite(t Invite, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(inviteSpec, t, opts...)
+}
+
 // AddInvite validates t and adds it to wf as a step of kind "invite". opts add
 // dependencies without data (runtime.After and the like) and override the
 // declared settings. An invalid t is returned by wf.Enqueue.
@@ -196,6 +244,22 @@ func EnqueueRenderMany(ctx context.Context, db runtime.DB, ts []Render, opts ...
 	return taskspec.EnqueueMany(ctx, db, renderSpec, ts, opts...)
 }
 
+// EnqueueRenderBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueRenderBatch(ctx context.Context, db runtime.DB, ts []Render, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, renderSpec, ts, batch, opts...)
+}
+
+// RequestRender validates t and returns it as a request for a job of kind
+// "render", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestRender(t Render, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(renderSpec, t, opts...)
+}
+
 // AddRender validates t and adds it to wf as a step of kind "render". opts add
 // dependencies without data (runtime.After and the like) and override the
 // declared settings. An invalid t is returned by wf.Enqueue.
@@ -230,6 +294,22 @@ func EnqueueReport(ctx context.Context, db runtime.DB, t Report, opts ...runtime
 // and jobs of one group run in that order.
 func EnqueueReportMany(ctx context.Context, db runtime.DB, ts []Report, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, reportSpec, ts, opts...)
+}
+
+// EnqueueReportBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueReportBatch(ctx context.Context, db runtime.DB, ts []Report, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, reportSpec, ts, batch, opts...)
+}
+
+// RequestReport validates t and returns it as a request for a job of kind
+// "report", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestReport(t Report, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(reportSpec, t, opts...)
 }
 
 // AddReport validates t and adds it to wf as a step of kind "report". opts add
@@ -276,6 +356,23 @@ func EnqueueSendEmail(ctx context.Context, db runtime.DB, t SendEmail, opts ...r
 // ts, and jobs of one group run in that order.
 func EnqueueSendEmailMany(ctx context.Context, db runtime.DB, ts []SendEmail, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, sendEmailSpec, ts, opts...)
+}
+
+// EnqueueSendEmailBatch validates every element of ts and inserts them as a
+// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
+// statement, or nothing if any is invalid. It returns the batch's id and the
+// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
+// callbacks.
+func EnqueueSendEmailBatch(ctx context.Context, db runtime.DB, ts []SendEmail, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, sendEmailSpec, ts, batch, opts...)
+}
+
+// RequestSendEmail validates t and returns it as a request for a job of kind
+// "send_email", with the declared settings and opts over them: a batch's
+// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
+// of several kinds.
+func RequestSendEmail(t SendEmail, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(sendEmailSpec, t, opts...)
 }
 
 // AddSendEmail validates t and adds it to wf as a step of kind "send_email".

@@ -2,6 +2,9 @@ package codegen
 
 import (
 	"flag"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,6 +58,59 @@ func TestGolden(t *testing.T) {
 			again, err := Generate(dir, DefaultOutput)
 			if err != nil || string(again) != string(got) {
 				t.Errorf("a second run gave different output (err %v)", err)
+			}
+		})
+	}
+}
+
+// generatedNames, which the check for clashing names reads, lists every
+// package-level name the generated file declares, and no other.
+func TestGeneratedNamesAreListed(t *testing.T) {
+	for _, dir := range dirs(t, "testdata/golden/*") {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			l, err := load(dir, DefaultOutput)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src, err := render(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			file, err := parser.ParseFile(token.NewFileSet(), DefaultOutput, src, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			declared := map[string]bool{}
+			for _, decl := range file.Decls {
+				switch d := decl.(type) {
+				case *ast.FuncDecl:
+					declared[d.Name.Name] = true
+				case *ast.GenDecl:
+					for _, spec := range d.Specs {
+						switch sp := spec.(type) {
+						case *ast.ValueSpec:
+							for _, n := range sp.Names {
+								declared[n.Name] = true
+							}
+						case *ast.TypeSpec:
+							declared[sp.Name.Name] = true
+						}
+					}
+				}
+			}
+			listed := map[string]bool{}
+			for _, task := range l.Tasks {
+				for _, n := range generatedNames(task) {
+					listed[n.Name] = true
+					if !declared[n.Name] {
+						t.Errorf("%s: %s is listed but not generated", task.Name, n.Name)
+					}
+				}
+			}
+			for name := range declared {
+				if !listed[name] {
+					t.Errorf("%s is generated but not listed in generatedNames", name)
+				}
 			}
 		})
 	}

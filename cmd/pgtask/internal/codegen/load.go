@@ -207,6 +207,7 @@ func load(dir, outName string) (*loaded, error) {
 	}
 	errs = append(errs, duplicateKinds(l.Tasks)...)
 	errs = append(errs, mixedFairness(l.Tasks)...)
+	errs = append(errs, nameClashes(pkg, l.Tasks)...)
 	if len(errs) > 0 {
 		sort.SliceStable(errs, func(i, j int) bool {
 			a, b := errs[i].Pos, errs[j].Pos
@@ -602,6 +603,38 @@ func duplicateKinds(tasks []task) Errors {
 			continue
 		}
 		first[t.settings.Kind] = t
+	}
+	return errs
+}
+
+// nameClashes refuses a task whose generated names are declared already:
+// by the package's own code, or by the generated code of another task
+// (Enqueue<T>Many of Foo is Enqueue<T> of FooMany). The generated file
+// would not compile, and its compiler errors would not say which
+// declaration to change.
+func nameClashes(pkg *packages.Package, tasks []task) Errors {
+	var errs Errors
+	type owner struct {
+		task task
+		what string
+	}
+	taken := map[string]owner{}
+	scope := pkg.Types.Scope()
+	for _, t := range tasks {
+		for _, n := range generatedNames(t) {
+			if obj := scope.Lookup(n.Name); obj != nil {
+				at := pkg.Fset.Position(obj.Pos())
+				errs = append(errs, Error{Pos: t.Pos, Msg: fmt.Sprintf("%s: its generated %s, %s, is already declared (%s:%d); rename the task or that declaration",
+					t.Name, n.What, n.Name, filepath.Base(at.Filename), at.Line)})
+				continue
+			}
+			if prev, ok := taken[n.Name]; ok {
+				errs = append(errs, Error{Pos: t.Pos, Msg: fmt.Sprintf("%s: its generated %s, %s, is also the %s of %s (%s:%d); rename one of the tasks",
+					t.Name, n.What, n.Name, prev.what, prev.task.Name, filepath.Base(prev.task.Pos.Filename), prev.task.Pos.Line)})
+				continue
+			}
+			taken[n.Name] = owner{t, n.What}
+		}
 	}
 	return errs
 }

@@ -217,6 +217,32 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 		Block(jen.Return(ts("EnqueueMany").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("ts"), jen.Id("opts").Op("..."))))
 	f.Line()
 
+	comment(f, "Enqueue%sBatch validates every element of ts and inserts them as a "+
+		"batch, with the callbacks batch names (see runtime.EnqueueBatch), in one "+
+		"statement, or nothing if any is invalid. It returns the batch's id and "+
+		"the jobs' ids in the order of ts. opts apply to the jobs of ts, not to "+
+		"the callbacks.", t.Name)
+	f.Func().Id("Enqueue"+t.Name+"Batch").Params(
+		jen.Id("ctx").Qual("context", "Context"),
+		jen.Id("db").Add(rt("DB")),
+		jen.Id("ts").Index().Add(typ),
+		jen.Id("batch").Add(rt("BatchOptions")),
+		jen.Id("opts").Op("...").Add(rt("EnqueueOption")),
+	).Params(rt("BatchID"), jen.Index().Add(rt("JobID")), jen.Error()).
+		Block(jen.Return(ts("EnqueueBatch").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("ts"), jen.Id("batch"), jen.Id("opts").Op("..."))))
+	f.Line()
+
+	comment(f, "Request%s validates t and returns it as a request for a job of kind "+
+		"%q, with the declared settings and opts over them: a batch's callback "+
+		"(runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of "+
+		"several kinds.", t.Name, s.Kind)
+	f.Func().Id("Request"+t.Name).Params(
+		jen.Id("t").Add(typ),
+		jen.Id("opts").Op("...").Add(rt("EnqueueOption")),
+	).Params(rt("EnqueueRequest"), jen.Error()).
+		Block(jen.Return(ts("Request").Call(jen.Id(spec), jen.Id("t"), jen.Id("opts").Op("..."))))
+	f.Line()
+
 	var inputs jen.Code = jen.Nil()
 	inputNote := ""
 	if len(t.Inputs) > 0 {
@@ -314,6 +340,35 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 		Block(jen.Return(ts("Results").Types(result.Clone()).Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("ids"))))
 	f.Line()
 	return nil
+}
+
+// generatedNames lists the package-level names renderTask declares for t,
+// each with what it is, for the check that no two are the same.
+func generatedNames(t task) []generatedName {
+	names := []generatedName{
+		{t.Name + "Kind", "kind constant"},
+		{lowerFirst(t.Name) + "Spec", "settings variable"},
+		{"Enqueue" + t.Name, "Enqueue<T>"},
+		{"Enqueue" + t.Name + "Many", "Enqueue<T>Many"},
+		{"Enqueue" + t.Name + "Batch", "Enqueue<T>Batch"},
+		{"Request" + t.Name, "Request<T>"},
+		{"Add" + t.Name, "Add<T>"},
+		{"Handle" + t.Name, "Handle<T>"},
+	}
+	if t.Result != nil {
+		names = append(names,
+			generatedName{"Get" + t.Name + "Result", "Get<T>Result"},
+			generatedName{"Wait" + t.Name + "Result", "Wait<T>Result"},
+			generatedName{"Get" + t.Name + "Results", "Get<T>Results"})
+	}
+	return names
+}
+
+// generatedName is a name the generated file declares, and which of the
+// task's declarations it is.
+type generatedName struct {
+	Name string
+	What string
 }
 
 func groupKey(g *groupField, v *jen.Statement) jen.Code {

@@ -40,6 +40,23 @@ func EnqueueGroupedNoopMany(ctx context.Context, db runtime.DB, ts []GroupedNoop
 	return taskspec.EnqueueMany(ctx, db, groupedNoopSpec, ts, opts...)
 }
 
+// EnqueueGroupedNoopBatch validates every element of ts and inserts them as a
+// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
+// statement, or nothing if any is invalid. It returns the batch's id and the
+// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
+// callbacks.
+func EnqueueGroupedNoopBatch(ctx context.Context, db runtime.DB, ts []GroupedNoop, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, groupedNoopSpec, ts, batch, opts...)
+}
+
+// RequestGroupedNoop validates t and returns it as a request for a job of kind
+// "bench_grouped_noop", with the declared settings and opts over them: a
+// batch's callback (runtime.BatchOptions), or a job of a batch or a
+// runtime.EnqueueMany of several kinds.
+func RequestGroupedNoop(t GroupedNoop, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(groupedNoopSpec, t, opts...)
+}
+
 // AddGroupedNoop validates t and adds it to wf as a step of kind
 // "bench_grouped_noop". opts add dependencies without data (runtime.After and
 // the like) and override the declared settings. An invalid t is returned by
@@ -80,6 +97,22 @@ func EnqueueNoopMany(ctx context.Context, db runtime.DB, ts []Noop, opts ...runt
 	return taskspec.EnqueueMany(ctx, db, noopSpec, ts, opts...)
 }
 
+// EnqueueNoopBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueNoopBatch(ctx context.Context, db runtime.DB, ts []Noop, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, noopSpec, ts, batch, opts...)
+}
+
+// RequestNoop validates t and returns it as a request for a job of kind
+// "bench_noop", with the declared settings and opts over them: a batch's
+// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
+// of several kinds.
+func RequestNoop(t Noop, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(noopSpec, t, opts...)
+}
+
 // AddNoop validates t and adds it to wf as a step of kind "bench_noop". opts
 // add dependencies without data (runtime.After and the like) and override the
 // declared settings. An invalid t is returned by wf.Enqueue.
@@ -118,6 +151,22 @@ func EnqueueSleep(ctx context.Context, db runtime.DB, t Sleep, opts ...runtime.E
 // and jobs of one group run in that order.
 func EnqueueSleepMany(ctx context.Context, db runtime.DB, ts []Sleep, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, sleepSpec, ts, opts...)
+}
+
+// EnqueueSleepBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueSleepBatch(ctx context.Context, db runtime.DB, ts []Sleep, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, sleepSpec, ts, batch, opts...)
+}
+
+// RequestSleep validates t and returns it as a request for a job of kind
+// "bench_sleep", with the declared settings and opts over them: a batch's
+// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
+// of several kinds.
+func RequestSleep(t Sleep, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(sleepSpec, t, opts...)
 }
 
 // AddSleep validates t and adds it to wf as a step of kind "bench_sleep". opts

@@ -34,6 +34,22 @@ func EnqueueAddMany(ctx context.Context, db runtime.DB, ts []Add, opts ...runtim
 	return taskspec.EnqueueMany(ctx, db, addSpec, ts, opts...)
 }
 
+// EnqueueAddBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueAddBatch(ctx context.Context, db runtime.DB, ts []Add, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, addSpec, ts, batch, opts...)
+}
+
+// RequestAdd validates t and returns it as a request for a job of kind "add",
+// with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestAdd(t Add, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(addSpec, t, opts...)
+}
+
 // AddAdd validates t and adds it to wf as a step of kind "add", whose Output
 // feeds the runtime.Input fields of later steps. opts add dependencies without
 // data (runtime.After and the like) and override the declared settings. An
@@ -95,6 +111,23 @@ func EnqueueResizeImageMany(ctx context.Context, db runtime.DB, ts []ResizeImage
 	return taskspec.EnqueueMany(ctx, db, resizeImageSpec, ts, opts...)
 }
 
+// EnqueueResizeImageBatch validates every element of ts and inserts them as a
+// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
+// statement, or nothing if any is invalid. It returns the batch's id and the
+// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
+// callbacks.
+func EnqueueResizeImageBatch(ctx context.Context, db runtime.DB, ts []ResizeImage, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, resizeImageSpec, ts, batch, opts...)
+}
+
+// RequestResizeImage validates t and returns it as a request for a job of kind
+// "resize_image", with the declared settings and opts over them: a batch's
+// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
+// of several kinds.
+func RequestResizeImage(t ResizeImage, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(resizeImageSpec, t, opts...)
+}
+
 // AddResizeImage validates t and adds it to wf as a step of kind
 // "resize_image". opts add dependencies without data (runtime.After and the
 // like) and override the declared settings. An invalid t is returned by
@@ -140,6 +173,23 @@ func EnqueueSendEmail(ctx context.Context, db runtime.DB, t SendEmail, opts ...r
 // ts, and jobs of one group run in that order.
 func EnqueueSendEmailMany(ctx context.Context, db runtime.DB, ts []SendEmail, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, sendEmailSpec, ts, opts...)
+}
+
+// EnqueueSendEmailBatch validates every element of ts and inserts them as a
+// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
+// statement, or nothing if any is invalid. It returns the batch's id and the
+// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
+// callbacks.
+func EnqueueSendEmailBatch(ctx context.Context, db runtime.DB, ts []SendEmail, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, sendEmailSpec, ts, batch, opts...)
+}
+
+// RequestSendEmail validates t and returns it as a request for a job of kind
+// "send_email", with the declared settings and opts over them: a batch's
+// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
+// of several kinds.
+func RequestSendEmail(t SendEmail, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(sendEmailSpec, t, opts...)
 }
 
 // AddSendEmail validates t and adds it to wf as a step of kind "send_email".

@@ -41,6 +41,22 @@ func EnqueueRenderMany(ctx context.Context, db runtime.DB, ts []Render, opts ...
 	return taskspec.EnqueueMany(ctx, db, renderSpec, ts, opts...)
 }
 
+// EnqueueRenderBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueRenderBatch(ctx context.Context, db runtime.DB, ts []Render, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, renderSpec, ts, batch, opts...)
+}
+
+// RequestRender validates t and returns it as a request for a job of kind
+// "render", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestRender(t Render, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(renderSpec, t, opts...)
+}
+
 // AddRender validates t and adds it to wf as a step of kind "render". opts add
 // dependencies without data (runtime.After and the like) and override the
 // declared settings. An invalid t is returned by wf.Enqueue.
@@ -80,6 +96,22 @@ func EnqueueSweep(ctx context.Context, db runtime.DB, t Sweep, opts ...runtime.E
 // and jobs of one group run in that order.
 func EnqueueSweepMany(ctx context.Context, db runtime.DB, ts []Sweep, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, sweepSpec, ts, opts...)
+}
+
+// EnqueueSweepBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueSweepBatch(ctx context.Context, db runtime.DB, ts []Sweep, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, sweepSpec, ts, batch, opts...)
+}
+
+// RequestSweep validates t and returns it as a request for a job of kind
+// "sweep", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestSweep(t Sweep, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(sweepSpec, t, opts...)
 }
 
 // AddSweep validates t and adds it to wf as a step of kind "sweep". opts add
@@ -131,6 +163,22 @@ func EnqueueSync(ctx context.Context, db runtime.DB, t Sync, opts ...runtime.Enq
 // and jobs of one group run in that order.
 func EnqueueSyncMany(ctx context.Context, db runtime.DB, ts []Sync, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, syncSpec, ts, opts...)
+}
+
+// EnqueueSyncBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueSyncBatch(ctx context.Context, db runtime.DB, ts []Sync, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, syncSpec, ts, batch, opts...)
+}
+
+// RequestSync validates t and returns it as a request for a job of kind "sync",
+// with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestSync(t Sync, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(syncSpec, t, opts...)
 }
 
 // AddSync validates t and adds it to wf as a step of kind "sync". opts add

@@ -37,6 +37,22 @@ func EnqueueExportMany(ctx context.Context, db runtime.DB, ts []Export, opts ...
 	return taskspec.EnqueueMany(ctx, db, exportSpec, ts, opts...)
 }
 
+// EnqueueExportBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueExportBatch(ctx context.Context, db runtime.DB, ts []Export, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, exportSpec, ts, batch, opts...)
+}
+
+// RequestExport validates t and returns it as a request for a job of kind
+// "export", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestExport(t Export, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(exportSpec, t, opts...)
+}
+
 // AddExport validates t and adds it to wf as a step of kind "export". opts add
 // dependencies without data (runtime.After and the like) and override the
 // declared settings. An invalid t is returned by wf.Enqueue.
@@ -84,6 +100,22 @@ func EnqueueFetch(ctx context.Context, db runtime.DB, t Fetch, opts ...runtime.E
 // and jobs of one group run in that order.
 func EnqueueFetchMany(ctx context.Context, db runtime.DB, ts []Fetch, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, fetchSpec, ts, opts...)
+}
+
+// EnqueueFetchBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueFetchBatch(ctx context.Context, db runtime.DB, ts []Fetch, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, fetchSpec, ts, batch, opts...)
+}
+
+// RequestFetch validates t and returns it as a request for a job of kind
+// "fetch", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestFetch(t Fetch, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(fetchSpec, t, opts...)
 }
 
 // AddFetch validates t and adds it to wf as a step of kind "fetch". opts add
@@ -135,6 +167,23 @@ func EnqueueReindexMany(ctx context.Context, db runtime.DB, ts []Reindex, opts .
 	return taskspec.EnqueueMany(ctx, db, reindexSpec, ts, opts...)
 }
 
+// EnqueueReindexBatch validates every element of ts and inserts them as a
+// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
+// statement, or nothing if any is invalid. It returns the batch's id and the
+// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
+// callbacks.
+func EnqueueReindexBatch(ctx context.Context, db runtime.DB, ts []Reindex, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, reindexSpec, ts, batch, opts...)
+}
+
+// RequestReindex validates t and returns it as a request for a job of kind
+// "reindex", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestReindex(t Reindex, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(reindexSpec, t, opts...)
+}
+
 // AddReindex validates t and adds it to wf as a step of kind "reindex". opts
 // add dependencies without data (runtime.After and the like) and override the
 // declared settings. An invalid t is returned by wf.Enqueue.
@@ -181,6 +230,22 @@ func EnqueueResize(ctx context.Context, db runtime.DB, t Resize, opts ...runtime
 // and jobs of one group run in that order.
 func EnqueueResizeMany(ctx context.Context, db runtime.DB, ts []Resize, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, resizeSpec, ts, opts...)
+}
+
+// EnqueueResizeBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueResizeBatch(ctx context.Context, db runtime.DB, ts []Resize, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, resizeSpec, ts, batch, opts...)
+}
+
+// RequestResize validates t and returns it as a request for a job of kind
+// "resize", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestResize(t Resize, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(resizeSpec, t, opts...)
 }
 
 // AddResize validates t and adds it to wf as a step of kind "resize". opts add

@@ -45,6 +45,22 @@ func EnqueueChargeMany(ctx context.Context, db runtime.DB, ts []Charge, opts ...
 	return taskspec.EnqueueMany(ctx, db, chargeSpec, ts, opts...)
 }
 
+// EnqueueChargeBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueChargeBatch(ctx context.Context, db runtime.DB, ts []Charge, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, chargeSpec, ts, batch, opts...)
+}
+
+// RequestCharge validates t and returns it as a request for a job of kind
+// "billing.charge", with the declared settings and opts over them: a batch's
+// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
+// of several kinds.
+func RequestCharge(t Charge, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(chargeSpec, t, opts...)
+}
+
 // AddCharge validates t and adds it to wf as a step of kind "billing.charge".
 // opts add dependencies without data (runtime.After and the like) and override
 // the declared settings. An invalid t is returned by wf.Enqueue.
@@ -91,6 +107,23 @@ func EnqueueHTTPRequest(ctx context.Context, db runtime.DB, t HTTPRequest, opts 
 // ts, and jobs of one group run in that order.
 func EnqueueHTTPRequestMany(ctx context.Context, db runtime.DB, ts []HTTPRequest, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, httpRequestSpec, ts, opts...)
+}
+
+// EnqueueHTTPRequestBatch validates every element of ts and inserts them as a
+// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
+// statement, or nothing if any is invalid. It returns the batch's id and the
+// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
+// callbacks.
+func EnqueueHTTPRequestBatch(ctx context.Context, db runtime.DB, ts []HTTPRequest, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, httpRequestSpec, ts, batch, opts...)
+}
+
+// RequestHTTPRequest validates t and returns it as a request for a job of kind
+// "http_request", with the declared settings and opts over them: a batch's
+// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
+// of several kinds.
+func RequestHTTPRequest(t HTTPRequest, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(httpRequestSpec, t, opts...)
 }
 
 // AddHTTPRequest validates t and adds it to wf as a step of kind
@@ -142,6 +175,22 @@ func EnqueueInviteMany(ctx context.Context, db runtime.DB, ts []Invite, opts ...
 	return taskspec.EnqueueMany(ctx, db, inviteSpec, ts, opts...)
 }
 
+// EnqueueInviteBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueInviteBatch(ctx context.Context, db runtime.DB, ts []Invite, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, inviteSpec, ts, batch, opts...)
+}
+
+// RequestInvite validates t and returns it as a request for a job of kind
+// "invite", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestInvite(t Invite, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(inviteSpec, t, opts...)
+}
+
 // AddInvite validates t and adds it to wf as a step of kind "invite". opts add
 // dependencies without data (runtime.After and the like) and override the
 // declared settings. An invalid t is returned by wf.Enqueue.
@@ -189,6 +238,23 @@ func EnqueueRebalanceMany(ctx context.Context, db runtime.DB, ts []Rebalance, op
 	return taskspec.EnqueueMany(ctx, db, rebalanceSpec, ts, opts...)
 }
 
+// EnqueueRebalanceBatch validates every element of ts and inserts them as a
+// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
+// statement, or nothing if any is invalid. It returns the batch's id and the
+// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
+// callbacks.
+func EnqueueRebalanceBatch(ctx context.Context, db runtime.DB, ts []Rebalance, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, rebalanceSpec, ts, batch, opts...)
+}
+
+// RequestRebalance validates t and returns it as a request for a job of kind
+// "rebalance", with the declared settings and opts over them: a batch's
+// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
+// of several kinds.
+func RequestRebalance(t Rebalance, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(rebalanceSpec, t, opts...)
+}
+
 // AddRebalance validates t and adds it to wf as a step of kind "rebalance".
 // opts add dependencies without data (runtime.After and the like) and override
 // the declared settings. An invalid t is returned by wf.Enqueue.
@@ -230,6 +296,22 @@ func EnqueueShardMany(ctx context.Context, db runtime.DB, ts []Shard, opts ...ru
 	return taskspec.EnqueueMany(ctx, db, shardSpec, ts, opts...)
 }
 
+// EnqueueShardBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueShardBatch(ctx context.Context, db runtime.DB, ts []Shard, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, shardSpec, ts, batch, opts...)
+}
+
+// RequestShard validates t and returns it as a request for a job of kind
+// "shard", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestShard(t Shard, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(shardSpec, t, opts...)
+}
+
 // AddShard validates t and adds it to wf as a step of kind "shard". opts add
 // dependencies without data (runtime.After and the like) and override the
 // declared settings. An invalid t is returned by wf.Enqueue.
@@ -269,6 +351,22 @@ func EnqueueSync(ctx context.Context, db runtime.DB, t Sync, opts ...runtime.Enq
 // and jobs of one group run in that order.
 func EnqueueSyncMany(ctx context.Context, db runtime.DB, ts []Sync, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, syncSpec, ts, opts...)
+}
+
+// EnqueueSyncBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueSyncBatch(ctx context.Context, db runtime.DB, ts []Sync, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, syncSpec, ts, batch, opts...)
+}
+
+// RequestSync validates t and returns it as a request for a job of kind "sync",
+// with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestSync(t Sync, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(syncSpec, t, opts...)
 }
 
 // AddSync validates t and adds it to wf as a step of kind "sync". opts add
@@ -313,6 +411,23 @@ func EnqueueTransfer(ctx context.Context, db runtime.DB, t Transfer, opts ...run
 // and jobs of one group run in that order.
 func EnqueueTransferMany(ctx context.Context, db runtime.DB, ts []Transfer, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, transferSpec, ts, opts...)
+}
+
+// EnqueueTransferBatch validates every element of ts and inserts them as a
+// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
+// statement, or nothing if any is invalid. It returns the batch's id and the
+// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
+// callbacks.
+func EnqueueTransferBatch(ctx context.Context, db runtime.DB, ts []Transfer, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, transferSpec, ts, batch, opts...)
+}
+
+// RequestTransfer validates t and returns it as a request for a job of kind
+// "transfer", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestTransfer(t Transfer, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(transferSpec, t, opts...)
 }
 
 // AddTransfer validates t and adds it to wf as a step of kind "transfer". opts

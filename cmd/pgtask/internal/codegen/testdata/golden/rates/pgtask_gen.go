@@ -42,6 +42,23 @@ func EnqueueCallPartnerMany(ctx context.Context, db runtime.DB, ts []CallPartner
 	return taskspec.EnqueueMany(ctx, db, callPartnerSpec, ts, opts...)
 }
 
+// EnqueueCallPartnerBatch validates every element of ts and inserts them as a
+// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
+// statement, or nothing if any is invalid. It returns the batch's id and the
+// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
+// callbacks.
+func EnqueueCallPartnerBatch(ctx context.Context, db runtime.DB, ts []CallPartner, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, callPartnerSpec, ts, batch, opts...)
+}
+
+// RequestCallPartner validates t and returns it as a request for a job of kind
+// "call_partner", with the declared settings and opts over them: a batch's
+// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
+// of several kinds.
+func RequestCallPartner(t CallPartner, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(callPartnerSpec, t, opts...)
+}
+
 // AddCallPartner validates t and adds it to wf as a step of kind
 // "call_partner". opts add dependencies without data (runtime.After and the
 // like) and override the declared settings. An invalid t is returned by
@@ -84,6 +101,23 @@ func EnqueueSendSMS(ctx context.Context, db runtime.DB, t SendSMS, opts ...runti
 // and jobs of one group run in that order.
 func EnqueueSendSMSMany(ctx context.Context, db runtime.DB, ts []SendSMS, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, sendSMSSpec, ts, opts...)
+}
+
+// EnqueueSendSMSBatch validates every element of ts and inserts them as a
+// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
+// statement, or nothing if any is invalid. It returns the batch's id and the
+// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
+// callbacks.
+func EnqueueSendSMSBatch(ctx context.Context, db runtime.DB, ts []SendSMS, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, sendSMSSpec, ts, batch, opts...)
+}
+
+// RequestSendSMS validates t and returns it as a request for a job of kind
+// "send_sms", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestSendSMS(t SendSMS, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(sendSMSSpec, t, opts...)
 }
 
 // AddSendSMS validates t and adds it to wf as a step of kind "send_sms". opts

@@ -33,6 +33,22 @@ func EnqueueCountMany(ctx context.Context, db runtime.DB, ts []Count, opts ...ru
 	return taskspec.EnqueueMany(ctx, db, countSpec, ts, opts...)
 }
 
+// EnqueueCountBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueCountBatch(ctx context.Context, db runtime.DB, ts []Count, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, countSpec, ts, batch, opts...)
+}
+
+// RequestCount validates t and returns it as a request for a job of kind
+// "count", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestCount(t Count, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(countSpec, t, opts...)
+}
+
 // AddCount validates t and adds it to wf as a step of kind "count", whose
 // Output feeds the runtime.Input fields of later steps. opts add dependencies
 // without data (runtime.After and the like) and override the declared settings.
@@ -98,6 +114,22 @@ func EnqueueLookupMany(ctx context.Context, db runtime.DB, ts []Lookup, opts ...
 	return taskspec.EnqueueMany(ctx, db, lookupSpec, ts, opts...)
 }
 
+// EnqueueLookupBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueLookupBatch(ctx context.Context, db runtime.DB, ts []Lookup, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, lookupSpec, ts, batch, opts...)
+}
+
+// RequestLookup validates t and returns it as a request for a job of kind
+// "lookup", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestLookup(t Lookup, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(lookupSpec, t, opts...)
+}
+
 // AddLookup validates t and adds it to wf as a step of kind "lookup", whose
 // Output feeds the runtime.Input fields of later steps. opts add dependencies
 // without data (runtime.After and the like) and override the declared settings.
@@ -158,6 +190,22 @@ func EnqueuePayMany(ctx context.Context, db runtime.DB, ts []Pay, opts ...runtim
 	return taskspec.EnqueueMany(ctx, db, paySpec, ts, opts...)
 }
 
+// EnqueuePayBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueuePayBatch(ctx context.Context, db runtime.DB, ts []Pay, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, paySpec, ts, batch, opts...)
+}
+
+// RequestPay validates t and returns it as a request for a job of kind "pay",
+// with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestPay(t Pay, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(paySpec, t, opts...)
+}
+
 // AddPay validates t and adds it to wf as a step of kind "pay", whose Output
 // feeds the runtime.Input fields of later steps. opts add dependencies without
 // data (runtime.After and the like) and override the declared settings. An
@@ -216,6 +264,22 @@ func EnqueueTags(ctx context.Context, db runtime.DB, t Tags, opts ...runtime.Enq
 // and jobs of one group run in that order.
 func EnqueueTagsMany(ctx context.Context, db runtime.DB, ts []Tags, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, tagsSpec, ts, opts...)
+}
+
+// EnqueueTagsBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueTagsBatch(ctx context.Context, db runtime.DB, ts []Tags, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, tagsSpec, ts, batch, opts...)
+}
+
+// RequestTags validates t and returns it as a request for a job of kind "tags",
+// with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestTags(t Tags, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(tagsSpec, t, opts...)
 }
 
 // AddTags validates t and adds it to wf as a step of kind "tags", whose Output

@@ -32,6 +32,22 @@ func EnqueueFetchMany(ctx context.Context, db runtime.DB, ts []Fetch, opts ...ru
 	return taskspec.EnqueueMany(ctx, db, fetchSpec, ts, opts...)
 }
 
+// EnqueueFetchBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueFetchBatch(ctx context.Context, db runtime.DB, ts []Fetch, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, fetchSpec, ts, batch, opts...)
+}
+
+// RequestFetch validates t and returns it as a request for a job of kind
+// "fetch", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestFetch(t Fetch, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(fetchSpec, t, opts...)
+}
+
 // AddFetch validates t and adds it to wf as a step of kind "fetch", whose
 // Output feeds the runtime.Input fields of later steps. opts add dependencies
 // without data (runtime.After and the like) and override the declared settings.
@@ -92,6 +108,22 @@ func EnqueueMergeMany(ctx context.Context, db runtime.DB, ts []Merge, opts ...ru
 	return taskspec.EnqueueMany(ctx, db, mergeSpec, ts, opts...)
 }
 
+// EnqueueMergeBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueMergeBatch(ctx context.Context, db runtime.DB, ts []Merge, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, mergeSpec, ts, batch, opts...)
+}
+
+// RequestMerge validates t and returns it as a request for a job of kind
+// "merge", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestMerge(t Merge, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(mergeSpec, t, opts...)
+}
+
 // AddMerge validates t and adds it to wf as a step of kind "merge". Its inputs
 // (First, Raw) make it depend on the steps they are set from. opts add
 // dependencies without data (runtime.After and the like) and override the
@@ -127,6 +159,22 @@ func EnqueueParse(ctx context.Context, db runtime.DB, t Parse, opts ...runtime.E
 // and jobs of one group run in that order.
 func EnqueueParseMany(ctx context.Context, db runtime.DB, ts []Parse, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
 	return taskspec.EnqueueMany(ctx, db, parseSpec, ts, opts...)
+}
+
+// EnqueueParseBatch validates every element of ts and inserts them as a batch,
+// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
+// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
+// the order of ts. opts apply to the jobs of ts, not to the callbacks.
+func EnqueueParseBatch(ctx context.Context, db runtime.DB, ts []Parse, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, parseSpec, ts, batch, opts...)
+}
+
+// RequestParse validates t and returns it as a request for a job of kind
+// "parse", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds.
+func RequestParse(t Parse, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(parseSpec, t, opts...)
 }
 
 // AddParse validates t and adds it to wf as a step of kind "parse", whose

@@ -1,0 +1,39 @@
+package names
+
+import "github.com/pgtask/pgtask/runtime"
+
+type Import struct {
+	runtime.Task
+}
+
+// EnqueueImportMany would be generated twice: Enqueue<T>Many of Import
+// and Enqueue<T> of ImportMany.
+type ImportMany struct {
+	runtime.Task
+}
+
+type ImportBatch struct {
+	runtime.Task
+}
+
+type Invoice struct {
+	runtime.Task
+}
+
+// RequestInvoice is the package's own, so the generator cannot write it.
+func RequestInvoice() {}
+
+type Report struct {
+	runtime.TaskWithResult[int]
+}
+
+type ReportKind string
+
+// URL and Url would both keep their settings in urlSpec.
+type URL struct {
+	runtime.Task
+}
+
+type Url struct {
+	runtime.Task `task:"url2"`
+}
