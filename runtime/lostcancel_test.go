@@ -179,3 +179,51 @@ func TestCancelsRacingRetriesAreNeverLost(t *testing.T) {
 		}
 	}
 }
+
+// A step that its workflow's cancel could not take (a claim held its row,
+// then rolled back) is left queued for maintenance; a claim that takes it
+// first does not run it: the attempt is cut short before its handler runs,
+// and its failure ends the step cancelled.
+func TestStepLeftByItsWorkflowsCancelIsNotRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("left-over")
+	step := wf.Add(req("x", runtime.WithMaxAttempts(5)))
+	id := enqueueIdle(t, b, wf)
+	claim := beginTx(t, b)
+	held, err := gen.New(claim).ClaimJobs(ctx, gen.ClaimJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: 1})
+	if err != nil || len(held) != 1 || held[0].ID != int64(step.JobID()) {
+		t.Fatalf("claim held open: %v, %v", held, err)
+	}
+	if ok, err := runtime.CancelWorkflowByID(ctx, b.pool, id); err != nil || !ok {
+		t.Fatalf("CancelWorkflowByID: %v, %v", ok, err)
+	}
+	if err := claim.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if j := b.job(t, step.JobID()); j.Status != testdb.PgtaskJobStatusQueued {
+		t.Fatalf("the step is %s; want it left queued for maintenance", j.Status)
+	}
+	again, err := b.gen.ClaimJobs(ctx, gen.ClaimJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) == 0 {
+		if j := b.job(t, step.JobID()); j.Status != testdb.PgtaskJobStatusCancelled {
+			t.Fatalf("not claimed, the step is %s; want cancelled", j.Status)
+		}
+		return
+	}
+	if !again[0].CancelRequested {
+		t.Errorf("the claim started the step of a cancelled workflow with nothing asking it to stop: %+v", again[0])
+	}
+	status, err := b.gen.FailJob(ctx, gen.FailJobParams{ID: again[0].ID, Attempt: again[0].Attempts,
+		Error: json.RawMessage(`{"attempt": 1, "error": "cancelled"}`), RetryInUs: pgtype.Int8{Int64: 0, Valid: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status != "cancelled" {
+		t.Fatalf("the step's attempt failed and it is %q; want cancelled", status)
+	}
+}

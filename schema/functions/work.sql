@@ -1,4 +1,4 @@
--- revision: 56
+-- revision: 57
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -487,8 +487,10 @@ $$;
 -- of workflows p_workflows or not), those whose attempt must not run: an
 -- operator's cancel request for the job is pending (filed while an earlier
 -- attempt's end was being recorded, which could not see it: see
--- cancel_job), or the job is a step of a cancelled workflow (see
--- workflow_cancel; looked up only for a step). Each gets a request naming
+-- cancel_job), or the job is a step of a workflow cancelled after the
+-- step's last retry by an operator, if any (see workflow_cancel; looked up
+-- only for a step: a retry of a step after its workflow's cancel runs the
+-- step, see docs/workflows.md). Each gets a request naming
 -- the attempt just started, so that its failure ends the job cancelled
 -- (fail_job), and is returned: its worker fails the attempt without
 -- running its handler. A plain job costs one probe of cancel_requests.
@@ -500,7 +502,10 @@ LANGUAGE sql AS $$
       FROM unnest(p_ids, p_attempts, p_workflows) AS u(id, attempt, workflow_id)
      WHERE EXISTS (SELECT 1 FROM pgtask.cancel_requests c WHERE c.job_id = u.id)
         OR (u.workflow_id IS NOT NULL
-            AND EXISTS (SELECT 1 FROM pgtask.workflows w WHERE w.id = u.workflow_id AND w.cancelled_at IS NOT NULL))
+            AND EXISTS (SELECT 1 FROM pgtask.workflows w, pgtask.jobs s
+                         WHERE w.id = u.workflow_id AND w.cancelled_at IS NOT NULL AND s.id = u.id
+                           AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(s.errors) e
+                                            WHERE e ? 'operator_retry' AND (e->>'at')::timestamptz > w.cancelled_at)))
     ON CONFLICT (job_id) DO UPDATE SET attempt = excluded.attempt
     RETURNING r.job_id;
 $$;
@@ -835,8 +840,7 @@ $$;
 -- fails for good; its group then moves on when advanced, or stays blocked, as
 -- the job says. A retry keeps its place at the head: the group waits. A
 -- job an operator asked to cancel (a row in pgtask.cancel_requests, for
--- whichever attempt), or a step of a cancelled workflow, ends cancelled
--- instead, whatever its attempts and backoff; the caller then advances its
+-- whichever attempt) ends cancelled instead, whatever its attempts and backoff; the caller then advances its
 -- group as after a final failure. A request that commits after this
 -- function looked is not lost: the job's next claim finds it (see
 -- cancel_claimed). Returns the job's new status, or NULL when the job is not the started
@@ -871,12 +875,10 @@ BEGIN
         RETURN NULL; -- another claim's attempt of the same number
     END IF;
 
-    IF EXISTS (SELECT 1 FROM pgtask.cancel_requests r WHERE r.job_id = p_id)
-       OR (j.workflow_id IS NOT NULL
-           AND EXISTS (SELECT 1 FROM pgtask.workflows w WHERE w.id = j.workflow_id AND w.cancelled_at IS NOT NULL)) THEN
+    IF EXISTS (SELECT 1 FROM pgtask.cancel_requests r WHERE r.job_id = p_id) THEN
         -- An operator cancelled the job (see cancel_job; a request names
-        -- the job, whichever attempt it was filed for), or its workflow was
-        -- cancelled: the job ends here, and its group moves on.
+        -- the job, whichever attempt it was filed for): the job ends here,
+        -- and its group moves on.
         DELETE FROM pgtask.cancel_requests WHERE job_id = p_id;
         UPDATE pgtask.jobs
            SET status = 'cancelled', finished_at = clock_timestamp(), owner_pid = NULL,
