@@ -147,11 +147,11 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned,
-       c.snoozes::integer AS snoozes
+       c.snoozes::integer AS snoozes, c.cancel_requested::boolean AS cancel_requested
   FROM pgtask.claim_jobs($1, $2, $3, $4::smallint, $5::bigint,
                          $6::bigint, $7::boolean, $8::bigint, $9::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
-            run_after, metadata, scanned, snoozes)
+            run_after, metadata, scanned, snoozes, cancel_requested)
 `
 
 type ClaimJobsParams struct {
@@ -181,6 +181,7 @@ type ClaimJobsRow struct {
 	Metadata        json.RawMessage `db:"metadata"`
 	Scanned         bool            `db:"scanned"`
 	Snoozes         int32           `db:"snoozes"`
+	CancelRequested bool            `db:"cancel_requested"`
 }
 
 // Claims up to @max jobs of a queue and counts their attempt (see
@@ -188,6 +189,8 @@ type ClaimJobsRow struct {
 // or NULL, and the floor where its look behind the cursor starts, or NULL
 // for the start; kinds are those the worker has handlers for, or NULL for
 // any). scanned marks the heads that move the cursor (see pgtask.scanned).
+// cancel_requested marks the attempts not to run: the job's cancel is
+// pending (see pgtask.cancel_claimed).
 // Run on its own, the statement commits before any
 // handler runs; run at the end of a job transaction, that transaction's
 // commit does. owner_pid names this session: the job transaction that
@@ -226,6 +229,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJo
 			&i.Metadata,
 			&i.Scanned,
 			&i.Snoozes,
+			&i.CancelRequested,
 		); err != nil {
 			return nil, err
 		}
@@ -243,12 +247,12 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned,
-       c.snoozes::integer AS snoozes
+       c.snoozes::integer AS snoozes, c.cancel_requested::boolean AS cancel_requested
   FROM pgtask.claim_leased_jobs($1, $2, $3, $4::bigint,
                                  $5::smallint, $6::bigint,
                                  $7::bigint, $8::boolean, $9::bigint, $10::integer, $11::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
-            run_after, metadata, scanned, snoozes)
+            run_after, metadata, scanned, snoozes, cancel_requested)
 `
 
 type ClaimLeasedJobsParams struct {
@@ -280,6 +284,7 @@ type ClaimLeasedJobsRow struct {
 	Metadata        json.RawMessage `db:"metadata"`
 	Scanned         bool            `db:"scanned"`
 	Snoozes         int32           `db:"snoozes"`
+	CancelRequested bool            `db:"cancel_requested"`
 }
 
 // Claims up to @max jobs with a lease, runnable heads and the runs behind
@@ -321,6 +326,7 @@ func (q *Queries) ClaimLeasedJobs(ctx context.Context, arg ClaimLeasedJobsParams
 			&i.Metadata,
 			&i.Scanned,
 			&i.Snoozes,
+			&i.CancelRequested,
 		); err != nil {
 			return nil, err
 		}

@@ -4,6 +4,8 @@
 -- or NULL, and the floor where its look behind the cursor starts, or NULL
 -- for the start; kinds are those the worker has handlers for, or NULL for
 -- any). scanned marks the heads that move the cursor (see pgtask.scanned).
+-- cancel_requested marks the attempts not to run: the job's cancel is
+-- pending (see pgtask.cancel_claimed).
 -- Run on its own, the statement commits before any
 -- handler runs; run at the end of a job transaction, that transaction's
 -- commit does. owner_pid names this session: the job transaction that
@@ -13,11 +15,11 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned,
-       c.snoozes::integer AS snoozes
+       c.snoozes::integer AS snoozes, c.cancel_requested::boolean AS cancel_requested
   FROM pgtask.claim_jobs(@queue, @max, @worker_id, sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint,
                          sqlc.narg(floor_id)::bigint, @behind_first::boolean, sqlc.narg(token)::bigint, sqlc.narg(kinds)::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
-            run_after, metadata, scanned, snoozes);
+            run_after, metadata, scanned, snoozes, cancel_requested);
 
 -- name: HoldJobs :many
 -- First statement of the job transaction: locks the claimed rows for as long
@@ -157,12 +159,12 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned,
-       c.snoozes::integer AS snoozes
+       c.snoozes::integer AS snoozes, c.cancel_requested::boolean AS cancel_requested
   FROM pgtask.claim_leased_jobs(@queue, @max, @worker_id, @lease_ms::bigint,
                                  sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint,
                                  sqlc.narg(floor_id)::bigint, @behind_first::boolean, @token::bigint, @run_max::integer, sqlc.narg(kinds)::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
-            run_after, metadata, scanned, snoozes);
+            run_after, metadata, scanned, snoozes, cancel_requested);
 
 -- name: ExtendLeases :many
 -- Extends the leases of claimed attempts, each fenced by its attempt and

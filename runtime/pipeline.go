@@ -93,6 +93,8 @@ func newJob(row gen.ClaimJobsRow) *Job {
 		CreatedAt:   row.CreatedAt,
 		RunAfter:    row.RunAfter,
 		Metadata:    decodeMetadata(row.Metadata),
+
+		cancelRequested: row.CancelRequested,
 	}
 }
 
@@ -127,11 +129,16 @@ func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error,
 	defer cancelCause(nil)
 	remove, heard := w.running.add(job, cancelCause)
 	defer remove()
-	if heard {
+	switch {
+	case job.cancelRequested:
+		// Cancelled before its claim, as an earlier attempt ended.
+		cancelCause(ErrJobCancelled)
+	case heard:
 		w.maint.cancel.confirm(hard, attemptRef{job.ID, job.Attempt})
 	}
 	if errors.Is(context.Cause(cancellable), ErrJobCancelled) {
-		// Cancelled while it waited in its batch: the handler never runs.
+		// Cancelled before it started, or while it waited in its batch:
+		// the handler never runs.
 		return fmt.Errorf("%w before the attempt started", ErrJobCancelled), nil
 	}
 	ctx, cancel := context.WithTimeout(cancellable, reg.Timeout)

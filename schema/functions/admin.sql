@@ -1,4 +1,4 @@
--- revision: 18
+-- revision: 19
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -34,12 +34,20 @@ $$;
 
 -- Cancels a job that has not started: a scheduled or queued one, or a failed
 -- one that blocks its group. For a running job it asks its worker to cancel
--- the attempt: a row in cancel_requests naming the attempt, and a
--- notification on the channel "pgtask_cancel" whose payload is
--- "id:attempt". The attempt's handler gets its context cancelled, and when
--- the attempt fails, or its worker is lost, the job ends cancelled (see
--- fail_job); a handler that succeeds anyway succeeds. A request whose
--- attempt ended otherwise is applied or dropped by apply_cancel_requests.
+-- the attempt: a row in cancel_requests for the job, naming the attempt
+-- seen running, and a notification on the channel "pgtask_cancel" whose
+-- payload is "id:attempt". The attempt's handler gets its context
+-- cancelled, and when the attempt fails, or its worker is lost, the job
+-- ends cancelled (see fail_job); a handler that succeeds anyway succeeds.
+-- The request holds for the job, not only the attempt it names: the
+-- attempt seen running may be ending as it is filed, in a transaction
+-- that cannot see it (a failure to retry, a snooze, a rescue, a lease's
+-- expiry, a hand-back), and then the job's next claim finds it and cuts
+-- that attempt short before its handler runs (cancel_claimed), and
+-- apply_cancel_requests cancels the job if it waits unclaimed. Only the
+-- job's end drops it: a success, a final failure, or an operator's retry
+-- that commits after it (retry_job deletes it; a request that commits
+-- after the retry cancels the retried job).
 -- A running job is never waited for: in the held mode its worker holds its
 -- row until the attempt ends, so a job claimed while this function locks
 -- it is asked to stop instead. Returns false for finished jobs.
@@ -269,9 +277,11 @@ $$;
 -- Settles up to p_limit cancel requests whose attempt is no longer running.
 -- One whose job now waits to run again (the attempt failed as the request
 -- was made, and fail_job could not see it yet; or the job was handed back
--- unstarted) cancels the job; one whose job finished, or runs a later
--- attempt after an operator's retry, is dropped. Requests another session
--- holds are skipped, and a running job is never waited for (cancel_job).
+-- unstarted) cancels the job; one whose job runs a later attempt (claimed
+-- by a claim that could not see the request yet) is moved to that attempt,
+-- whose worker is told (a notification, as cancel_job sends); one whose job
+-- finished is dropped. Requests another session holds are skipped, and a
+-- running job is never waited for (cancel_job).
 -- A job whose row cannot be written, since it breaks a check the table was
 -- given NOT VALID after the row was stored, is left as it is, its request
 -- dropped. Returns how many jobs it cancelled.
@@ -291,7 +301,12 @@ BEGIN
          LIMIT p_limit
            FOR UPDATE OF c SKIP LOCKED
     LOOP
-        IF r.status IN ('scheduled', 'queued') AND r.attempts IN (r.attempt - 1, r.attempt) THEN
+        IF r.status = 'started' THEN
+            UPDATE pgtask.cancel_requests SET attempt = r.attempts WHERE job_id = r.job_id;
+            PERFORM pg_notify('pgtask_cancel', r.job_id::text || ':' || r.attempts::text);
+            CONTINUE;
+        END IF;
+        IF r.status IN ('scheduled', 'queued') THEN
             BEGIN
                 IF pgtask.cancel_job(r.job_id) THEN
                     cancelled := cancelled + 1;

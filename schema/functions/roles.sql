@@ -1,4 +1,4 @@
--- revision: 23
+-- revision: 24
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -222,6 +222,7 @@ LANGUAGE sql IMMUTABLE AS $$
     ('none', 'function', 'rate_unhead', ''),
     ('none', 'function', 'rate_waits', ''),
     ('worker', 'function', 'start_held', 'EXECUTE'),
+    ('worker', 'function', 'cancel_claimed', 'EXECUTE'),
     ('worker', 'function', 'leave_promoted', 'EXECUTE'),
     ('worker', 'function', 'pick_rated', 'EXECUTE'),
     ('worker', 'function', 'rate_wait_us', 'EXECUTE'),

@@ -1,4 +1,4 @@
--- revision: 56
+-- revision: 57
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -328,7 +328,7 @@ CREATE OR REPLACE FUNCTION pgtask.claim_jobs(p_queue text, p_max integer, p_work
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
-    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer
+    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer, cancel_requested boolean
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -404,6 +404,7 @@ BEGIN
             END IF;
         END IF;
         RETURN QUERY
+          WITH claimed AS (
             UPDATE pgtask.jobs j
                SET status = 'started', attempts = j.attempts + 1,
                    started_at = statement_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker,
@@ -437,8 +438,18 @@ BEGIN
             RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
                       j.run_after, j.metadata,
-                      pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id, false),
-                      j.snoozes;
+                      pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id, false) AS scanned,
+                      j.snoozes, j.workflow_id
+          ), asked AS (
+            SELECT a.id
+              FROM (SELECT array_agg(c.id) AS ids, array_agg(c.attempts) AS attempts, array_agg(c.workflow_id) AS workflows
+                      FROM claimed c) x,
+                   pgtask.cancel_claimed(x.ids, x.attempts, x.workflows) a(id)
+          )
+          SELECT c.id, c.queue, c.kind, c.group_key, c.priority, c.payload, c.attempts, c.max_attempts,
+                 c.fail_blocks_group, c.created_at, c.run_after, c.metadata, c.scanned, c.snoozes,
+                 c.id IN (SELECT a.id FROM asked a)
+            FROM claimed c;
         RETURN;
     END IF;
     promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
@@ -474,6 +485,33 @@ BEGIN
 END;
 $$;
 
+-- Of the jobs a claim just started (p_ids, at attempts p_attempts, steps
+-- of workflows p_workflows or not), those whose attempt must not run: an
+-- operator's cancel request for the job is pending (filed while an earlier
+-- attempt's end was being recorded, which could not see it: see
+-- cancel_job), or the job is a step of a workflow cancelled after the
+-- step's last retry by an operator, if any (see workflow_cancel; looked up
+-- only for a step: a retry of a step after its workflow's cancel runs the
+-- step, see docs/workflows.md). Each gets a request naming
+-- the attempt just started, so that its failure ends the job cancelled
+-- (fail_job), and is returned: its worker fails the attempt without
+-- running its handler. A plain job costs one probe of cancel_requests.
+CREATE OR REPLACE FUNCTION pgtask.cancel_claimed(p_ids bigint[], p_attempts integer[], p_workflows bigint[])
+RETURNS SETOF bigint
+LANGUAGE sql AS $$
+    INSERT INTO pgtask.cancel_requests AS r (job_id, attempt)
+    SELECT u.id, u.attempt
+      FROM unnest(p_ids, p_attempts, p_workflows) AS u(id, attempt, workflow_id)
+     WHERE EXISTS (SELECT 1 FROM pgtask.cancel_requests c WHERE c.job_id = u.id)
+        OR (u.workflow_id IS NOT NULL
+            AND EXISTS (SELECT 1 FROM pgtask.workflows w, pgtask.jobs s
+                         WHERE w.id = u.workflow_id AND w.cancelled_at IS NOT NULL AND s.id = u.id
+                           AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(s.errors) e
+                                            WHERE e ? 'operator_retry' AND (e->>'at')::timestamptz > w.cancelled_at)))
+    ON CONFLICT (job_id) DO UPDATE SET attempt = excluded.attempt
+    RETURNING r.job_id;
+$$;
+
 -- Starts the jobs p_ids a held-mode claim picked (locked) and returns them
 -- as claim_jobs does, in priority, id order; only the heads p_heads its
 -- scans found may move the worker's cursor (see scanned; p_exhausted: the
@@ -485,7 +523,7 @@ CREATE OR REPLACE FUNCTION pgtask.start_held(p_ids bigint[], p_worker integer, p
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
-    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer
+    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer, cancel_requested boolean
 )
 LANGUAGE sql
 AS $$
@@ -506,10 +544,18 @@ AS $$
                   j.id = ANY (p_heads)
                   AND CASE WHEN j.fair_seq IS NULL THEN true
                            ELSE NOT EXISTS (SELECT 1 FROM pgtask.fair_queues f WHERE f.queue = j.queue) END
-                  AND pgtask.scanned(j.id, j.priority, p_promoted, p_after_priority, p_after_id, p_exhausted),
-                  j.snoozes
+                  AND pgtask.scanned(j.id, j.priority, p_promoted, p_after_priority, p_after_id, p_exhausted) AS scanned,
+                  j.snoozes, j.workflow_id
+    ), asked AS (
+        SELECT a.id
+          FROM (SELECT array_agg(c.id) AS ids, array_agg(c.attempts) AS attempts, array_agg(c.workflow_id) AS workflows
+                  FROM claimed c) x,
+               pgtask.cancel_claimed(x.ids, x.attempts, x.workflows) a(id)
     )
-    SELECT * FROM claimed ORDER BY claimed.priority, claimed.id;
+    SELECT c.id, c.queue, c.kind, c.group_key, c.priority, c.payload, c.attempts, c.max_attempts,
+           c.fail_blocks_group, c.created_at, c.run_after, c.metadata, c.scanned, c.snoozes,
+           c.id IN (SELECT a.id FROM asked a)
+      FROM claimed c ORDER BY c.priority, c.id;
 $$;
 
 -- The heads a settle in this transaction promoted for its claim (see
@@ -795,10 +841,12 @@ $$;
 -- Records a failed attempt. p_retry_in_us is the backoff before the next
 -- attempt in microseconds, or NULL for "do not retry". A job out of attempts
 -- fails for good; its group then moves on when advanced, or stays blocked, as
--- the job says. A retry keeps its place at the head: the group waits. An
--- attempt an operator asked to cancel (pgtask.cancel_requests) ends the job
--- cancelled instead, whatever its attempts and backoff; the caller then
--- advances its group as after a final failure. Returns the job's new status, or NULL when the job is not the started
+-- the job says. A retry keeps its place at the head: the group waits. A
+-- job an operator asked to cancel (a row in pgtask.cancel_requests, for
+-- whichever attempt) ends cancelled instead, whatever its attempts and backoff; the caller then advances its
+-- group as after a final failure. A request that commits after this
+-- function looked is not lost: the job's next claim finds it (see
+-- cancel_claimed). Returns the job's new status, or NULL when the job is not the started
 -- attempt the caller ran.
 --
 -- A snooze (runtime.Snooze) comes with p_snooze_cap, its kind's cap on
@@ -830,9 +878,10 @@ BEGIN
         RETURN NULL; -- another claim's attempt of the same number
     END IF;
 
-    IF EXISTS (SELECT 1 FROM pgtask.cancel_requests r WHERE r.job_id = p_id AND r.attempt = p_attempt) THEN
-        -- An operator cancelled the attempt (see cancel_job): the job ends
-        -- here, and its group moves on.
+    IF EXISTS (SELECT 1 FROM pgtask.cancel_requests r WHERE r.job_id = p_id) THEN
+        -- An operator cancelled the job (see cancel_job; a request names
+        -- the job, whichever attempt it was filed for): the job ends here,
+        -- and its group moves on.
         DELETE FROM pgtask.cancel_requests WHERE job_id = p_id;
         UPDATE pgtask.jobs
            SET status = 'cancelled', finished_at = clock_timestamp(), owner_pid = NULL,
@@ -947,8 +996,8 @@ BEGIN
     END IF;
     WITH gone AS (
         UPDATE pgtask.jobs j
-           SET status = CASE WHEN r.attempt = j.attempts THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
-               finished_at = CASE WHEN r.attempt = j.attempts THEN clock_timestamp() ELSE j.finished_at END,
+           SET status = CASE WHEN r.job_id IS NOT NULL THEN 'cancelled' ELSE 'queued' END::pgtask.job_status,
+               finished_at = CASE WHEN r.job_id IS NOT NULL THEN clock_timestamp() ELSE j.finished_at END,
                attempts = j.attempts - 1, owner_pid = NULL, lease_until = NULL, claim_token = NULL
           FROM unnest(p_ids, p_attempts, p_tokens) AS u(id, attempt, token)
           LEFT JOIN pgtask.cancel_requests r ON r.job_id = u.id
@@ -1001,7 +1050,7 @@ CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs(p_queue text, p_max integer,
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
-    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer
+    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer, cancel_requested boolean
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -1073,10 +1122,18 @@ BEGIN
                       j.id = ANY (heads)
                       AND CASE WHEN j.fair_seq IS NULL THEN true
                                ELSE NOT EXISTS (SELECT 1 FROM pgtask.fair_queues f WHERE f.queue = p_queue) END
-                      AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id, exhausted),
-                      j.snoozes
+                      AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id, exhausted) AS scanned,
+                      j.snoozes, j.workflow_id
+        ), asked AS (
+            SELECT a.id
+              FROM (SELECT array_agg(c.id) AS ids, array_agg(c.attempts) AS attempts, array_agg(c.workflow_id) AS workflows
+                      FROM claimed c) x,
+                   pgtask.cancel_claimed(x.ids, x.attempts, x.workflows) a(id)
         )
-        SELECT * FROM claimed ORDER BY claimed.priority, claimed.id;
+        SELECT c.id, c.queue, c.kind, c.group_key, c.priority, c.payload, c.attempts, c.max_attempts,
+               c.fail_blocks_group, c.created_at, c.run_after, c.metadata, c.scanned, c.snoozes,
+               c.id IN (SELECT a.id FROM asked a)
+          FROM claimed c ORDER BY c.priority, c.id;
 END;
 $$;
 
