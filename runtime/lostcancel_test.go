@@ -227,3 +227,52 @@ func TestStepLeftByItsWorkflowsCancelIsNotRun(t *testing.T) {
 		t.Fatalf("the step's attempt failed and it is %q; want cancelled", status)
 	}
 }
+
+// Maintenance holds a cancel request's row while it cancels the request's
+// job (apply_cancel_requests), retrying the job's row until a claim that
+// holds it commits. So a claim of the job must not wait for that request's
+// row: it reads the request, and the attempt it starts is asked to stop.
+func TestAClaimDoesNotWaitForACancelRequestsRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := enqueue(t, b.pool, "cancel.held_request", map[string]any{}, runtime.WithMaxAttempts(5))
+	claimed, err := b.gen.ClaimJobs(ctx, gen.ClaimJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: 1})
+	if err != nil || len(claimed) != 1 || claimed[0].ID != int64(id) {
+		t.Fatalf("claim: %v, %v", claimed, err)
+	}
+	w, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Rollback(ctx) //nolint:errcheck // committed below
+	if status, err := gen.New(w).FailJob(ctx, gen.FailJobParams{ID: int64(id), Attempt: 1,
+		Error: json.RawMessage(`{"attempt": 1, "error": "failed"}`), RetryInUs: pgtype.Int8{Int64: 0, Valid: true}}); err != nil || status != "queued" {
+		t.Fatalf("fail_job: %q, %v", status, err)
+	}
+	if ok, err := runtime.CancelJob(ctx, b.pool, id); err != nil || !ok {
+		t.Fatalf("CancelJob while the failure is being recorded: %v, %v", ok, err)
+	}
+	if err := w.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The job waits to run again, with a request pending; hold the
+	// request's row as maintenance does while it cancels the job.
+	m, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Rollback(ctx) //nolint:errcheck // only a lock
+	if _, err := testdb.New(m).LockCancelRequest(ctx, int64(id)); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	again, err := b.gen.ClaimJobs(cctx, gen.ClaimJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: 1})
+	if err != nil {
+		t.Fatalf("the claim waited for the cancel request's row: %v", err)
+	}
+	if len(again) != 1 || again[0].ID != int64(id) || !again[0].CancelRequested {
+		t.Fatalf("claimed %+v; want job %d with its cancel requested", again, id)
+	}
+}

@@ -380,3 +380,8 @@ SELECT coalesce(s.idx_tup_fetch, 0)::bigint AS fetched, coalesce(s.seq_tup_read,
 -- How many blocks of the index of limited jobs waiting for a slot the
 -- caller's transaction has read so far.
 SELECT pg_catalog.pg_stat_get_xact_blocks_fetched('pgtask.jobs_limit_waiting'::regclass)::bigint AS blocks;
+
+-- name: LockCancelRequest :one
+-- Takes job @job_id's cancel request's row as apply_cancel_requests takes
+-- it, until the caller's transaction ends.
+SELECT c.job_id FROM pgtask.cancel_requests c WHERE c.job_id = @job_id FOR UPDATE;

@@ -1,4 +1,4 @@
--- revision: 19
+-- revision: 20
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -180,6 +180,13 @@ BEGIN
         IF bound IS NOT NULL THEN
             head := pgtask.group_head(j.queue, j.group_key, gid);
         END IF;
+    END IF;
+    -- A step's retry is told from its workflow's cancel by when each was
+    -- made (see cancel_claimed): a cancel in flight, which holds the
+    -- workflow's row updated until it commits, is waited for, so that the
+    -- retry's time comes after that commit.
+    IF j.workflow_id IS NOT NULL THEN
+        PERFORM 1 FROM pgtask.workflows w WHERE w.id = j.workflow_id FOR SHARE;
     END IF;
     UPDATE pgtask.jobs
        SET status = 'queued', is_head = (head IS NOT DISTINCT FROM j.id), group_id = gid, attempts = 0, snoozes = 0,

@@ -1,4 +1,4 @@
--- revision: 57
+-- revision: 58
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -496,20 +496,33 @@ $$;
 -- the attempt just started, so that its failure ends the job cancelled
 -- (fail_job), and is returned: its worker fails the attempt without
 -- running its handler. A plain job costs one probe of cancel_requests.
+--
+-- A pending request is only read, never written or locked here: fail_job
+-- honours a request for any attempt, and maintenance moves one to the
+-- attempt running (apply_cancel_requests). Maintenance holds a request's
+-- row while it cancels the job, retrying the job's row until the claim
+-- that holds it commits: a claim that waited for that request's row would
+-- never commit. A workflow's step gets a request of its own, inserted only
+-- where none is (DO NOTHING takes no lock on one that is).
 CREATE OR REPLACE FUNCTION pgtask.cancel_claimed(p_ids bigint[], p_attempts integer[], p_workflows bigint[])
 RETURNS SETOF bigint
 LANGUAGE sql AS $$
-    INSERT INTO pgtask.cancel_requests AS r (job_id, attempt)
-    SELECT u.id, u.attempt
-      FROM unnest(p_ids, p_attempts, p_workflows) AS u(id, attempt, workflow_id)
+    WITH stopped AS (
+        INSERT INTO pgtask.cancel_requests AS r (job_id, attempt)
+        SELECT u.id, u.attempt
+          FROM unnest(p_ids, p_attempts, p_workflows) AS u(id, attempt, workflow_id)
+         WHERE u.workflow_id IS NOT NULL
+           AND EXISTS (SELECT 1 FROM pgtask.workflows w, pgtask.jobs s
+                        WHERE w.id = u.workflow_id AND w.cancelled_at IS NOT NULL AND s.id = u.id
+                          AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(s.errors) e
+                                           WHERE e ? 'operator_retry' AND (e->>'at')::timestamptz > w.cancelled_at))
+        ON CONFLICT (job_id) DO NOTHING
+        RETURNING r.job_id
+    )
+    SELECT u.id FROM unnest(p_ids) AS u(id)
      WHERE EXISTS (SELECT 1 FROM pgtask.cancel_requests c WHERE c.job_id = u.id)
-        OR (u.workflow_id IS NOT NULL
-            AND EXISTS (SELECT 1 FROM pgtask.workflows w, pgtask.jobs s
-                         WHERE w.id = u.workflow_id AND w.cancelled_at IS NOT NULL AND s.id = u.id
-                           AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(s.errors) e
-                                            WHERE e ? 'operator_retry' AND (e->>'at')::timestamptz > w.cancelled_at)))
-    ON CONFLICT (job_id) DO UPDATE SET attempt = excluded.attempt
-    RETURNING r.job_id;
+    UNION
+    SELECT s.job_id FROM stopped s;
 $$;
 
 -- Starts the jobs p_ids a held-mode claim picked (locked) and returns them

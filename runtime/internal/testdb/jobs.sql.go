@@ -821,6 +821,19 @@ func (q *Queries) ListJobs(ctx context.Context, queue string) ([]PgtaskJob, erro
 	return items, nil
 }
 
+const lockCancelRequest = `-- name: LockCancelRequest :one
+SELECT c.job_id FROM pgtask.cancel_requests c WHERE c.job_id = $1 FOR UPDATE
+`
+
+// Takes job @job_id's cancel request's row as apply_cancel_requests takes
+// it, until the caller's transaction ends.
+func (q *Queries) LockCancelRequest(ctx context.Context, jobID int64) (int64, error) {
+	row := q.db.QueryRow(ctx, lockCancelRequest, jobID)
+	var job_id int64
+	err := row.Scan(&job_id)
+	return job_id, err
+}
+
 const lockJobRow = `-- name: LockJobRow :exec
 SELECT 1 FROM pgtask.jobs WHERE id = $1 FOR UPDATE
 `
