@@ -190,7 +190,9 @@ func EnqueueMany[T any](ctx context.Context, db runtime.DB, spec *Spec[T], ts []
 
 // Request validates t and returns it as a request of spec's kind, with
 // the task's declared settings and opts over them: what EnqueueBatch takes
-// as a callback, and runtime.EnqueueMany or Workflow.Add as a job.
+// as a callback, and runtime.EnqueueMany as a job. A workflow's step is
+// added with the generated Add function instead: its inputs make its
+// dependencies, which a request does not carry.
 func Request[T any](spec *Spec[T], t T, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	req, err := spec.request(t, opts)
 	if err != nil {
