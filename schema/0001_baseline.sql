@@ -845,7 +845,8 @@ CREATE INDEX workflow_notes_child ON pgtask.workflow_notes (child);
 -- settles its edges; one an operator retries (finished to unfinished) makes
 -- the children it cancelled wait again, and stays parked itself while its
 -- own parents do not allow it to run. Their WHEN clauses keep every other
--- job's updates free of them.
+-- job's updates free of them, and the updates of a cascade, which tells
+-- the steps it changes itself, a set at a time (pgtask.wf_quiet).
 CREATE FUNCTION pgtask.workflow_step_done() RETURNS trigger
 LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END; $$;
 
@@ -858,7 +859,8 @@ LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END; $$;
 CREATE TRIGGER jobs_workflow_done
     AFTER UPDATE ON pgtask.jobs
     FOR EACH ROW
-    WHEN (OLD.workflow_id IS NOT NULL AND pgtask.job_pending(OLD.status) AND NOT pgtask.job_pending(NEW.status))
+    WHEN (OLD.workflow_id IS NOT NULL AND pgtask.job_pending(OLD.status) AND NOT pgtask.job_pending(NEW.status)
+          AND current_setting('pgtask.wf_quiet', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION pgtask.workflow_step_done();
 
 CREATE TRIGGER jobs_workflow_deleted
@@ -876,5 +878,6 @@ CREATE TRIGGER jobs_workflow_repark
 CREATE TRIGGER jobs_workflow_again
     AFTER UPDATE ON pgtask.jobs
     FOR EACH ROW
-    WHEN (OLD.workflow_id IS NOT NULL AND NOT pgtask.job_pending(OLD.status) AND pgtask.job_pending(NEW.status))
+    WHEN (OLD.workflow_id IS NOT NULL AND NOT pgtask.job_pending(OLD.status) AND pgtask.job_pending(NEW.status)
+          AND current_setting('pgtask.wf_quiet', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION pgtask.workflow_step_again();

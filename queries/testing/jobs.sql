@@ -332,3 +332,20 @@ SELECT count(*)::bigint AS ready FROM pgtask.limit_keys
 -- Where key @limit_key of queue @queue's claims look for its jobs from.
 SELECT frontier_priority, frontier_id FROM pgtask.limit_keys
  WHERE queue = @queue AND limit_key = @limit_key;
+
+-- name: TrackFunctionCalls :exec
+-- Counts the calls of PL/pgSQL functions for the rest of this transaction,
+-- to price what a statement does by its work, not by the clock.
+SELECT set_config('track_functions', 'pl', true);
+
+-- name: FunctionCallsThisTransaction :one
+-- The calls of pgtask's PL/pgSQL functions this session made so far (with
+-- TrackFunctionCalls on) and has not reported yet: this transaction's,
+-- and those of earlier ones not reported yet.
+SELECT coalesce(sum(calls), 0)::bigint AS calls
+  FROM pg_catalog.pg_stat_xact_user_functions
+ WHERE schemaname = 'pgtask';
+
+-- name: WorkflowEdgeOutcome :one
+-- What step @child was told of its parent @parent ('' nothing yet).
+SELECT coalesce(outcome::text, '')::text AS outcome FROM pgtask.workflow_edges WHERE parent = @parent AND child = @child;

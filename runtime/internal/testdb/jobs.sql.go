@@ -425,6 +425,22 @@ func (q *Queries) ForgetWorkerKinds(ctx context.Context) error {
 	return err
 }
 
+const functionCallsThisTransaction = `-- name: FunctionCallsThisTransaction :one
+SELECT coalesce(sum(calls), 0)::bigint AS calls
+  FROM pg_catalog.pg_stat_xact_user_functions
+ WHERE schemaname = 'pgtask'
+`
+
+// The calls of pgtask's PL/pgSQL functions this session made so far (with
+// TrackFunctionCalls on) and has not reported yet: this transaction's,
+// and those of earlier ones not reported yet.
+func (q *Queries) FunctionCallsThisTransaction(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, functionCallsThisTransaction)
+	var calls int64
+	err := row.Scan(&calls)
+	return calls, err
+}
+
 const getBatchRow = `-- name: GetBatchRow :one
 SELECT id, total, on_finish, on_failure, pending_from, created_at, failed_at, finished_at, succeeded, failed, cancelled, deleted, enqueued_by FROM pgtask.batches WHERE id = $1
 `
@@ -959,6 +975,17 @@ func (q *Queries) TerminateSettlers(ctx context.Context, max int32) (int32, erro
 	return terminated, err
 }
 
+const trackFunctionCalls = `-- name: TrackFunctionCalls :exec
+SELECT set_config('track_functions', 'pl', true)
+`
+
+// Counts the calls of PL/pgSQL functions for the rest of this transaction,
+// to price what a statement does by its work, not by the clock.
+func (q *Queries) TrackFunctionCalls(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, trackFunctionCalls)
+	return err
+}
+
 const transactionIsolation = `-- name: TransactionIsolation :one
 SELECT current_setting('transaction_isolation')::text AS level
 `
@@ -1026,6 +1053,23 @@ func (q *Queries) UnvalidatedConstraints(ctx context.Context) ([]UnvalidatedCons
 		return nil, err
 	}
 	return items, nil
+}
+
+const workflowEdgeOutcome = `-- name: WorkflowEdgeOutcome :one
+SELECT coalesce(outcome::text, '')::text AS outcome FROM pgtask.workflow_edges WHERE parent = $1 AND child = $2
+`
+
+type WorkflowEdgeOutcomeParams struct {
+	Parent int64
+	Child  int64
+}
+
+// What step @child was told of its parent @parent (” nothing yet).
+func (q *Queries) WorkflowEdgeOutcome(ctx context.Context, arg WorkflowEdgeOutcomeParams) (string, error) {
+	row := q.db.QueryRow(ctx, workflowEdgeOutcome, arg.Parent, arg.Child)
+	var outcome string
+	err := row.Scan(&outcome)
+	return outcome, err
 }
 
 const workflowNotesLeft = `-- name: WorkflowNotesLeft :one

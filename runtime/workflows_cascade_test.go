@@ -1,0 +1,333 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
+)
+
+// A failure's cascade tells its steps a level at a time, not a step at a
+// time: the PL/pgSQL calls that an operator's cancel of a fan-out's root
+// makes in its transaction (each dependent with a dependent of its own
+// under each policy) are as many for 400 dependents as for 40. Made a
+// step at a time, they grow with the steps, and so does the time the
+// transaction holds its locks.
+func TestWorkflowCascadeCostsNoCallPerStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	cascade := func(n int) int64 {
+		wf := runtime.NewWorkflow("fan")
+		root := wf.Add(req("x"))
+		var children, cancelled, released []runtime.Step
+		for range n {
+			c := wf.Add(req("x"), runtime.After(root))
+			children = append(children, c)
+			cancelled = append(cancelled, wf.Add(req("x"), runtime.After(c)))
+			released = append(released, wf.Add(req("x"), runtime.AfterAnyway(c)))
+		}
+		enqueueIdle(t, b, wf)
+		tx := beginTx(t, b)
+		q := b.q.WithTx(tx)
+		if err := q.TrackFunctionCalls(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The counts a session has not reported yet include its earlier
+		// transactions': the cancel's are the difference.
+		before, err := q.FunctionCallsThisTransaction(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := runtime.CancelJob(ctx, tx, root.JobID()); err != nil || !ok {
+			t.Fatalf("cancel: %v %v", ok, err)
+		}
+		after, err := q.FunctionCallsThisTransaction(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := after - before
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range slices.Concat(children, cancelled) {
+			if j := b.job(t, s.JobID()); j.Status != testdb.PgtaskJobStatusCancelled {
+				t.Fatalf("step %d is %s, want cancelled", s.JobID(), j.Status)
+			}
+		}
+		for _, s := range released {
+			if j := b.job(t, s.JobID()); j.Status != testdb.PgtaskJobStatusQueued {
+				t.Fatalf("clean-up step %d is %s, want queued", s.JobID(), j.Status)
+			}
+		}
+		return calls
+	}
+	small, large := cascade(40), cascade(400)
+	t.Logf("PL/pgSQL calls of the cascade: %d for 40 dependents, %d for 400", small, large)
+	if large > small {
+		t.Fatalf("the cascade through 400 dependents made %d PL/pgSQL calls, through 40 %d: it works a step at a time", large, small)
+	}
+}
+
+// A wide fan-out whose root fails for good while three workers of each
+// mode work the workflow's other steps: the root's dependents under
+// After, and theirs, are cancelled and never start; its dependents under
+// AfterAnyway run once, and so do the AfterAnyway dependents of the
+// cancelled steps; the other branch runs once, every step after its
+// parents.
+func TestWorkflowFailureCascadeUnderWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("cascade")
+	root := wf.Add(req("fails"))
+	other := wf.Add(req("ok"))
+	var doomed, anyway, fine []runtime.Step
+	parents := map[runtime.JobID][]runtime.JobID{}
+	for range 400 {
+		c := wf.Add(req("ok"), runtime.After(root))
+		doomed = append(doomed, c, wf.Add(req("ok"), runtime.After(c)))
+		a := wf.Add(req("ok"), runtime.AfterAnyway(c), runtime.After(other))
+		parents[a.JobID()] = []runtime.JobID{other.JobID()}
+		anyway = append(anyway, a)
+		f := wf.Add(req("ok"), runtime.After(other))
+		parents[f.JobID()] = []runtime.JobID{other.JobID()}
+		fine = append(fine, f)
+	}
+	for range 50 {
+		anyway = append(anyway, wf.Add(req("ok"), runtime.AfterAnyway(root)))
+	}
+	var mu sync.Mutex
+	started := map[runtime.JobID]int{}
+	var bad []string
+	regs := []runtime.Registration{
+		{Kind: "ok", Handler: func(ctx context.Context, job *runtime.Job) error {
+			mu.Lock()
+			started[job.ID]++
+			ps := parents[job.ID]
+			mu.Unlock()
+			for _, p := range ps {
+				j, err := runtime.GetJob(ctx, b.pool, p)
+				if err != nil {
+					return err
+				}
+				if j.Status != runtime.StatusSucceeded {
+					mu.Lock()
+					bad = append(bad, "a step started while its parent was "+string(j.Status))
+					mu.Unlock()
+				}
+			}
+			return nil
+		}},
+		{Kind: "fails", Handler: func(ctx context.Context, job *runtime.Job) error {
+			time.Sleep(100 * time.Millisecond)
+			return runtime.NoRetry(errors.New("broken"))
+		}},
+	}
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		for range 3 {
+			startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: mode, Concurrency: 2}},
+				MaintenanceInterval: 50 * time.Millisecond}, regs...)
+		}
+	}
+	id, err := wf.Enqueue(ctx, b.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := waitWorkflowProgress(t, b, id, 30*time.Second)
+	if s.Status != runtime.WorkflowFailed || s.Failed != 1 || s.Cancelled != len(doomed) || s.Succeeded != len(anyway)+len(fine)+1 {
+		t.Fatalf("workflow %+v", s)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 {
+		t.Fatalf("%d violations, first: %s", len(bad), bad[0])
+	}
+	for _, d := range doomed {
+		if started[d.JobID()] != 0 {
+			t.Fatalf("step %d under the failed root started", d.JobID())
+		}
+		if j := b.job(t, d.JobID()); j.Status != testdb.PgtaskJobStatusCancelled {
+			t.Fatalf("step %d under the failed root is %s", d.JobID(), j.Status)
+		}
+	}
+	for _, f := range slices.Concat(anyway, fine) {
+		if started[f.JobID()] != 1 {
+			t.Fatalf("step %d started %d times", f.JobID(), started[f.JobID()])
+		}
+	}
+	if n, err := b.q.WorkflowNotesLeft(ctx); err != nil || n != 0 {
+		t.Fatalf("notes left: %d %v", n, err)
+	}
+}
+
+// Diamonds under mixed policies over several levels, told as sets: a
+// step whose two parents are cancelled in the same level is cancelled
+// once, and its dependents are told once (a clean-up step after it counts
+// it once); a clean-up step after both of them counts each once and runs.
+// A retry of the root makes every step the cascade cancelled wait again,
+// and the whole workflow then runs, each step once.
+func TestWorkflowCascadeThroughDiamonds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("diamonds")
+	r := wf.Add(req("x"))
+	s := wf.Add(req("x"))
+	a := wf.Add(req("x"), runtime.After(r))
+	bb := wf.Add(req("x"), runtime.After(r))
+	d := wf.Add(req("x"), runtime.After(a), runtime.After(bb))
+	e := wf.Add(req("x"), runtime.AfterAnyway(d), runtime.After(s))
+	f := wf.Add(req("x"), runtime.After(d))
+	g := wf.Add(req("x"), runtime.AfterAnyway(a), runtime.AfterAnyway(bb))
+	h := wf.Add(req("x"), runtime.After(f), runtime.After(g))
+	id := enqueueIdle(t, b, wf)
+
+	if ok, err := runtime.CancelJob(ctx, b.pool, r.JobID()); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	status := func(st runtime.Step) testdb.PgtaskJobStatus { return b.job(t, st.JobID()).Status }
+	wait := func(st runtime.Step) testdb.WorkflowWaitRow {
+		w, err := b.q.WorkflowWait(ctx, int64(st.JobID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	for _, st := range []runtime.Step{a, bb, d, f, h} {
+		if got := status(st); got != testdb.PgtaskJobStatusCancelled {
+			t.Fatalf("step %d is %s, want cancelled", st.JobID(), got)
+		}
+	}
+	if w := wait(d); w.CancelledBy != int64(a.JobID()) && w.CancelledBy != int64(bb.JobID()) {
+		t.Fatalf("d cancelled by %d", w.CancelledBy)
+	}
+	for _, p := range []runtime.Step{a, bb} {
+		if o, err := b.q.WorkflowEdgeOutcome(ctx, testdb.WorkflowEdgeOutcomeParams{Parent: int64(p.JobID()), Child: int64(d.JobID())}); err != nil || o != "f" {
+			t.Fatalf("d was told %q of %d: %v", o, p.JobID(), err)
+		}
+	}
+	// e waits for s alone: d's failure counted once.
+	if w := wait(e); w.Remaining != 1 || status(e) != testdb.PgtaskJobStatusScheduled {
+		t.Fatalf("e waits for %d parents and is %s, want 1 and parked", w.Remaining, status(e))
+	}
+	// g counted both failures once each, and was released.
+	if w := wait(g); w.Remaining != 0 || status(g) != testdb.PgtaskJobStatusQueued {
+		t.Fatalf("g waits for %d parents and is %s, want 0 and queued", w.Remaining, status(g))
+	}
+	if _, err := b.q.FinishJobAs(ctx, testdb.FinishJobAsParams{ID: int64(s.JobID()), Status: testdb.PgtaskJobStatusSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(e); got != testdb.PgtaskJobStatusQueued {
+		t.Fatalf("e is %s after its last parent's success, want queued", got)
+	}
+
+	// The retry of the root: a, b, d, f and h wait again.
+	if ok, err := runtime.RetryJob(ctx, b.pool, r.JobID()); err != nil || !ok {
+		t.Fatalf("retry: %v %v", ok, err)
+	}
+	for _, st := range []runtime.Step{a, bb, d, f, h} {
+		if got := status(st); got != testdb.PgtaskJobStatusScheduled {
+			t.Fatalf("step %d is %s after the root's retry, want parked", st.JobID(), got)
+		}
+		if w := wait(st); w.CancelledBy != 0 {
+			t.Fatalf("step %d still cancelled by %d", st.JobID(), w.CancelledBy)
+		}
+	}
+	rec := newStepRecorder(b)
+	for _, st := range []runtime.Step{a, bb} {
+		rec.expect(st.JobID(), r.JobID())
+	}
+	rec.expect(d.JobID(), a.JobID(), bb.JobID())
+	rec.expect(f.JobID(), d.JobID())
+	rec.expect(h.JobID(), f.JobID(), g.JobID())
+	startWorker(t, b.url, runtime.Config{MaintenanceInterval: 50 * time.Millisecond}, rec.handler("x"))
+	if st := waitWorkflowProgress(t, b, id, 30*time.Second); st.Status != runtime.WorkflowSucceeded {
+		t.Fatalf("workflow %+v", st)
+	}
+	// s finished by hand; the others ran once each.
+	rec.verify(t, []runtime.JobID{r.JobID(), a.JobID(), bb.JobID(), d.JobID(), e.JobID(), f.JobID(), g.JobID(), h.JobID()})
+}
+
+// A cascade that crosses a grouped step lets its group move on, and a
+// workflow cancelled by a failure under AfterOrCancelWorkflow gives back
+// the slot of its limited step: the jobs waiting behind them run.
+func TestWorkflowCascadeFreesGroupsAndSlots(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	// A grouped step, parked at the head of its group, cancelled by the
+	// cascade: the group's next job runs.
+	wf := runtime.NewWorkflow("grouped")
+	r := wf.Add(req("x"))
+	c := wf.Add(req("x"), runtime.After(r))
+	g := wf.Add(req("x", runtime.WithGroup("g")), runtime.After(c))
+	enqueueIdle(t, b, wf)
+	next := enqueue(t, b.pool, "after", map[string]any{}, runtime.WithGroup("g"))
+	if ok, err := runtime.CancelJob(ctx, b.pool, r.JobID()); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	if j := b.job(t, g.JobID()); j.Status != testdb.PgtaskJobStatusCancelled {
+		t.Fatalf("grouped step is %s", j.Status)
+	}
+
+	// A limited step that runs, and two that wait for its slot, in a
+	// workflow that a failure cancels: the running one is asked to stop,
+	// the waiting ones are cancelled, and a job of the same key runs.
+	running := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	limitedStarts := 0
+	regs := []runtime.Registration{
+		noop("x"), noop("after"),
+		{Kind: "limited", Handler: func(ctx context.Context, job *runtime.Job) error {
+			mu.Lock()
+			limitedStarts++
+			mu.Unlock()
+			once.Do(func() { close(running) })
+			<-ctx.Done()
+			return ctx.Err()
+		}},
+		{Kind: "fails", Handler: func(ctx context.Context, job *runtime.Job) error {
+			select {
+			case <-running:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return runtime.NoRetry(errors.New("broken"))
+		}},
+	}
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: mode, Concurrency: 3}},
+			MaintenanceInterval: 50 * time.Millisecond}, regs...)
+	}
+	b.waitStatus(t, next, 30*time.Second, testdb.PgtaskJobStatusSucceeded)
+
+	wf = runtime.NewWorkflow("limited")
+	f := wf.Add(req("fails"))
+	wf.Add(req("x"), runtime.AfterOrCancelWorkflow(f))
+	for range 3 {
+		wf.Add(req("limited", runtime.WithLimit("k", 1)))
+	}
+	id, err := wf.Enqueue(ctx, b.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := waitWorkflowProgress(t, b, id, 30*time.Second)
+	if s.Status != runtime.WorkflowCancelled || s.Failed != 1 || s.Cancelled != 4 {
+		t.Fatalf("workflow %+v", s)
+	}
+	after := enqueue(t, b.pool, "after", map[string]any{}, runtime.WithLimit("k", 1))
+	b.waitStatus(t, after, 30*time.Second, testdb.PgtaskJobStatusSucceeded)
+	mu.Lock()
+	defer mu.Unlock()
+	if limitedStarts != 1 {
+		t.Fatalf("limited steps started %d times, want 1 (the others waited for its slot)", limitedStarts)
+	}
+}
