@@ -1,4 +1,4 @@
--- revision: 7
+-- revision: 8
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -142,12 +142,15 @@ BEGIN
           FROM pgtask.jobs j WHERE j.id = ANY (p_ids) AND j.workflow_id = ANY (stopped);
         PERFORM pgtask.workflow_cancel_unstarted(doomed, true);
     END IF;
+    -- The steps are found by id: "parked" is tested so (IS TRUE) that the
+    -- index of scheduled jobs cannot serve it, which would read every
+    -- parked step of every workflow, for each set of steps.
     WITH released AS (
         UPDATE pgtask.jobs j
            SET status = 'queued', run_after = clock_timestamp(),
                age_due = CASE WHEN j.aging_ms > 0 AND j.priority > 0
                               THEN clock_timestamp() + j.aging_ms * interval '1 millisecond' END
-         WHERE j.id = ANY (p_ids) AND j.status = 'scheduled' AND j.run_after = pgtask.parked_at()
+         WHERE j.id = ANY (p_ids) AND (j.status = 'scheduled' AND j.run_after = pgtask.parked_at()) IS TRUE
            AND j.workflow_id <> ALL (stopped)
         RETURNING j.id, j.queue, j.is_head, j.limit_id
     ), checks AS (
@@ -190,13 +193,14 @@ BEGIN
         RETURN 0;
     END IF;
     -- Their children are told below, together: the triggers skip them.
+    -- (Found by id, as in workflow_release.)
     PERFORM set_config('pgtask.wf_quiet', 'on', true);
     WITH gone AS (
         UPDATE pgtask.jobs j
            SET status = 'cancelled', finished_at = clock_timestamp(),
                is_head = (j.is_head AND j.group_key IS NOT NULL)
          WHERE j.id = ANY (p_ids) AND j.status IN ('scheduled', 'queued')
-           AND (NOT p_parked_only OR (j.status = 'scheduled' AND j.run_after = pgtask.parked_at()))
+           AND (NOT p_parked_only OR (j.status = 'scheduled' AND j.run_after = pgtask.parked_at()) IS TRUE)
         RETURNING j.id, j.queue, j.group_key, j.is_head
     ), requests AS (
         DELETE FROM pgtask.cancel_requests c WHERE c.job_id IN (SELECT id FROM gone)
