@@ -349,3 +349,18 @@ SELECT coalesce(sum(calls), 0)::bigint AS calls
 -- name: WorkflowEdgeOutcome :one
 -- What step @child was told of its parent @parent ('' nothing yet).
 SELECT coalesce(outcome::text, '')::text AS outcome FROM pgtask.workflow_edges WHERE parent = @parent AND child = @child;
+
+-- name: StartJobAsLeased :execrows
+-- Starts queued job @id with a lease and commits nothing else, as a lease
+-- claim does.
+UPDATE pgtask.jobs SET status = 'started', attempts = attempts + 1, started_at = now(),
+                       lease_until = now() + interval '1 minute'
+ WHERE id = @id AND status = 'queued';
+
+-- name: CancelRequested :one
+-- Whether job @id's worker has been asked to stop it.
+SELECT EXISTS (SELECT 1 FROM pgtask.cancel_requests WHERE job_id = @id) AS requested;
+
+-- name: WorkflowCancelPending :one
+-- Whether maintenance still has steps of workflow @id to cancel.
+SELECT cancel_pending FROM pgtask.workflows WHERE id = @id;

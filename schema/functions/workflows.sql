@@ -1,4 +1,4 @@
--- revision: 8
+-- revision: 9
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -629,83 +629,78 @@ END;
 $$;
 
 -- Cancels what it can of cancelled workflow p_workflow's unfinished steps
--- without ever waiting, in a few statements for all of them: the group
--- rows of its queued grouped steps, then its steps' rows, are taken with
--- SKIP LOCKED, and a step whose rows another transaction holds (an
--- operator, a finisher that released it, a claim about to run it) is left
--- over, for maintenance (cancel_pending_workflows). The rows are checked
--- again as they are locked: a parked step released meanwhile is cancelled
--- as a queued one, if its group's row is ours. Running steps are asked to
--- stop (see cancel_job). Returns how many steps it left over; at 0 the
--- workflow's cancel is done.
+-- without ever waiting, in a few statements for all of them. Its pending
+-- steps are read once; of those not started then, the group rows of the
+-- queued grouped ones, then the steps' rows, are taken with SKIP LOCKED,
+-- and checked again as they are locked: a parked step released meanwhile
+-- is cancelled as a queued one, if its group's row is ours. Every other
+-- step of that one read is read again after: one started by then (before
+-- the cancel, or claimed since) is asked to stop (see cancel_job), with a
+-- notification to its worker each (one per running step, so bounded by
+-- the workflow's concurrency); one still not started, whose rows another
+-- transaction holds (an operator, a finisher that released it, a claim
+-- about to run it), is left over, for maintenance
+-- (cancel_pending_workflows). Returns how many steps it left over; at 0
+-- the workflow's cancel is done.
 CREATE OR REPLACE FUNCTION pgtask.workflow_cancel_steps(p_workflow bigint) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
+    pending bigint[];
+    unstarted bigint[];
     gq text[];
     gk text[];
-    skipped bigint[];
     mine bigint[];
-    claimed bigint[];
-    claimed_attempts integer[];
+    running bigint[];
+    running_attempts integer[];
     left_over integer;
 BEGIN
-    -- Running steps: a request each, and a notification each for the
-    -- worker that runs it.
-    WITH running AS (
-        SELECT j.id, j.attempts FROM pgtask.jobs j
-         WHERE j.workflow_id = p_workflow AND j.status = 'started'
-    ), asked AS (
-        INSERT INTO pgtask.cancel_requests (job_id, attempt)
-        SELECT r.id, r.attempts FROM running r
-            ON CONFLICT (job_id) DO NOTHING
-    )
-    SELECT coalesce(array_agg(r.id), '{}'), coalesce(array_agg(r.attempts), '{}') INTO claimed, claimed_attempts
-      FROM running r;
-    PERFORM pg_notify('pgtask_cancel', u.id::text || ':' || u.a::text) FROM unnest(claimed, claimed_attempts) AS u(id, a);
+    -- One read of the steps to cancel: whatever becomes of each later, it
+    -- is looked at again below.
+    SELECT coalesce(array_agg(j.id ORDER BY j.id), '{}'),
+           coalesce(array_agg(j.id ORDER BY j.id) FILTER (WHERE j.status <> 'started'), '{}')
+      INTO pending, unstarted
+      FROM pgtask.jobs j
+     WHERE j.workflow_id = p_workflow AND pgtask.job_pending(j.status);
     -- The group rows first, as cancel_job takes them; a parked step needs
     -- none (see workflow_cancel_unstarted).
     SELECT coalesce(array_agg(g.queue), '{}'), coalesce(array_agg(g.group_key), '{}') INTO gq, gk
       FROM (SELECT g.queue, g.group_key FROM pgtask.queue_groups g
              WHERE (g.queue, g.group_key) IN (
                    SELECT j.queue, j.group_key FROM pgtask.jobs j
-                    WHERE j.workflow_id = p_workflow AND j.status IN ('scheduled', 'queued') AND j.group_key IS NOT NULL
+                    WHERE j.id = ANY (unstarted) AND j.status IN ('scheduled', 'queued') AND j.group_key IS NOT NULL
                       AND NOT (j.status = 'scheduled' AND j.run_after = pgtask.parked_at()))
              ORDER BY g.queue, g.group_key
                FOR UPDATE SKIP LOCKED) g;
-    -- The steps, as of their lock: a step locked elsewhere, or one whose
-    -- group's row is not ours, is left over.
-    WITH unstarted AS MATERIALIZED (
-        SELECT j.id FROM pgtask.jobs j
-         WHERE j.workflow_id = p_workflow AND j.status IN ('scheduled', 'queued')
-    ), locked AS MATERIALIZED (
-        SELECT j.id, j.status, j.attempts FROM pgtask.jobs j
-         WHERE j.id IN (SELECT u.id FROM unstarted u)
-           AND (j.status = 'started'
-                OR (j.status IN ('scheduled', 'queued')
-                    AND (j.group_key IS NULL OR (j.status = 'scheduled' AND j.run_after = pgtask.parked_at())
-                         OR (j.queue, j.group_key) IN (SELECT * FROM unnest(gq, gk)))))
-         ORDER BY j.id
-           FOR UPDATE SKIP LOCKED
-    )
-    SELECT ARRAY(SELECT u.id FROM unstarted u EXCEPT SELECT l.id FROM locked l),
-           coalesce(array_agg(l.id ORDER BY l.id) FILTER (WHERE l.status <> 'started'), '{}'),
-           coalesce(array_agg(l.id ORDER BY l.id) FILTER (WHERE l.status = 'started'), '{}'),
-           coalesce(array_agg(l.attempts ORDER BY l.id) FILTER (WHERE l.status = 'started'), '{}')
-      INTO skipped, mine, claimed, claimed_attempts
-      FROM locked l;
-    -- Claimed since they were read: asked to stop, as above.
-    IF cardinality(claimed) > 0 THEN
-        INSERT INTO pgtask.cancel_requests (job_id, attempt)
-        SELECT u.id, u.a FROM unnest(claimed, claimed_attempts) AS u(id, a)
-            ON CONFLICT (job_id) DO NOTHING;
-        PERFORM pg_notify('pgtask_cancel', u.id::text || ':' || u.a::text) FROM unnest(claimed, claimed_attempts) AS u(id, a);
-    END IF;
+    -- The steps not started, as of their lock: a step locked elsewhere,
+    -- one whose group's row is not ours, or one started since, is not
+    -- taken here.
+    SELECT coalesce(array_agg(l.id), '{}') INTO mine
+      FROM (SELECT j.id FROM pgtask.jobs j
+             WHERE j.id = ANY (unstarted)
+               AND j.status IN ('scheduled', 'queued')
+               AND (j.group_key IS NULL OR (j.status = 'scheduled' AND j.run_after = pgtask.parked_at())
+                    OR (j.queue, j.group_key) IN (SELECT * FROM unnest(gq, gk)))
+             ORDER BY j.id
+               FOR UPDATE SKIP LOCKED) l;
     -- Their rows are ours: cancelled as cancel_job cancels them, together.
     PERFORM pgtask.workflow_cancel_unstarted(mine, false);
-    -- Those skipped, unless they finished meanwhile (their lock's check
-    -- left them out), are left over.
-    SELECT count(*) INTO left_over FROM pgtask.jobs j
-     WHERE j.id = ANY (skipped) AND pgtask.job_pending(j.status);
+    -- All the others, read again in one statement: those started (before
+    -- the cancel, or since the read above) are asked to stop; those still
+    -- not started are left over; those finished meanwhile need nothing.
+    WITH others AS MATERIALIZED (
+        SELECT j.id, j.status, j.attempts FROM pgtask.jobs j
+         WHERE j.id = ANY (pending) AND j.id <> ALL (mine) AND pgtask.job_pending(j.status)
+    ), asked AS (
+        INSERT INTO pgtask.cancel_requests (job_id, attempt)
+        SELECT o.id, o.attempts FROM others o WHERE o.status = 'started'
+            ON CONFLICT (job_id) DO NOTHING
+    )
+    SELECT coalesce(array_agg(o.id) FILTER (WHERE o.status = 'started'), '{}'),
+           coalesce(array_agg(o.attempts) FILTER (WHERE o.status = 'started'), '{}'),
+           count(*) FILTER (WHERE o.status <> 'started')
+      INTO running, running_attempts, left_over
+      FROM others o;
+    PERFORM pg_notify('pgtask_cancel', u.id::text || ':' || u.a::text) FROM unnest(running, running_attempts) AS u(id, a);
     IF left_over = 0 THEN
         UPDATE pgtask.workflows SET cancel_pending = false WHERE id = p_workflow AND cancel_pending;
     END IF;

@@ -106,6 +106,18 @@ func (q *Queries) BackendPID(ctx context.Context) (int32, error) {
 	return pid, err
 }
 
+const cancelRequested = `-- name: CancelRequested :one
+SELECT EXISTS (SELECT 1 FROM pgtask.cancel_requests WHERE job_id = $1) AS requested
+`
+
+// Whether job @id's worker has been asked to stop it.
+func (q *Queries) CancelRequested(ctx context.Context, id int64) (bool, error) {
+	row := q.db.QueryRow(ctx, cancelRequested, id)
+	var requested bool
+	err := row.Scan(&requested)
+	return requested, err
+}
+
 const claimIndexReads = `-- name: ClaimIndexReads :one
 SELECT coalesce((SELECT s.idx_tup_read FROM pg_catalog.pg_stat_all_indexes s
                   WHERE s.schemaname = 'pgtask' AND s.indexrelname = 'jobs_claim'), 0)::bigint AS reads
@@ -912,6 +924,22 @@ func (q *Queries) SetProgressAttempt(ctx context.Context, arg SetProgressAttempt
 	return result.RowsAffected(), nil
 }
 
+const startJobAsLeased = `-- name: StartJobAsLeased :execrows
+UPDATE pgtask.jobs SET status = 'started', attempts = attempts + 1, started_at = now(),
+                       lease_until = now() + interval '1 minute'
+ WHERE id = $1 AND status = 'queued'
+`
+
+// Starts queued job @id with a lease and commits nothing else, as a lease
+// claim does.
+func (q *Queries) StartJobAsLeased(ctx context.Context, id int64) (int64, error) {
+	result, err := q.db.Exec(ctx, startJobAsLeased, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const terminateBackend = `-- name: TerminateBackend :one
 SELECT pg_catalog.pg_terminate_backend($1::integer) AS terminated
 `
@@ -1053,6 +1081,18 @@ func (q *Queries) UnvalidatedConstraints(ctx context.Context) ([]UnvalidatedCons
 		return nil, err
 	}
 	return items, nil
+}
+
+const workflowCancelPending = `-- name: WorkflowCancelPending :one
+SELECT cancel_pending FROM pgtask.workflows WHERE id = $1
+`
+
+// Whether maintenance still has steps of workflow @id to cancel.
+func (q *Queries) WorkflowCancelPending(ctx context.Context, id int64) (bool, error) {
+	row := q.db.QueryRow(ctx, workflowCancelPending, id)
+	var cancel_pending bool
+	err := row.Scan(&cancel_pending)
+	return cancel_pending, err
 }
 
 const workflowEdgeOutcome = `-- name: WorkflowEdgeOutcome :one
