@@ -1,4 +1,4 @@
--- revision: 9
+-- revision: 10
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -33,7 +33,13 @@
 -- own updates of jobs, which the triggers' WHEN clauses skip. So a
 -- cascade costs a few statements per level, whatever the number of steps
 -- in it, and a notification per level (per 300 steps) for those waiting
--- for the steps' results, per queue for the steps released. While outcomes
+-- for the steps' results, per queue for the steps released. Two things
+-- stay one per step: a grouped step the restore puts back in line goes
+-- through retry_job, a call each, and its trigger tells its children, as
+-- for any retry (the others, the most, are retried together); and each
+-- running step a workflow's cancel asks to stop gets a "pgtask_cancel"
+-- notification of its own for its worker, so as many as the workflow
+-- runs at once, not as it has steps. While outcomes
 -- are being told (pgtask.wf_busy), or while a batch of outcomes is
 -- recorded (pgtask.wf_defer), the steps that change are queued (see
 -- workflow_queue_add), and the outermost caller works the queue off, one
