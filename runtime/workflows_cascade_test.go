@@ -378,3 +378,80 @@ func TestWorkflowCascadeFreesGroupsAndSlots(t *testing.T) {
 		t.Fatalf("limited steps started %d times, want 1 (the others waited for its slot)", limitedStarts)
 	}
 }
+
+// A failure under 'w' deep in a cascade cancels the workflow before
+// anything of that level is released: r's cancel cancels a and bb, theirs
+// d, and d's failure cancels the workflow through w, so x (after d
+// anyway) is never released, and y, released a level earlier, is
+// cancelled with the rest.
+func TestWorkflowCascadeCancelsItsWorkflowDeepDown(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("deep-w")
+	r := wf.Add(req("x"))
+	a := wf.Add(req("x"), runtime.After(r))
+	bb := wf.Add(req("x"), runtime.After(r))
+	d := wf.Add(req("x"), runtime.After(a), runtime.After(bb))
+	y := wf.Add(req("x"), runtime.AfterAnyway(a))
+	w := wf.Add(req("x"), runtime.AfterOrCancelWorkflow(d))
+	x := wf.Add(req("x"), runtime.AfterAnyway(d))
+	id := enqueueIdle(t, b, wf)
+
+	if ok, err := runtime.CancelJob(ctx, b.pool, r.JobID()); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	for _, st := range []runtime.Step{r, a, bb, d, y, w, x} {
+		if got := b.job(t, st.JobID()).Status; got != testdb.PgtaskJobStatusCancelled {
+			t.Fatalf("step %d is %s, want cancelled", st.JobID(), got)
+		}
+	}
+	s, err := runtime.GetWorkflow(ctx, b.pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Status != runtime.WorkflowCancelled || s.Cancelled != 7 {
+		t.Fatalf("workflow %+v", s)
+	}
+	if pending, err := b.q.WorkflowCancelPending(ctx, int64(id)); err != nil || pending {
+		t.Fatalf("workflow's cancel left to maintenance: %v, %v", pending, err)
+	}
+}
+
+// A step two failed parents cancelled waits again once both are retried,
+// whichever is retried first: the retry of the parent not named as the
+// one that cancelled it resets that edge too.
+func TestWorkflowRetryOfBothParentsOfACancelledStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("two-parents")
+	p1 := wf.Add(req("x"))
+	p2 := wf.Add(req("x"))
+	d := wf.Add(req("x"), runtime.After(p1), runtime.After(p2))
+	enqueueIdle(t, b, wf)
+	for _, p := range []runtime.Step{p1, p2} {
+		if _, err := b.q.FinishJobAs(ctx, testdb.FinishJobAsParams{ID: int64(p.JobID()), Status: testdb.PgtaskJobStatusFailed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := b.q.WorkflowWait(ctx, int64(d.JobID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.CancelledBy != int64(p1.JobID()) {
+		t.Fatalf("d cancelled by %d, want %d", w.CancelledBy, p1.JobID())
+	}
+	// The other parent first, then the one named.
+	for _, p := range []runtime.Step{p2, p1} {
+		if ok, err := runtime.RetryJob(ctx, b.pool, p.JobID()); err != nil || !ok {
+			t.Fatalf("retry %d: %v %v", p.JobID(), ok, err)
+		}
+	}
+	if got := b.job(t, d.JobID()).Status; got != testdb.PgtaskJobStatusScheduled {
+		t.Fatalf("d is %s after both parents' retries, want parked", got)
+	}
+	if w, err := b.q.WorkflowWait(ctx, int64(d.JobID())); err != nil || w.CancelledBy != 0 || w.Remaining != 2 {
+		t.Fatalf("d waits for %d parents, cancelled by %d (%v); want 2 and none", w.Remaining, w.CancelledBy, err)
+	}
+}
