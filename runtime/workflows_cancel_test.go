@@ -292,3 +292,97 @@ func TestWorkflowLeaseInputHoldsNoConnection(t *testing.T) {
 		t.Fatal("the step did not run in 30s")
 	}
 }
+
+// A workflow's cancel misses no step claimed while it runs: here the
+// cancel waits (behind an operator's uncommitted cancel of the running
+// step) while a lease claim starts the other, queued, step and commits.
+// That step is asked to stop, or left to maintenance; it is never left
+// running with the workflow's cancel done.
+func TestWorkflowCancelSeesAStepClaimedMeanwhile(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("claimed-meanwhile")
+	running := wf.Add(req("x"))
+	queued := wf.Add(req("x"))
+	id := enqueueIdle(t, b, wf)
+	if n, err := b.q.StartJobAsLeased(ctx, int64(running.JobID())); err != nil || n != 1 {
+		t.Fatalf("start the running step: %d, %v", n, err)
+	}
+
+	op := beginTx(t, b)
+	if ok, err := runtime.CancelJob(ctx, op, running.JobID()); err != nil || !ok {
+		t.Fatalf("the operator's cancel: %v, %v", ok, err)
+	}
+	canceller, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer canceller.Release()
+	cancelled := make(chan error, 1)
+	go func() {
+		_, err := runtime.CancelWorkflowByID(ctx, canceller, id)
+		cancelled <- err
+	}()
+	waitBlockedBy(t, b, op, "the operator")
+
+	// The claim either commits now (before the cancel got to the step) or
+	// waits for the cancel, which holds the step then.
+	claimed := make(chan int64, 1)
+	go func() {
+		n, err := b.q.StartJobAsLeased(ctx, int64(queued.JobID()))
+		if err != nil {
+			t.Error(err)
+		}
+		claimed <- n
+	}()
+	cpid := int32(canceller.Conn().PgConn().PID())
+	var n int64 = -1
+	for deadline := time.Now().Add(30 * time.Second); n < 0; time.Sleep(10 * time.Millisecond) {
+		select {
+		case n = <-claimed:
+			continue
+		default:
+		}
+		if k, err := b.q.CountBlockedBy(ctx, cpid); err != nil {
+			t.Fatal(err)
+		} else if k > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the claim neither committed nor waited for the cancel")
+		}
+	}
+	if err := op.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-cancelled; err != nil {
+		t.Fatal(err)
+	}
+	if n < 0 {
+		n = <-claimed
+	}
+
+	j, err := b.q.GetJob(ctx, int64(queued.JobID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked, err := b.q.CancelRequested(ctx, int64(queued.JobID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, err := b.q.WorkflowCancelPending(ctx, int64(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case n == 1 && j.Status == testdb.PgtaskJobStatusStarted && !asked && !pending:
+		t.Fatalf("step %d was claimed during the workflow's cancel and left running: no cancel request, nothing left to maintenance", queued.JobID())
+	case n == 0 && j.Status != testdb.PgtaskJobStatusCancelled:
+		t.Fatalf("step %d not claimed but %s after the workflow's cancel", queued.JobID(), j.Status)
+	}
+	if ok, err := b.q.CancelRequested(ctx, int64(running.JobID())); err != nil || !ok {
+		t.Fatalf("running step: cancel requested %v, %v", ok, err)
+	}
+	t.Logf("claim took the step: %v; step %s, asked to stop %v, left to maintenance %v", n == 1, j.Status, asked, pending)
+}

@@ -852,7 +852,9 @@ CREATE INDEX workflow_notes_child ON pgtask.workflow_notes (child);
 -- body parsed, as an IN list is folded into an array each time; the
 -- statuses are an array constant instead, here and in the limits' triggers.
 -- The array is job_pending's set of statuses: TestWorkflowTriggersMatchJobPending
--- holds the two equal.
+-- holds the two equal. The updates of a cascade, which tells the steps it
+-- changes itself, a set at a time, leave them quiet too (pgtask.wf_quiet: a
+-- built-in call, tested last).
 CREATE FUNCTION pgtask.workflow_step_done() RETURNS trigger
 LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END; $$;
 
@@ -866,7 +868,8 @@ CREATE TRIGGER jobs_workflow_done
     AFTER UPDATE ON pgtask.jobs
     FOR EACH ROW
     WHEN (OLD.workflow_id IS NOT NULL AND OLD.status = ANY ('{scheduled,queued,started}'::pgtask.job_status[])
-          AND NEW.status <> ALL ('{scheduled,queued,started}'::pgtask.job_status[]))
+          AND NEW.status <> ALL ('{scheduled,queued,started}'::pgtask.job_status[])
+          AND current_setting('pgtask.wf_quiet', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION pgtask.workflow_step_done();
 
 CREATE TRIGGER jobs_workflow_deleted
@@ -886,5 +889,6 @@ CREATE TRIGGER jobs_workflow_again
     AFTER UPDATE ON pgtask.jobs
     FOR EACH ROW
     WHEN (OLD.workflow_id IS NOT NULL AND OLD.status <> ALL ('{scheduled,queued,started}'::pgtask.job_status[])
-          AND NEW.status = ANY ('{scheduled,queued,started}'::pgtask.job_status[]))
+          AND NEW.status = ANY ('{scheduled,queued,started}'::pgtask.job_status[])
+          AND current_setting('pgtask.wf_quiet', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION pgtask.workflow_step_again();

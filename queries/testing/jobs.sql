@@ -334,14 +334,20 @@ SELECT frontier_priority, frontier_id FROM pgtask.limit_keys
  WHERE queue = @queue AND limit_key = @limit_key;
 
 -- name: JobTriggersNeedingPlanning :many
--- The triggers on pgtask.jobs whose WHEN clause calls a function or holds
--- an IN list. Every statement that updates or deletes jobs prepares each
--- trigger's WHEN again: a SQL function in one is inlined there, its body
--- parsed anew, and an IN list folded into an array.
+-- The triggers on pgtask.jobs whose WHEN clause calls a SQL-language
+-- function or holds an IN list. Every statement that updates or deletes
+-- jobs prepares each trigger's WHEN again: a SQL function in one is inlined
+-- there, its body parsed anew, and an IN list folded into an array. (A
+-- built-in function costs its call only.)
 SELECT t.tgname::text AS trigger_name
   FROM pg_catalog.pg_trigger t
  WHERE t.tgrelid = 'pgtask.jobs'::regclass
-   AND (t.tgqual::text LIKE '%{FUNCEXPR %' OR t.tgqual::text LIKE '%{ARRAYEXPR %')
+   AND (t.tgqual::text LIKE '%{ARRAYEXPR %'
+        OR EXISTS (SELECT 1
+                     FROM regexp_matches(t.tgqual::text, '\{FUNCEXPR :funcid (\d+)', 'g') AS f(m)
+                     JOIN pg_catalog.pg_proc p ON p.oid = f.m[1]::oid
+                     JOIN pg_catalog.pg_language l ON l.oid = p.prolang
+                    WHERE l.lanname = 'sql'))
  ORDER BY t.tgname;
 
 -- name: TrackFunctionCalls :exec
@@ -385,3 +391,35 @@ SELECT pg_catalog.pg_stat_get_xact_blocks_fetched('pgtask.jobs_limit_waiting'::r
 -- Takes job @job_id's cancel request's row as apply_cancel_requests takes
 -- it, until the caller's transaction ends.
 SELECT c.job_id FROM pgtask.cancel_requests c WHERE c.job_id = @job_id FOR UPDATE;
+
+-- name: TrackPLFunctionCalls :exec
+-- Counts the calls of PL/pgSQL functions for the rest of this transaction,
+-- to price what a statement does by its work, not by the clock.
+SELECT set_config('track_functions', 'pl', true);
+
+-- name: FunctionCallsThisTransaction :one
+-- The calls of pgtask's PL/pgSQL functions this session made so far (with
+-- TrackPLFunctionCalls on) and has not reported yet: this transaction's,
+-- and those of earlier ones not reported yet.
+SELECT coalesce(sum(calls), 0)::bigint AS calls
+  FROM pg_catalog.pg_stat_xact_user_functions
+ WHERE schemaname = 'pgtask';
+
+-- name: WorkflowEdgeOutcome :one
+-- What step @child was told of its parent @parent ('' nothing yet).
+SELECT coalesce(outcome::text, '')::text AS outcome FROM pgtask.workflow_edges WHERE parent = @parent AND child = @child;
+
+-- name: StartJobAsLeased :execrows
+-- Starts queued job @id with a lease and commits nothing else, as a lease
+-- claim does.
+UPDATE pgtask.jobs SET status = 'started', attempts = attempts + 1, started_at = now(),
+                       lease_until = now() + interval '1 minute'
+ WHERE id = @id AND status = 'queued';
+
+-- name: CancelRequested :one
+-- Whether job @id's worker has been asked to stop it.
+SELECT EXISTS (SELECT 1 FROM pgtask.cancel_requests WHERE job_id = @id) AS requested;
+
+-- name: WorkflowCancelPending :one
+-- Whether maintenance still has steps of workflow @id to cancel.
+SELECT cancel_pending FROM pgtask.workflows WHERE id = @id;

@@ -1,4 +1,4 @@
--- revision: 24
+-- revision: 25
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -263,8 +263,8 @@ LANGUAGE sql IMMUTABLE AS $$
     ('none', 'function', 'workflow_step_done', ''),
     ('none', 'function', 'workflow_step_again', ''),
     ('none', 'function', 'workflow_step_repark', ''),
-    ('worker', 'function', 'workflow_step_changed', 'EXECUTE'),
-    ('admin', 'function', 'workflow_step_changed', 'EXECUTE'),
+    ('worker', 'function', 'workflow_steps_changed', 'EXECUTE'),
+    ('admin', 'function', 'workflow_steps_changed', 'EXECUTE'),
     ('worker', 'function', 'workflow_queue_add', 'EXECUTE'),
     ('admin', 'function', 'workflow_queue_add', 'EXECUTE'),
     ('worker', 'function', 'workflow_queue_take', 'EXECUTE'),
@@ -273,21 +273,17 @@ LANGUAGE sql IMMUTABLE AS $$
     ('admin', 'function', 'workflow_work_queue', 'EXECUTE'),
     ('worker', 'function', 'workflow_settle', 'EXECUTE'),
     ('admin', 'function', 'workflow_settle', 'EXECUTE'),
-    ('worker', 'function', 'workflow_apply', 'EXECUTE'),
-    ('admin', 'function', 'workflow_apply', 'EXECUTE'),
-    ('worker', 'function', 'workflow_apply_notes_of', 'EXECUTE'),
-    ('admin', 'function', 'workflow_apply_notes_of', 'EXECUTE'),
+    ('worker', 'function', 'workflow_apply_locked', 'EXECUTE'),
+    ('admin', 'function', 'workflow_apply_locked', 'EXECUTE'),
     ('worker', 'function', 'workflow_release', 'EXECUTE'),
     ('admin', 'function', 'workflow_release', 'EXECUTE'),
-    ('worker', 'function', 'workflow_cancel_parked', 'EXECUTE'),
-    ('admin', 'function', 'workflow_cancel_parked', 'EXECUTE'),
+    ('worker', 'function', 'workflow_cancel_unstarted', 'EXECUTE'),
+    ('admin', 'function', 'workflow_cancel_unstarted', 'EXECUTE'),
     ('admin', 'function', 'workflow_restore', 'EXECUTE'),
     ('worker', 'function', 'workflow_cancel', 'EXECUTE'),
     ('admin', 'function', 'workflow_cancel', 'EXECUTE'),
     ('worker', 'function', 'workflow_cancel_steps', 'EXECUTE'),
     ('admin', 'function', 'workflow_cancel_steps', 'EXECUTE'),
-    ('worker', 'function', 'workflow_apply_many', 'EXECUTE'),
-    ('admin', 'function', 'workflow_apply_many', 'EXECUTE'),
     ('worker', 'function', 'workflow_settle_deferred', 'EXECUTE'),
     ('worker', 'function', 'apply_workflow_notes', 'EXECUTE'),
     ('worker', 'function', 'cancel_pending_workflows', 'EXECUTE'),

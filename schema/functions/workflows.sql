@@ -1,4 +1,4 @@
--- revision: 6
+-- revision: 10
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -19,12 +19,31 @@
 -- twice changes nothing the second time. Nobody waits for a waits row but
 -- an operator's retry, which no finisher waits for.
 --
--- A failure cancels the children whose edge says so; their own finish (a
--- cancel) tells their children in turn. That cascade runs in a loop, not by
--- triggers nested in triggers: while a step's outcome is being applied
--- (pgtask.wf_busy), the triggers of the steps it changes only queue their
--- ids (see workflow_queue_add), and the outermost trigger works the queue
--- off, one level at a time, so a chain of any length costs no stack.
+-- Outcomes are told a set of parents at a time, never a step at a time: a
+-- few statements take every child's waits row of the set (SKIP LOCKED),
+-- leave the notes of the children taken elsewhere (one notification per
+-- 300 of them, the most a payload holds), write the edges' outcomes,
+-- count the children down, cancel the children a failure cancels under
+-- 'c', cancel the workflows of failures under 'w', and release the
+-- children whose count reached 0. A failure cancels the children whose
+-- edge says so, and their cancel tells their children in turn: the next
+-- level of the cascade, told as a set the same way. The steps a cascade
+-- (or a workflow's cancel, or the restore after a retry) changes itself
+-- are told by it, not by the triggers: it sets pgtask.wf_quiet around its
+-- own updates of jobs, which the triggers' WHEN clauses skip. So a
+-- cascade costs a few statements per level, whatever the number of steps
+-- in it, and a notification per level (per 300 steps) for those waiting
+-- for the steps' results, per queue for the steps released. Two things
+-- stay one per step: a grouped step the restore puts back in line goes
+-- through retry_job, a call each, and its trigger tells its children, as
+-- for any retry (the others, the most, are retried together); and each
+-- running step a workflow's cancel asks to stop gets a "pgtask_cancel"
+-- notification of its own for its worker, so as many as the workflow
+-- runs at once, not as it has steps. While outcomes
+-- are being told (pgtask.wf_busy), or while a batch of outcomes is
+-- recorded (pgtask.wf_defer), the steps that change are queued (see
+-- workflow_queue_add), and the outermost caller works the queue off, one
+-- level at a time, so a chain of any length costs no stack.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
 -- schema/functions.go): raise it with every change.
@@ -94,259 +113,362 @@ BEGIN
 END;
 $$;
 
--- Makes parked step p_id runnable: due now, its wait for a better priority
--- counted from now, and announced: left for the claim that follows in this
--- transaction when it is of the queue that claim is for (see settle_jobs),
--- else on pgtask_behind. A limited step waits for a slot of its key (a
--- check of it, which maintenance applies). A step of a cancelled workflow
--- is cancelled instead. Returns whether it released it.
+-- Makes parked steps p_ids runnable: due now, their wait for a better
+-- priority counted from now, and announced: left for the claim that
+-- follows in this transaction when of the queue that claim is for (see
+-- settle_jobs), else on pgtask_behind, once per queue with the first
+-- one's id. A limited step waits for a slot of its key (a check of it,
+-- which maintenance applies). The steps of a cancelled workflow are
+-- cancelled instead.
 --
--- The workflow's row is read FOR SHARE and stays so until this
+-- The workflows' rows are read FOR SHARE and stay so until this
 -- transaction ends: a cancel in flight (which holds the row updated until
 -- its commit) is waited for and seen, and a cancel that comes after waits
--- for this release to commit, then finds the step released (see
+-- for this release to commit, then finds the steps released (see
 -- workflow_cancel_steps). So no step is released after its workflow's
 -- cancel committed.
-CREATE OR REPLACE FUNCTION pgtask.workflow_release(p_id bigint, p_workflow bigint) RETURNS boolean
+CREATE OR REPLACE FUNCTION pgtask.workflow_release(p_ids bigint[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    q text;
-    head boolean;
-    lim bigint;
-    cancelled timestamptz;
+    stopped bigint[];
+    doomed bigint[];
+    queues text[];
+    heads text[];
 BEGIN
-    SELECT w.cancelled_at INTO cancelled FROM pgtask.workflows w WHERE w.id = p_workflow FOR SHARE;
-    IF cancelled IS NOT NULL THEN
-        PERFORM pgtask.workflow_cancel_parked(p_id);
-        RETURN false;
+    IF coalesce(cardinality(p_ids), 0) = 0 THEN
+        RETURN;
     END IF;
-    UPDATE pgtask.jobs j
-       SET status = 'queued', run_after = clock_timestamp(),
-           age_due = CASE WHEN j.aging_ms > 0 AND j.priority > 0
-                          THEN clock_timestamp() + j.aging_ms * interval '1 millisecond' END
-     WHERE j.id = p_id AND j.status = 'scheduled' AND j.run_after = pgtask.parked_at()
-    RETURNING j.queue, j.is_head, j.limit_id INTO q, head, lim;
-    IF NOT FOUND THEN
-        RETURN false;
+    SELECT coalesce(array_agg(w.id) FILTER (WHERE w.cancelled_at IS NOT NULL), '{}') INTO stopped
+      FROM (SELECT w.id, w.cancelled_at FROM pgtask.workflows w
+             WHERE w.id IN (SELECT DISTINCT j.workflow_id FROM pgtask.jobs j WHERE j.id = ANY (p_ids))
+             ORDER BY w.id
+               FOR SHARE) w;
+    IF cardinality(stopped) > 0 THEN
+        SELECT coalesce(array_agg(j.id), '{}') INTO doomed
+          FROM pgtask.jobs j WHERE j.id = ANY (p_ids) AND j.workflow_id = ANY (stopped);
+        PERFORM pgtask.workflow_cancel_unstarted(doomed, true);
     END IF;
-    IF lim IS NOT NULL THEN
-        INSERT INTO pgtask.limit_checks (key_id) VALUES (lim);
-    ELSIF head THEN
-        IF current_setting('pgtask.claiming', true) = 'on' AND current_setting('pgtask.settling', true) = q THEN
+    -- The steps are found by id: "parked" is tested so (IS TRUE) that the
+    -- index of scheduled jobs cannot serve it, which would read every
+    -- parked step of every workflow, for each set of steps.
+    WITH released AS (
+        UPDATE pgtask.jobs j
+           SET status = 'queued', run_after = clock_timestamp(),
+               age_due = CASE WHEN j.aging_ms > 0 AND j.priority > 0
+                              THEN clock_timestamp() + j.aging_ms * interval '1 millisecond' END
+         WHERE j.id = ANY (p_ids) AND (j.status = 'scheduled' AND j.run_after = pgtask.parked_at()) IS TRUE
+           AND j.workflow_id <> ALL (stopped)
+        RETURNING j.id, j.queue, j.is_head, j.limit_id
+    ), checks AS (
+        INSERT INTO pgtask.limit_checks (key_id)
+        SELECT DISTINCT r.limit_id FROM released r WHERE r.limit_id IS NOT NULL
+    )
+    SELECT coalesce(array_agg(x.queue ORDER BY x.queue), '{}'), coalesce(array_agg(x.ids ORDER BY x.queue), '{}')
+      INTO queues, heads
+      FROM (SELECT r.queue, array_to_string(array_agg(r.id ORDER BY r.id), ',') AS ids
+              FROM released r
+             WHERE r.limit_id IS NULL AND r.is_head
+             GROUP BY r.queue) x;
+    FOR i IN 1 .. cardinality(queues) LOOP
+        IF current_setting('pgtask.claiming', true) = 'on' AND current_setting('pgtask.settling', true) = queues[i] THEN
             PERFORM set_config('pgtask.promoted',
-                               concat_ws(',', nullif(current_setting('pgtask.promoted', true), ''), p_id::text), true);
+                               concat_ws(',', nullif(current_setting('pgtask.promoted', true), ''), heads[i]), true);
         ELSE
-            PERFORM pg_notify('pgtask_behind', p_id || ':' || q);
+            PERFORM pg_notify('pgtask_behind', split_part(heads[i], ',', 1) || ':' || queues[i]);
         END IF;
-    END IF;
-    RETURN true;
-END;
-$$;
-
--- Cancels parked step p_id (one that waits for its parents), as an
--- operator's cancel would: a grouped head lets its group move on. Its own
--- children hear of it through the trigger (see the top of this file).
-CREATE OR REPLACE FUNCTION pgtask.workflow_cancel_parked(p_id bigint) RETURNS boolean
-LANGUAGE plpgsql AS $$
-DECLARE
-    q text;
-    k text;
-    head boolean;
-BEGIN
-    UPDATE pgtask.jobs j
-       SET status = 'cancelled', finished_at = clock_timestamp(),
-           is_head = (j.is_head AND j.group_key IS NOT NULL)
-     WHERE j.id = p_id AND j.status = 'scheduled' AND j.run_after = pgtask.parked_at()
-    RETURNING j.queue, j.group_key, j.is_head INTO q, k, head;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM pg_notify('pgtask_finished', p_id::text);
-    IF k IS NOT NULL AND head THEN
-        -- An enqueue in flight into the group leaves it to maintenance
-        -- (advance_finished_groups), as for a worker.
-        PERFORM pgtask.advance_group_set(q, ARRAY[k], NULL);
-    END IF;
-    RETURN true;
-END;
-$$;
-
--- Applies parent p_parent's outcome p_outcome ('s' or 'f') to child
--- p_child, whose waits row the caller holds locked: once per edge (an
--- edge told already is left alone). A success, or a failure under policy
--- 'a', counts the child's wait down and releases it at 0 unless a failure
--- cancelled it; a failure under 'c' cancels the child, under 'w' the whole
--- workflow.
-CREATE OR REPLACE FUNCTION pgtask.workflow_apply(p_child bigint, p_parent bigint, p_outcome "char") RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    pol "char";
-    w pgtask.workflow_waits;
-BEGIN
-    UPDATE pgtask.workflow_edges e SET outcome = p_outcome
-     WHERE e.parent = p_parent AND e.child = p_child AND e.outcome IS NULL
-    RETURNING e.policy INTO pol;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    IF p_outcome = 's' OR pol = 'a' THEN
-        UPDATE pgtask.workflow_waits SET remaining = remaining - 1 WHERE job_id = p_child
-        RETURNING * INTO w;
-        IF w.remaining = 0 AND w.cancelled_by IS NULL THEN
-            PERFORM pgtask.workflow_release(p_child, w.workflow_id);
-        END IF;
-    ELSIF pol = 'c' THEN
-        UPDATE pgtask.workflow_waits SET cancelled_by = p_parent WHERE job_id = p_child AND cancelled_by IS NULL
-        RETURNING * INTO w;
-        PERFORM pgtask.workflow_cancel_parked(p_child);
-    ELSE
-        SELECT * INTO w FROM pgtask.workflow_waits WHERE job_id = p_child;
-        PERFORM pgtask.workflow_cancel(w.workflow_id);
-    END IF;
-END;
-$$;
-
--- Applies the outcomes of parents p_parents (p_outcomes, index by index)
--- to child p_child, whose waits row the caller holds locked, as
--- workflow_apply does one by one: the failures first (a cancel wins over
--- a release), then the successes together, with one update of the
--- child's waits row.
-CREATE OR REPLACE FUNCTION pgtask.workflow_apply_many(p_child bigint, p_parents bigint[], p_outcomes "char"[]) RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    f record;
-    k integer;
-    w pgtask.workflow_waits;
-BEGIN
-    FOR f IN SELECT u.p FROM unnest(p_parents, p_outcomes) AS u(p, o) WHERE u.o = 'f' ORDER BY u.p LOOP
-        PERFORM pgtask.workflow_apply(p_child, f.p, 'f');
     END LOOP;
-    WITH told AS (
-        UPDATE pgtask.workflow_edges e SET outcome = 's'
-          FROM unnest(p_parents, p_outcomes) AS u(p, o)
-         WHERE u.o = 's' AND e.parent = u.p AND e.child = p_child AND e.outcome IS NULL
-        RETURNING 1
-    )
-    SELECT count(*) INTO k FROM told;
-    IF k = 0 THEN
-        RETURN;
-    END IF;
-    UPDATE pgtask.workflow_waits SET remaining = remaining - k WHERE job_id = p_child
-    RETURNING * INTO w;
-    IF w.remaining = 0 AND w.cancelled_by IS NULL THEN
-        PERFORM pgtask.workflow_release(p_child, w.workflow_id);
-    END IF;
 END;
 $$;
 
--- Applies the notes left for child p_child (see workflow_notes), whose
--- waits row the caller holds locked, deleting them as it applies them.
--- Returns how many.
-CREATE OR REPLACE FUNCTION pgtask.workflow_apply_notes_of(p_child bigint) RETURNS integer
+-- Cancels steps p_ids that have not started (only the parked ones with
+-- p_parked_only), as an operator's cancel would: the caller holds their
+-- rows, and a queued grouped step's group row, or may wait for them. A
+-- grouped head lets its group move on; a limited one gives its slot back
+-- (the triggers of limits). Those waiting for their results are told on
+-- pgtask_finished, and their children through workflow_steps_changed, all
+-- together. Returns how many it cancelled.
+CREATE OR REPLACE FUNCTION pgtask.workflow_cancel_unstarted(p_ids bigint[], p_parked_only boolean) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    ps bigint[];
-    os "char"[];
+    ids bigint[];
+    hq text[];
+    hk text[];
+    g record;
 BEGIN
-    WITH gone AS (
-        DELETE FROM pgtask.workflow_notes WHERE child = p_child RETURNING parent, outcome
-    )
-    SELECT coalesce(array_agg(parent), '{}'), coalesce(array_agg(outcome), '{}') INTO ps, os FROM gone;
-    IF cardinality(ps) > 0 THEN
-        PERFORM pgtask.workflow_apply_many(p_child, ps, os);
+    IF coalesce(cardinality(p_ids), 0) = 0 THEN
+        RETURN 0;
     END IF;
-    RETURN cardinality(ps);
+    -- Their children are told below, together: the triggers skip them.
+    -- (Found by id, as in workflow_release.)
+    PERFORM set_config('pgtask.wf_quiet', 'on', true);
+    WITH gone AS (
+        UPDATE pgtask.jobs j
+           SET status = 'cancelled', finished_at = clock_timestamp(),
+               is_head = (j.is_head AND j.group_key IS NOT NULL)
+         WHERE j.id = ANY (p_ids) AND j.status IN ('scheduled', 'queued')
+           AND (NOT p_parked_only OR (j.status = 'scheduled' AND j.run_after = pgtask.parked_at()) IS TRUE)
+        RETURNING j.id, j.queue, j.group_key, j.is_head
+    ), requests AS (
+        DELETE FROM pgtask.cancel_requests c WHERE c.job_id IN (SELECT id FROM gone)
+    )
+    SELECT coalesce(array_agg(id ORDER BY id), '{}'),
+           coalesce(array_agg(queue) FILTER (WHERE group_key IS NOT NULL AND is_head), '{}'),
+           coalesce(array_agg(group_key) FILTER (WHERE group_key IS NOT NULL AND is_head), '{}')
+      INTO ids, hq, hk
+      FROM gone;
+    PERFORM set_config('pgtask.wf_quiet', 'off', true);
+    IF cardinality(ids) = 0 THEN
+        RETURN 0;
+    END IF;
+    -- A payload holds at most 8000 bytes: 300 ids of up to 19 digits.
+    FOR i IN 0 .. (cardinality(ids) - 1) / 300 LOOP
+        PERFORM pg_notify('pgtask_finished', array_to_string(ids[i * 300 + 1 : (i + 1) * 300], ','));
+    END LOOP;
+    FOR g IN
+        SELECT u.q, array_agg(DISTINCT u.k) AS keys FROM unnest(hq, hk) AS u(q, k) GROUP BY u.q ORDER BY u.q
+    LOOP
+        -- An enqueue in flight into a group leaves it to maintenance
+        -- (advance_finished_groups), as for a worker.
+        PERFORM pgtask.advance_group_set(g.q, g.keys, NULL);
+    END LOOP;
+    PERFORM pgtask.workflow_steps_changed(ids, 'f');
+    RETURN cardinality(ids);
+END;
+$$;
+
+-- Applies to children p_children, whose waits rows the caller holds
+-- locked, the notes left for them (deleting them) and the outcomes
+-- p_outcomes of parents p_parents (of children p_told, index by index),
+-- all in one statement: each edge's outcome written once (an edge told
+-- already is left alone), each child's count taken down by its parents'
+-- successes and failures under policy 'a'. Then, for all of them
+-- together: a failure under 'w' cancels the whole workflow, one under 'c'
+-- cancels the child (a cancel wins over a release), and a child whose
+-- count reached 0 is released. Returns how many notes it applied.
+CREATE OR REPLACE FUNCTION pgtask.workflow_apply_locked(p_children bigint[], p_told bigint[], p_parents bigint[],
+                                                        p_outcomes "char"[]) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    noted integer;
+    cancelled bigint[];
+    released bigint[];
+    stopping bigint[];
+    wid bigint;
+BEGIN
+    IF coalesce(cardinality(p_children), 0) = 0 THEN
+        RETURN 0;
+    END IF;
+    WITH notes AS (
+        DELETE FROM pgtask.workflow_notes n WHERE n.child = ANY (p_children)
+        RETURNING n.child, n.parent, n.outcome
+    ), outcomes AS (
+        SELECT DISTINCT ON (x.child, x.parent) x.child, x.parent, x.outcome
+          FROM (SELECT u.c AS child, u.p AS parent, u.o AS outcome FROM unnest(p_told, p_parents, p_outcomes) AS u(c, p, o)
+                UNION ALL
+                SELECT n.child, n.parent, n.outcome FROM notes n) x
+         ORDER BY x.child, x.parent
+    ), told AS (
+        UPDATE pgtask.workflow_edges e SET outcome = o.outcome
+          FROM outcomes o
+         WHERE e.parent = o.parent AND e.child = o.child AND e.outcome IS NULL
+        RETURNING e.child, e.parent, e.policy, o.outcome
+    ), per_child AS (
+        SELECT t.child,
+               count(*) FILTER (WHERE t.outcome = 's' OR t.policy = 'a') AS down,
+               min(t.parent) FILTER (WHERE t.outcome = 'f' AND t.policy = 'c') AS cancelled_by,
+               bool_or(t.outcome = 'f' AND t.policy = 'w') AS stops
+          FROM told t
+         GROUP BY t.child
+    ), counted AS (
+        UPDATE pgtask.workflow_waits w
+           SET remaining = w.remaining - c.down, cancelled_by = coalesce(w.cancelled_by, c.cancelled_by)
+          FROM per_child c
+         WHERE w.job_id = c.child
+        RETURNING w.job_id, w.workflow_id, w.remaining, w.cancelled_by, c.down,
+                  c.cancelled_by IS NOT NULL AS cancels, c.stops
+    )
+    SELECT (SELECT count(*) FROM notes),
+           coalesce(array_agg(c.job_id ORDER BY c.job_id) FILTER (WHERE c.cancels), '{}'),
+           coalesce(array_agg(c.job_id ORDER BY c.job_id) FILTER (WHERE c.down > 0 AND c.remaining = 0 AND c.cancelled_by IS NULL), '{}'),
+           coalesce(array_agg(DISTINCT c.workflow_id) FILTER (WHERE c.stops), '{}')
+      INTO noted, cancelled, released, stopping
+      FROM counted c;
+    FOREACH wid IN ARRAY stopping LOOP
+        PERFORM pgtask.workflow_cancel(wid);
+    END LOOP;
+    PERFORM pgtask.workflow_cancel_unstarted(cancelled, true);
+    PERFORM pgtask.workflow_release(released);
+    RETURN noted;
 END;
 $$;
 
 -- Tells the children of steps p_parents their outcomes p_outcomes ('s' or
--- 'f', index by index; see the top of this file): each child's outcomes
--- together, at once where its waits row is free, else in notes, with a
--- notification naming the children left so.
+-- 'f', index by index; see the top of this file): one statement takes the
+-- waits rows of all their children that are free, and reads the outcomes
+-- to tell; those are applied together (workflow_apply_locked), and the
+-- outcomes for the children taken elsewhere are left in notes, with a
+-- notification naming them.
 CREATE OR REPLACE FUNCTION pgtask.workflow_settle(p_parents bigint[], p_outcomes "char"[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    c record;
-    left_ids bigint[] := '{}';
+    children bigint[];
+    tc bigint[];
+    tp bigint[];
+    tos "char"[];
+    lc bigint[];
+    lp bigint[];
+    los "char"[];
+    left_ids bigint[];
 BEGIN
-    FOR c IN
-        SELECT e.child, array_agg(e.parent) AS ps, array_agg(u.o) AS os
+    IF coalesce(cardinality(p_parents), 0) = 0 THEN
+        RETURN;
+    END IF;
+    -- The lateral lock is looked up per edge, by the child's key: its cost
+    -- follows the edges told, whatever the plan's estimates.
+    WITH edges AS (
+        SELECT e.child, e.parent, u.o, k.taken IS NOT NULL AS taken
           FROM unnest(p_parents, p_outcomes) AS u(p, o)
           JOIN pgtask.workflow_edges e ON e.parent = u.p AND e.outcome IS NULL
-         GROUP BY e.child
-         ORDER BY e.child
-    LOOP
-        PERFORM 1 FROM pgtask.workflow_waits WHERE job_id = c.child FOR NO KEY UPDATE SKIP LOCKED;
-        IF FOUND THEN
-            PERFORM pgtask.workflow_apply_many(c.child, c.ps, c.os);
-            PERFORM pgtask.workflow_apply_notes_of(c.child);
-        ELSE
-            INSERT INTO pgtask.workflow_notes (child, parent, outcome)
-            SELECT c.child, u.p, u.o FROM unnest(c.ps, c.os) AS u(p, o);
-            left_ids := left_ids || c.child;
-        END IF;
-    END LOOP;
-    -- A payload holds at most 8000 bytes: 300 ids of up to 19 digits.
-    FOR i IN 0 .. (cardinality(left_ids) - 1) / 300 LOOP
-        EXIT WHEN cardinality(left_ids) = 0;
-        PERFORM pg_notify('pgtask_workflow', array_to_string(left_ids[i * 300 + 1 : (i + 1) * 300], ','));
-    END LOOP;
+          LEFT JOIN LATERAL (
+              SELECT true AS taken FROM pgtask.workflow_waits w
+               WHERE w.job_id = e.child
+                 FOR NO KEY UPDATE SKIP LOCKED) k ON true
+    )
+    SELECT coalesce(array_agg(DISTINCT child) FILTER (WHERE taken), '{}'),
+           coalesce(array_agg(child) FILTER (WHERE taken), '{}'),
+           coalesce(array_agg(parent) FILTER (WHERE taken), '{}'),
+           coalesce(array_agg(o) FILTER (WHERE taken), '{}'),
+           coalesce(array_agg(child) FILTER (WHERE NOT taken), '{}'),
+           coalesce(array_agg(parent) FILTER (WHERE NOT taken), '{}'),
+           coalesce(array_agg(o) FILTER (WHERE NOT taken), '{}'),
+           coalesce(array_agg(DISTINCT child) FILTER (WHERE NOT taken), '{}')
+      INTO children, tc, tp, tos, lc, lp, los, left_ids
+      FROM edges;
+    IF cardinality(left_ids) > 0 THEN
+        INSERT INTO pgtask.workflow_notes (child, parent, outcome)
+        SELECT u.c, u.p, u.o FROM unnest(lc, lp, los) AS u(c, p, o);
+        -- A payload holds at most 8000 bytes: 300 ids of up to 19 digits.
+        FOR i IN 0 .. (cardinality(left_ids) - 1) / 300 LOOP
+            PERFORM pg_notify('pgtask_workflow', array_to_string(left_ids[i * 300 + 1 : (i + 1) * 300], ','));
+        END LOOP;
+    END IF;
+    PERFORM pgtask.workflow_apply_locked(children, tc, tp, tos);
 END;
 $$;
 
--- Step p_parent, failed or cancelled earlier, is unfinished again (an
--- operator retried it): its children wait for it again. A child it
--- cancelled is retried (and stays parked, see workflow_step_repark) unless
--- another parent's failure cancelled it too; a child it counted down under
--- policy 'a' counts it again while still parked. A child that ran already
--- is left as it is. Waits for the children's rows: only operators do this.
-CREATE OR REPLACE FUNCTION pgtask.workflow_restore(p_parent bigint) RETURNS void
+-- Steps p_parents, failed or cancelled earlier, are unfinished again (an
+-- operator retried them): their children wait for them again. A child
+-- they cancelled is retried (and stays parked, see workflow_step_repark)
+-- unless another parent's failure cancelled it too; a child they counted
+-- down under policy 'a' counts them again while still parked. A child
+-- that ran already is left as it is. Set-based like the cascade: a few
+-- statements for all the children of the set, whose own children are
+-- told next, as a set. Waits for the children's rows: only operators do
+-- this.
+CREATE OR REPLACE FUNCTION pgtask.workflow_restore(p_parents bigint[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    e record;
-    w pgtask.workflow_waits;
-    old "char";
-    parked boolean;
-    st pgtask.job_status;
-    other bigint;
+    uncancelled bigint[];
+    freed bigint[];
+    again bigint[];
+    c bigint;
 BEGIN
-    FOR e IN
-        SELECT child, policy FROM pgtask.workflow_edges WHERE parent = p_parent ORDER BY child
+    IF coalesce(cardinality(p_parents), 0) = 0 THEN
+        RETURN;
+    END IF;
+    -- The children's waits rows, in id order.
+    PERFORM 1 FROM pgtask.workflow_waits w
+     WHERE w.job_id IN (SELECT e.child FROM unnest(p_parents) AS u(p) JOIN pgtask.workflow_edges e ON e.parent = u.p)
+     ORDER BY w.job_id
+       FOR NO KEY UPDATE;
+    -- An outcome not applied yet is no longer one.
+    DELETE FROM pgtask.workflow_notes n
+     USING unnest(p_parents) AS u(p)
+     JOIN pgtask.workflow_edges e ON e.parent = u.p
+     WHERE n.child = e.child AND n.parent = u.p;
+    -- A failure under 'c' is no longer one (its child was cancelled, so it
+    -- never ran); another outcome is forgotten only by a child still
+    -- parked, which counts a success, or a failure under 'a', again.
+    WITH x AS MATERIALIZED (
+        SELECT e.parent, e.child, e.policy, e.outcome AS old
+          FROM unnest(p_parents) AS u(p)
+          JOIN pgtask.workflow_edges e ON e.parent = u.p AND e.outcome IS NOT NULL
+          JOIN pgtask.workflow_waits w ON w.job_id = e.child
+          JOIN pgtask.jobs j ON j.id = e.child
+         WHERE (e.policy = 'c' AND e.outcome = 'f') OR (j.status = 'scheduled' AND j.run_after = pgtask.parked_at())
+    ), reset AS (
+        UPDATE pgtask.workflow_edges e SET outcome = NULL
+          FROM x WHERE e.parent = x.parent AND e.child = x.child
+    ), up AS (
+        SELECT x.child, count(*) AS n FROM x WHERE x.old = 's' OR x.policy = 'a' GROUP BY x.child
+    ), counted AS (
+        UPDATE pgtask.workflow_waits w SET remaining = w.remaining + up.n
+          FROM up WHERE w.job_id = up.child
+    )
+    SELECT coalesce(array_agg(DISTINCT x.child) FILTER (WHERE x.policy = 'c' AND x.old = 'f'), '{}') INTO uncancelled
+      FROM x;
+    IF cardinality(uncancelled) = 0 THEN
+        RETURN;
+    END IF;
+    -- Each child those failures cancelled is cancelled by another failed
+    -- parent, if any, else by none any more.
+    WITH fixed AS (
+        UPDATE pgtask.workflow_waits w
+           SET cancelled_by = coalesce(
+                   (SELECT e.parent FROM pgtask.workflow_edges e
+                     WHERE e.parent = w.cancelled_by AND e.child = w.job_id AND e.outcome = 'f' AND e.policy = 'c'),
+                   (SELECT min(e.parent) FROM pgtask.workflow_edges e
+                     WHERE e.child = w.job_id AND e.outcome = 'f' AND e.policy = 'c'))
+         WHERE w.job_id = ANY (uncancelled) AND w.cancelled_by IS NOT NULL
+        RETURNING w.job_id, w.cancelled_by
+    )
+    SELECT coalesce(array_agg(f.job_id ORDER BY f.job_id) FILTER (WHERE f.cancelled_by IS NULL), '{}') INTO freed
+      FROM fixed f;
+    IF cardinality(freed) = 0 THEN
+        RETURN;
+    END IF;
+    -- Those cancelled by none are retried as retry_job retries them (a
+    -- step is never unique nor in a batch): they stay parked (see
+    -- workflow_step_repark), and their children are told next. A grouped
+    -- one takes its place in its group through retry_job itself.
+    PERFORM set_config('pgtask.wf_quiet', 'on', true);
+    WITH gone AS (
+        DELETE FROM pgtask.cancel_requests r WHERE r.job_id = ANY (freed)
+    ), progress AS (
+        DELETE FROM pgtask.job_progress p WHERE p.job_id = ANY (freed)
+    ), retried AS (
+        UPDATE pgtask.jobs j
+           SET status = 'queued', is_head = (j.limit_id IS NULL), attempts = 0, snoozes = 0,
+               run_after = now(), started_at = NULL, finished_at = NULL, owner_pid = NULL,
+               age_due = CASE WHEN j.aging_ms > 0 AND j.priority > 0 THEN now() + j.aging_ms * interval '1 millisecond' END,
+               errors = pgtask.append_error(j.errors, jsonb_build_array(jsonb_build_object(
+                   'attempt', j.attempts,
+                   'error', format('retried by an operator after %s attempt(s); attempts count from 1 again', j.attempts),
+                   'at', clock_timestamp(), 'operator_retry', true)))
+         WHERE j.id = ANY (freed) AND j.status = 'cancelled' AND j.group_key IS NULL
+           AND j.unique_key IS NULL AND j.batch_id IS NULL
+        RETURNING j.id
+    )
+    SELECT coalesce(array_agg(r.id ORDER BY r.id), '{}') INTO again FROM retried r;
+    PERFORM set_config('pgtask.wf_quiet', 'off', true);
+    FOR c IN
+        SELECT j.id FROM pgtask.jobs j
+         WHERE j.id = ANY (freed) AND j.status = 'cancelled'
+         ORDER BY j.id
     LOOP
-        SELECT * INTO w FROM pgtask.workflow_waits WHERE job_id = e.child FOR NO KEY UPDATE;
-        CONTINUE WHEN NOT FOUND;
-        -- An outcome not applied yet is no longer one.
-        DELETE FROM pgtask.workflow_notes WHERE child = e.child AND parent = p_parent;
-        SELECT j.status, (j.status = 'scheduled' AND j.run_after = pgtask.parked_at()) INTO st, parked
-          FROM pgtask.jobs j WHERE j.id = e.child;
-        CONTINUE WHEN NOT FOUND;
-        SELECT outcome INTO old FROM pgtask.workflow_edges WHERE parent = p_parent AND child = e.child;
-        CONTINUE WHEN old IS NULL;
-        IF e.policy = 'c' AND old = 'f' AND w.cancelled_by = p_parent THEN
-            UPDATE pgtask.workflow_edges SET outcome = NULL WHERE parent = p_parent AND child = e.child;
-            SELECT x.parent INTO other FROM pgtask.workflow_edges x
-             WHERE x.child = e.child AND x.outcome = 'f' AND x.policy = 'c' AND x.parent <> p_parent
-             LIMIT 1;
-            UPDATE pgtask.workflow_waits SET cancelled_by = other WHERE job_id = e.child;
-            IF other IS NULL AND st = 'cancelled' THEN
-                PERFORM pgtask.retry_job(e.child);
-            END IF;
-        ELSIF parked THEN
-            UPDATE pgtask.workflow_edges SET outcome = NULL WHERE parent = p_parent AND child = e.child;
-            IF old = 's' OR e.policy = 'a' THEN
-                UPDATE pgtask.workflow_waits SET remaining = remaining + 1 WHERE job_id = e.child;
-            END IF;
-        END IF;
+        PERFORM pgtask.retry_job(c);
     END LOOP;
+    PERFORM pgtask.workflow_steps_changed(again, 'r');
 END;
 $$;
 
--- Queues entry p_entry ("id:o") for workflow_work_queue. The queue is
--- kept in this transaction's settings, in chunks of about 4 kB
+-- Queues entries p_entries ("id:o,id:o,...") for workflow_work_queue. The
+-- queue is kept in this transaction's settings, in chunks of about 4 kB
 -- (pgtask.wf_q1, pgtask.wf_q2, ..., pgtask.wf_qn the last one in use), so
--- that an entry costs the copy of one chunk, not of the whole queue: a
--- cascade through thousands of steps stays linear in their number.
-CREATE OR REPLACE FUNCTION pgtask.workflow_queue_add(p_entry text) RETURNS void
+-- that a call costs the copy of one chunk and its entries, not of the
+-- whole queue: a cascade through thousands of steps stays linear in their
+-- number.
+CREATE OR REPLACE FUNCTION pgtask.workflow_queue_add(p_entries text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     n integer := coalesce(nullif(current_setting('pgtask.wf_qn', true), '')::integer, 0);
@@ -360,7 +482,7 @@ BEGIN
         cur := NULL;
         PERFORM set_config('pgtask.wf_qn', n::text, true);
     END IF;
-    PERFORM set_config('pgtask.wf_q' || n, concat_ws(',', nullif(cur, ''), p_entry), true);
+    PERFORM set_config('pgtask.wf_q' || n, concat_ws(',', nullif(cur, ''), p_entries), true);
 END;
 $$;
 
@@ -384,10 +506,11 @@ BEGIN
 END;
 $$;
 
--- Works off the queue of steps whose outcome the triggers left while
--- another was being applied, or while a batch of outcomes was recorded
--- (see the top of this file): "id:o" entries, o 's' or 'f' (tell the
--- children, each round's together) or 'r' (retried: restore them).
+-- Works off the queue of steps whose outcome was left while another was
+-- being applied, or while a batch of outcomes was recorded (see the top
+-- of this file): "id:o" entries, o 's' or 'f' (tell the children) or 'r'
+-- (retried: restore them). Each round takes the whole queue, one level of
+-- a cascade, and tells it as one set.
 CREATE OR REPLACE FUNCTION pgtask.workflow_work_queue() RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -395,7 +518,6 @@ DECLARE
     ids bigint[];
     outs "char"[];
     restored bigint[];
-    r bigint;
 BEGIN
     LOOP
         q := pgtask.workflow_queue_take();
@@ -405,9 +527,10 @@ BEGIN
                coalesce(array_agg(split_part(e, ':', 1)::bigint ORDER BY n) FILTER (WHERE split_part(e, ':', 2) = 'r'), '{}')
           INTO ids, outs, restored
           FROM unnest(q) WITH ORDINALITY AS x(e, n);
-        FOREACH r IN ARRAY restored LOOP
-            PERFORM pgtask.workflow_restore(r);
-        END LOOP;
+        -- (Only operators retry, and only they may restore.)
+        IF cardinality(restored) > 0 THEN
+            PERFORM pgtask.workflow_restore(restored);
+        END IF;
         IF cardinality(ids) > 0 THEN
             PERFORM pgtask.workflow_settle(ids, outs);
         END IF;
@@ -416,8 +539,8 @@ END;
 $$;
 
 -- The outcomes of steps a batch of outcomes recorded (settle_jobs turns
--- pgtask.wf_defer on, and the triggers only queue them), told now, each
--- child's together. Turns the deferring off.
+-- pgtask.wf_defer on, and the triggers only queue them), told now,
+-- together. Turns the deferring off.
 CREATE OR REPLACE FUNCTION pgtask.workflow_settle_deferred() RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -431,21 +554,24 @@ BEGIN
 END;
 $$;
 
--- Runs, or queues while one runs already (or while settle_jobs records a
--- batch of outcomes), what step p_id's change means for its children
--- (p_what 's', 'f' or 'r').
-CREATE OR REPLACE FUNCTION pgtask.workflow_step_changed(p_id bigint, p_what text) RETURNS void
+-- Runs, or queues while outcomes are being told already (or while
+-- settle_jobs records a batch of outcomes), what the change of steps p_ids
+-- means for their children (p_what 's', 'f' or 'r'), as one set.
+CREATE OR REPLACE FUNCTION pgtask.workflow_steps_changed(p_ids bigint[], p_what text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF coalesce(cardinality(p_ids), 0) = 0 THEN
+        RETURN;
+    END IF;
     IF current_setting('pgtask.wf_busy', true) = 'on' OR current_setting('pgtask.wf_defer', true) = 'on' THEN
-        PERFORM pgtask.workflow_queue_add(p_id || ':' || p_what);
+        PERFORM pgtask.workflow_queue_add(array_to_string(ARRAY(SELECT u || ':' || p_what FROM unnest(p_ids) AS u), ','));
         RETURN;
     END IF;
     PERFORM set_config('pgtask.wf_busy', 'on', true);
     IF p_what = 'r' THEN
-        PERFORM pgtask.workflow_restore(p_id);
+        PERFORM pgtask.workflow_restore(p_ids);
     ELSE
-        PERFORM pgtask.workflow_settle(ARRAY[p_id], ARRAY[p_what::"char"]);
+        PERFORM pgtask.workflow_settle(p_ids, array_fill(p_what::"char", ARRAY[cardinality(p_ids)]));
     END IF;
     -- What the changes it made queued: a cascade, one level at a time.
     PERFORM pgtask.workflow_work_queue();
@@ -458,7 +584,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgtask.workflow_step_done() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pgtask.workflow_step_changed(OLD.id,
+    PERFORM pgtask.workflow_steps_changed(ARRAY[OLD.id],
         CASE WHEN TG_OP = 'UPDATE' AND NEW.status = 'succeeded' THEN 's' ELSE 'f' END);
     RETURN NULL;
 END;
@@ -468,7 +594,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgtask.workflow_step_again() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pgtask.workflow_step_changed(OLD.id, 'r');
+    PERFORM pgtask.workflow_steps_changed(ARRAY[OLD.id], 'r');
     RETURN NULL;
 END;
 $$;
@@ -509,68 +635,78 @@ END;
 $$;
 
 -- Cancels what it can of cancelled workflow p_workflow's unfinished steps
--- without ever waiting: a step's row, and a queued step's group row, are
--- taken with SKIP LOCKED, and a step whose rows another transaction holds
--- (an operator, a finisher that released it, a claim about to run it) is
--- left over, for maintenance (cancel_pending_workflows). Each step is read
--- again once locked: a parked step may have been released meanwhile, and
--- is then cancelled as a queued one. Running steps are asked to stop (see
--- cancel_job). Returns how many steps it left over; at 0 the workflow's
--- cancel is done.
+-- without ever waiting, in a few statements for all of them. Its pending
+-- steps are read once; of those not started then, the group rows of the
+-- queued grouped ones, then the steps' rows, are taken with SKIP LOCKED,
+-- and checked again as they are locked: a parked step released meanwhile
+-- is cancelled as a queued one, if its group's row is ours. Every other
+-- step of that one read is read again after: one started by then (before
+-- the cancel, or claimed since) is asked to stop (see cancel_job), with a
+-- notification to its worker each (one per running step, so bounded by
+-- the workflow's concurrency); one still not started, whose rows another
+-- transaction holds (an operator, a finisher that released it, a claim
+-- about to run it), is left over, for maintenance
+-- (cancel_pending_workflows). Returns how many steps it left over; at 0
+-- the workflow's cancel is done.
 CREATE OR REPLACE FUNCTION pgtask.workflow_cancel_steps(p_workflow bigint) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    s record;
-    j pgtask.jobs;
-    grouped boolean;
-    left_over integer := 0;
+    pending bigint[];
+    unstarted bigint[];
+    gq text[];
+    gk text[];
+    mine bigint[];
+    running bigint[];
+    running_attempts integer[];
+    left_over integer;
 BEGIN
-    FOR s IN
-        SELECT x.id FROM pgtask.jobs x
-         WHERE x.workflow_id = p_workflow AND pgtask.job_pending(x.status)
-         ORDER BY x.id
-    LOOP
-        -- As of now, not of the loop's start.
-        SELECT * INTO j FROM pgtask.jobs WHERE id = s.id;
-        CONTINUE WHEN NOT FOUND OR NOT pgtask.job_pending(j.status);
-        IF j.status = 'started' THEN
-            INSERT INTO pgtask.cancel_requests (job_id, attempt) VALUES (j.id, j.attempts)
-                ON CONFLICT (job_id) DO NOTHING;
-            PERFORM pg_notify('pgtask_cancel', j.id::text || ':' || j.attempts::text);
-            CONTINUE;
-        END IF;
-        -- The group's row first, as cancel_job takes them; a parked step
-        -- needs none (see workflow_cancel_parked).
-        grouped := j.group_key IS NOT NULL AND NOT (j.status = 'scheduled' AND j.run_after = pgtask.parked_at());
-        IF grouped THEN
-            PERFORM 1 FROM pgtask.queue_groups
-              WHERE queue = j.queue AND group_key = j.group_key
-                FOR UPDATE SKIP LOCKED;
-            IF NOT FOUND THEN
-                left_over := left_over + 1;
-                CONTINUE;
-            END IF;
-        END IF;
-        SELECT * INTO j FROM pgtask.jobs WHERE id = s.id FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-            left_over := left_over + 1;
-            CONTINUE;
-        END IF;
-        CONTINUE WHEN NOT pgtask.job_pending(j.status);
-        IF j.status = 'started' THEN
-            INSERT INTO pgtask.cancel_requests (job_id, attempt) VALUES (j.id, j.attempts)
-                ON CONFLICT (job_id) DO NOTHING;
-            PERFORM pg_notify('pgtask_cancel', j.id::text || ':' || j.attempts::text);
-        ELSIF j.status = 'scheduled' AND j.run_after = pgtask.parked_at() THEN
-            PERFORM pgtask.workflow_cancel_parked(j.id);
-        ELSIF j.group_key IS NOT NULL AND NOT grouped THEN
-            -- Released since it was read: its group's row is not ours.
-            left_over := left_over + 1;
-        ELSE
-            -- Its rows are ours: cancel_job waits for nothing.
-            PERFORM pgtask.cancel_job(j.id);
-        END IF;
-    END LOOP;
+    -- One read of the steps to cancel: whatever becomes of each later, it
+    -- is looked at again below.
+    SELECT coalesce(array_agg(j.id ORDER BY j.id), '{}'),
+           coalesce(array_agg(j.id ORDER BY j.id) FILTER (WHERE j.status <> 'started'), '{}')
+      INTO pending, unstarted
+      FROM pgtask.jobs j
+     WHERE j.workflow_id = p_workflow AND pgtask.job_pending(j.status);
+    -- The group rows first, as cancel_job takes them; a parked step needs
+    -- none (see workflow_cancel_unstarted).
+    SELECT coalesce(array_agg(g.queue), '{}'), coalesce(array_agg(g.group_key), '{}') INTO gq, gk
+      FROM (SELECT g.queue, g.group_key FROM pgtask.queue_groups g
+             WHERE (g.queue, g.group_key) IN (
+                   SELECT j.queue, j.group_key FROM pgtask.jobs j
+                    WHERE j.id = ANY (unstarted) AND j.status IN ('scheduled', 'queued') AND j.group_key IS NOT NULL
+                      AND NOT (j.status = 'scheduled' AND j.run_after = pgtask.parked_at()))
+             ORDER BY g.queue, g.group_key
+               FOR UPDATE SKIP LOCKED) g;
+    -- The steps not started, as of their lock: a step locked elsewhere,
+    -- one whose group's row is not ours, or one started since, is not
+    -- taken here.
+    SELECT coalesce(array_agg(l.id), '{}') INTO mine
+      FROM (SELECT j.id FROM pgtask.jobs j
+             WHERE j.id = ANY (unstarted)
+               AND j.status IN ('scheduled', 'queued')
+               AND (j.group_key IS NULL OR (j.status = 'scheduled' AND j.run_after = pgtask.parked_at())
+                    OR (j.queue, j.group_key) IN (SELECT * FROM unnest(gq, gk)))
+             ORDER BY j.id
+               FOR UPDATE SKIP LOCKED) l;
+    -- Their rows are ours: cancelled as cancel_job cancels them, together.
+    PERFORM pgtask.workflow_cancel_unstarted(mine, false);
+    -- All the others, read again in one statement: those started (before
+    -- the cancel, or since the read above) are asked to stop; those still
+    -- not started are left over; those finished meanwhile need nothing.
+    WITH others AS MATERIALIZED (
+        SELECT j.id, j.status, j.attempts FROM pgtask.jobs j
+         WHERE j.id = ANY (pending) AND j.id <> ALL (mine) AND pgtask.job_pending(j.status)
+    ), asked AS (
+        INSERT INTO pgtask.cancel_requests (job_id, attempt)
+        SELECT o.id, o.attempts FROM others o WHERE o.status = 'started'
+            ON CONFLICT (job_id) DO NOTHING
+    )
+    SELECT coalesce(array_agg(o.id) FILTER (WHERE o.status = 'started'), '{}'),
+           coalesce(array_agg(o.attempts) FILTER (WHERE o.status = 'started'), '{}'),
+           count(*) FILTER (WHERE o.status <> 'started')
+      INTO running, running_attempts, left_over
+      FROM others o;
+    PERFORM pg_notify('pgtask_cancel', u.id::text || ':' || u.a::text) FROM unnest(running, running_attempts) AS u(id, a);
     IF left_over = 0 THEN
         UPDATE pgtask.workflows SET cancel_pending = false WHERE id = p_workflow AND cancel_pending;
     END IF;
@@ -578,29 +714,32 @@ BEGIN
 END;
 $$;
 
--- Maintenance: applies the notes of up to p_limit children (each under its
--- waits row's lock, taken with SKIP LOCKED: a child locked now keeps its
--- notes for whoever holds it, or a later round), p_children's only when not
--- NULL (a notification named them). Returns how many notes it applied.
+-- Maintenance: applies the notes of up to p_limit children, all together
+-- under their waits rows' locks, taken with SKIP LOCKED (a child locked
+-- now keeps its notes for whoever holds it, or a later round), p_children's
+-- only when not NULL (a notification named them). Returns how many notes
+-- it applied.
 CREATE OR REPLACE FUNCTION pgtask.apply_workflow_notes(p_children bigint[], p_limit integer) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    c bigint;
-    n integer := 0;
+    locked bigint[];
+    n integer;
 BEGIN
-    FOR c IN
-        SELECT DISTINCT x.child FROM pgtask.workflow_notes x
-         WHERE p_children IS NULL OR x.child = ANY (p_children)
-         ORDER BY x.child
-         LIMIT p_limit
-    LOOP
-        PERFORM 1 FROM pgtask.workflow_waits WHERE job_id = c FOR NO KEY UPDATE SKIP LOCKED;
-        CONTINUE WHEN NOT FOUND;
-        PERFORM set_config('pgtask.wf_busy', 'on', true);
-        n := n + pgtask.workflow_apply_notes_of(c);
-        PERFORM pgtask.workflow_work_queue();
-        PERFORM set_config('pgtask.wf_busy', 'off', true);
-    END LOOP;
+    SELECT coalesce(array_agg(w.job_id), '{}') INTO locked
+      FROM (SELECT w.job_id FROM pgtask.workflow_waits w
+             WHERE w.job_id IN (SELECT DISTINCT x.child FROM pgtask.workflow_notes x
+                                 WHERE p_children IS NULL OR x.child = ANY (p_children)
+                                 ORDER BY x.child
+                                 LIMIT p_limit)
+             ORDER BY w.job_id
+               FOR NO KEY UPDATE SKIP LOCKED) w;
+    IF cardinality(locked) = 0 THEN
+        RETURN 0;
+    END IF;
+    PERFORM set_config('pgtask.wf_busy', 'on', true);
+    n := pgtask.workflow_apply_locked(locked, '{}', '{}', '{}');
+    PERFORM pgtask.workflow_work_queue();
+    PERFORM set_config('pgtask.wf_busy', 'off', true);
     RETURN n;
 END;
 $$;

@@ -106,6 +106,18 @@ func (q *Queries) BackendPID(ctx context.Context) (int32, error) {
 	return pid, err
 }
 
+const cancelRequested = `-- name: CancelRequested :one
+SELECT EXISTS (SELECT 1 FROM pgtask.cancel_requests WHERE job_id = $1) AS requested
+`
+
+// Whether job @id's worker has been asked to stop it.
+func (q *Queries) CancelRequested(ctx context.Context, id int64) (bool, error) {
+	row := q.db.QueryRow(ctx, cancelRequested, id)
+	var requested bool
+	err := row.Scan(&requested)
+	return requested, err
+}
+
 const claimIndexReads = `-- name: ClaimIndexReads :one
 SELECT coalesce((SELECT s.idx_tup_read FROM pg_catalog.pg_stat_all_indexes s
                   WHERE s.schemaname = 'pgtask' AND s.indexrelname = 'jobs_claim'), 0)::bigint AS reads
@@ -459,6 +471,22 @@ func (q *Queries) FunctionCallsHere(ctx context.Context) ([]FunctionCallsHereRow
 	return items, nil
 }
 
+const functionCallsThisTransaction = `-- name: FunctionCallsThisTransaction :one
+SELECT coalesce(sum(calls), 0)::bigint AS calls
+  FROM pg_catalog.pg_stat_xact_user_functions
+ WHERE schemaname = 'pgtask'
+`
+
+// The calls of pgtask's PL/pgSQL functions this session made so far (with
+// TrackPLFunctionCalls on) and has not reported yet: this transaction's,
+// and those of earlier ones not reported yet.
+func (q *Queries) FunctionCallsThisTransaction(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, functionCallsThisTransaction)
+	var calls int64
+	err := row.Scan(&calls)
+	return calls, err
+}
+
 const getBatchRow = `-- name: GetBatchRow :one
 SELECT id, total, on_finish, on_failure, pending_from, created_at, failed_at, finished_at, succeeded, failed, cancelled, deleted, enqueued_by FROM pgtask.batches WHERE id = $1
 `
@@ -641,14 +669,20 @@ const jobTriggersNeedingPlanning = `-- name: JobTriggersNeedingPlanning :many
 SELECT t.tgname::text AS trigger_name
   FROM pg_catalog.pg_trigger t
  WHERE t.tgrelid = 'pgtask.jobs'::regclass
-   AND (t.tgqual::text LIKE '%{FUNCEXPR %' OR t.tgqual::text LIKE '%{ARRAYEXPR %')
+   AND (t.tgqual::text LIKE '%{ARRAYEXPR %'
+        OR EXISTS (SELECT 1
+                     FROM regexp_matches(t.tgqual::text, '\{FUNCEXPR :funcid (\d+)', 'g') AS f(m)
+                     JOIN pg_catalog.pg_proc p ON p.oid = f.m[1]::oid
+                     JOIN pg_catalog.pg_language l ON l.oid = p.prolang
+                    WHERE l.lanname = 'sql'))
  ORDER BY t.tgname
 `
 
-// The triggers on pgtask.jobs whose WHEN clause calls a function or holds
-// an IN list. Every statement that updates or deletes jobs prepares each
-// trigger's WHEN again: a SQL function in one is inlined there, its body
-// parsed anew, and an IN list folded into an array.
+// The triggers on pgtask.jobs whose WHEN clause calls a SQL-language
+// function or holds an IN list. Every statement that updates or deletes
+// jobs prepares each trigger's WHEN again: a SQL function in one is inlined
+// there, its body parsed anew, and an IN list folded into an array. (A
+// built-in function costs its call only.)
 func (q *Queries) JobTriggersNeedingPlanning(ctx context.Context) ([]string, error) {
 	rows, err := q.db.Query(ctx, jobTriggersNeedingPlanning)
 	if err != nil {
@@ -995,6 +1029,22 @@ func (q *Queries) SetProgressAttempt(ctx context.Context, arg SetProgressAttempt
 	return result.RowsAffected(), nil
 }
 
+const startJobAsLeased = `-- name: StartJobAsLeased :execrows
+UPDATE pgtask.jobs SET status = 'started', attempts = attempts + 1, started_at = now(),
+                       lease_until = now() + interval '1 minute'
+ WHERE id = $1 AND status = 'queued'
+`
+
+// Starts queued job @id with a lease and commits nothing else, as a lease
+// claim does.
+func (q *Queries) StartJobAsLeased(ctx context.Context, id int64) (int64, error) {
+	result, err := q.db.Exec(ctx, startJobAsLeased, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const terminateBackend = `-- name: TerminateBackend :one
 SELECT pg_catalog.pg_terminate_backend($1::integer) AS terminated
 `
@@ -1066,6 +1116,17 @@ SELECT set_config('track_functions', 'all', true)
 // transaction (see FunctionCallsHere); tests connect as a superuser.
 func (q *Queries) TrackFunctionCalls(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, trackFunctionCalls)
+	return err
+}
+
+const trackPLFunctionCalls = `-- name: TrackPLFunctionCalls :exec
+SELECT set_config('track_functions', 'pl', true)
+`
+
+// Counts the calls of PL/pgSQL functions for the rest of this transaction,
+// to price what a statement does by its work, not by the clock.
+func (q *Queries) TrackPLFunctionCalls(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, trackPLFunctionCalls)
 	return err
 }
 
@@ -1149,6 +1210,35 @@ func (q *Queries) WaitingIndexBlocksHere(ctx context.Context) (int64, error) {
 	var blocks int64
 	err := row.Scan(&blocks)
 	return blocks, err
+}
+
+const workflowCancelPending = `-- name: WorkflowCancelPending :one
+SELECT cancel_pending FROM pgtask.workflows WHERE id = $1
+`
+
+// Whether maintenance still has steps of workflow @id to cancel.
+func (q *Queries) WorkflowCancelPending(ctx context.Context, id int64) (bool, error) {
+	row := q.db.QueryRow(ctx, workflowCancelPending, id)
+	var cancel_pending bool
+	err := row.Scan(&cancel_pending)
+	return cancel_pending, err
+}
+
+const workflowEdgeOutcome = `-- name: WorkflowEdgeOutcome :one
+SELECT coalesce(outcome::text, '')::text AS outcome FROM pgtask.workflow_edges WHERE parent = $1 AND child = $2
+`
+
+type WorkflowEdgeOutcomeParams struct {
+	Parent int64
+	Child  int64
+}
+
+// What step @child was told of its parent @parent (” nothing yet).
+func (q *Queries) WorkflowEdgeOutcome(ctx context.Context, arg WorkflowEdgeOutcomeParams) (string, error) {
+	row := q.db.QueryRow(ctx, workflowEdgeOutcome, arg.Parent, arg.Child)
+	var outcome string
+	err := row.Scan(&outcome)
+	return outcome, err
 }
 
 const workflowNotesLeft = `-- name: WorkflowNotesLeft :one

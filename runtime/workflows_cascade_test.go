@@ -1,0 +1,457 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/runtime"
+	"github.com/pgtask/pgtask/runtime/internal/testdb"
+)
+
+// A failure's cascade tells its steps a level at a time, not a step at a
+// time: the PL/pgSQL calls that an operator's cancel of a fan-out's root
+// makes in its transaction (each dependent with a dependent of its own
+// under each policy) are as many for 400 dependents as for 40. Made a
+// step at a time, they grow with the steps, and so does the time the
+// transaction holds its locks.
+func TestWorkflowCascadeCostsNoCallPerStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	cascade := func(n int) int64 {
+		wf := runtime.NewWorkflow("fan")
+		root := wf.Add(req("x"))
+		var children, cancelled, released []runtime.Step
+		for range n {
+			c := wf.Add(req("x"), runtime.After(root))
+			children = append(children, c)
+			cancelled = append(cancelled, wf.Add(req("x"), runtime.After(c)))
+			released = append(released, wf.Add(req("x"), runtime.AfterAnyway(c)))
+		}
+		enqueueIdle(t, b, wf)
+		tx := beginTx(t, b)
+		q := b.q.WithTx(tx)
+		if err := q.TrackPLFunctionCalls(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The counts a session has not reported yet include its earlier
+		// transactions': the cancel's are the difference.
+		before, err := q.FunctionCallsThisTransaction(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := runtime.CancelJob(ctx, tx, root.JobID()); err != nil || !ok {
+			t.Fatalf("cancel: %v %v", ok, err)
+		}
+		after, err := q.FunctionCallsThisTransaction(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := after - before
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range slices.Concat(children, cancelled) {
+			if j := b.job(t, s.JobID()); j.Status != testdb.PgtaskJobStatusCancelled {
+				t.Fatalf("step %d is %s, want cancelled", s.JobID(), j.Status)
+			}
+		}
+		for _, s := range released {
+			if j := b.job(t, s.JobID()); j.Status != testdb.PgtaskJobStatusQueued {
+				t.Fatalf("clean-up step %d is %s, want queued", s.JobID(), j.Status)
+			}
+		}
+		return calls
+	}
+	small, large := cascade(40), cascade(400)
+	t.Logf("PL/pgSQL calls of the cascade: %d for 40 dependents, %d for 400", small, large)
+	if small == 0 {
+		t.Fatal("no PL/pgSQL call counted for the cascade: the count measures nothing")
+	}
+	if large > small {
+		t.Fatalf("the cascade through 400 dependents made %d PL/pgSQL calls, through 40 %d: it works a step at a time", large, small)
+	}
+}
+
+// A wide fan-out whose root fails for good while three workers of each
+// mode work the workflow's other steps: the root's dependents c_i under
+// After, and theirs, are cancelled and never start; each clean-up step
+// a_i after c_i (AfterAnyway) and after a step o_i of its own (After) runs
+// once, only when c_i is cancelled and o_i succeeded. Some o_i finish at
+// the moment the root fails (they wait for one signal), the others while
+// the cascade is told, so finishers of the same a_i race: one takes its
+// waits row and the other leaves a note, and no note is left at the end.
+func TestWorkflowFailureCascadeUnderWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("cascade")
+	root := wf.Add(req("fails"))
+	type parent struct {
+		id   runtime.JobID
+		want runtime.Status
+	}
+	var doomed, anyway, others []runtime.Step
+	parents := map[runtime.JobID][]parent{}
+	for range 400 {
+		c := wf.Add(req("ok"), runtime.After(root))
+		o := wf.Add(req("other"))
+		others = append(others, o)
+		doomed = append(doomed, c, wf.Add(req("ok"), runtime.After(c)))
+		a := wf.Add(req("ok"), runtime.AfterAnyway(c), runtime.After(o))
+		parents[a.JobID()] = []parent{{c.JobID(), runtime.StatusCancelled}, {o.JobID(), runtime.StatusSucceeded}}
+		anyway = append(anyway, a)
+	}
+	for range 50 {
+		a := wf.Add(req("ok"), runtime.AfterAnyway(root))
+		parents[a.JobID()] = []parent{{root.JobID(), runtime.StatusFailed}}
+		anyway = append(anyway, a)
+	}
+	// The root and the first few o_i to start wait for the gate; fewer
+	// than the workers' slots, so that the root is always run.
+	const gated = 6
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	started := map[runtime.JobID]int{}
+	var bad []string
+	rootStarted, waiting := false, 0
+	check := func(ctx context.Context, job *runtime.Job) error {
+		mu.Lock()
+		started[job.ID]++
+		ps := parents[job.ID]
+		mu.Unlock()
+		for _, p := range ps {
+			j, err := runtime.GetJob(ctx, b.pool, p.id)
+			if err != nil {
+				return err
+			}
+			if j.Status != p.want {
+				mu.Lock()
+				bad = append(bad, "a step started while its parent was "+string(j.Status)+", not "+string(p.want))
+				mu.Unlock()
+			}
+		}
+		return nil
+	}
+	regs := []runtime.Registration{
+		{Kind: "ok", Handler: check},
+		{Kind: "other", Handler: func(ctx context.Context, job *runtime.Job) error {
+			mu.Lock()
+			started[job.ID]++
+			wait := waiting < gated
+			if wait {
+				waiting++
+			}
+			mu.Unlock()
+			if wait {
+				<-gate
+			}
+			return nil
+		}},
+		{Kind: "fails", Handler: func(ctx context.Context, job *runtime.Job) error {
+			mu.Lock()
+			rootStarted = true
+			mu.Unlock()
+			<-gate
+			return runtime.NoRetry(errors.New("broken"))
+		}},
+	}
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		for range 3 {
+			startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: mode, Concurrency: 2}},
+				MaintenanceInterval: 50 * time.Millisecond}, regs...)
+		}
+	}
+	id, err := wf.Enqueue(ctx, b.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		ready := rootStarted && waiting == gated
+		mu.Unlock()
+		if ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(gate)
+			t.Fatal("the root and the gated steps did not all start within 30s")
+		}
+	}
+	close(gate)
+	s := waitWorkflowProgress(t, b, id, 60*time.Second)
+	if s.Status != runtime.WorkflowFailed || s.Failed != 1 || s.Cancelled != len(doomed) || s.Succeeded != len(anyway)+len(others) {
+		t.Fatalf("workflow %+v", s)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 {
+		t.Fatalf("%d violations, first: %s", len(bad), bad[0])
+	}
+	for _, d := range doomed {
+		if started[d.JobID()] != 0 {
+			t.Fatalf("step %d under the failed root started", d.JobID())
+		}
+		if j := b.job(t, d.JobID()); j.Status != testdb.PgtaskJobStatusCancelled {
+			t.Fatalf("step %d under the failed root is %s", d.JobID(), j.Status)
+		}
+	}
+	for _, f := range slices.Concat(anyway, others) {
+		if started[f.JobID()] != 1 {
+			t.Fatalf("step %d started %d times", f.JobID(), started[f.JobID()])
+		}
+	}
+	if n, err := b.q.WorkflowNotesLeft(ctx); err != nil || n != 0 {
+		t.Fatalf("notes left: %d %v", n, err)
+	}
+	if n, err := b.q.WorkflowNotesWritten(ctx); err == nil {
+		t.Logf("notes left by finishers that met a locked waits row: %d", n)
+	}
+}
+
+// Diamonds under mixed policies over several levels, told as sets: a
+// step whose two parents are cancelled in the same level is cancelled
+// once, and its dependents are told once (a clean-up step after it counts
+// it once); a clean-up step after both of them counts each once and runs.
+// A retry of the root makes every step the cascade cancelled wait again,
+// and the whole workflow then runs, each step once.
+func TestWorkflowCascadeThroughDiamonds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("diamonds")
+	r := wf.Add(req("x"))
+	s := wf.Add(req("x"))
+	a := wf.Add(req("x"), runtime.After(r))
+	bb := wf.Add(req("x"), runtime.After(r))
+	d := wf.Add(req("x"), runtime.After(a), runtime.After(bb))
+	e := wf.Add(req("x"), runtime.AfterAnyway(d), runtime.After(s))
+	f := wf.Add(req("x"), runtime.After(d))
+	g := wf.Add(req("x"), runtime.AfterAnyway(a), runtime.AfterAnyway(bb))
+	h := wf.Add(req("x"), runtime.After(f), runtime.After(g))
+	id := enqueueIdle(t, b, wf)
+
+	if ok, err := runtime.CancelJob(ctx, b.pool, r.JobID()); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	status := func(st runtime.Step) testdb.PgtaskJobStatus { return b.job(t, st.JobID()).Status }
+	wait := func(st runtime.Step) testdb.WorkflowWaitRow {
+		w, err := b.q.WorkflowWait(ctx, int64(st.JobID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	for _, st := range []runtime.Step{a, bb, d, f, h} {
+		if got := status(st); got != testdb.PgtaskJobStatusCancelled {
+			t.Fatalf("step %d is %s, want cancelled", st.JobID(), got)
+		}
+	}
+	if w := wait(d); w.CancelledBy != int64(a.JobID()) && w.CancelledBy != int64(bb.JobID()) {
+		t.Fatalf("d cancelled by %d", w.CancelledBy)
+	}
+	for _, p := range []runtime.Step{a, bb} {
+		if o, err := b.q.WorkflowEdgeOutcome(ctx, testdb.WorkflowEdgeOutcomeParams{Parent: int64(p.JobID()), Child: int64(d.JobID())}); err != nil || o != "f" {
+			t.Fatalf("d was told %q of %d: %v", o, p.JobID(), err)
+		}
+	}
+	// e waits for s alone: d's failure counted once.
+	if w := wait(e); w.Remaining != 1 || status(e) != testdb.PgtaskJobStatusScheduled {
+		t.Fatalf("e waits for %d parents and is %s, want 1 and parked", w.Remaining, status(e))
+	}
+	// g counted both failures once each, and was released.
+	if w := wait(g); w.Remaining != 0 || status(g) != testdb.PgtaskJobStatusQueued {
+		t.Fatalf("g waits for %d parents and is %s, want 0 and queued", w.Remaining, status(g))
+	}
+	if _, err := b.q.FinishJobAs(ctx, testdb.FinishJobAsParams{ID: int64(s.JobID()), Status: testdb.PgtaskJobStatusSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(e); got != testdb.PgtaskJobStatusQueued {
+		t.Fatalf("e is %s after its last parent's success, want queued", got)
+	}
+
+	// The retry of the root: a, b, d, f and h wait again.
+	if ok, err := runtime.RetryJob(ctx, b.pool, r.JobID()); err != nil || !ok {
+		t.Fatalf("retry: %v %v", ok, err)
+	}
+	for _, st := range []runtime.Step{a, bb, d, f, h} {
+		if got := status(st); got != testdb.PgtaskJobStatusScheduled {
+			t.Fatalf("step %d is %s after the root's retry, want parked", st.JobID(), got)
+		}
+		if w := wait(st); w.CancelledBy != 0 {
+			t.Fatalf("step %d still cancelled by %d", st.JobID(), w.CancelledBy)
+		}
+	}
+	rec := newStepRecorder(b)
+	for _, st := range []runtime.Step{a, bb} {
+		rec.expect(st.JobID(), r.JobID())
+	}
+	rec.expect(d.JobID(), a.JobID(), bb.JobID())
+	rec.expect(f.JobID(), d.JobID())
+	rec.expect(h.JobID(), f.JobID(), g.JobID())
+	startWorker(t, b.url, runtime.Config{MaintenanceInterval: 50 * time.Millisecond}, rec.handler("x"))
+	if st := waitWorkflowProgress(t, b, id, 30*time.Second); st.Status != runtime.WorkflowSucceeded {
+		t.Fatalf("workflow %+v", st)
+	}
+	// s finished by hand; the others ran once each.
+	rec.verify(t, []runtime.JobID{r.JobID(), a.JobID(), bb.JobID(), d.JobID(), e.JobID(), f.JobID(), g.JobID(), h.JobID()})
+}
+
+// A cascade that crosses a grouped step lets its group move on, and a
+// workflow cancelled by a failure under AfterOrCancelWorkflow gives back
+// the slot of its limited step: the jobs waiting behind them run.
+func TestWorkflowCascadeFreesGroupsAndSlots(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	// A grouped step, parked at the head of its group, cancelled by the
+	// cascade: the group's next job runs.
+	wf := runtime.NewWorkflow("grouped")
+	r := wf.Add(req("x"))
+	c := wf.Add(req("x"), runtime.After(r))
+	g := wf.Add(req("x", runtime.WithGroup("g")), runtime.After(c))
+	enqueueIdle(t, b, wf)
+	next := enqueue(t, b.pool, "after", map[string]any{}, runtime.WithGroup("g"))
+	if ok, err := runtime.CancelJob(ctx, b.pool, r.JobID()); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	if j := b.job(t, g.JobID()); j.Status != testdb.PgtaskJobStatusCancelled {
+		t.Fatalf("grouped step is %s", j.Status)
+	}
+
+	// A limited step that runs, and two that wait for its slot, in a
+	// workflow that a failure cancels: the running one is asked to stop,
+	// the waiting ones are cancelled, and a job of the same key runs.
+	running := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	limitedStarts := 0
+	regs := []runtime.Registration{
+		noop("x"), noop("after"),
+		{Kind: "limited", Handler: func(ctx context.Context, job *runtime.Job) error {
+			mu.Lock()
+			limitedStarts++
+			mu.Unlock()
+			once.Do(func() { close(running) })
+			<-ctx.Done()
+			return ctx.Err()
+		}},
+		{Kind: "fails", Handler: func(ctx context.Context, job *runtime.Job) error {
+			select {
+			case <-running:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return runtime.NoRetry(errors.New("broken"))
+		}},
+	}
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		startWorker(t, b.url, runtime.Config{Queues: map[string]runtime.QueueConfig{runtime.DefaultQueue: {Mode: mode, Concurrency: 3}},
+			MaintenanceInterval: 50 * time.Millisecond}, regs...)
+	}
+	b.waitStatus(t, next, 30*time.Second, testdb.PgtaskJobStatusSucceeded)
+
+	wf = runtime.NewWorkflow("limited")
+	f := wf.Add(req("fails"))
+	wf.Add(req("x"), runtime.AfterOrCancelWorkflow(f))
+	for range 3 {
+		wf.Add(req("limited", runtime.WithLimit("k", 1)))
+	}
+	id, err := wf.Enqueue(ctx, b.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := waitWorkflowProgress(t, b, id, 30*time.Second)
+	if s.Status != runtime.WorkflowCancelled || s.Failed != 1 || s.Cancelled != 4 {
+		t.Fatalf("workflow %+v", s)
+	}
+	after := enqueue(t, b.pool, "after", map[string]any{}, runtime.WithLimit("k", 1))
+	b.waitStatus(t, after, 30*time.Second, testdb.PgtaskJobStatusSucceeded)
+	mu.Lock()
+	defer mu.Unlock()
+	if limitedStarts != 1 {
+		t.Fatalf("limited steps started %d times, want 1 (the others waited for its slot)", limitedStarts)
+	}
+}
+
+// A failure under 'w' deep in a cascade cancels the workflow before
+// anything of that level is released: r's cancel cancels a and bb, theirs
+// d, and d's failure cancels the workflow through w, so x (after d
+// anyway) is never released, and y, released a level earlier, is
+// cancelled with the rest.
+func TestWorkflowCascadeCancelsItsWorkflowDeepDown(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("deep-w")
+	r := wf.Add(req("x"))
+	a := wf.Add(req("x"), runtime.After(r))
+	bb := wf.Add(req("x"), runtime.After(r))
+	d := wf.Add(req("x"), runtime.After(a), runtime.After(bb))
+	y := wf.Add(req("x"), runtime.AfterAnyway(a))
+	w := wf.Add(req("x"), runtime.AfterOrCancelWorkflow(d))
+	x := wf.Add(req("x"), runtime.AfterAnyway(d))
+	id := enqueueIdle(t, b, wf)
+
+	if ok, err := runtime.CancelJob(ctx, b.pool, r.JobID()); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	for _, st := range []runtime.Step{r, a, bb, d, y, w, x} {
+		if got := b.job(t, st.JobID()).Status; got != testdb.PgtaskJobStatusCancelled {
+			t.Fatalf("step %d is %s, want cancelled", st.JobID(), got)
+		}
+	}
+	s, err := runtime.GetWorkflow(ctx, b.pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Status != runtime.WorkflowCancelled || s.Cancelled != 7 {
+		t.Fatalf("workflow %+v", s)
+	}
+	if pending, err := b.q.WorkflowCancelPending(ctx, int64(id)); err != nil || pending {
+		t.Fatalf("workflow's cancel left to maintenance: %v, %v", pending, err)
+	}
+}
+
+// A step two failed parents cancelled waits again once both are retried,
+// whichever is retried first: the retry of the parent not named as the
+// one that cancelled it resets that edge too.
+func TestWorkflowRetryOfBothParentsOfACancelledStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("two-parents")
+	p1 := wf.Add(req("x"))
+	p2 := wf.Add(req("x"))
+	d := wf.Add(req("x"), runtime.After(p1), runtime.After(p2))
+	enqueueIdle(t, b, wf)
+	for _, p := range []runtime.Step{p1, p2} {
+		if _, err := b.q.FinishJobAs(ctx, testdb.FinishJobAsParams{ID: int64(p.JobID()), Status: testdb.PgtaskJobStatusFailed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := b.q.WorkflowWait(ctx, int64(d.JobID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.CancelledBy != int64(p1.JobID()) {
+		t.Fatalf("d cancelled by %d, want %d", w.CancelledBy, p1.JobID())
+	}
+	// The other parent first, then the one named.
+	for _, p := range []runtime.Step{p2, p1} {
+		if ok, err := runtime.RetryJob(ctx, b.pool, p.JobID()); err != nil || !ok {
+			t.Fatalf("retry %d: %v %v", p.JobID(), ok, err)
+		}
+	}
+	if got := b.job(t, d.JobID()).Status; got != testdb.PgtaskJobStatusScheduled {
+		t.Fatalf("d is %s after both parents' retries, want parked", got)
+	}
+	if w, err := b.q.WorkflowWait(ctx, int64(d.JobID())); err != nil || w.CancelledBy != 0 || w.Remaining != 2 {
+		t.Fatalf("d waits for %d parents, cancelled by %d (%v); want 2 and none", w.Remaining, w.CancelledBy, err)
+	}
+}
