@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,9 @@ type production struct {
 	committed atomic.Int64 // jobs committed
 	handedOut atomic.Int64 // ids returned by Enqueue/EnqueueMany, committed or not
 	anomalies chan string  // a commit that took only part of its jobs
+	// cancels receives the committed workflows an operator is to cancel
+	// (see canceller); nil for none.
+	cancels chan<- plannedCancel
 }
 
 // producer enqueues one share of the jobs. Each transaction enqueues its
@@ -72,14 +76,25 @@ func (p *producer) run(ctx context.Context) error {
 		}
 		var err error
 		switch r := p.rng.Float64(); {
+		case r < 0.42:
+			err = p.commit(ctx, plainUnit(p.take(1+p.rng.IntN(40)), "batch"), false)
+		case r < 0.45 && !p.limited:
+			err = p.commit(ctx, p.planBatch(p.take(2+p.rng.IntN(19))), false)
 		case r < 0.45:
-			err = p.commit(ctx, p.take(1+p.rng.IntN(40)), "batch", false)
+			err = p.commit(ctx, plainUnit(p.take(1+p.rng.IntN(40)), "batch"), false)
 		case r < 0.80:
-			err = p.commit(ctx, p.take(1+p.rng.IntN(4)), "single", false)
+			err = p.commit(ctx, plainUnit(p.take(1+p.rng.IntN(4)), "single"), false)
 		case r < 0.85:
-			err = p.commit(ctx, p.take(1+p.rng.IntN(20)), "batch", true)
+			err = p.commit(ctx, plainUnit(p.take(1+p.rng.IntN(20)), "batch"), true)
 		case r < 0.90 && !p.limited:
-			err = p.commit(ctx, ungrouped(p.take(2+p.rng.IntN(30))), "workflow", false)
+			items := p.take(2 + p.rng.IntN(30))
+			if slices.ContainsFunc(items, func(it item) bool { return it.behavior == behavePoison }) {
+				// A poison job stays in its group, where check 5 holds it
+				// to its attempts: as a step, a failed parent could cancel it.
+				err = p.commit(ctx, plainUnit(items, "batch"), false)
+				break
+			}
+			err = p.commit(ctx, p.planWorkflow(items), false)
 		default:
 			err = p.rollback(ctx)
 		}
@@ -109,7 +124,7 @@ func (p *producer) runMarked(ctx context.Context) error {
 		if p.rng.IntN(2) == 0 {
 			how = "batch"
 		}
-		if err := p.commit(ctx, p.take(1), how, false); err != nil {
+		if err := p.commit(ctx, plainUnit(p.take(1), how), false); err != nil {
 			return err
 		}
 		p.flush(ctx, false)
@@ -169,9 +184,8 @@ func request(it item) (runtime.EnqueueRequest, error) {
 	return req, nil
 }
 
-// enqueue inserts items in tx, in one EnqueueMany or one Enqueue each. It
-// returns the ids it got, also when it fails part way.
-func enqueue(ctx context.Context, tx pgx.Tx, items []item, how string) ([]int64, error) {
+// requests are the enqueue requests of items.
+func requests(items []item) ([]runtime.EnqueueRequest, error) {
 	reqs := make([]runtime.EnqueueRequest, len(items))
 	for i, it := range items {
 		req, err := request(it)
@@ -180,10 +194,17 @@ func enqueue(ctx context.Context, tx pgx.Tx, items []item, how string) ([]int64,
 		}
 		reqs[i] = req
 	}
-	var ids []int64
-	if how == "workflow" {
-		return enqueueWorkflow(ctx, tx, items, reqs)
+	return reqs, nil
+}
+
+// enqueue inserts items in tx, in one EnqueueMany or one Enqueue each. It
+// returns the ids it got, also when it fails part way.
+func enqueue(ctx context.Context, tx pgx.Tx, items []item, how string) ([]int64, error) {
+	reqs, err := requests(items)
+	if err != nil {
+		return nil, err
 	}
+	var ids []int64
 	if how == "batch" {
 		got, err := runtime.EnqueueMany(ctx, tx, reqs)
 		if err != nil {
@@ -204,12 +225,168 @@ func enqueue(ctx context.Context, tx pgx.Tx, items []item, how string) ([]int64,
 	return ids, nil
 }
 
-// succeeds reports whether a job of behavior ends succeeded: only such
-// jobs are a workflow step's parents, so that check 1 holds of their
-// dependents too (the default policy cancels the dependents of a parent
-// that fails for good).
-func succeeds(behavior string) bool {
-	return behavior != behaveNoRetry && behavior != behavePoison
+// unit is what one producer transaction commits: its jobs, how they are
+// enqueued, how each must end, and for a workflow or a batch its shape.
+type unit struct {
+	items   []item
+	how     string // batch (EnqueueMany), single (Enqueue), workflow, batched (EnqueueBatch)
+	expects []string
+	flow    *flowPlan
+	batch   *batchPlan
+}
+
+// plainUnit is items enqueued with EnqueueMany or Enqueue: each ends as its
+// behavior says.
+func plainUnit(items []item, how string) unit {
+	u := unit{items: items, how: how, expects: make([]string, len(items))}
+	for i, it := range items {
+		u.expects[i] = expectOf(it.behavior)
+	}
+	return u
+}
+
+// flowPlan is a workflow's shape: each step's parents, and whether the
+// workflow must end cancelled as a whole.
+type flowPlan struct {
+	deps [][]flowDep
+	// cancelExpected: a parent whose edge says OrCancelWorkflow does not
+	// succeed, so the workflow must be cancelled as a whole.
+	cancelExpected bool
+	// operatorCancel: an operator cancels it (CancelWorkflowByID) soon
+	// after its commit, while its steps run.
+	operatorCancel bool
+}
+
+type flowDep struct {
+	parent int
+	policy runtime.FailurePolicy
+}
+
+// policyRank orders the failure policies as Workflow.Add does when a step
+// names one parent twice: the strictest wins.
+func policyRank(p runtime.FailurePolicy) int {
+	switch p {
+	case runtime.RunAnyway:
+		return 0
+	case runtime.CancelDependent:
+		return 1
+	}
+	return 2
+}
+
+// drawPolicy draws an edge's failure policy: mostly the default (After),
+// a quarter Anyway, some OrCancelWorkflow.
+func drawPolicy(rng *rand.Rand) runtime.FailurePolicy {
+	switch r := rng.Float64(); {
+	case r < 0.6:
+		return runtime.CancelDependent
+	case r < 0.85:
+		return runtime.RunAnyway
+	}
+	return runtime.CancelWorkflow
+}
+
+// Shares of the workflows with steps that fail for good, and of those an
+// operator cancels while they run; of the batches with a job that fails for
+// good, and of the callbacks that fail their first attempt.
+const (
+	flowFailShare     = 0.7
+	flowCancelShare   = 0.3
+	batchFailShare    = 0.5
+	callbackFailShare = 0.2
+)
+
+// planWorkflow makes items, taken out of their groups, a workflow: each
+// step after the first depends on an earlier one and the last also on all
+// the others (a chain, forks and a fan-in), each edge with a failure policy
+// drawn by drawPolicy (the fan-in's all After or all Anyway). Most
+// workflows get one or two steps that fail for good (NoRetry, or every
+// attempt until their last), not the last one. From the policies it works
+// out how each step must end: a step after a parent that does not succeed,
+// under After or OrCancelWorkflow, is cancelled and never runs; under
+// Anyway it runs. A workflow with such a parent under OrCancelWorkflow, or
+// one an operator cancels, may end any unfinished step cancelled.
+func (p *producer) planWorkflow(items []item) unit {
+	items = ungrouped(items)
+	n := len(items)
+	if n > 1 && p.rng.Float64() < flowFailShare {
+		for range 1 + p.rng.IntN(2) {
+			k := p.rng.IntN(n - 1)
+			items[k].behavior = []string{behaveNoRetry, behaveExhaust}[p.rng.IntN(2)]
+		}
+	}
+	fanIn := runtime.CancelDependent
+	if p.rng.IntN(2) == 0 {
+		fanIn = runtime.RunAnyway
+	}
+	fp := &flowPlan{deps: make([][]flowDep, n), operatorCancel: p.rng.Float64() < flowCancelShare}
+	for i := 1; i < n; i++ {
+		tree := (i - 1) / 2
+		fp.deps[i] = []flowDep{{tree, drawPolicy(p.rng)}}
+		if i < n-1 {
+			continue
+		}
+		for k := range i {
+			if k != tree {
+				fp.deps[i] = append(fp.deps[i], flowDep{k, fanIn})
+			} else if policyRank(fanIn) > policyRank(fp.deps[i][0].policy) {
+				fp.deps[i][0].policy = fanIn
+			}
+		}
+	}
+	u := unit{items: items, how: "workflow", expects: make([]string, n), flow: fp}
+	for i := range n {
+		u.expects[i] = expectOf(items[i].behavior)
+		for _, d := range fp.deps[i] {
+			if u.expects[d.parent] == endSucceeded {
+				continue
+			}
+			if d.policy != runtime.RunAnyway {
+				u.expects[i] = endCancelled
+			}
+			if d.policy == runtime.CancelWorkflow {
+				fp.cancelExpected = true
+			}
+		}
+	}
+	return u
+}
+
+// batchPlan is a batch's callbacks: what their handlers do, and whether
+// the OnFailure one must run.
+type batchPlan struct {
+	finish, failure string // behaviors of the OnFinish and OnFailure callbacks
+	expectFailure   bool
+}
+
+// planBatch makes items a batch (runtime.EnqueueBatch) with both callbacks.
+// Half the batches get a job that fails for good (NoRetry, or every attempt
+// until its last); a callback fails its first attempt now and then.
+func (p *producer) planBatch(items []item) unit {
+	items = slices.Clone(items)
+	if k := p.rng.IntN(len(items)); p.rng.Float64() < batchFailShare && items[k].behavior != behavePoison {
+		items[k].behavior = []string{behaveNoRetry, behaveExhaust}[p.rng.IntN(2)]
+	}
+	callback := func() string {
+		if p.rng.Float64() < callbackFailShare {
+			return behaveFail
+		}
+		return behaveOK
+	}
+	u := plainUnit(items, "batched")
+	u.batch = &batchPlan{finish: callback(), failure: callback(), expectFailure: slices.Contains(u.expects, endFailed)}
+	return u
+}
+
+// callbackRequest is a batch's callback: which is "finish" or "failure".
+func callbackRequest(which, behavior string) (*runtime.EnqueueRequest, error) {
+	body, err := json.Marshal(payload{Behavior: behavior, Callback: which})
+	if err != nil {
+		return nil, err
+	}
+	req := runtime.EnqueueRequest{Kind: kindCallback, Payload: body}
+	req.Apply(runtime.WithQueue(queueName), runtime.WithMaxAttempts(maxAttemptsOf(behavior)))
+	return &req, nil
 }
 
 // ungrouped takes items out of their groups: a workflow's steps here are
@@ -225,35 +402,64 @@ func ungrouped(items []item) []item {
 	return out
 }
 
-// enqueueWorkflow inserts items in tx as one workflow: each step after
-// the first depends on an earlier one that succeeds, and the last also on
-// all the others that succeed (a chain, forks and a fan-in), each step
-// in its group as any job. Check 10 holds its steps to their parents.
-func enqueueWorkflow(ctx context.Context, tx pgx.Tx, items []item, reqs []runtime.EnqueueRequest) ([]int64, error) {
+// enqueueWorkflow inserts u's items in tx as one workflow, with the
+// dependencies of u.flow, and returns their ids and the workflow's.
+func enqueueWorkflow(ctx context.Context, tx pgx.Tx, u unit) ([]int64, runtime.WorkflowID, error) {
+	reqs, err := requests(u.items)
+	if err != nil {
+		return nil, 0, err
+	}
 	wf := runtime.NewWorkflow("chaos")
-	steps := make([]runtime.Step, len(items))
-	for i := range items {
+	steps := make([]runtime.Step, len(reqs))
+	for i := range reqs {
 		var deps []runtime.StepOption
-		if i > 0 && succeeds(items[(i-1)/2].behavior) {
-			deps = append(deps, runtime.After(steps[(i-1)/2]))
-		}
-		if i == len(items)-1 {
-			for k := range i {
-				if succeeds(items[k].behavior) {
-					deps = append(deps, runtime.After(steps[k]))
-				}
+		for _, d := range u.flow.deps[i] {
+			switch d.policy {
+			case runtime.RunAnyway:
+				deps = append(deps, runtime.AfterAnyway(steps[d.parent]))
+			case runtime.CancelWorkflow:
+				deps = append(deps, runtime.AfterOrCancelWorkflow(steps[d.parent]))
+			default:
+				deps = append(deps, runtime.After(steps[d.parent]))
 			}
 		}
 		steps[i] = wf.Add(reqs[i], deps...)
 	}
-	if _, err := wf.Enqueue(ctx, tx); err != nil {
-		return nil, err
+	id, err := wf.Enqueue(ctx, tx)
+	if err != nil {
+		return nil, 0, err
 	}
-	ids := make([]int64, len(items))
-	for i, id := range wf.JobIDs() {
-		ids[i] = int64(id)
+	ids := make([]int64, len(reqs))
+	for i, jid := range wf.JobIDs() {
+		ids[i] = int64(jid)
 	}
-	return ids, nil
+	return ids, id, nil
+}
+
+// enqueueBatched inserts u's items in tx as one batch with both callbacks
+// and returns their ids and the batch's.
+func enqueueBatched(ctx context.Context, tx pgx.Tx, u unit) ([]int64, runtime.BatchID, error) {
+	reqs, err := requests(u.items)
+	if err != nil {
+		return nil, 0, err
+	}
+	onFinish, err := callbackRequest("finish", u.batch.finish)
+	if err != nil {
+		return nil, 0, err
+	}
+	onFailure, err := callbackRequest("failure", u.batch.failure)
+	if err != nil {
+		return nil, 0, err
+	}
+	id, got, err := runtime.EnqueueBatch(ctx, tx, reqs, runtime.BatchOptions{OnFinish: onFinish, OnFailure: onFailure})
+	if err != nil {
+		return nil, 0, err
+	}
+	ids := make([]int64, len(got))
+	for i, jid := range got {
+		ids[i] = int64(jid)
+	}
+	return ids, id, nil
 }
 
 // ghosts are jobs enqueued only to be rolled back, into this producer's
@@ -281,19 +487,20 @@ func groupsOf(items []item) []string {
 	return out
 }
 
-// commit enqueues items in one transaction and commits it, trying again
-// after a failure until the items are committed (the same items, so each
-// group's order stays). With ghostsFirst the transaction first enqueues some
-// ghosts in a savepoint and rolls back to it.
-func (p *producer) commit(ctx context.Context, items []item, how string, ghostsFirst bool) error {
+// commit enqueues u in one transaction and commits it, trying again
+// after a failure until it is committed (the same items, so each group's
+// order stays). With ghostsFirst the transaction first enqueues some
+// ghosts in a savepoint and rolls back to it. A committed workflow an
+// operator is to cancel goes to the canceller.
+func (p *producer) commit(ctx context.Context, u unit, ghostsFirst bool) error {
 	backoff := 50 * time.Millisecond
 	for {
-		ids, pid, err := p.tryCommit(ctx, items, how, ghostsFirst)
+		ids, wf, pid, err := p.tryCommit(ctx, u, ghostsFirst)
 		if ids != nil {
 			p.handedOut.Add(int64(len(ids)))
 		}
 		if err == nil {
-			p.committedItems(len(items))
+			p.committedUnit(ctx, u, wf)
 			return nil
 		}
 		var unknown *commitUnknown
@@ -303,18 +510,32 @@ func (p *producer) commit(ctx context.Context, items []item, how string, ghostsF
 				return err
 			}
 			if committed {
-				p.committedItems(len(items))
+				p.committedUnit(ctx, u, wf)
 				return nil
 			}
 		}
 		if len(ids) > 0 {
-			p.pending = append(p.pending, notCommitted{ids: ids, groups: groupsOf(items[:len(ids)]), reason: "failed"})
+			p.pending = append(p.pending, notCommitted{ids: ids, groups: groupsOf(u.items[:len(ids)]), reason: "failed"})
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		sleep(ctx, backoff)
 		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// committedUnit counts u's jobs as committed and hands a workflow an
+// operator is to cancel to the canceller, due within cancelWithin.
+func (p *producer) committedUnit(ctx context.Context, u unit, wf runtime.WorkflowID) {
+	p.committedItems(len(u.items))
+	if u.flow == nil || !u.flow.operatorCancel || p.cancels == nil {
+		return
+	}
+	due := time.Now().Add(time.Duration(p.rng.Int64N(int64(cancelWithin))))
+	select {
+	case p.cancels <- plannedCancel{id: wf, due: due}:
+	case <-ctx.Done():
 	}
 }
 
@@ -328,11 +549,12 @@ type commitUnknown struct{ err error }
 
 func (e *commitUnknown) Error() string { return "commit: " + e.err.Error() }
 
-// tryCommit returns the ids it was handed and the transaction's backend pid.
-func (p *producer) tryCommit(ctx context.Context, items []item, how string, ghostsFirst bool) ([]int64, uint32, error) {
+// tryCommit returns the ids it was handed, the workflow's id for a
+// workflow, and the transaction's backend pid.
+func (p *producer) tryCommit(ctx context.Context, u unit, ghostsFirst bool) ([]int64, runtime.WorkflowID, uint32, error) {
 	tx, err := p.pool.Begin(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
 	pid := tx.Conn().PgConn().PID()
@@ -340,7 +562,7 @@ func (p *producer) tryCommit(ctx context.Context, items []item, how string, ghos
 		ghosts := p.ghosts(1 + p.rng.IntN(5))
 		sp, err := tx.Begin(ctx)
 		if err != nil {
-			return nil, pid, err
+			return nil, 0, pid, err
 		}
 		gids, gerr := enqueue(ctx, sp, ghosts, "batch")
 		if len(gids) > 0 {
@@ -348,38 +570,64 @@ func (p *producer) tryCommit(ctx context.Context, items []item, how string, ghos
 			p.pending = append(p.pending, notCommitted{ids: gids, groups: groupsOf(ghosts), reason: "savepoint"})
 		}
 		if err := sp.Rollback(ctx); err != nil {
-			return nil, pid, err
+			return nil, 0, pid, err
 		}
 		if gerr != nil {
-			return nil, pid, gerr
+			return nil, 0, pid, gerr
 		}
 	}
-	ids, err := enqueue(ctx, tx, items, how)
-	if err != nil {
-		return ids, pid, err
+	var ids []int64
+	var wf runtime.WorkflowID
+	var batch runtime.BatchID
+	switch u.how {
+	case "workflow":
+		ids, wf, err = enqueueWorkflow(ctx, tx, u)
+	case "batched":
+		ids, batch, err = enqueueBatched(ctx, tx, u)
+	default:
+		ids, err = enqueue(ctx, tx, u.items, u.how)
 	}
-	seqs := make([]int32, len(items))
-	behaviors := make([]string, len(items))
-	limitKeys := make([]string, len(items))
-	limitMaxes := make([]int32, len(items))
-	for i, it := range items {
+	if err != nil {
+		return ids, 0, pid, err
+	}
+	seqs := make([]int32, len(u.items))
+	behaviors := make([]string, len(u.items))
+	limitKeys := make([]string, len(u.items))
+	limitMaxes := make([]int32, len(u.items))
+	for i, it := range u.items {
 		seqs[i] = int32(it.seq)
 		behaviors[i] = it.behavior
 		if it.limit != nil {
 			limitKeys[i], limitMaxes[i] = it.limit.key, int32(it.limit.max)
 		}
 	}
-	err = chaosdb.New(tx).RecordEnqueued(ctx, chaosdb.RecordEnqueuedParams{
-		JobIds: ids, GroupKeys: groupsOf(items), Seqs: seqs, Behaviors: behaviors, How: how,
-		LimitKeys: limitKeys, LimitMaxes: limitMaxes,
+	q := chaosdb.New(tx)
+	err = q.RecordEnqueued(ctx, chaosdb.RecordEnqueuedParams{
+		JobIds: ids, GroupKeys: groupsOf(u.items), Seqs: seqs, Behaviors: behaviors, How: u.how,
+		LimitKeys: limitKeys, LimitMaxes: limitMaxes, Expects: u.expects,
 	})
 	if err != nil {
-		return ids, pid, err
+		return ids, 0, pid, err
+	}
+	switch {
+	case u.flow != nil:
+		err = q.RecordWorkflow(ctx, chaosdb.RecordWorkflowParams{
+			WorkflowID: int64(wf), Steps: int32(len(ids)),
+			CancelExpected: u.flow.cancelExpected, OperatorCancel: u.flow.operatorCancel,
+		})
+	case u.batch != nil:
+		err = q.RecordBatch(ctx, chaosdb.RecordBatchParams{
+			BatchID: int64(batch), Jobs: int32(len(ids)), ExpectFailure: u.batch.expectFailure,
+			FinishBehavior: u.batch.finish, FailureBehavior: u.batch.failure,
+		})
+	}
+	if err != nil {
+		return ids, 0, pid, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return ids, pid, &commitUnknown{err}
+		return ids, wf, pid, &commitUnknown{err}
 	}
-	return ids, pid, nil
+	return ids, wf, pid, nil
 }
 
 // settle finds out whether a transaction whose COMMIT failed committed:
@@ -467,4 +715,59 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// cancelWithin bounds how long after its commit an operator cancels a
+// workflow planned for it: soon, while its steps run.
+const cancelWithin = time.Second
+
+// plannedCancel is a workflow an operator is to cancel, and when.
+type plannedCancel struct {
+	id  runtime.WorkflowID
+	due time.Time
+}
+
+// canceller is the operator who cancels workflows as a whole
+// (runtime.CancelWorkflowByID) while their steps run: each workflow the
+// producers planned it for, once its due time has come. Each cancel runs in
+// a transaction that also records it in pgtask_chaos.operator_cancels, so
+// the record exists if and only if the cancel committed; a cancel that
+// failed is tried again (a second cancel of a cancelled workflow marks
+// nothing) until it is committed or the run ends.
+type canceller struct {
+	pool *pgxpool.Pool
+	in   chan plannedCancel
+}
+
+func (c *canceller) run(ctx context.Context) {
+	for pc := range c.in {
+		if ctx.Err() != nil {
+			continue // the run is over: drain
+		}
+		sleep(ctx, time.Until(pc.due))
+		backoff := 50 * time.Millisecond
+		for ctx.Err() == nil {
+			if err := c.cancel(ctx, pc.id); err == nil {
+				break
+			}
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, time.Second)
+		}
+	}
+}
+
+func (c *canceller) cancel(ctx context.Context, id runtime.WorkflowID) error {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	marked, err := runtime.CancelWorkflowByID(ctx, tx, id)
+	if err != nil {
+		return err
+	}
+	if err := chaosdb.New(tx).RecordOperatorCancel(ctx, chaosdb.RecordOperatorCancelParams{WorkflowID: int64(id), Marked: marked}); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
