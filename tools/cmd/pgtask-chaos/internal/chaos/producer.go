@@ -56,6 +56,10 @@ type producer struct {
 	// spread over the whole run (they are far fewer than the others).
 	limited bool
 	own     struct{ total, committed int }
+	// flows and batches count the workflows and batches planned so far:
+	// every third workflow is cancelled by an operator, every other batch
+	// has a job that fails for good.
+	flows, batches int
 
 	pending []notCommitted // not yet recorded
 }
@@ -286,13 +290,10 @@ func drawPolicy(rng *rand.Rand) runtime.FailurePolicy {
 	return runtime.CancelWorkflow
 }
 
-// Shares of the workflows with steps that fail for good, and of those an
-// operator cancels while they run; of the batches with a job that fails for
-// good, and of the callbacks that fail their first attempt.
+// Shares of the workflows with steps that fail for good, and of the
+// callbacks that fail their first attempt.
 const (
 	flowFailShare     = 0.7
-	flowCancelShare   = 0.3
-	batchFailShare    = 0.5
 	callbackFailShare = 0.2
 )
 
@@ -305,7 +306,8 @@ const (
 // out how each step must end: a step after a parent that does not succeed,
 // under After or OrCancelWorkflow, is cancelled and never runs; under
 // Anyway it runs. A workflow with such a parent under OrCancelWorkflow, or
-// one an operator cancels, may end any unfinished step cancelled.
+// one an operator cancels (every third, the first included), may end any
+// unfinished step cancelled.
 func (p *producer) planWorkflow(items []item) unit {
 	items = ungrouped(items)
 	n := len(items)
@@ -319,7 +321,8 @@ func (p *producer) planWorkflow(items []item) unit {
 	if p.rng.IntN(2) == 0 {
 		fanIn = runtime.RunAnyway
 	}
-	fp := &flowPlan{deps: make([][]flowDep, n), operatorCancel: p.rng.Float64() < flowCancelShare}
+	fp := &flowPlan{deps: make([][]flowDep, n), operatorCancel: p.flows%3 == 0}
+	p.flows++
 	for i := 1; i < n; i++ {
 		tree := (i - 1) / 2
 		fp.deps[i] = []flowDep{{tree, drawPolicy(p.rng)}}
@@ -360,13 +363,15 @@ type batchPlan struct {
 }
 
 // planBatch makes items a batch (runtime.EnqueueBatch) with both callbacks.
-// Half the batches get a job that fails for good (NoRetry, or every attempt
-// until its last); a callback fails its first attempt now and then.
+// Every other batch (the first included) gets a job that fails for good
+// (NoRetry, or every attempt until its last); a callback fails its first
+// attempt now and then.
 func (p *producer) planBatch(items []item) unit {
 	items = slices.Clone(items)
-	if k := p.rng.IntN(len(items)); p.rng.Float64() < batchFailShare && items[k].behavior != behavePoison {
+	if k := p.rng.IntN(len(items)); p.batches%2 == 0 && items[k].behavior != behavePoison {
 		items[k].behavior = []string{behaveNoRetry, behaveExhaust}[p.rng.IntN(2)]
 	}
+	p.batches++
 	callback := func() string {
 		if p.rng.Float64() < callbackFailShare {
 			return behaveFail
