@@ -704,16 +704,20 @@ SELECT (SELECT count(*) FROM pgtask.workflows)::bigint AS workflows,
 -- 11. Each batch's callbacks (runtime.EnqueueBatch with OnFinish and
 -- OnFailure): OnFinish succeeded, with exactly one committed effect and one
 -- committed record of its summary (callback_runs, written through
--- job.Tx()); no attempt of it started before the batch's last job had
--- finished (its finished_at, committed before the batch could end), nor
--- while a job was unfinished; its summary says finished, with the batch's
--- jobs' outcomes as counted now. OnFailure the same, exactly once, if and
--- only if a job of the batch failed for good: no attempt of it before the
--- first failure was recorded, and its summary says not finished, with a
+-- job.Tx()); no attempt of it started (its handler's start, after the
+-- claim, after the release) before the batch's last job had finished (its
+-- finished_at, committed before the batch could end) or before the batch
+-- ended (pgtask.batches.finished_at, stamped in the transaction that
+-- releases the callback), nor with a job unfinished or the batch not ended
+-- now; its summary says finished, with the batch's jobs' outcomes as
+-- counted now. OnFailure the same, exactly once, if and only if a job of
+-- the batch failed for good: no attempt of it before the first failure's
+-- finished_at, nor before the failure was found (failed_at, stamped in the
+-- transaction that releases it); and its summary says not finished, with a
 -- failure, and counts no more than the batch ended with; with no failure it
 -- never ran and ended cancelled.
 WITH b AS (
-    SELECT x.batch_id, pb.on_finish, pb.on_failure, pb.finished_at AS ended_at,
+    SELECT x.batch_id, pb.on_finish, pb.on_failure, pb.finished_at AS ended_at, pb.failed_at AS failure_found_at,
            count(j.id) AS total,
            count(j.id) FILTER (WHERE j.status = 'succeeded') AS succeeded,
            count(j.id) FILTER (WHERE j.status = 'failed') AS failed,
@@ -724,13 +728,13 @@ WITH b AS (
       FROM pgtask_chaos.batches x
       JOIN pgtask.batches pb ON pb.id = x.batch_id
       LEFT JOIN pgtask.jobs j ON j.batch_id = x.batch_id AND j.id <> pb.on_finish AND j.id <> pb.on_failure
-     GROUP BY x.batch_id, pb.on_finish, pb.on_failure, pb.finished_at
+     GROUP BY x.batch_id, pb.on_finish, pb.on_failure, pb.finished_at, pb.failed_at
 ), k AS (
     SELECT b.batch_id, 'OnFinish'::text AS which, b.on_finish AS job_id FROM b
     UNION ALL
     SELECT b.batch_id, 'OnFailure'::text, b.on_failure FROM b
 ), cb AS (
-    SELECT b.batch_id, b.ended_at, b.total, b.succeeded, b.failed, b.cancelled, b.unfinished,
+    SELECT b.batch_id, b.ended_at, b.failure_found_at, b.total, b.succeeded, b.failed, b.cancelled, b.unfinished,
            b.last_finished, b.first_failed, k.which, k.job_id, cj.status, cj.attempts,
            (SELECT count(*) FROM pgtask_chaos.callback_runs r WHERE r.job_id = k.job_id) AS runs,
            (SELECT count(*) FROM pgtask_chaos.effects f WHERE f.job_id = k.job_id) AS effects,
@@ -759,13 +763,15 @@ SELECT cb.batch_id, 'started before the batch ended',
               coalesce('at ' || cb.ended_at::text, 'never'))
   FROM cb
  WHERE cb.which = 'OnFinish' AND cb.first_start IS NOT NULL
-   AND (cb.unfinished > 0 OR cb.ended_at IS NULL OR cb.last_finished IS NULL OR cb.first_start < cb.last_finished)
+   AND (cb.unfinished > 0 OR cb.ended_at IS NULL OR cb.last_finished IS NULL
+        OR cb.first_start < cb.last_finished OR cb.first_start < cb.ended_at)
 UNION ALL
 SELECT cb.batch_id, 'started before a failure',
-       format('batch %s: OnFailure callback %s first started at %s; the batch''s first failure finished at %s',
-              cb.batch_id, cb.job_id, cb.first_start, cb.first_failed)
+       format('batch %s: OnFailure callback %s first started at %s; the batch''s first failure finished at %s, was found %s',
+              cb.batch_id, cb.job_id, cb.first_start, cb.first_failed, coalesce('at ' || cb.failure_found_at::text, 'never'))
   FROM cb
- WHERE cb.which = 'OnFailure' AND cb.failed > 0 AND cb.first_start IS NOT NULL AND cb.first_start < cb.first_failed
+ WHERE cb.which = 'OnFailure' AND cb.failed > 0 AND cb.first_start IS NOT NULL
+   AND (cb.first_start < cb.first_failed OR cb.failure_found_at IS NULL OR cb.first_start < cb.failure_found_at)
 UNION ALL
 SELECT cb.batch_id, 'wrong summary',
        format('batch %s: %s callback %s (attempt %s) read total %s, succeeded %s, failed %s, cancelled %s, deleted %s, finished %s; the batch has total %s, succeeded %s, failed %s, cancelled %s',
