@@ -560,10 +560,13 @@ UNION ALL
 SELECT j.id, 'error history',
        format('job %s %s after %s attempts has error entries for attempts %s',
               j.id, j.status, j.attempts,
-              coalesce((SELECT string_agg(e.attempt::text, ',' ORDER BY e.attempt) FROM errs e WHERE e.job_id = j.id), 'none'))
+              coalesce((SELECT string_agg(x->>'attempt', ',' ORDER BY (x->>'attempt')::integer)
+                          FROM jsonb_array_elements(j.errors) x), 'none'))
   FROM pgtask.jobs j
  WHERE j.status IN ('succeeded', 'failed')
-   AND (SELECT coalesce(array_agg(e.attempt ORDER BY e.attempt), '{}') FROM errs e WHERE e.job_id = j.id)
+   -- Each job's own entries, not a look through every job's for each.
+   AND (SELECT coalesce(array_agg((x->>'attempt')::integer ORDER BY (x->>'attempt')::integer), '{}')
+          FROM jsonb_array_elements(j.errors) x)
        IS DISTINCT FROM
        (SELECT coalesce(array_agg(g.n ORDER BY g.n), '{}')
           FROM generate_series(1, j.attempts - CASE WHEN j.status = 'succeeded' THEN 1 ELSE 0 END) g(n))
