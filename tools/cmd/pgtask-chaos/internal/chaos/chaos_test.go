@@ -126,13 +126,16 @@ func TestChaos(t *testing.T) {
 	}
 	// Some jobs were workflow steps, some of them cancelled after a failure
 	// or by an operator, so check 10 held steps to failed parents and to
-	// their workflow's cancel; and some were batches, one with a failure, so
-	// check 11 held both kinds of callback to their batch.
-	if w := res.Workflows; j.ByHow["workflow"] == 0 || w.StepsCancelled == 0 || w.OperatorCancels == 0 {
-		t.Errorf("workflows %+v: want some, with cancelled steps and an operator's cancel", w)
+	// their workflow's cancel; and some were batches, with a failure and
+	// without, so check 11 held both kinds of callback to their batch.
+	if w := res.Workflows; j.ByHow["workflow"] == 0 || w.StepsCancelled == 0 || w.OperatorCancels == 0 ||
+		w.AnywayRan == 0 || w.CancelledByFailure == 0 {
+		t.Errorf("workflows %+v: want some, with cancelled steps, a step run after a failed parent under Anyway, "+
+			"one cancelled by a failure and one by an operator", w)
 	}
-	if b := res.Batches; j.ByHow["batched"] == 0 || b.WithFailure == 0 || b.FailureRuns == 0 || b.FinishRuns == 0 {
-		t.Errorf("batches %+v: want some, one with a failure, and callbacks of both kinds run", b)
+	if b := res.Batches; j.ByHow["batched"] == 0 || b.WithFailure == 0 || b.Batches <= b.WithFailure ||
+		b.FailureRuns == 0 || b.FinishRuns == 0 {
+		t.Errorf("batches %+v: want some, with a failure and without, and callbacks of both kinds run", b)
 	}
 	t.Logf("workflows %+v; batches %+v", res.Workflows, res.Batches)
 	if res.Jobs.NotCommitted["rollback"] == 0 || res.Jobs.NotCommitted["savepoint"] == 0 {

@@ -56,9 +56,9 @@ type producer struct {
 	// spread over the whole run (they are far fewer than the others).
 	limited bool
 	own     struct{ total, committed int }
-	// flows and batches count the workflows and batches planned so far:
-	// every third workflow is cancelled by an operator, every other batch
-	// has a job that fails for good.
+	// flows and batches count the workflows and batches planned so far,
+	// from the producer's index on: every third workflow is cancelled by an
+	// operator, every other batch has a job that fails for good.
 	flows, batches int
 
 	pending []notCommitted // not yet recorded
@@ -300,13 +300,15 @@ const (
 // planWorkflow makes items, taken out of their groups, a workflow: each
 // step after the first depends on an earlier one and the last also on all
 // the others (a chain, forks and a fan-in), each edge with a failure policy
-// drawn by drawPolicy (the fan-in's all After or all Anyway). Most
+// drawn by drawPolicy, except the fan-in's: its edges from the steps other
+// than its tree parent are all After or all Anyway, and its edge from its
+// tree parent takes the stricter of that and its own draw. Most
 // workflows get one or two steps that fail for good (NoRetry, or every
 // attempt until their last), not the last one. From the policies it works
 // out how each step must end: a step after a parent that does not succeed,
 // under After or OrCancelWorkflow, is cancelled and never runs; under
 // Anyway it runs. A workflow with such a parent under OrCancelWorkflow, or
-// one an operator cancels (every third, the first included), may end any
+// one an operator cancels (every third), may end any
 // unfinished step cancelled.
 func (p *producer) planWorkflow(items []item) unit {
 	items = ungrouped(items)
@@ -363,7 +365,7 @@ type batchPlan struct {
 }
 
 // planBatch makes items a batch (runtime.EnqueueBatch) with both callbacks.
-// Every other batch (the first included) gets a job that fails for good
+// Every other batch gets a job that fails for good
 // (NoRetry, or every attempt until its last); a callback fails its first
 // attempt now and then.
 func (p *producer) planBatch(items []item) unit {

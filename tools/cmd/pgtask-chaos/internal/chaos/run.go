@@ -201,6 +201,11 @@ func (o *orchestrator) run(ctx context.Context) bool {
 	producers := make([]*producer, producerCount, producerCount+2)
 	for i := range producerCount {
 		producers[i] = &producer{production: o.prod, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(10+i))), items: items[i], groups: groups[i]}
+		// Each producer's turns start at its index, so that even a short
+		// run, with a workflow or a batch or two per producer, has
+		// workflows both cancelled by an operator and not, and batches
+		// both with a failure and without.
+		producers[i].flows, producers[i].batches = i, i
 	}
 	if len(long) > 0 {
 		producers = append(producers, &producer{
