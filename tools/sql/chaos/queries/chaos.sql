@@ -27,10 +27,10 @@ WITH b AS (
     RETURNING batch_id, expect_failure
 )
 INSERT INTO pgtask_chaos.enqueued (job_id, group_key, seq, behavior, how, expect, callback)
-SELECT pb.on_finish, NULL, 0, @finish_behavior::text, 'batched', 'succeeded', 'finish'
+SELECT pb.on_finish, NULL, 0, @finish_behavior::text, 'enqueue_batch', 'succeeded', 'finish'
   FROM b JOIN pgtask.batches pb ON pb.id = b.batch_id
 UNION ALL
-SELECT pb.on_failure, NULL, 0, @failure_behavior::text, 'batched',
+SELECT pb.on_failure, NULL, 0, @failure_behavior::text, 'enqueue_batch',
        CASE WHEN b.expect_failure THEN 'succeeded' ELSE 'cancelled' END, 'failure'
   FROM b JOIN pgtask.batches pb ON pb.id = b.batch_id;
 

@@ -15,8 +15,9 @@ CREATE TABLE pgtask_chaos.enqueued (
     -- What the handler does: ok, fail, fail2, panic, timeout, noretry,
     -- exhaust, poison, long.
     behavior  text NOT NULL,
-    -- batch (EnqueueMany), single (Enqueue), workflow (Workflow.Enqueue)
-    -- or batched (EnqueueBatch, its jobs and callbacks).
+    -- enqueue_many (EnqueueMany), enqueue (Enqueue), workflow
+    -- (Workflow.Enqueue) or enqueue_batch (EnqueueBatch, its jobs and
+    -- callbacks).
     how       text NOT NULL,
     -- The job's concurrency limit (runtime.WithLimit) when limit_max is set:
     -- at most limit_max jobs of limit_key ('' for the queue's own limit) run

@@ -133,7 +133,7 @@ func TestChaos(t *testing.T) {
 		t.Errorf("workflows %+v: want some, with cancelled steps, a step run after a failed parent under Anyway, "+
 			"one cancelled by a failure and one by an operator", w)
 	}
-	if b := res.Batches; j.ByHow["batched"] == 0 || b.WithFailure == 0 || b.Batches <= b.WithFailure ||
+	if b := res.Batches; j.ByHow["enqueue_batch"] == 0 || b.WithFailure == 0 || b.Batches <= b.WithFailure ||
 		b.FailureRuns == 0 || b.FinishRuns == 0 {
 		t.Errorf("batches %+v: want some, with a failure and without, and callbacks of both kinds run", b)
 	}

@@ -140,7 +140,7 @@ func flow(behaviors []string, expects []string, deps [][]flowDep, cancelExpected
 	for i, b := range behaviors {
 		items[i] = item{seq: i, behavior: b}
 	}
-	return unit{items: items, how: "workflow", expects: expects,
+	return unit{items: items, how: howWorkflow, expects: expects,
 		flow: &flowPlan{deps: deps, cancelExpected: cancelExpected, operatorCancel: operatorCancel}}
 }
 
@@ -313,7 +313,7 @@ func TestCheckBatchCallbacks(t *testing.T) {
 		for i, b := range behaviors {
 			items[i] = item{seq: i, behavior: b}
 		}
-		u := plainUnit(items, "batched")
+		u := plainUnit(items, howEnqueueBatch)
 		u.batch = &batchPlan{finish: behaveOK, failure: behaveOK, expectFailure: slices.Contains(u.expects, endFailed)}
 		return u
 	}

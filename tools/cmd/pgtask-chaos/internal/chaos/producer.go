@@ -81,21 +81,21 @@ func (p *producer) run(ctx context.Context) error {
 		var err error
 		switch r := p.rng.Float64(); {
 		case r < 0.42:
-			err = p.commit(ctx, plainUnit(p.take(1+p.rng.IntN(40)), "batch"), false)
+			err = p.commit(ctx, plainUnit(p.take(1+p.rng.IntN(40)), howEnqueueMany), false)
 		case r < 0.45 && !p.limited:
 			err = p.commit(ctx, p.planBatch(p.take(2+p.rng.IntN(19))), false)
 		case r < 0.45:
-			err = p.commit(ctx, plainUnit(p.take(1+p.rng.IntN(40)), "batch"), false)
+			err = p.commit(ctx, plainUnit(p.take(1+p.rng.IntN(40)), howEnqueueMany), false)
 		case r < 0.80:
-			err = p.commit(ctx, plainUnit(p.take(1+p.rng.IntN(4)), "single"), false)
+			err = p.commit(ctx, plainUnit(p.take(1+p.rng.IntN(4)), howEnqueue), false)
 		case r < 0.85:
-			err = p.commit(ctx, plainUnit(p.take(1+p.rng.IntN(20)), "batch"), true)
+			err = p.commit(ctx, plainUnit(p.take(1+p.rng.IntN(20)), howEnqueueMany), true)
 		case r < 0.90 && !p.limited:
 			items := p.take(2 + p.rng.IntN(30))
 			if slices.ContainsFunc(items, func(it item) bool { return it.behavior == behavePoison }) {
 				// A poison job stays in its group, where check 5 holds it
 				// to its attempts: as a step, a failed parent could cancel it.
-				err = p.commit(ctx, plainUnit(items, "batch"), false)
+				err = p.commit(ctx, plainUnit(items, howEnqueueMany), false)
 				break
 			}
 			err = p.commit(ctx, p.planWorkflow(items), false)
@@ -124,9 +124,9 @@ func (p *producer) runMarked(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		how := "single"
+		how := howEnqueue
 		if p.rng.IntN(2) == 0 {
-			how = "batch"
+			how = howEnqueueMany
 		}
 		if err := p.commit(ctx, plainUnit(p.take(1), how), false); err != nil {
 			return err
@@ -209,7 +209,7 @@ func enqueue(ctx context.Context, tx pgx.Tx, items []item, how string) ([]int64,
 		return nil, err
 	}
 	var ids []int64
-	if how == "batch" {
+	if how == howEnqueueMany {
 		got, err := runtime.EnqueueMany(ctx, tx, reqs)
 		if err != nil {
 			return nil, err
@@ -233,11 +233,19 @@ func enqueue(ctx context.Context, tx pgx.Tx, items []item, how string) ([]int64,
 // enqueued, how each must end, and for a workflow or a batch its shape.
 type unit struct {
 	items   []item
-	how     string // batch (EnqueueMany), single (Enqueue), workflow, batched (EnqueueBatch)
+	how     string // one of the how values below
 	expects []string
 	flow    *flowPlan
 	batch   *batchPlan
 }
+
+// How a unit's jobs are enqueued, as recorded in pgtask_chaos.enqueued.how.
+const (
+	howEnqueueMany  = "enqueue_many"  // runtime.EnqueueMany
+	howEnqueue      = "enqueue"       // runtime.Enqueue, one call a job
+	howWorkflow     = "workflow"      // Workflow.Enqueue
+	howEnqueueBatch = "enqueue_batch" // runtime.EnqueueBatch, with both callbacks
+)
 
 // plainUnit is items enqueued with EnqueueMany or Enqueue: each ends as its
 // behavior says.
@@ -339,7 +347,7 @@ func (p *producer) planWorkflow(items []item) unit {
 			}
 		}
 	}
-	u := unit{items: items, how: "workflow", expects: make([]string, n), flow: fp}
+	u := unit{items: items, how: howWorkflow, expects: make([]string, n), flow: fp}
 	for i := range n {
 		u.expects[i] = expectOf(items[i].behavior)
 		for _, d := range fp.deps[i] {
@@ -380,7 +388,7 @@ func (p *producer) planBatch(items []item) unit {
 		}
 		return behaveOK
 	}
-	u := plainUnit(items, "batched")
+	u := plainUnit(items, howEnqueueBatch)
 	u.batch = &batchPlan{finish: callback(), failure: callback(), expectFailure: slices.Contains(u.expects, endFailed)}
 	return u
 }
@@ -571,7 +579,7 @@ func (p *producer) tryCommit(ctx context.Context, u unit, ghostsFirst bool) ([]i
 		if err != nil {
 			return nil, 0, pid, err
 		}
-		gids, gerr := enqueue(ctx, sp, ghosts, "batch")
+		gids, gerr := enqueue(ctx, sp, ghosts, howEnqueueMany)
 		if len(gids) > 0 {
 			p.handedOut.Add(int64(len(gids)))
 			p.pending = append(p.pending, notCommitted{ids: gids, groups: groupsOf(ghosts), reason: "savepoint"})
@@ -587,9 +595,9 @@ func (p *producer) tryCommit(ctx context.Context, u unit, ghostsFirst bool) ([]i
 	var wf runtime.WorkflowID
 	var batch runtime.BatchID
 	switch u.how {
-	case "workflow":
+	case howWorkflow:
 		ids, wf, err = enqueueWorkflow(ctx, tx, u)
-	case "batched":
+	case howEnqueueBatch:
 		ids, batch, err = enqueueBatched(ctx, tx, u)
 	default:
 		ids, err = enqueue(ctx, tx, u.items, u.how)
@@ -675,9 +683,9 @@ func (p *producer) anomaly(s string) {
 // rollback enqueues ghosts in a transaction and rolls it back.
 func (p *producer) rollback(ctx context.Context) error {
 	ghosts := p.ghosts(1 + p.rng.IntN(10))
-	how := "batch"
+	how := howEnqueueMany
 	if p.rng.IntN(2) == 0 {
-		how = "single"
+		how = howEnqueue
 	}
 	tx, err := p.pool.Begin(ctx)
 	if err != nil {

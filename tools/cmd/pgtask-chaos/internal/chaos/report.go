@@ -788,8 +788,8 @@ func (r *Result) Print(w io.Writer) {
 	fmt.Fprintf(tw, "  enqueued (ids handed out)\t%10d\n", j.HandedOut)
 	fmt.Fprintf(tw, "  committed\t%10d\n", j.Committed)
 	for _, how := range slices.Sorted(maps.Keys(j.ByHow)) {
-		fmt.Fprintf(tw, "    by %s\t%10d\n", map[string]string{"batch": "EnqueueMany", "single": "Enqueue", "workflow": "Workflow.Enqueue",
-			"batched": "EnqueueBatch (jobs and callbacks)"}[how], j.ByHow[how])
+		fmt.Fprintf(tw, "    by %s\t%10d\n", map[string]string{howEnqueueMany: "EnqueueMany", howEnqueue: "Enqueue", howWorkflow: "Workflow.Enqueue",
+			howEnqueueBatch: "EnqueueBatch (jobs and callbacks)"}[how], j.ByHow[how])
 	}
 	var rolled int64
 	for _, n := range j.NotCommitted {

@@ -1402,10 +1402,10 @@ WITH b AS (
     RETURNING batch_id, expect_failure
 )
 INSERT INTO pgtask_chaos.enqueued (job_id, group_key, seq, behavior, how, expect, callback)
-SELECT pb.on_finish, NULL, 0, $1::text, 'batched', 'succeeded', 'finish'
+SELECT pb.on_finish, NULL, 0, $1::text, 'enqueue_batch', 'succeeded', 'finish'
   FROM b JOIN pgtask.batches pb ON pb.id = b.batch_id
 UNION ALL
-SELECT pb.on_failure, NULL, 0, $2::text, 'batched',
+SELECT pb.on_failure, NULL, 0, $2::text, 'enqueue_batch',
        CASE WHEN b.expect_failure THEN 'succeeded' ELSE 'cancelled' END, 'failure'
   FROM b JOIN pgtask.batches pb ON pb.id = b.batch_id
 `
