@@ -98,7 +98,7 @@ func commitBatch(t *testing.T, pool *pgxpool.Pool, u unit) (ids []int64, onFinis
 	var batch runtime.BatchID
 	inTx(t, pool, func(tx pgx.Tx) {
 		var err error
-		ids, batch, err = enqueueBatched(t.Context(), tx, u)
+		ids, _, batch, err = enqueueBatched(t.Context(), tx, u)
 		if err != nil {
 			t.Fatal(err)
 		}

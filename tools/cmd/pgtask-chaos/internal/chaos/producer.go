@@ -29,7 +29,8 @@ type production struct {
 	begin time.Time
 
 	committed atomic.Int64 // jobs committed
-	handedOut atomic.Int64 // ids returned by Enqueue/EnqueueMany, committed or not
+	handedOut atomic.Int64 // ids handed out (jobs' and batches' callbacks'), committed or not
+	callbacks atomic.Int64 // batches' callbacks committed
 	anomalies chan string  // a commit that took only part of its jobs
 	// cancels receives the committed workflows an operator is to cancel
 	// (see canceller); nil for none.
@@ -452,29 +453,35 @@ func enqueueWorkflow(ctx context.Context, tx pgx.Tx, u unit) ([]int64, runtime.W
 }
 
 // enqueueBatched inserts u's items in tx as one batch with both callbacks
-// and returns their ids and the batch's.
-func enqueueBatched(ctx context.Context, tx pgx.Tx, u unit) ([]int64, runtime.BatchID, error) {
+// and returns their ids, the callbacks' (read back from the batch, so that
+// a transaction that does not commit records them as not committed too)
+// and the batch's.
+func enqueueBatched(ctx context.Context, tx pgx.Tx, u unit) (ids, callbacks []int64, _ runtime.BatchID, _ error) {
 	reqs, err := requests(u.items)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	onFinish, err := callbackRequest("finish", u.batch.finish)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	onFailure, err := callbackRequest("failure", u.batch.failure)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	id, got, err := runtime.EnqueueBatch(ctx, tx, reqs, runtime.BatchOptions{OnFinish: onFinish, OnFailure: onFailure})
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
-	ids := make([]int64, len(got))
+	ids = make([]int64, len(got))
 	for i, jid := range got {
 		ids[i] = int64(jid)
 	}
-	return ids, id, nil
+	b, err := runtime.GetBatch(ctx, tx, id)
+	if err != nil {
+		return ids, nil, id, err
+	}
+	return ids, []int64{int64(b.OnFinish), int64(b.OnFailure)}, id, nil
 }
 
 // ghosts are jobs enqueued only to be rolled back, into this producer's
@@ -498,6 +505,16 @@ func groupsOf(items []item) []string {
 	out := make([]string, len(items))
 	for i, it := range items {
 		out[i] = it.group
+	}
+	return out
+}
+
+// handedGroups are the groups of the first n ids a unit of items was
+// handed: its items' in order, then none for its batch's callbacks.
+func handedGroups(items []item, n int) []string {
+	out := groupsOf(items[:min(n, len(items))])
+	for len(out) < n {
+		out = append(out, "")
 	}
 	return out
 }
@@ -530,7 +547,7 @@ func (p *producer) commit(ctx context.Context, u unit, ghostsFirst bool) error {
 			}
 		}
 		if len(ids) > 0 {
-			p.pending = append(p.pending, notCommitted{ids: ids, groups: groupsOf(u.items[:len(ids)]), reason: "failed"})
+			p.pending = append(p.pending, notCommitted{ids: ids, groups: handedGroups(u.items, len(ids)), reason: "failed"})
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -544,6 +561,9 @@ func (p *producer) commit(ctx context.Context, u unit, ghostsFirst bool) error {
 // operator is to cancel to the canceller, due within cancelWithin.
 func (p *producer) committedUnit(ctx context.Context, u unit, wf runtime.WorkflowID) {
 	p.committedItems(len(u.items))
+	if u.batch != nil {
+		p.callbacks.Add(2)
+	}
 	if u.flow == nil || !u.flow.operatorCancel || p.cancels == nil {
 		return
 	}
@@ -564,8 +584,9 @@ type commitUnknown struct{ err error }
 
 func (e *commitUnknown) Error() string { return "commit: " + e.err.Error() }
 
-// tryCommit returns the ids it was handed, the workflow's id for a
-// workflow, and the transaction's backend pid.
+// tryCommit returns the ids it was handed (u's items' in order, then a
+// batch's callbacks'), the workflow's id for a workflow, and the
+// transaction's backend pid.
 func (p *producer) tryCommit(ctx context.Context, u unit, ghostsFirst bool) ([]int64, runtime.WorkflowID, uint32, error) {
 	tx, err := p.pool.Begin(ctx)
 	if err != nil {
@@ -591,19 +612,20 @@ func (p *producer) tryCommit(ctx context.Context, u unit, ghostsFirst bool) ([]i
 			return nil, 0, pid, gerr
 		}
 	}
-	var ids []int64
+	var ids, callbacks []int64
 	var wf runtime.WorkflowID
 	var batch runtime.BatchID
 	switch u.how {
 	case howWorkflow:
 		ids, wf, err = enqueueWorkflow(ctx, tx, u)
 	case howEnqueueBatch:
-		ids, batch, err = enqueueBatched(ctx, tx, u)
+		ids, callbacks, batch, err = enqueueBatched(ctx, tx, u)
 	default:
 		ids, err = enqueue(ctx, tx, u.items, u.how)
 	}
+	handed := append(slices.Clone(ids), callbacks...)
 	if err != nil {
-		return ids, 0, pid, err
+		return handed, 0, pid, err
 	}
 	seqs := make([]int32, len(u.items))
 	behaviors := make([]string, len(u.items))
@@ -622,7 +644,7 @@ func (p *producer) tryCommit(ctx context.Context, u unit, ghostsFirst bool) ([]i
 		LimitKeys: limitKeys, LimitMaxes: limitMaxes, Expects: u.expects,
 	})
 	if err != nil {
-		return ids, 0, pid, err
+		return handed, 0, pid, err
 	}
 	switch {
 	case u.flow != nil:
@@ -637,12 +659,12 @@ func (p *producer) tryCommit(ctx context.Context, u unit, ghostsFirst bool) ([]i
 		})
 	}
 	if err != nil {
-		return ids, 0, pid, err
+		return handed, 0, pid, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return ids, wf, pid, &commitUnknown{err}
+		return handed, wf, pid, &commitUnknown{err}
 	}
-	return ids, wf, pid, nil
+	return handed, wf, pid, nil
 }
 
 // settle finds out whether a transaction whose COMMIT failed committed:

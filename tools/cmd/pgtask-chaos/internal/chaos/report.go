@@ -202,9 +202,9 @@ type Count struct {
 
 // JobTotals counts the jobs.
 type JobTotals struct {
-	HandedOut    int64            // ids Enqueue and EnqueueMany returned
+	HandedOut    int64            // ids handed out, jobs' and batches' callbacks', committed or not
 	Committed    int64            // of them committed
-	ByHow        map[string]int64 // committed, by batch or single
+	ByHow        map[string]int64 // committed, by how they were enqueued (see howEnqueueMany)
 	NotCommitted map[string]int64 // by rollback, savepoint, failed
 	Callbacks    int64            // of them batches' callbacks
 	Succeeded    int64

@@ -260,14 +260,15 @@ func (o *orchestrator) run(ctx context.Context) bool {
 	return finished
 }
 
-// finishedShare is the share of the run's jobs that have finished, as the
-// monitor last saw it.
+// finishedShare is the share of the run's jobs and of the batches'
+// callbacks committed so far that have finished, as the monitor last saw
+// it.
 func (o *orchestrator) finishedShare() float64 {
 	pr := o.progress.Load()
 	if pr == nil {
 		return 0
 	}
-	return float64(pr.Succeeded+pr.Failed+pr.Cancelled) / float64(o.cfg.Jobs)
+	return float64(pr.Succeeded+pr.Failed+pr.Cancelled) / float64(int64(o.cfg.Jobs)+o.prod.callbacks.Load())
 }
 
 // pausing reports whether the run pauses lease-mode processes: it is asked
