@@ -678,6 +678,16 @@ SELECT 'cancel not recorded',
    AND NOT EXISTS (SELECT 1 FROM pgtask_chaos.workflow_cancels c WHERE c.workflow_id = w.id)
 ORDER BY 1, 2;
 
+-- name: MissedOperatorCancels :many
+-- The workflows an operator was to cancel whose cancel never committed: the
+-- operator tried until the run ended, so each is a failure of the run (its
+-- checks did not see that cancel).
+SELECT x.workflow_id
+  FROM pgtask_chaos.workflows x
+ WHERE x.operator_cancel
+   AND NOT EXISTS (SELECT 1 FROM pgtask_chaos.operator_cancels o WHERE o.workflow_id = x.workflow_id)
+ ORDER BY x.workflow_id;
+
 -- name: WorkflowTotals :one
 -- The workflows and what their failures and cancels did: dependencies by
 -- policy, workflows cancelled by a failure and by an operator, the steps

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -770,10 +771,31 @@ type plannedCancel struct {
 // a transaction that also records it in pgtask_chaos.operator_cancels, so
 // the record exists if and only if the cancel committed; a cancel that
 // failed is tried again (a second cancel of a cancelled workflow marks
-// nothing) until it is committed or the run ends.
+// nothing) until it is committed or the run ends. Its failures are counted
+// and the last kept; a workflow whose cancel never committed is a problem
+// of the run (see MissedOperatorCancels).
 type canceller struct {
 	pool *pgxpool.Pool
 	in   chan plannedCancel
+
+	failures atomic.Int64
+	mu       sync.Mutex
+	lastErr  error
+}
+
+// failed counts a failed try to cancel workflow id.
+func (c *canceller) failed(id runtime.WorkflowID, err error) {
+	c.failures.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastErr = fmt.Errorf("cancel workflow %d: %w", id, err)
+}
+
+// last is the last failure, nil for none.
+func (c *canceller) last() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastErr
 }
 
 func (c *canceller) run(ctx context.Context) {
@@ -784,8 +806,12 @@ func (c *canceller) run(ctx context.Context) {
 		sleep(ctx, time.Until(pc.due))
 		backoff := 50 * time.Millisecond
 		for ctx.Err() == nil {
-			if err := c.cancel(ctx, pc.id); err == nil {
+			err := c.cancel(ctx, pc.id)
+			if err == nil {
 				break
+			}
+			if ctx.Err() == nil {
+				c.failed(pc.id, err)
 			}
 			sleep(ctx, backoff)
 			backoff = min(2*backoff, time.Second)

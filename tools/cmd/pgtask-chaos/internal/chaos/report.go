@@ -181,6 +181,9 @@ type WorkflowReport struct {
 	// others were cancelled already), and OperatorCutShort how many of those
 	// had steps that ended cancelled.
 	CancelledByFailure, OperatorCancels, OperatorMarked, OperatorCutShort int64
+	// OperatorCancelFailures is how many of the operator's tries to cancel
+	// failed (the database was away, say) and were tried again.
+	OperatorCancelFailures int64
 }
 
 // BatchReport counts the batches and their callbacks' runs (check 11).
@@ -419,7 +422,22 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 	if err != nil {
 		return fmt.Errorf("check 10: %w", err)
 	}
+	if o.canc != nil {
+		wr.OperatorCancelFailures = o.canc.failures.Load()
+	}
 	res.Workflows = wr
+	missed, err := q.MissedOperatorCancels(ctx)
+	if err != nil {
+		return fmt.Errorf("check 10: %w", err)
+	}
+	if len(missed) > 0 {
+		var last error
+		if o.canc != nil {
+			last = o.canc.last()
+		}
+		o.problem("%d workflows an operator was to cancel have no committed cancel, so check 10 did not hold them to it: %v (the last of %d failed tries: %v)",
+			len(missed), missed[:min(len(missed), 20)], wr.OperatorCancelFailures, last)
+	}
 	bc, br, err := checkBatches(ctx, q)
 	if err != nil {
 		return fmt.Errorf("check 11: %w", err)
@@ -876,6 +894,9 @@ func (r *Result) Print(w io.Writer) {
 		fmt.Fprintf(tw, "  workflows cancelled by a failure (OrCancelWorkflow)\t%10d\n", wf.CancelledByFailure)
 		fmt.Fprintf(tw, "  operator's cancels committed (marked the workflow)\t%10d  (%d)\n", wf.OperatorCancels, wf.OperatorMarked)
 		fmt.Fprintf(tw, "    of which cut steps short (some ended cancelled)\t%10d\n", wf.OperatorCutShort)
+		if wf.OperatorCancelFailures > 0 {
+			fmt.Fprintf(tw, "  operator's tries to cancel that failed and were tried again\t%10d\n", wf.OperatorCancelFailures)
+		}
 	}
 	if b := r.Batches; b.Batches > 0 {
 		fmt.Fprintln(tw, "\t")

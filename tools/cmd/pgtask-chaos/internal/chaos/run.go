@@ -71,6 +71,8 @@ type orchestrator struct {
 
 	progress atomic.Pointer[chaosdb.JobProgressRow]
 
+	canc *canceller // the operator who cancels workflows; nil before the producers start
+
 	mu       sync.Mutex
 	problems []string // failures of the run itself (not of pgtask)
 
@@ -221,6 +223,7 @@ func (o *orchestrator) run(ctx context.Context) bool {
 	// The operator who cancels workflows while they run: done once the
 	// producers are done and it has cancelled what they planned.
 	canc := &canceller{pool: o.pool, in: make(chan plannedCancel, 1<<14)}
+	o.canc = canc
 	o.prod.cancels = canc.in
 	cancDone := make(chan struct{})
 	go func() { canc.run(runCtx); close(cancDone) }()

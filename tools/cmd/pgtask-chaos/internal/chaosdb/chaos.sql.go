@@ -1113,6 +1113,37 @@ func (q *Queries) LongAttemptsRunning(ctx context.Context, arg LongAttemptsRunni
 	return items, nil
 }
 
+const missedOperatorCancels = `-- name: MissedOperatorCancels :many
+SELECT x.workflow_id
+  FROM pgtask_chaos.workflows x
+ WHERE x.operator_cancel
+   AND NOT EXISTS (SELECT 1 FROM pgtask_chaos.operator_cancels o WHERE o.workflow_id = x.workflow_id)
+ ORDER BY x.workflow_id
+`
+
+// The workflows an operator was to cancel whose cancel never committed: the
+// operator tried until the run ended, so each is a failure of the run (its
+// checks did not see that cancel).
+func (q *Queries) MissedOperatorCancels(ctx context.Context) ([]int64, error) {
+	rows, err := q.db.Query(ctx, missedOperatorCancels)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var workflow_id int64
+		if err := rows.Scan(&workflow_id); err != nil {
+			return nil, err
+		}
+		items = append(items, workflow_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const notCommittedTotals = `-- name: NotCommittedTotals :many
 SELECT reason, count(*)::bigint AS jobs
   FROM pgtask_chaos.not_committed
