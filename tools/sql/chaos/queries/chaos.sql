@@ -602,7 +602,16 @@ SELECT k.rate_key, k.rate, k.period_us, k.burst, j.started_at::timestamptz AS st
 -- failure whose edge said so, or by an operator) committed: the claim of
 -- its last attempt began (pgtask.jobs.started_at, the claim statement's
 -- start, before its snapshot) after that transaction's commit time (an
--- earlier attempt was claimed earlier still); a workflow cancelled that was
+-- earlier attempt was claimed earlier still), or, in held mode, on the
+-- cancelling transaction's own session after it marked the workflow (its
+-- at): a session runs one transaction at a time, so that claim was made in
+-- the cancelling transaction itself, which sees its own mark. A claim in
+-- another transaction between the mark and the commit is not held to the
+-- mark: the cancel takes the steps' rows after it, skipping those a claim
+-- holds, and such a claim may see them still queued. A commit time is
+-- stamped just before the commit becomes visible, so a claim in that
+-- moment could miss the cancel and be reported wrongly. A workflow
+-- cancelled that was
 -- meant to be neither by a failure nor by an operator, and one meant to be
 -- that was not.
 SELECT 'started though a parent had not succeeded'::text AS kind,
@@ -648,6 +657,15 @@ SELECT 'started after its workflow''s cancel committed',
   JOIN pgtask.jobs j ON j.workflow_id = c.workflow_id
   LEFT JOIN pgtask_chaos.operator_cancels o ON o.workflow_id = c.workflow_id
  WHERE j.started_at > pg_xact_commit_timestamp(c.xid)
+UNION ALL
+SELECT 'claimed in its workflow''s cancelling transaction',
+       format('workflow %s was marked cancelled at %s by the transaction of session %s (committed at %s); that session claimed its step %s for attempt %s at %s',
+              c.workflow_id, c.at, c.backend_pid, pg_xact_commit_timestamp(c.xid), j.id, j.attempts, j.started_at)
+  FROM pgtask_chaos.workflow_cancels c
+  JOIN pgtask.jobs j ON j.workflow_id = c.workflow_id
+ WHERE j.started_at > c.at AND j.started_at <= pg_xact_commit_timestamp(c.xid)
+   AND EXISTS (SELECT 1 FROM pgtask_chaos.attempts a
+                WHERE a.job_id = j.id AND a.attempt = j.attempts AND a.mode = 'held' AND a.backend_pid = c.backend_pid)
 UNION ALL
 SELECT 'cancel without a commit time',
        format('workflow %s was cancelled by transaction %s, whose commit time is not known (track_commit_timestamp is off?)',

@@ -62,11 +62,15 @@ CREATE TABLE pgtask_chaos.operator_cancels (
 -- transaction that marks it (see pgtask_chaos.note_workflow_cancel): xid is
 -- that transaction's, whose commit time pg_xact_commit_timestamp gives (the
 -- run's cluster has track_commit_timestamp on). No step of the workflow may
--- be claimed after that.
+-- be claimed after that. at is when the transaction marked it and
+-- backend_pid its session: a claim on that session after at is one in the
+-- marking transaction itself (a held-mode runner's, whose settle cancelled
+-- the workflow), before the commit, which must see the mark too.
 CREATE TABLE pgtask_chaos.workflow_cancels (
     workflow_id bigint PRIMARY KEY,
     xid         xid NOT NULL,
-    at          timestamptz NOT NULL DEFAULT clock_timestamp()
+    at          timestamptz NOT NULL DEFAULT clock_timestamp(),
+    backend_pid integer NOT NULL DEFAULT pg_backend_pid()
 );
 
 -- Every batch the producer committed (runtime.EnqueueBatch, with both
@@ -264,7 +268,8 @@ CREATE VIEW pgtask_chaos.limit_running AS
     SELECT c.sweep, c.id, c.limit_key, c.limit_max, c.at, c.running::bigint AS running FROM counted c WHERE c.delta = 1;
 
 -- Records, in the transaction that marks a workflow cancelled, that
--- transaction's id (see pgtask_chaos.workflow_cancels).
+-- transaction's id, the time and its session (see
+-- pgtask_chaos.workflow_cancels).
 CREATE FUNCTION pgtask_chaos.note_workflow_cancel() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN

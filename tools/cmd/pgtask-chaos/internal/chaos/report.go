@@ -651,7 +651,7 @@ func checkWorkflows(ctx context.Context, q *chaosdb.Queries) (Check, WorkflowRep
 		CancelledByFailure: t.CancelledByFailure, OperatorCancels: t.OperatorCancels, OperatorMarked: t.OperatorMarked,
 		OperatorCutShort: t.OperatorCutShort,
 	}
-	c.Note = fmt.Sprintf("%d dependencies of %d workflows checked; a step's claim is the start of the claim statement of its last attempt (pgtask.jobs.started_at), a cancel's commit its transaction's commit time", r.Edges, r.Workflows)
+	c.Note = fmt.Sprintf("%d dependencies of %d workflows checked; a step's claim is the start of the claim statement of its last attempt (pgtask.jobs.started_at), a cancel's commit its transaction's commit time (stamped just before the commit is visible), and a claim on the cancelling session after its mark (pgtask_chaos.workflow_cancels.at) one in the cancelling transaction itself; a claim in another transaction between the mark and the commit is not held to the mark", r.Edges, r.Workflows)
 	return c, r, nil
 }
 
