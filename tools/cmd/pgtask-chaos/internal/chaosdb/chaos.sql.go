@@ -123,7 +123,7 @@ SELECT j.id, 'error history',
               coalesce((SELECT string_agg(x->>'attempt', ',' ORDER BY (x->>'attempt')::integer)
                           FROM jsonb_array_elements(j.errors) x), 'none'))
   FROM pgtask.jobs j
- WHERE j.status IN ('succeeded', 'failed')
+ WHERE j.status IN ('succeeded', 'failed', 'cancelled')
    -- Each job's own entries, not a look through every job's for each.
    AND (SELECT coalesce(array_agg((x->>'attempt')::integer ORDER BY (x->>'attempt')::integer), '{}')
           FROM jsonb_array_elements(j.errors) x)
@@ -151,8 +151,11 @@ type CheckAttemptsRow struct {
 // worker hung before the handler recorded its start), or the error of a
 // handler that could not record its start (the database was away); no
 // attempt started beyond the count or twice; the error history holds one
-// entry for each failed attempt (all but a succeeded job's last); a poison
-// job failed after exactly its max_attempts.
+// entry for each failed attempt (all but a succeeded job's last; all of a
+// cancelled job's: the attempt an operator's cancel ended is recorded with
+// an entry, and a job cancelled while waiting to retry or to start keeps
+// the entries of the attempts it made); a poison job failed after exactly
+// its max_attempts.
 func (q *Queries) CheckAttempts(ctx context.Context) ([]CheckAttemptsRow, error) {
 	rows, err := q.db.Query(ctx, checkAttempts)
 	if err != nil {
