@@ -17,3 +17,9 @@ UPDATE pgtask.jobs SET started_at = clock_timestamp(), attempts = attempts + 1 W
 -- An attempt of a job whose handler started and ended at the given time.
 INSERT INTO pgtask_chaos.attempts (id, job_id, attempt, instance, worker_pid, mode, backend_pid, started_at, ended_at, outcome)
 VALUES (@id, @job_id, 1, 0, 0, 'held', 0, @started_at, @started_at, 'ok');
+
+-- name: SeedFinishBatches :one
+-- One maintenance round of the batches, as a worker's would: ends each
+-- batch whose jobs have all finished and releases or cancels its
+-- callbacks. Returns how many batches it ended.
+SELECT coalesce(f.finished, 0)::integer AS finished FROM pgtask.finish_batches(0, 1000) f;

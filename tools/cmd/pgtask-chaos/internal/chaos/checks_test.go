@@ -301,9 +301,12 @@ func TestCheckWorkflowCancels(t *testing.T) {
 }
 
 // TestCheckBatchCallbacks seeds an OnFinish callback that ran twice and
-// before its batch ended, an OnFailure callback that never ran though a job
-// failed, one that ran though none did, and a summary with wrong counts;
-// and, to be left alone, a batch whose callbacks did what they must.
+// started after its batch's last job finished but before the batch ended,
+// an OnFailure callback that never ran though a job failed, one that ran
+// though none did, one that started before its batch's failure, and a
+// summary with wrong counts; and, to be left alone, a batch whose
+// callbacks did what they must, after the batch ended. The batches end as
+// a worker's maintenance ends them.
 func TestCheckBatchCallbacks(t *testing.T) {
 	t.Parallel()
 	pool, q := recordDB(t)
@@ -317,12 +320,15 @@ func TestCheckBatchCallbacks(t *testing.T) {
 		u.batch = &batchPlan{finish: behaveOK, failure: behaveOK, expectFailure: slices.Contains(u.expects, endFailed)}
 		return u
 	}
-	run := func(job, batchID int64, finished bool, total, succeeded, failed int32) {
+	run := func(job, batchID int64, attempt int32, finished bool, total, succeeded, failed int32) {
 		t.Helper()
-		err := q.RecordCallbackRun(ctx, chaosdb.RecordCallbackRunParams{JobID: job, Attempt: 1, BatchID: batchID,
+		err := q.RecordCallbackRun(ctx, chaosdb.RecordCallbackRunParams{JobID: job, Attempt: attempt, BatchID: batchID,
 			Finished: finished, Total: total, Succeeded: succeeded, Failed: failed})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if attempt > 1 {
+			return // one effect, from the first
 		}
 		if err := q.InsertEffect(ctx, chaosdb.InsertEffectParams{JobID: job, Attempt: 1}); err != nil {
 			t.Fatal(err)
@@ -336,37 +342,60 @@ func TestCheckBatchCallbacks(t *testing.T) {
 		return int64(j.BatchID)
 	}
 
-	// A job fails. OnFinish starts while the batch is open and commits two
-	// runs; OnFailure never runs.
+	// 1. A job fails. OnFinish starts after the last job finished but
+	// before the batch ended, and commits two runs; OnFailure never runs.
 	ids1, fin1, _ := commitBatch(t, pool, batch(behaveOK, behaveNoRetry))
 	seedEnd(t, q, ids1[0], "succeeded")
 	seedEnd(t, q, ids1[1], "failed")
 	seedAttempt(t, q, fin1, time.Now())
-	run(fin1, batchOf(ids1[0]), true, 2, 1, 1)
-	if err := q.RecordCallbackRun(ctx, chaosdb.RecordCallbackRunParams{JobID: fin1, Attempt: 2, BatchID: batchOf(ids1[0]),
-		Finished: true, Total: 2, Succeeded: 1, Failed: 1}); err != nil {
-		t.Fatal(err)
-	}
-	seedEnd(t, q, fin1, "succeeded")
 
-	// No job fails, yet OnFailure runs; OnFinish reads wrong counts.
+	// 2. No job fails, yet OnFailure runs (after the batch ended, which
+	// cancelled it); OnFinish reads wrong counts.
 	ids2, fin2, fail2 := commitBatch(t, pool, batch(behaveOK, behaveOK))
 	seedEnd(t, q, ids2[0], "succeeded")
 	seedEnd(t, q, ids2[1], "succeeded")
-	run(fin2, batchOf(ids2[0]), true, 2, 1, 0)
-	seedEnd(t, q, fin2, "succeeded")
-	seedAttempt(t, q, fail2, time.Now())
-	run(fail2, batchOf(ids2[0]), false, 2, 2, 0)
-	seedEnd(t, q, fail2, "succeeded")
 
-	// As it must be: a job fails, each callback runs once with its counts.
+	// 3. As it must be: a job fails, each callback starts after the batch
+	// ended and runs once with its counts.
 	ids3, fin3, fail3 := commitBatch(t, pool, batch(behaveOK, behaveNoRetry))
 	seedEnd(t, q, ids3[0], "succeeded")
 	seedEnd(t, q, ids3[1], "failed")
-	run(fail3, batchOf(ids3[0]), false, 2, 1, 1)
+
+	// 4. OnFailure starts before its batch's job failed; OnFinish as it
+	// must be.
+	ids4, fin4, fail4 := commitBatch(t, pool, batch(behaveOK, behaveNoRetry))
+	seedEnd(t, q, ids4[0], "succeeded")
+	seedAttempt(t, q, fail4, time.Now())
+	seedEnd(t, q, ids4[1], "failed")
+
+	// Maintenance ends the four batches: it stamps their failures and ends,
+	// releases their callbacks and cancels batch 2's OnFailure.
+	if n, err := q.SeedFinishBatches(ctx); err != nil || n != 4 {
+		t.Fatalf("batches ended: %d, %v; want 4", n, err)
+	}
+
+	run(fin1, batchOf(ids1[0]), 1, true, 2, 1, 1)
+	run(fin1, batchOf(ids1[0]), 2, true, 2, 1, 1)
+	seedEnd(t, q, fin1, "succeeded")
+
+	run(fin2, batchOf(ids2[0]), 1, true, 2, 1, 0)
+	seedEnd(t, q, fin2, "succeeded")
+	seedAttempt(t, q, fail2, time.Now())
+	run(fail2, batchOf(ids2[0]), 1, false, 2, 2, 0)
+	seedEnd(t, q, fail2, "succeeded")
+
+	seedAttempt(t, q, fail3, time.Now())
+	run(fail3, batchOf(ids3[0]), 1, false, 2, 1, 1)
 	seedEnd(t, q, fail3, "succeeded")
-	run(fin3, batchOf(ids3[0]), true, 2, 1, 1)
+	seedAttempt(t, q, fin3, time.Now())
+	run(fin3, batchOf(ids3[0]), 1, true, 2, 1, 1)
 	seedEnd(t, q, fin3, "succeeded")
+
+	run(fail4, batchOf(ids4[0]), 1, false, 2, 1, 1)
+	seedEnd(t, q, fail4, "succeeded")
+	seedAttempt(t, q, fin4, time.Now())
+	run(fin4, batchOf(ids4[0]), 1, true, 2, 1, 1)
+	seedEnd(t, q, fin4, "succeeded")
 
 	bc, br, err := checkBatches(ctx, q)
 	if err != nil {
@@ -376,10 +405,11 @@ func TestCheckBatchCallbacks(t *testing.T) {
 		"not once":                       2, // fin1 (two runs), batch 1's OnFailure (none)
 		"started before the batch ended": 1, // fin1
 		"ran with no failure":            1, // fail2
+		"started before a failure":       1, // fail4
 		"wrong summary":                  2, // fin2, and fail2's summary says no failure
 	})
-	if br.Batches != 3 || br.WithFailure != 2 {
-		t.Errorf("batches %d, with a failure %d; want 3 and 2", br.Batches, br.WithFailure)
+	if br.Batches != 4 || br.WithFailure != 3 {
+		t.Errorf("batches %d, with a failure %d; want 4 and 3", br.Batches, br.WithFailure)
 	}
 	// Batch 1's OnFailure is still waiting, batch 2's succeeded where it
 	// should have been cancelled.

@@ -27,6 +27,20 @@ func (q *Queries) SeedAttemptAt(ctx context.Context, arg SeedAttemptAtParams) er
 	return err
 }
 
+const seedFinishBatches = `-- name: SeedFinishBatches :one
+SELECT coalesce(f.finished, 0)::integer AS finished FROM pgtask.finish_batches(0, 1000) f
+`
+
+// One maintenance round of the batches, as a worker's would: ends each
+// batch whose jobs have all finished and releases or cancels its
+// callbacks. Returns how many batches it ended.
+func (q *Queries) SeedFinishBatches(ctx context.Context) (int32, error) {
+	row := q.db.QueryRow(ctx, seedFinishBatches)
+	var finished int32
+	err := row.Scan(&finished)
+	return finished, err
+}
+
 const seedJobClaimed = `-- name: SeedJobClaimed :exec
 UPDATE pgtask.jobs SET started_at = clock_timestamp(), attempts = attempts + 1 WHERE id = $1
 `
