@@ -187,8 +187,8 @@ func checkNothingLost(t *testing.T, q *chaosdb.Queries) Check {
 }
 
 // TestCheckWorkflowPolicies seeds steps that started though a parent had
-// failed (policy After) or before a failed parent had finished (Anyway),
-// and a step that ended cancelled in a workflow nobody cancelled; and, to
+// failed (policy After), before a parent's success was recorded (After),
+// or before a failed parent had finished (Anyway), and a step that ended cancelled in a workflow nobody cancelled; and, to
 // be left alone, a step that ended cancelled in a workflow an operator did
 // cancel.
 func TestCheckWorkflowPolicies(t *testing.T) {
@@ -211,6 +211,14 @@ func TestCheckWorkflowPolicies(t *testing.T) {
 	seedAttempt(t, q, d, time.Now())
 	seedEnd(t, q, d, "cancelled") // though nothing cancelled its workflow
 
+	// e succeeds; f (After e) starts before e's success was recorded.
+	ids3, _ := commitFlow(t, pool, flow([]string{behaveOK, behaveOK}, []string{endSucceeded, endSucceeded},
+		[][]flowDep{nil, {{0, runtime.CancelDependent}}}, false, false))
+	e, f := ids3[0], ids3[1]
+	seedEnd(t, q, e, "succeeded") // releases f
+	seedAttempt(t, q, f, time.Now().Add(-time.Hour))
+	seedEnd(t, q, f, "succeeded")
+
 	// An operator cancelled this one: a step that ended cancelled is one
 	// of the ends it allows.
 	ids2, wf2 := commitFlow(t, pool, flow([]string{behaveOK, behaveOK}, []string{endSucceeded, endSucceeded},
@@ -227,6 +235,7 @@ func TestCheckWorkflowPolicies(t *testing.T) {
 	wantKinds(t, wc, map[string]int{
 		"started though a parent had not succeeded": 1, // b
 		"started before a parent finished":          1, // c
+		"started before a parent succeeded":         1, // f
 	})
 	wantKinds(t, checkNothingLost(t, q), map[string]int{"wrong end": 1}) // d
 }
