@@ -424,3 +424,30 @@ func TestCheckBatchCallbacks(t *testing.T) {
 	// should have been cancelled.
 	wantKinds(t, checkNothingLost(t, q), map[string]int{"unfinished": 1, "wrong end": 1})
 }
+
+// TestCheckCancelledErrorHistory seeds a workflow step cancelled after an
+// attempt that left no entry in its error history (an operator's cancel of
+// a running attempt records one); and, to be left alone, its child,
+// cancelled before it ever ran, with none.
+func TestCheckCancelledErrorHistory(t *testing.T) {
+	t.Parallel()
+	pool, q := recordDB(t)
+	ctx := t.Context()
+	ids, _ := commitFlow(t, pool, flow([]string{behaveOK, behaveOK}, []string{endSucceeded, endSucceeded},
+		[][]flowDep{nil, {{0, runtime.CancelDependent}}}, false, false))
+	if err := q.SeedJobClaimed(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	seedAttempt(t, q, ids[0], time.Now())
+	seedEnd(t, q, ids[0], "cancelled") // its child is cancelled with it
+
+	c := newCheck(5, "attempts")
+	rows, err := q.CheckAttempts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		c.add(r.Kind, r.Detail)
+	}
+	wantKinds(t, c, map[string]int{"error history": 1}) // ids[0]
+}
