@@ -291,6 +291,17 @@ func TestCheckWorkflowCancels(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// An operator was to cancel it, but no cancel committed: a problem of
+	// the run, not a violation.
+	_, wf6 := commitFlow(t, pool, flow(ok2, want2, two, false, true))
+	missed, err := q.MissedOperatorCancels(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(missed, []int64{int64(wf6)}) {
+		t.Errorf("workflows with an operator's cancel missing: %v, want [%d]", missed, wf6)
+	}
+
 	wc, wr, err := checkWorkflows(ctx, q)
 	if err != nil {
 		t.Fatal(err)
@@ -306,7 +317,7 @@ func TestCheckWorkflowCancels(t *testing.T) {
 	// Workflow 3's steps succeeded where the first should have failed and
 	// the second been cancelled; workflow 4's two steps ended cancelled
 	// though nothing allowed it.
-	wantKinds(t, checkNothingLost(t, q), map[string]int{"wrong end": 4})
+	wantKinds(t, checkNothingLost(t, q), map[string]int{"wrong end": 4, "unfinished": 2}) // and workflow 6's steps wait
 }
 
 // TestCheckBatchCallbacks seeds an OnFinish callback that ran twice and
