@@ -333,38 +333,59 @@ func (p *producer) planWorkflow(items []item) unit {
 	if p.rng.IntN(2) == 0 {
 		fanIn = runtime.RunAnyway
 	}
-	fp := &flowPlan{deps: make([][]flowDep, n), operatorCancel: p.flows%3 == 0}
+	fp := &flowPlan{deps: flowDeps(n, func() runtime.FailurePolicy { return drawPolicy(p.rng) }, fanIn), operatorCancel: p.flows%3 == 0}
 	p.flows++
+	u := unit{items: items, how: howWorkflow, flow: fp}
+	u.expects, fp.cancelExpected = flowEnds(items, fp.deps)
+	return u
+}
+
+// flowDeps are the parents of a workflow of n steps: each step after the
+// first depends on its tree parent ((i-1)/2) under a policy draw gives, and
+// the last (the fan-in) also on all the others under fanIn; its edge from
+// its tree parent takes the stricter of its draw and fanIn.
+func flowDeps(n int, draw func() runtime.FailurePolicy, fanIn runtime.FailurePolicy) [][]flowDep {
+	deps := make([][]flowDep, n)
 	for i := 1; i < n; i++ {
 		tree := (i - 1) / 2
-		fp.deps[i] = []flowDep{{tree, drawPolicy(p.rng)}}
+		deps[i] = []flowDep{{tree, draw()}}
 		if i < n-1 {
 			continue
 		}
 		for k := range i {
 			if k != tree {
-				fp.deps[i] = append(fp.deps[i], flowDep{k, fanIn})
-			} else if policyRank(fanIn) > policyRank(fp.deps[i][0].policy) {
-				fp.deps[i][0].policy = fanIn
+				deps[i] = append(deps[i], flowDep{k, fanIn})
+			} else if policyRank(fanIn) > policyRank(deps[i][0].policy) {
+				deps[i][0].policy = fanIn
 			}
 		}
 	}
-	u := unit{items: items, how: howWorkflow, expects: make([]string, n), flow: fp}
-	for i := range n {
-		u.expects[i] = expectOf(items[i].behavior)
-		for _, d := range fp.deps[i] {
-			if u.expects[d.parent] == endSucceeded {
+	return deps
+}
+
+// flowEnds works out how each step of a workflow of items with parents
+// deps must end, and whether the workflow must end cancelled as a whole: a
+// step after a parent that does not succeed, under After or
+// OrCancelWorkflow, is cancelled; under Anyway it ends as its behavior
+// says; a parent under OrCancelWorkflow that does not succeed cancels the
+// workflow.
+func flowEnds(items []item, deps [][]flowDep) (expects []string, cancelExpected bool) {
+	expects = make([]string, len(items))
+	for i := range items {
+		expects[i] = expectOf(items[i].behavior)
+		for _, d := range deps[i] {
+			if expects[d.parent] == endSucceeded {
 				continue
 			}
 			if d.policy != runtime.RunAnyway {
-				u.expects[i] = endCancelled
+				expects[i] = endCancelled
 			}
 			if d.policy == runtime.CancelWorkflow {
-				fp.cancelExpected = true
+				cancelExpected = true
 			}
 		}
 	}
-	return u
+	return expects, cancelExpected
 }
 
 // batchPlan is a batch's callbacks: what their handlers do, and whether
