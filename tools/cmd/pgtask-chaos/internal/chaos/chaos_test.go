@@ -18,7 +18,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(roleEnv) == "worker" {
 		os.Exit(chaos.Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	chaos.CloseCheckCluster()
+	os.Exit(code)
 }
 
 // TestChaos is the short chaos run: 4 worker processes (this test binary run

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,23 +18,41 @@ import (
 	chaosschema "github.com/pgtask/pgtask/tools/sql/chaos/schema"
 )
 
-// The tests below seed a run's record with violations of checks 1, 10 and
-// 11 (beside records that keep them) and require each check to report
+// The tests below seed a run's record with violations of checks 1, 5, 10
+// and 11 (beside records that keep them) and require each check to report
 // exactly those: a check that cannot fail proves nothing. Each test has a
-// database of its own on a throwaway cluster set up as the run's is
-// (track_commit_timestamp on), with pgtask's schema and the run's record.
+// database of its own on one throwaway cluster they share, set up as the
+// run's is (track_commit_timestamp on), with pgtask's schema and the run's
+// record.
 
-// recordDB starts a cluster as the run does and returns a new database on
-// it with pgtask's schema and the run's record.
+// checkCluster is the cluster the tests share, started by the first that
+// needs it and stopped by TestMain (see CloseCheckCluster).
+var checkCluster struct {
+	once sync.Once
+	c    *pgtasktest.Cluster
+	err  error
+}
+
+// CloseCheckCluster stops the cluster the check tests share, if one of
+// them started it.
+func CloseCheckCluster() {
+	if checkCluster.c != nil {
+		checkCluster.c.Close() //nolint:errcheck // its directory goes
+	}
+}
+
+// recordDB returns a new database, on the cluster the tests share, with
+// pgtask's schema and the run's record.
 func recordDB(t *testing.T) (*pgxpool.Pool, *chaosdb.Queries) {
 	t.Helper()
 	ctx := t.Context()
-	cluster, err := pgtasktest.StartCluster(ctx, pgtasktest.ClusterOptions{Settings: clusterSettings})
-	if err != nil {
-		t.Fatal(err)
+	checkCluster.once.Do(func() {
+		checkCluster.c, checkCluster.err = pgtasktest.StartCluster(context.Background(), pgtasktest.ClusterOptions{Settings: clusterSettings})
+	})
+	if checkCluster.err != nil {
+		t.Fatal(checkCluster.err)
 	}
-	t.Cleanup(func() { cluster.Close() }) //nolint:errcheck // its directory goes
-	url, err := pgtasktest.CreateDatabase(ctx, cluster.URL("postgres"), "")
+	url, err := pgtasktest.CreateDatabase(ctx, checkCluster.c.URL("postgres"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
