@@ -13,16 +13,93 @@ CREATE TABLE pgtask_chaos.enqueued (
     -- Position in the group (or among ungrouped jobs) in enqueue order.
     seq       integer NOT NULL,
     -- What the handler does: ok, fail, fail2, panic, timeout, noretry,
-    -- poison, long.
+    -- exhaust, poison, long.
     behavior  text NOT NULL,
-    -- batch (EnqueueMany) or single (Enqueue).
+    -- enqueue_many (EnqueueMany), enqueue (Enqueue), workflow
+    -- (Workflow.Enqueue) or enqueue_batch (EnqueueBatch, its jobs and
+    -- callbacks).
     how       text NOT NULL,
     -- The job's concurrency limit (runtime.WithLimit) when limit_max is set:
     -- at most limit_max jobs of limit_key ('' for the queue's own limit) run
     -- at once. NULL limit_max: the job has none.
     limit_key text NOT NULL DEFAULT '',
-    limit_max integer
+    limit_max integer,
+    -- How the job must end: succeeded, failed or cancelled (a workflow step
+    -- after a parent that failed under the default policy, a batch's
+    -- OnFailure callback when no job of its batch fails). A step of a
+    -- workflow that is cancelled as a whole (see pgtask_chaos.workflows)
+    -- may end cancelled instead.
+    expect    text NOT NULL,
+    -- A batch's callback: finish (OnFinish) or failure (OnFailure); NULL
+    -- for any other job.
+    callback  text
 );
+
+-- Every workflow the producer committed, written in the transaction that
+-- enqueued it. cancel_expected: a step whose edge to a child says
+-- OrCancelWorkflow is meant to fail (or to be cancelled), so the workflow
+-- must end cancelled as a whole; operator_cancel: an operator's
+-- CancelWorkflowByID was planned for it, soon after its commit, while its
+-- steps run.
+CREATE TABLE pgtask_chaos.workflows (
+    workflow_id     bigint PRIMARY KEY,
+    steps           integer NOT NULL,
+    cancel_expected boolean NOT NULL,
+    operator_cancel boolean NOT NULL
+);
+
+-- The operator's cancels the run carried out: written in the transaction of
+-- CancelWorkflowByID, so a row exists if and only if the cancel committed.
+CREATE TABLE pgtask_chaos.operator_cancels (
+    workflow_id bigint PRIMARY KEY,
+    -- Whether CancelWorkflowByID marked it (false: cancelled already, by a
+    -- failure whose edge said so).
+    marked      boolean NOT NULL
+);
+
+-- Every workflow cancelled as a whole (by a failure whose edge says so, or
+-- by an operator), written by a trigger on pgtask.workflows in the
+-- transaction that marks it (see pgtask_chaos.note_workflow_cancel): xid is
+-- that transaction's, whose commit time pg_xact_commit_timestamp gives (the
+-- run's cluster has track_commit_timestamp on). No step of the workflow may
+-- be claimed after that. at is when the transaction marked it and
+-- backend_pid its session: a claim on that session after at is one in the
+-- marking transaction itself (a held-mode runner's, whose settle cancelled
+-- the workflow), before the commit, which must see the mark too.
+CREATE TABLE pgtask_chaos.workflow_cancels (
+    workflow_id bigint PRIMARY KEY,
+    xid         xid NOT NULL,
+    at          timestamptz NOT NULL DEFAULT clock_timestamp(),
+    backend_pid integer NOT NULL DEFAULT pg_backend_pid()
+);
+
+-- Every batch the producer committed (runtime.EnqueueBatch, with both
+-- callbacks), written in the transaction that enqueued it; its jobs and
+-- callbacks are in enqueued. expect_failure: one of its jobs is meant to
+-- fail for good, so its OnFailure callback must run.
+CREATE TABLE pgtask_chaos.batches (
+    batch_id       bigint PRIMARY KEY,
+    jobs           integer NOT NULL,
+    expect_failure boolean NOT NULL
+);
+
+-- What a batch's callback saw, written by its handler through job.Tx(): it
+-- commits only with the attempt's success. The counts are its
+-- runtime.BatchSummary.
+CREATE TABLE pgtask_chaos.callback_runs (
+    id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id    bigint NOT NULL,
+    attempt   integer NOT NULL,
+    batch_id  bigint NOT NULL,
+    finished  boolean NOT NULL,
+    total     integer NOT NULL,
+    succeeded integer NOT NULL,
+    failed    integer NOT NULL,
+    cancelled integer NOT NULL,
+    deleted   integer NOT NULL
+);
+
+CREATE INDEX callback_runs_job ON pgtask_chaos.callback_runs (job_id);
 
 -- Job ids handed out inside transactions that did not commit: rolled back on
 -- purpose (whole transaction or to a savepoint), or cut off by a fault. None
@@ -189,3 +266,22 @@ CREATE VIEW pgtask_chaos.limit_running AS
           FROM events ev
     )
     SELECT c.sweep, c.id, c.limit_key, c.limit_max, c.at, c.running::bigint AS running FROM counted c WHERE c.delta = 1;
+
+-- Records, in the transaction that marks a workflow cancelled, that
+-- transaction's id, the time and its session (see
+-- pgtask_chaos.workflow_cancels).
+CREATE FUNCTION pgtask_chaos.note_workflow_cancel() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pgtask_chaos.workflow_cancels (workflow_id, xid)
+    VALUES (NEW.id, pg_current_xact_id()::xid)
+        ON CONFLICT (workflow_id) DO NOTHING;
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER chaos_workflow_cancelled
+    AFTER UPDATE ON pgtask.workflows
+    FOR EACH ROW
+    WHEN (OLD.cancelled_at IS NULL AND NEW.cancelled_at IS NOT NULL)
+    EXECUTE FUNCTION pgtask_chaos.note_workflow_cancel();

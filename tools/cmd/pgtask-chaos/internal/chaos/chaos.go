@@ -31,7 +31,9 @@ type Config struct {
 	// take turns between the default BatchSize, 1 and 8, and have
 	// concurrency 2 to 4; every third runs in lease mode.
 	Workers int
-	// Jobs is how many jobs the producer commits, grouped and ungrouped.
+	// Jobs is how many jobs the producer commits, grouped and ungrouped:
+	// one transaction in twenty a workflow, one in thirty-three a batch
+	// with callbacks (which come on top).
 	Jobs int
 	// Groups is how many FIFO groups the grouped jobs spread over.
 	Groups int

@@ -18,14 +18,17 @@ func TestMain(m *testing.M) {
 	if os.Getenv(roleEnv) == "worker" {
 		os.Exit(chaos.Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	chaos.CloseCheckCluster()
+	os.Exit(code)
 }
 
 // TestChaos is the short chaos run: 4 worker processes (this test binary run
 // again, so built with -race when the test is), 3,000 jobs over 100 groups
-// and 150 jobs under concurrency limits, with every fault at least once, a lease-mode process paused past its 3s
-// lease, 6 long jobs around the database's restart and a transaction held
-// open beside it all. It fails on any violation of pgtask's guarantees and on
+// and 150 jobs under concurrency limits, workflows whose steps fail and are
+// cancelled and batches with callbacks, with every fault at least once, a
+// lease-mode process paused past its 3s lease, 6 long jobs around the
+// database's restart and a transaction held open beside it all. It fails on any violation of pgtask's guarantees and on
 // a fault that was not injected. PGTASK_CHAOS_SEED repeats a run's choices.
 func TestChaos(t *testing.T) {
 	t.Parallel()
@@ -118,13 +121,25 @@ func TestChaos(t *testing.T) {
 	if judged == 0 {
 		t.Errorf("no worker process lived %s, so memory growth was not judged", cfg.RSSMinLife)
 	}
-	if want := int64(cfg.Jobs); res.Jobs.Committed != want || res.Jobs.Succeeded+res.Jobs.Failed != want {
-		t.Errorf("committed %d, succeeded %d, failed %d; want %d finished", res.Jobs.Committed, res.Jobs.Succeeded, res.Jobs.Failed, want)
+	j := res.Jobs
+	if want := int64(cfg.Jobs); j.Committed-j.Callbacks != want || j.Succeeded+j.Failed+j.Cancelled != j.Committed {
+		t.Errorf("committed %d (%d of them callbacks), succeeded %d, failed %d, cancelled %d; want %d jobs and the callbacks finished",
+			j.Committed, j.Callbacks, j.Succeeded, j.Failed, j.Cancelled, want)
 	}
-	// Some jobs were workflow steps, so check 10 held steps to parents.
-	if res.Jobs.ByHow["workflow"] == 0 {
-		t.Errorf("no workflow was enqueued: %v", res.Jobs.ByHow)
+	// Some jobs were workflow steps, some of them cancelled after a failure
+	// or by an operator, so check 10 held steps to failed parents and to
+	// their workflow's cancel; and some were batches, with a failure and
+	// without, so check 11 held both kinds of callback to their batch.
+	if w := res.Workflows; j.ByHow["workflow"] == 0 || w.StepsCancelled == 0 || w.OperatorCancels == 0 ||
+		w.AnywayRan == 0 || w.CancelledByFailure == 0 {
+		t.Errorf("workflows %+v: want some, with cancelled steps, a step run after a failed parent under Anyway, "+
+			"one cancelled by a failure and one by an operator", w)
 	}
+	if b := res.Batches; j.ByHow["enqueue_batch"] == 0 || b.WithFailure == 0 || b.Batches <= b.WithFailure ||
+		b.FailureRuns == 0 || b.FinishRuns == 0 {
+		t.Errorf("batches %+v: want some, with a failure and without, and callbacks of both kinds run", b)
+	}
+	t.Logf("workflows %+v; batches %+v", res.Workflows, res.Batches)
 	if res.Jobs.NotCommitted["rollback"] == 0 || res.Jobs.NotCommitted["savepoint"] == 0 {
 		t.Errorf("no rolled-back enqueues to check: %v", res.Jobs.NotCommitted)
 	}

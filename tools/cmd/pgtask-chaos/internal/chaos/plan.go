@@ -13,14 +13,16 @@ import (
 // kind of its own, so that held-mode runners, which size their batches by
 // how long a kind's jobs took so far, learn that its jobs take longer than
 // a batch's commit budget and claim them one at a time, rather than run a
-// key's admitted jobs one after another in one batch.
+// key's admitted jobs one after another in one batch. chaos.callback is the
+// batches' callbacks.
 const (
-	queueName   = "chaos"
-	kindJob     = "chaos.job"
-	kindSlow    = "chaos.slow"
-	kindPoison  = "chaos.poison"
-	kindLong    = "chaos.long"
-	kindLimited = "chaos.limited"
+	queueName    = "chaos"
+	kindJob      = "chaos.job"
+	kindSlow     = "chaos.slow"
+	kindPoison   = "chaos.poison"
+	kindLong     = "chaos.long"
+	kindLimited  = "chaos.limited"
+	kindCallback = "chaos.callback"
 )
 
 // What a job's handler does, stored in its payload.
@@ -31,12 +33,37 @@ const (
 	behavePanic   = "panic"   // panics on attempt 1
 	behaveTimeout = "timeout" // outlives its kind's timeout on attempt 1, honouring ctx
 	behaveNoRetry = "noretry" // fails for good (runtime.NoRetry)
+	behaveExhaust = "exhaust" // returns an error on every attempt, so fails for good after exhaustAttempts
 	behavePoison  = "poison"  // SIGKILLs its own process on every attempt
 	behaveLong    = "long"    // works for longWork before it touches job.Tx(), on its first longAttempts attempts
 )
 
-// poisonAttempts is the max_attempts of poison jobs.
-const poisonAttempts = 3
+// poisonAttempts is the max_attempts of poison jobs, exhaustAttempts that
+// of jobs that fail every attempt.
+const (
+	poisonAttempts  = 3
+	exhaustAttempts = 2
+)
+
+// Job statuses a job must end with (pgtask_chaos.enqueued.expect).
+const (
+	endSucceeded = "succeeded"
+	endFailed    = "failed"
+	endCancelled = "cancelled"
+)
+
+// failsForGood reports whether a job of behavior ends failed when it runs.
+func failsForGood(behavior string) bool {
+	return behavior == behaveNoRetry || behavior == behavePoison || behavior == behaveExhaust
+}
+
+// expectOf is how a job of behavior ends when it runs.
+func expectOf(behavior string) string {
+	if failsForGood(behavior) {
+		return endFailed
+	}
+	return endSucceeded
+}
 
 // How often each handler fault is drawn for a job; the rest succeed.
 var faultMix = []struct {
@@ -104,8 +131,11 @@ func longMarks(n int) []float64 {
 }
 
 func maxAttemptsOf(behavior string) int {
-	if behavior == behavePoison {
+	switch behavior {
+	case behavePoison:
 		return poisonAttempts
+	case behaveExhaust:
+		return exhaustAttempts
 	}
 	return 20
 }
@@ -117,6 +147,9 @@ type payload struct {
 	Behavior string `json:"b"`
 	// Limited jobs work longer than the others (see limitedWork).
 	Limited bool `json:"l,omitempty"`
+	// Callback is "finish" or "failure" for a batch's callback, which
+	// records the summary it was released with.
+	Callback string `json:"c,omitempty"`
 }
 
 // item is one job to enqueue.

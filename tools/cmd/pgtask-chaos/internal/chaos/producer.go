@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,8 +30,12 @@ type production struct {
 	begin time.Time
 
 	committed atomic.Int64 // jobs committed
-	handedOut atomic.Int64 // ids returned by Enqueue/EnqueueMany, committed or not
+	handedOut atomic.Int64 // ids handed out (jobs' and batches' callbacks'), committed or not
+	callbacks atomic.Int64 // batches' callbacks committed
 	anomalies chan string  // a commit that took only part of its jobs
+	// cancels receives the committed workflows an operator is to cancel
+	// (see canceller); nil for none.
+	cancels chan<- plannedCancel
 }
 
 // producer enqueues one share of the jobs. Each transaction enqueues its
@@ -52,6 +58,10 @@ type producer struct {
 	// spread over the whole run (they are far fewer than the others).
 	limited bool
 	own     struct{ total, committed int }
+	// flows and batches count the workflows and batches planned so far,
+	// from the producer's index on: every third workflow is cancelled by an
+	// operator, every other batch has a job that fails for good.
+	flows, batches int
 
 	pending []notCommitted // not yet recorded
 }
@@ -72,14 +82,25 @@ func (p *producer) run(ctx context.Context) error {
 		}
 		var err error
 		switch r := p.rng.Float64(); {
+		case r < 0.42:
+			err = p.commit(ctx, plainUnit(p.take(1+p.rng.IntN(40)), howEnqueueMany), false)
+		case r < 0.45 && !p.limited:
+			err = p.commit(ctx, p.planBatch(p.take(2+p.rng.IntN(19))), false)
 		case r < 0.45:
-			err = p.commit(ctx, p.take(1+p.rng.IntN(40)), "batch", false)
+			err = p.commit(ctx, plainUnit(p.take(1+p.rng.IntN(40)), howEnqueueMany), false)
 		case r < 0.80:
-			err = p.commit(ctx, p.take(1+p.rng.IntN(4)), "single", false)
+			err = p.commit(ctx, plainUnit(p.take(1+p.rng.IntN(4)), howEnqueue), false)
 		case r < 0.85:
-			err = p.commit(ctx, p.take(1+p.rng.IntN(20)), "batch", true)
+			err = p.commit(ctx, plainUnit(p.take(1+p.rng.IntN(20)), howEnqueueMany), true)
 		case r < 0.90 && !p.limited:
-			err = p.commit(ctx, ungrouped(p.take(2+p.rng.IntN(30))), "workflow", false)
+			items := p.take(2 + p.rng.IntN(30))
+			if slices.ContainsFunc(items, func(it item) bool { return it.behavior == behavePoison }) {
+				// A poison job stays in its group, where check 5 holds it
+				// to its attempts: as a step, a failed parent could cancel it.
+				err = p.commit(ctx, plainUnit(items, howEnqueueMany), false)
+				break
+			}
+			err = p.commit(ctx, p.planWorkflow(items), false)
 		default:
 			err = p.rollback(ctx)
 		}
@@ -105,11 +126,11 @@ func (p *producer) runMarked(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		how := "single"
+		how := howEnqueue
 		if p.rng.IntN(2) == 0 {
-			how = "batch"
+			how = howEnqueueMany
 		}
-		if err := p.commit(ctx, p.take(1), how, false); err != nil {
+		if err := p.commit(ctx, plainUnit(p.take(1), how), false); err != nil {
 			return err
 		}
 		p.flush(ctx, false)
@@ -169,9 +190,8 @@ func request(it item) (runtime.EnqueueRequest, error) {
 	return req, nil
 }
 
-// enqueue inserts items in tx, in one EnqueueMany or one Enqueue each. It
-// returns the ids it got, also when it fails part way.
-func enqueue(ctx context.Context, tx pgx.Tx, items []item, how string) ([]int64, error) {
+// requests are the enqueue requests of items.
+func requests(items []item) ([]runtime.EnqueueRequest, error) {
 	reqs := make([]runtime.EnqueueRequest, len(items))
 	for i, it := range items {
 		req, err := request(it)
@@ -180,11 +200,18 @@ func enqueue(ctx context.Context, tx pgx.Tx, items []item, how string) ([]int64,
 		}
 		reqs[i] = req
 	}
-	var ids []int64
-	if how == "workflow" {
-		return enqueueWorkflow(ctx, tx, items, reqs)
+	return reqs, nil
+}
+
+// enqueue inserts items in tx, in one EnqueueMany or one Enqueue each. It
+// returns the ids it got, also when it fails part way.
+func enqueue(ctx context.Context, tx pgx.Tx, items []item, how string) ([]int64, error) {
+	reqs, err := requests(items)
+	if err != nil {
+		return nil, err
 	}
-	if how == "batch" {
+	var ids []int64
+	if how == howEnqueueMany {
 		got, err := runtime.EnqueueMany(ctx, tx, reqs)
 		if err != nil {
 			return nil, err
@@ -204,12 +231,200 @@ func enqueue(ctx context.Context, tx pgx.Tx, items []item, how string) ([]int64,
 	return ids, nil
 }
 
-// succeeds reports whether a job of behavior ends succeeded: only such
-// jobs are a workflow step's parents, so that check 1 holds of their
-// dependents too (the default policy cancels the dependents of a parent
-// that fails for good).
-func succeeds(behavior string) bool {
-	return behavior != behaveNoRetry && behavior != behavePoison
+// unit is what one producer transaction commits: its jobs, how they are
+// enqueued, how each must end, and for a workflow or a batch its shape.
+type unit struct {
+	items   []item
+	how     string // one of the how values below
+	expects []string
+	flow    *flowPlan
+	batch   *batchPlan
+}
+
+// How a unit's jobs are enqueued, as recorded in pgtask_chaos.enqueued.how.
+const (
+	howEnqueueMany  = "enqueue_many"  // runtime.EnqueueMany
+	howEnqueue      = "enqueue"       // runtime.Enqueue, one call a job
+	howWorkflow     = "workflow"      // Workflow.Enqueue
+	howEnqueueBatch = "enqueue_batch" // runtime.EnqueueBatch, with both callbacks
+)
+
+// plainUnit is items enqueued with EnqueueMany or Enqueue: each ends as its
+// behavior says.
+func plainUnit(items []item, how string) unit {
+	u := unit{items: items, how: how, expects: make([]string, len(items))}
+	for i, it := range items {
+		u.expects[i] = expectOf(it.behavior)
+	}
+	return u
+}
+
+// flowPlan is a workflow's shape: each step's parents, and whether the
+// workflow must end cancelled as a whole.
+type flowPlan struct {
+	deps [][]flowDep
+	// cancelExpected: a parent whose edge says OrCancelWorkflow does not
+	// succeed, so the workflow must be cancelled as a whole.
+	cancelExpected bool
+	// operatorCancel: an operator cancels it (CancelWorkflowByID) soon
+	// after its commit, while its steps run.
+	operatorCancel bool
+}
+
+type flowDep struct {
+	parent int
+	policy runtime.FailurePolicy
+}
+
+// policyRank orders the failure policies as Workflow.Add does when a step
+// names one parent twice: the strictest wins.
+func policyRank(p runtime.FailurePolicy) int {
+	switch p {
+	case runtime.RunAnyway:
+		return 0
+	case runtime.CancelDependent:
+		return 1
+	}
+	return 2
+}
+
+// drawPolicy draws an edge's failure policy: mostly the default (After),
+// a quarter Anyway, some OrCancelWorkflow.
+func drawPolicy(rng *rand.Rand) runtime.FailurePolicy {
+	switch r := rng.Float64(); {
+	case r < 0.6:
+		return runtime.CancelDependent
+	case r < 0.85:
+		return runtime.RunAnyway
+	}
+	return runtime.CancelWorkflow
+}
+
+// Shares of the workflows with steps that fail for good, and of the
+// callbacks that fail their first attempt.
+const (
+	flowFailShare     = 0.7
+	callbackFailShare = 0.2
+)
+
+// planWorkflow makes items, taken out of their groups, a workflow: each
+// step after the first depends on an earlier one and the last also on all
+// the others (a chain, forks and a fan-in), each edge with a failure policy
+// drawn by drawPolicy, except the fan-in's: its edges from the steps other
+// than its tree parent are all After or all Anyway, and its edge from its
+// tree parent takes the stricter of that and its own draw. Most
+// workflows get one or two steps that fail for good (NoRetry, or every
+// attempt until their last), not the last one. From the policies it works
+// out how each step must end: a step after a parent that does not succeed,
+// under After or OrCancelWorkflow, is cancelled and never runs; under
+// Anyway it runs. A workflow with such a parent under OrCancelWorkflow, or
+// one an operator cancels (every third), may end any
+// unfinished step cancelled.
+func (p *producer) planWorkflow(items []item) unit {
+	items = ungrouped(items)
+	n := len(items)
+	if n > 1 && p.rng.Float64() < flowFailShare {
+		for range 1 + p.rng.IntN(2) {
+			k := p.rng.IntN(n - 1)
+			items[k].behavior = []string{behaveNoRetry, behaveExhaust}[p.rng.IntN(2)]
+		}
+	}
+	fanIn := runtime.CancelDependent
+	if p.rng.IntN(2) == 0 {
+		fanIn = runtime.RunAnyway
+	}
+	fp := &flowPlan{deps: flowDeps(n, func() runtime.FailurePolicy { return drawPolicy(p.rng) }, fanIn), operatorCancel: p.flows%3 == 0}
+	p.flows++
+	u := unit{items: items, how: howWorkflow, flow: fp}
+	u.expects, fp.cancelExpected = flowEnds(items, fp.deps)
+	return u
+}
+
+// flowDeps are the parents of a workflow of n steps: each step after the
+// first depends on its tree parent ((i-1)/2) under a policy draw gives, and
+// the last (the fan-in) also on all the others under fanIn; its edge from
+// its tree parent takes the stricter of its draw and fanIn.
+func flowDeps(n int, draw func() runtime.FailurePolicy, fanIn runtime.FailurePolicy) [][]flowDep {
+	deps := make([][]flowDep, n)
+	for i := 1; i < n; i++ {
+		tree := (i - 1) / 2
+		deps[i] = []flowDep{{tree, draw()}}
+		if i < n-1 {
+			continue
+		}
+		for k := range i {
+			if k != tree {
+				deps[i] = append(deps[i], flowDep{k, fanIn})
+			} else if policyRank(fanIn) > policyRank(deps[i][0].policy) {
+				deps[i][0].policy = fanIn
+			}
+		}
+	}
+	return deps
+}
+
+// flowEnds works out how each step of a workflow of items with parents
+// deps must end, and whether the workflow must end cancelled as a whole: a
+// step after a parent that does not succeed, under After or
+// OrCancelWorkflow, is cancelled; under Anyway it ends as its behavior
+// says; a parent under OrCancelWorkflow that does not succeed cancels the
+// workflow.
+func flowEnds(items []item, deps [][]flowDep) (expects []string, cancelExpected bool) {
+	expects = make([]string, len(items))
+	for i := range items {
+		expects[i] = expectOf(items[i].behavior)
+		for _, d := range deps[i] {
+			if expects[d.parent] == endSucceeded {
+				continue
+			}
+			if d.policy != runtime.RunAnyway {
+				expects[i] = endCancelled
+			}
+			if d.policy == runtime.CancelWorkflow {
+				cancelExpected = true
+			}
+		}
+	}
+	return expects, cancelExpected
+}
+
+// batchPlan is a batch's callbacks: what their handlers do, and whether
+// the OnFailure one must run.
+type batchPlan struct {
+	finish, failure string // behaviors of the OnFinish and OnFailure callbacks
+	expectFailure   bool
+}
+
+// planBatch makes items a batch (runtime.EnqueueBatch) with both callbacks.
+// Every other batch gets a job that fails for good
+// (NoRetry, or every attempt until its last); a callback fails its first
+// attempt now and then.
+func (p *producer) planBatch(items []item) unit {
+	items = slices.Clone(items)
+	if k := p.rng.IntN(len(items)); p.batches%2 == 0 && items[k].behavior != behavePoison {
+		items[k].behavior = []string{behaveNoRetry, behaveExhaust}[p.rng.IntN(2)]
+	}
+	p.batches++
+	callback := func() string {
+		if p.rng.Float64() < callbackFailShare {
+			return behaveFail
+		}
+		return behaveOK
+	}
+	u := plainUnit(items, howEnqueueBatch)
+	u.batch = &batchPlan{finish: callback(), failure: callback(), expectFailure: slices.Contains(u.expects, endFailed)}
+	return u
+}
+
+// callbackRequest is a batch's callback: which is "finish" or "failure".
+func callbackRequest(which, behavior string) (*runtime.EnqueueRequest, error) {
+	body, err := json.Marshal(payload{Behavior: behavior, Callback: which})
+	if err != nil {
+		return nil, err
+	}
+	req := runtime.EnqueueRequest{Kind: kindCallback, Payload: body}
+	req.Apply(runtime.WithQueue(queueName), runtime.WithMaxAttempts(maxAttemptsOf(behavior)))
+	return &req, nil
 }
 
 // ungrouped takes items out of their groups: a workflow's steps here are
@@ -225,35 +440,70 @@ func ungrouped(items []item) []item {
 	return out
 }
 
-// enqueueWorkflow inserts items in tx as one workflow: each step after
-// the first depends on an earlier one that succeeds, and the last also on
-// all the others that succeed (a chain, forks and a fan-in), each step
-// in its group as any job. Check 10 holds its steps to their parents.
-func enqueueWorkflow(ctx context.Context, tx pgx.Tx, items []item, reqs []runtime.EnqueueRequest) ([]int64, error) {
+// enqueueWorkflow inserts u's items in tx as one workflow, with the
+// dependencies of u.flow, and returns their ids and the workflow's.
+func enqueueWorkflow(ctx context.Context, tx pgx.Tx, u unit) ([]int64, runtime.WorkflowID, error) {
+	reqs, err := requests(u.items)
+	if err != nil {
+		return nil, 0, err
+	}
 	wf := runtime.NewWorkflow("chaos")
-	steps := make([]runtime.Step, len(items))
-	for i := range items {
+	steps := make([]runtime.Step, len(reqs))
+	for i := range reqs {
 		var deps []runtime.StepOption
-		if i > 0 && succeeds(items[(i-1)/2].behavior) {
-			deps = append(deps, runtime.After(steps[(i-1)/2]))
-		}
-		if i == len(items)-1 {
-			for k := range i {
-				if succeeds(items[k].behavior) {
-					deps = append(deps, runtime.After(steps[k]))
-				}
+		for _, d := range u.flow.deps[i] {
+			switch d.policy {
+			case runtime.RunAnyway:
+				deps = append(deps, runtime.AfterAnyway(steps[d.parent]))
+			case runtime.CancelWorkflow:
+				deps = append(deps, runtime.AfterOrCancelWorkflow(steps[d.parent]))
+			default:
+				deps = append(deps, runtime.After(steps[d.parent]))
 			}
 		}
 		steps[i] = wf.Add(reqs[i], deps...)
 	}
-	if _, err := wf.Enqueue(ctx, tx); err != nil {
-		return nil, err
+	id, err := wf.Enqueue(ctx, tx)
+	if err != nil {
+		return nil, 0, err
 	}
-	ids := make([]int64, len(items))
-	for i, id := range wf.JobIDs() {
-		ids[i] = int64(id)
+	ids := make([]int64, len(reqs))
+	for i, jid := range wf.JobIDs() {
+		ids[i] = int64(jid)
 	}
-	return ids, nil
+	return ids, id, nil
+}
+
+// enqueueBatched inserts u's items in tx as one batch with both callbacks
+// and returns their ids, the callbacks' (read back from the batch, so that
+// a transaction that does not commit records them as not committed too)
+// and the batch's.
+func enqueueBatched(ctx context.Context, tx pgx.Tx, u unit) (ids, callbacks []int64, _ runtime.BatchID, _ error) {
+	reqs, err := requests(u.items)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	onFinish, err := callbackRequest("finish", u.batch.finish)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	onFailure, err := callbackRequest("failure", u.batch.failure)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	id, got, err := runtime.EnqueueBatch(ctx, tx, reqs, runtime.BatchOptions{OnFinish: onFinish, OnFailure: onFailure})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	ids = make([]int64, len(got))
+	for i, jid := range got {
+		ids[i] = int64(jid)
+	}
+	b, err := runtime.GetBatch(ctx, tx, id)
+	if err != nil {
+		return ids, nil, id, err
+	}
+	return ids, []int64{int64(b.OnFinish), int64(b.OnFailure)}, id, nil
 }
 
 // ghosts are jobs enqueued only to be rolled back, into this producer's
@@ -281,19 +531,30 @@ func groupsOf(items []item) []string {
 	return out
 }
 
-// commit enqueues items in one transaction and commits it, trying again
-// after a failure until the items are committed (the same items, so each
-// group's order stays). With ghostsFirst the transaction first enqueues some
-// ghosts in a savepoint and rolls back to it.
-func (p *producer) commit(ctx context.Context, items []item, how string, ghostsFirst bool) error {
+// handedGroups are the groups of the first n ids a unit of items was
+// handed: its items' in order, then none for its batch's callbacks.
+func handedGroups(items []item, n int) []string {
+	out := groupsOf(items[:min(n, len(items))])
+	for len(out) < n {
+		out = append(out, "")
+	}
+	return out
+}
+
+// commit enqueues u in one transaction and commits it, trying again
+// after a failure until it is committed (the same items, so each group's
+// order stays). With ghostsFirst the transaction first enqueues some
+// ghosts in a savepoint and rolls back to it. A committed workflow an
+// operator is to cancel goes to the canceller.
+func (p *producer) commit(ctx context.Context, u unit, ghostsFirst bool) error {
 	backoff := 50 * time.Millisecond
 	for {
-		ids, pid, err := p.tryCommit(ctx, items, how, ghostsFirst)
+		ids, wf, pid, err := p.tryCommit(ctx, u, ghostsFirst)
 		if ids != nil {
 			p.handedOut.Add(int64(len(ids)))
 		}
 		if err == nil {
-			p.committedItems(len(items))
+			p.committedUnit(ctx, u, wf)
 			return nil
 		}
 		var unknown *commitUnknown
@@ -303,18 +564,35 @@ func (p *producer) commit(ctx context.Context, items []item, how string, ghostsF
 				return err
 			}
 			if committed {
-				p.committedItems(len(items))
+				p.committedUnit(ctx, u, wf)
 				return nil
 			}
 		}
 		if len(ids) > 0 {
-			p.pending = append(p.pending, notCommitted{ids: ids, groups: groupsOf(items[:len(ids)]), reason: "failed"})
+			p.pending = append(p.pending, notCommitted{ids: ids, groups: handedGroups(u.items, len(ids)), reason: "failed"})
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		sleep(ctx, backoff)
 		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// committedUnit counts u's jobs as committed and hands a workflow an
+// operator is to cancel to the canceller, due within cancelWithin.
+func (p *producer) committedUnit(ctx context.Context, u unit, wf runtime.WorkflowID) {
+	p.committedItems(len(u.items))
+	if u.batch != nil {
+		p.callbacks.Add(2)
+	}
+	if u.flow == nil || !u.flow.operatorCancel || p.cancels == nil {
+		return
+	}
+	due := time.Now().Add(time.Duration(p.rng.Int64N(int64(cancelWithin))))
+	select {
+	case p.cancels <- plannedCancel{id: wf, due: due}:
+	case <-ctx.Done():
 	}
 }
 
@@ -328,11 +606,13 @@ type commitUnknown struct{ err error }
 
 func (e *commitUnknown) Error() string { return "commit: " + e.err.Error() }
 
-// tryCommit returns the ids it was handed and the transaction's backend pid.
-func (p *producer) tryCommit(ctx context.Context, items []item, how string, ghostsFirst bool) ([]int64, uint32, error) {
+// tryCommit returns the ids it was handed (u's items' in order, then a
+// batch's callbacks'), the workflow's id for a workflow, and the
+// transaction's backend pid.
+func (p *producer) tryCommit(ctx context.Context, u unit, ghostsFirst bool) ([]int64, runtime.WorkflowID, uint32, error) {
 	tx, err := p.pool.Begin(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
 	pid := tx.Conn().PgConn().PID()
@@ -340,46 +620,73 @@ func (p *producer) tryCommit(ctx context.Context, items []item, how string, ghos
 		ghosts := p.ghosts(1 + p.rng.IntN(5))
 		sp, err := tx.Begin(ctx)
 		if err != nil {
-			return nil, pid, err
+			return nil, 0, pid, err
 		}
-		gids, gerr := enqueue(ctx, sp, ghosts, "batch")
+		gids, gerr := enqueue(ctx, sp, ghosts, howEnqueueMany)
 		if len(gids) > 0 {
 			p.handedOut.Add(int64(len(gids)))
 			p.pending = append(p.pending, notCommitted{ids: gids, groups: groupsOf(ghosts), reason: "savepoint"})
 		}
 		if err := sp.Rollback(ctx); err != nil {
-			return nil, pid, err
+			return nil, 0, pid, err
 		}
 		if gerr != nil {
-			return nil, pid, gerr
+			return nil, 0, pid, gerr
 		}
 	}
-	ids, err := enqueue(ctx, tx, items, how)
-	if err != nil {
-		return ids, pid, err
+	var ids, callbacks []int64
+	var wf runtime.WorkflowID
+	var batch runtime.BatchID
+	switch u.how {
+	case howWorkflow:
+		ids, wf, err = enqueueWorkflow(ctx, tx, u)
+	case howEnqueueBatch:
+		ids, callbacks, batch, err = enqueueBatched(ctx, tx, u)
+	default:
+		ids, err = enqueue(ctx, tx, u.items, u.how)
 	}
-	seqs := make([]int32, len(items))
-	behaviors := make([]string, len(items))
-	limitKeys := make([]string, len(items))
-	limitMaxes := make([]int32, len(items))
-	for i, it := range items {
+	handed := append(slices.Clone(ids), callbacks...)
+	if err != nil {
+		return handed, 0, pid, err
+	}
+	seqs := make([]int32, len(u.items))
+	behaviors := make([]string, len(u.items))
+	limitKeys := make([]string, len(u.items))
+	limitMaxes := make([]int32, len(u.items))
+	for i, it := range u.items {
 		seqs[i] = int32(it.seq)
 		behaviors[i] = it.behavior
 		if it.limit != nil {
 			limitKeys[i], limitMaxes[i] = it.limit.key, int32(it.limit.max)
 		}
 	}
-	err = chaosdb.New(tx).RecordEnqueued(ctx, chaosdb.RecordEnqueuedParams{
-		JobIds: ids, GroupKeys: groupsOf(items), Seqs: seqs, Behaviors: behaviors, How: how,
-		LimitKeys: limitKeys, LimitMaxes: limitMaxes,
+	q := chaosdb.New(tx)
+	err = q.RecordEnqueued(ctx, chaosdb.RecordEnqueuedParams{
+		JobIds: ids, GroupKeys: groupsOf(u.items), Seqs: seqs, Behaviors: behaviors, How: u.how,
+		LimitKeys: limitKeys, LimitMaxes: limitMaxes, Expects: u.expects,
 	})
 	if err != nil {
-		return ids, pid, err
+		return handed, 0, pid, err
+	}
+	switch {
+	case u.flow != nil:
+		err = q.RecordWorkflow(ctx, chaosdb.RecordWorkflowParams{
+			WorkflowID: int64(wf), Steps: int32(len(ids)),
+			CancelExpected: u.flow.cancelExpected, OperatorCancel: u.flow.operatorCancel,
+		})
+	case u.batch != nil:
+		err = q.RecordBatch(ctx, chaosdb.RecordBatchParams{
+			BatchID: int64(batch), Jobs: int32(len(ids)), ExpectFailure: u.batch.expectFailure,
+			FinishBehavior: u.batch.finish, FailureBehavior: u.batch.failure,
+		})
+	}
+	if err != nil {
+		return handed, 0, pid, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return ids, pid, &commitUnknown{err}
+		return handed, wf, pid, &commitUnknown{err}
 	}
-	return ids, pid, nil
+	return handed, wf, pid, nil
 }
 
 // settle finds out whether a transaction whose COMMIT failed committed:
@@ -420,9 +727,9 @@ func (p *producer) anomaly(s string) {
 // rollback enqueues ghosts in a transaction and rolls it back.
 func (p *producer) rollback(ctx context.Context) error {
 	ghosts := p.ghosts(1 + p.rng.IntN(10))
-	how := "batch"
+	how := howEnqueueMany
 	if p.rng.IntN(2) == 0 {
-		how = "single"
+		how = howEnqueue
 	}
 	tx, err := p.pool.Begin(ctx)
 	if err != nil {
@@ -467,4 +774,84 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// cancelWithin bounds how long after its commit an operator cancels a
+// workflow planned for it: soon, while its steps run.
+const cancelWithin = time.Second
+
+// plannedCancel is a workflow an operator is to cancel, and when.
+type plannedCancel struct {
+	id  runtime.WorkflowID
+	due time.Time
+}
+
+// canceller is the operator who cancels workflows as a whole
+// (runtime.CancelWorkflowByID) while their steps run: each workflow the
+// producers planned it for, once its due time has come. Each cancel runs in
+// a transaction that also records it in pgtask_chaos.operator_cancels, so
+// the record exists if and only if the cancel committed; a cancel that
+// failed is tried again (a second cancel of a cancelled workflow marks
+// nothing) until it is committed or the run ends. Its failures are counted
+// and the last kept; a workflow whose cancel never committed is a problem
+// of the run (see MissedOperatorCancels).
+type canceller struct {
+	pool *pgxpool.Pool
+	in   chan plannedCancel
+
+	failures atomic.Int64
+	mu       sync.Mutex
+	lastErr  error
+}
+
+// failed counts a failed try to cancel workflow id.
+func (c *canceller) failed(id runtime.WorkflowID, err error) {
+	c.failures.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastErr = fmt.Errorf("cancel workflow %d: %w", id, err)
+}
+
+// last is the last failure, nil for none.
+func (c *canceller) last() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastErr
+}
+
+func (c *canceller) run(ctx context.Context) {
+	for pc := range c.in {
+		if ctx.Err() != nil {
+			continue // the run is over: drain
+		}
+		sleep(ctx, time.Until(pc.due))
+		backoff := 50 * time.Millisecond
+		for ctx.Err() == nil {
+			err := c.cancel(ctx, pc.id)
+			if err == nil {
+				break
+			}
+			if ctx.Err() == nil {
+				c.failed(pc.id, err)
+			}
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, time.Second)
+		}
+	}
+}
+
+func (c *canceller) cancel(ctx context.Context, id runtime.WorkflowID) error {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	marked, err := runtime.CancelWorkflowByID(ctx, tx, id)
+	if err != nil {
+		return err
+	}
+	if err := chaosdb.New(tx).RecordOperatorCancel(ctx, chaosdb.RecordOperatorCancelParams{WorkflowID: int64(id), Marked: marked}); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }

@@ -68,6 +68,10 @@ type Result struct {
 	Limits []LimitReport
 	// Rates is each rate key of the rate-limited jobs, by key.
 	Rates []RateReport
+	// Workflows is what the workflows' failures and cancels did.
+	Workflows WorkflowReport
+	// Batches is the batches and their callbacks.
+	Batches BatchReport
 	// Problems are failures of the run itself: a worker process that ended
 	// on its own, a restart that failed, records that could not be written.
 	Problems []string
@@ -159,6 +163,40 @@ type RateReport struct {
 	MostInASecond int
 }
 
+// WorkflowReport counts the workflows and what their failures and cancels
+// did (check 10).
+type WorkflowReport struct {
+	Workflows, Steps int64
+	// Dependencies, by policy: After (cancel the child), Anyway,
+	// OrCancelWorkflow.
+	Edges, EdgesCancel, EdgesAnyway, EdgesWorkflow int64
+	// Steps that failed for good, and that ended cancelled.
+	StepsFailed, StepsCancelled int64
+	// AnywayRan is how many steps ran after a parent of policy Anyway had
+	// failed or been cancelled.
+	AnywayRan int64
+	// CancelledByFailure is how many workflows a failure under
+	// OrCancelWorkflow cancelled; OperatorCancels how many an operator's
+	// cancel committed for, OperatorMarked how many of them it marked (the
+	// others were cancelled already), and OperatorCutShort how many of those
+	// had steps that ended cancelled.
+	CancelledByFailure, OperatorCancels, OperatorMarked, OperatorCutShort int64
+	// OperatorCancelFailures is how many of the operator's tries to cancel
+	// failed (the database was away, say) and were tried again.
+	OperatorCancelFailures int64
+}
+
+// BatchReport counts the batches and their callbacks' runs (check 11).
+type BatchReport struct {
+	Batches, Jobs int64
+	// WithFailure is how many had a job that failed for good.
+	WithFailure int64
+	// FinishRuns and FailureRuns are the committed runs of OnFinish and
+	// OnFailure callbacks; CallbackAttempts the attempts of both that a
+	// handler started.
+	FinishRuns, FailureRuns, CallbackAttempts int64
+}
+
 // Count is a named number.
 type Count struct {
 	Name string
@@ -167,13 +205,15 @@ type Count struct {
 
 // JobTotals counts the jobs.
 type JobTotals struct {
-	HandedOut    int64            // ids Enqueue and EnqueueMany returned
+	HandedOut    int64            // ids handed out, jobs' and batches' callbacks', committed or not
 	Committed    int64            // of them committed
-	ByHow        map[string]int64 // committed, by batch or single
+	ByHow        map[string]int64 // committed, by how they were enqueued (see howEnqueueMany)
 	NotCommitted map[string]int64 // by rollback, savepoint, failed
+	Callbacks    int64            // of them batches' callbacks
 	Succeeded    int64
 	Failed       int64
 	FailedAs     map[string]int64 // failed jobs by what their handler did
+	Cancelled    int64            // workflow steps and callbacks cancelled
 	Unfinished   int64
 	Attempts     int64
 }
@@ -377,21 +417,33 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 	}
 	res.Checks = append(res.Checks, rates)
 
-	// 10. Workflows.
-	flows, err := q.WorkflowViolations(ctx)
+	// 10. Workflows, and 11. batches.
+	wc, wr, err := checkWorkflows(ctx, q)
 	if err != nil {
 		return fmt.Errorf("check 10: %w", err)
 	}
-	wc := newCheck(10, "every workflow step starts after all its parents succeeded, never when one failed")
-	for _, v := range flows {
-		wc.add(v.Kind, v.Detail)
+	if o.canc != nil {
+		wr.OperatorCancelFailures = o.canc.failures.Load()
 	}
-	edges, err := q.CountWorkflowEdges(ctx)
+	res.Workflows = wr
+	missed, err := q.MissedOperatorCancels(ctx)
 	if err != nil {
 		return fmt.Errorf("check 10: %w", err)
 	}
-	wc.Note = fmt.Sprintf("%d dependencies of %d workflows checked", edges.Edges, edges.Workflows)
-	res.Checks = append(res.Checks, wc)
+	if len(missed) > 0 {
+		var last error
+		if o.canc != nil {
+			last = o.canc.last()
+		}
+		o.problem("%d workflows an operator was to cancel have no committed cancel, so check 10 did not hold them to it: %v (the last of %d failed tries: %v)",
+			len(missed), missed[:min(len(missed), 20)], wr.OperatorCancelFailures, last)
+	}
+	bc, br, err := checkBatches(ctx, q)
+	if err != nil {
+		return fmt.Errorf("check 11: %w", err)
+	}
+	res.Batches = br
+	res.Checks = append(res.Checks, wc, bc)
 
 	replays, err := q.ObserveReplays(ctx)
 	if err != nil {
@@ -439,7 +491,7 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 	}
 	j := &res.Jobs
 	j.HandedOut = o.prod.handedOut.Load()
-	j.Succeeded, j.Failed, j.Unfinished = pr.Succeeded, pr.Failed, pr.Unfinished
+	j.Succeeded, j.Failed, j.Cancelled, j.Unfinished = pr.Succeeded, pr.Failed, pr.Cancelled, pr.Unfinished
 	j.ByHow, j.NotCommitted, j.FailedAs = map[string]int64{}, map[string]int64{}, map[string]int64{}
 	enq, err := q.EnqueuedTotals(ctx)
 	if err != nil {
@@ -448,6 +500,9 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 	for _, e := range enq {
 		j.Committed += e.Jobs
 		j.ByHow[e.How] += e.Jobs
+		if e.Callback {
+			j.Callbacks += e.Jobs
+		}
 	}
 	nc, err := q.NotCommittedTotals(ctx)
 	if err != nil {
@@ -571,6 +626,55 @@ func (o *orchestrator) collect(ctx context.Context, res *Result) error {
 	res.Problems = slices.Clone(o.problems)
 	o.mu.Unlock()
 	return nil
+}
+
+// checkWorkflows makes check 10: workflow steps against their parents'
+// outcomes and their policies, and against their workflow's cancel (see
+// WorkflowViolations).
+func checkWorkflows(ctx context.Context, q *chaosdb.Queries) (Check, WorkflowReport, error) {
+	c := newCheck(10, "workflow steps start only as their parents' outcomes and policies allow; none after its workflow's cancel")
+	rows, err := q.WorkflowViolations(ctx)
+	if err != nil {
+		return c, WorkflowReport{}, err
+	}
+	for _, v := range rows {
+		c.add(v.Kind, v.Detail)
+	}
+	t, err := q.WorkflowTotals(ctx)
+	if err != nil {
+		return c, WorkflowReport{}, err
+	}
+	r := WorkflowReport{
+		Workflows: t.Workflows, Steps: t.Steps,
+		Edges: t.Edges, EdgesCancel: t.EdgesCancel, EdgesAnyway: t.EdgesAnyway, EdgesWorkflow: t.EdgesWorkflow,
+		StepsFailed: t.StepsFailed, StepsCancelled: t.StepsCancelled, AnywayRan: t.AnywayRan,
+		CancelledByFailure: t.CancelledByFailure, OperatorCancels: t.OperatorCancels, OperatorMarked: t.OperatorMarked,
+		OperatorCutShort: t.OperatorCutShort,
+	}
+	c.Note = fmt.Sprintf("%d dependencies of %d workflows checked; a step's claim is the start of the claim statement of its last attempt (pgtask.jobs.started_at), a cancel's commit its transaction's commit time (stamped just before the commit is visible), and a claim on the cancelling session after its mark (pgtask_chaos.workflow_cancels.at) one in the cancelling transaction itself; a claim in another transaction between the mark and the commit is not held to the mark", r.Edges, r.Workflows)
+	return c, r, nil
+}
+
+// checkBatches makes check 11: each batch's callbacks ran exactly once, or
+// (OnFailure with no failure) never, after what they wait for, and read
+// the batch's counts (see CheckBatches).
+func checkBatches(ctx context.Context, q *chaosdb.Queries) (Check, BatchReport, error) {
+	c := newCheck(11, "each batch's OnFinish runs once after its jobs; OnFailure once if and only if one failed")
+	rows, err := q.CheckBatches(ctx)
+	if err != nil {
+		return c, BatchReport{}, err
+	}
+	for _, v := range rows {
+		c.add(v.Kind, v.Detail)
+	}
+	t, err := q.BatchTotals(ctx)
+	if err != nil {
+		return c, BatchReport{}, err
+	}
+	r := BatchReport{Batches: t.Batches, Jobs: t.Jobs, WithFailure: t.WithFailure,
+		FinishRuns: t.FinishRuns, FailureRuns: t.FailureRuns, CallbackAttempts: t.CallbackAttempts}
+	c.Note = fmt.Sprintf("%d batches checked, %d of them with a failure; a callback's start is its handler's", r.Batches, r.WithFailure)
+	return c, r, nil
 }
 
 // checkLimits makes check 8: no limit key ran more jobs at once than its
@@ -702,7 +806,8 @@ func (r *Result) Print(w io.Writer) {
 	fmt.Fprintf(tw, "  enqueued (ids handed out)\t%10d\n", j.HandedOut)
 	fmt.Fprintf(tw, "  committed\t%10d\n", j.Committed)
 	for _, how := range slices.Sorted(maps.Keys(j.ByHow)) {
-		fmt.Fprintf(tw, "    by %s\t%10d\n", map[string]string{"batch": "EnqueueMany", "single": "Enqueue", "workflow": "Workflow.Enqueue"}[how], j.ByHow[how])
+		fmt.Fprintf(tw, "    by %s\t%10d\n", map[string]string{howEnqueueMany: "EnqueueMany", howEnqueue: "Enqueue", howWorkflow: "Workflow.Enqueue",
+			howEnqueueBatch: "EnqueueBatch (jobs and callbacks)"}[how], j.ByHow[how])
 	}
 	var rolled int64
 	for _, n := range j.NotCommitted {
@@ -722,6 +827,7 @@ func (r *Result) Print(w io.Writer) {
 	for _, b := range slices.Sorted(maps.Keys(j.FailedAs)) {
 		fmt.Fprintf(tw, "    %s\t%10d\n", b, j.FailedAs[b])
 	}
+	fmt.Fprintf(tw, "  cancelled\t%10d\n", j.Cancelled)
 	if j.Unfinished > 0 {
 		fmt.Fprintf(tw, "  unfinished\t%10d\n", j.Unfinished)
 	}
@@ -776,6 +882,30 @@ func (r *Result) Print(w io.Writer) {
 		fmt.Fprintf(tw, "  held at once, at most\t%10s\n", h.Longest.Round(100*time.Millisecond))
 		fmt.Fprintf(tw, "  opened (again after the database ended it)\t%10d\n", h.Opens)
 		fmt.Fprintf(tw, "  transaction ids handed out behind it, at most\t%10d\n", h.MaxLag)
+	}
+	if wf := r.Workflows; wf.Workflows > 0 {
+		fmt.Fprintln(tw, "\t")
+		fmt.Fprintln(tw, "workflows\t")
+		fmt.Fprintf(tw, "  workflows (their steps)\t%10d  (%d)\n", wf.Workflows, wf.Steps)
+		fmt.Fprintf(tw, "  dependencies: After, Anyway, OrCancelWorkflow\t%10d  (%d, %d, %d)\n", wf.Edges, wf.EdgesCancel, wf.EdgesAnyway, wf.EdgesWorkflow)
+		fmt.Fprintf(tw, "  steps failed for good\t%10d\n", wf.StepsFailed)
+		fmt.Fprintf(tw, "  steps cancelled\t%10d\n", wf.StepsCancelled)
+		fmt.Fprintf(tw, "  steps run Anyway after a parent failed or was cancelled\t%10d\n", wf.AnywayRan)
+		fmt.Fprintf(tw, "  workflows cancelled by a failure (OrCancelWorkflow)\t%10d\n", wf.CancelledByFailure)
+		fmt.Fprintf(tw, "  operator's cancels committed (marked the workflow)\t%10d  (%d)\n", wf.OperatorCancels, wf.OperatorMarked)
+		fmt.Fprintf(tw, "    of which cut steps short (some ended cancelled)\t%10d\n", wf.OperatorCutShort)
+		if wf.OperatorCancelFailures > 0 {
+			fmt.Fprintf(tw, "  operator's tries to cancel that failed and were tried again\t%10d\n", wf.OperatorCancelFailures)
+		}
+	}
+	if b := r.Batches; b.Batches > 0 {
+		fmt.Fprintln(tw, "\t")
+		fmt.Fprintln(tw, "batches (EnqueueBatch, OnFinish and OnFailure callbacks)\t")
+		fmt.Fprintf(tw, "  batches (their jobs)\t%10d  (%d)\n", b.Batches, b.Jobs)
+		fmt.Fprintf(tw, "    with a job failed for good\t%10d\n", b.WithFailure)
+		fmt.Fprintf(tw, "  OnFinish runs committed\t%10d\n", b.FinishRuns)
+		fmt.Fprintf(tw, "  OnFailure runs committed\t%10d\n", b.FailureRuns)
+		fmt.Fprintf(tw, "  callback attempts started\t%10d\n", b.CallbackAttempts)
 	}
 	if len(r.Limits) > 0 {
 		fmt.Fprintln(tw, "\t")

@@ -26,6 +26,10 @@ const (
 	crashAt   = 0.6
 )
 
+// clusterSettings are the run's server settings: check 10 reads the commit
+// times of the transactions that cancelled workflows.
+var clusterSettings = []string{"track_commit_timestamp=on"}
+
 // orchestrator is one run.
 type orchestrator struct {
 	cfg     Config
@@ -66,6 +70,8 @@ type orchestrator struct {
 	dbAway    map[string]time.Duration        // how long each database fault took, until the server answered
 
 	progress atomic.Pointer[chaosdb.JobProgressRow]
+
+	canc *canceller // the operator who cancels workflows; nil before the producers start
 
 	mu       sync.Mutex
 	problems []string // failures of the run itself (not of pgtask)
@@ -120,7 +126,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cfg.Seed, cfg.Workers, cfg.Jobs, cfg.Groups, cfg.Ungrouped, cfg.Limited, cfg.Poison, cfg.Long, cfg.lease(), cfg.Timeout)
 	o.printf("pgtask-chaos: worker logs in %s\n", cfg.LogDir)
 
-	cluster, err := pgtasktest.StartCluster(ctx, pgtasktest.ClusterOptions{})
+	// Commit times of the transactions that cancel workflows, for check 10
+	// (see pgtask_chaos.workflow_cancels).
+	cluster, err := pgtasktest.StartCluster(ctx, pgtasktest.ClusterOptions{Settings: clusterSettings})
 	if err != nil {
 		return nil, err
 	}
@@ -195,6 +203,11 @@ func (o *orchestrator) run(ctx context.Context) bool {
 	producers := make([]*producer, producerCount, producerCount+2)
 	for i := range producerCount {
 		producers[i] = &producer{production: o.prod, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(10+i))), items: items[i], groups: groups[i]}
+		// Each producer's turns start at its index, so that even a short
+		// run, with a workflow or a batch or two per producer, has
+		// workflows both cancelled by an operator and not, and batches
+		// both with a failure and without.
+		producers[i].flows, producers[i].batches = i, i
 	}
 	if len(long) > 0 {
 		producers = append(producers, &producer{
@@ -207,6 +220,13 @@ func (o *orchestrator) run(ctx context.Context) bool {
 		lp.own.total = len(limited)
 		producers = append(producers, lp)
 	}
+	// The operator who cancels workflows while they run: done once the
+	// producers are done and it has cancelled what they planned.
+	canc := &canceller{pool: o.pool, in: make(chan plannedCancel, 1<<14)}
+	o.canc = canc
+	o.prod.cancels = canc.in
+	cancDone := make(chan struct{})
+	go func() { canc.run(runCtx); close(cancDone) }()
 	for i, p := range producers {
 		pwg.Go(func() {
 			if err := p.run(runCtx); err != nil && runCtx.Err() == nil {
@@ -214,7 +234,7 @@ func (o *orchestrator) run(ctx context.Context) bool {
 			}
 		})
 	}
-	go func() { pwg.Wait(); close(prodDone) }()
+	go func() { pwg.Wait(); close(canc.in); <-cancDone; close(prodDone) }()
 
 	// The faults.
 	faultCtx, stopFaults := context.WithCancel(runCtx)
@@ -243,14 +263,15 @@ func (o *orchestrator) run(ctx context.Context) bool {
 	return finished
 }
 
-// finishedShare is the share of the run's jobs that have finished, as the
-// monitor last saw it.
+// finishedShare is the share of the run's jobs and of the batches'
+// callbacks committed so far that have finished, as the monitor last saw
+// it.
 func (o *orchestrator) finishedShare() float64 {
 	pr := o.progress.Load()
 	if pr == nil {
 		return 0
 	}
-	return float64(pr.Succeeded+pr.Failed) / float64(o.cfg.Jobs)
+	return float64(pr.Succeeded+pr.Failed+pr.Cancelled) / float64(int64(o.cfg.Jobs)+o.prod.callbacks.Load())
 }
 
 // pausing reports whether the run pauses lease-mode processes: it is asked
@@ -345,8 +366,8 @@ func (o *orchestrator) printProgress() {
 	if pr == nil {
 		pr = &chaosdb.JobProgressRow{}
 	}
-	o.printf("%7.1fs  committed %d/%d  succeeded %d  failed %d  unfinished %d (running %d)  kills %d  poison deaths %d  terminations %d  pauses %d  restarts %d  crashes %d\n",
-		time.Since(o.began).Seconds(), o.prod.committed.Load(), o.cfg.Jobs, pr.Succeeded, pr.Failed, pr.Unfinished, pr.Running,
+	o.printf("%7.1fs  committed %d/%d  succeeded %d  failed %d  cancelled %d  unfinished %d (running %d)  kills %d  poison deaths %d  terminations %d  pauses %d  restarts %d  crashes %d\n",
+		time.Since(o.began).Seconds(), o.prod.committed.Load(), o.cfg.Jobs, pr.Succeeded, pr.Failed, pr.Cancelled, pr.Unfinished, pr.Running,
 		o.sigkills.Load(), o.fleet.poisonDeaths.Load(), o.terminations.Load(), o.pauses.Load(), o.restarts.Load(), o.crashes.Load())
 }
 

@@ -156,6 +156,7 @@ func runWorker(ctx context.Context, a workerArgs, stdout, stderr io.Writer) erro
 		{Kind: kindSlow, Handler: h.handle, Timeout: slowTimeout, Backoff: retryBackoff},
 		{Kind: kindPoison, Handler: h.handle, Timeout: jobTimeout, Backoff: retryBackoff},
 		{Kind: kindLong, Handler: h.handle, Timeout: longTimeout, Backoff: retryBackoff},
+		{Kind: kindCallback, Handler: h.handle, Timeout: jobTimeout, Backoff: retryBackoff},
 	} {
 		if err := w.Register(r); err != nil {
 			return err
@@ -204,8 +205,9 @@ type handler struct {
 var errStartNotRecorded = errors.New("chaos: start not recorded")
 
 // handle runs one attempt of a chaos job: it records its start, writes the
-// job's effect through job.Tx(), works a little, then does what the payload
-// says for this attempt, and records how it ended.
+// job's effect through job.Tx() (a batch's callback also what it was
+// released with), works a little, then does what the payload says for this
+// attempt, and records how it ended.
 func (h *handler) handle(ctx context.Context, job *runtime.Job) error {
 	p, err := runtime.DecodePayload[payload](job)
 	if err != nil {
@@ -244,6 +246,12 @@ func (h *handler) handle(ctx context.Context, job *runtime.Job) error {
 		outcome = "effect_error"
 		return fmt.Errorf("chaos: write effect: %w", err)
 	}
+	if p.Callback != "" {
+		if err := h.recordCallback(ctx, job); err != nil {
+			outcome = "effect_error"
+			return err
+		}
+	}
 	// A little work, now and then more, so that kills and terminations
 	// land inside handlers too.
 	work := time.Duration(rand.IntN(2000)) * time.Microsecond
@@ -269,11 +277,34 @@ func (h *handler) handle(ctx context.Context, job *runtime.Job) error {
 	case p.Behavior == behaveNoRetry:
 		outcome = "noretry"
 		return runtime.NoRetry(errors.New("chaos: injected final failure"))
+	case p.Behavior == behaveExhaust:
+		outcome = "error"
+		return fmt.Errorf("chaos: injected failure on every attempt (this is %d of %d)", job.Attempt, job.MaxAttempts)
 	}
 	if ctx.Err() != nil {
 		// Cut short (shutdown, or a timeout that came first).
 		outcome = "cancelled"
 		return ctx.Err()
+	}
+	return nil
+}
+
+// recordCallback writes, through the job's transaction, what a batch's
+// callback was released with (its runtime.BatchSummary): it commits only
+// with the attempt's success, so check 11 counts the callback's runs.
+func (h *handler) recordCallback(ctx context.Context, job *runtime.Job) error {
+	s, err := runtime.BatchSummaryOf(job)
+	if err != nil {
+		// Released by no batch: check 11 finds the callback never ran.
+		return runtime.NoRetry(fmt.Errorf("chaos: callback: %w", err))
+	}
+	err = chaosdb.New(job.Tx()).RecordCallbackRun(ctx, chaosdb.RecordCallbackRunParams{
+		JobID: int64(job.ID), Attempt: int32(job.Attempt), BatchID: int64(s.BatchID), Finished: s.Finished,
+		Total: int32(s.Total), Succeeded: int32(s.Succeeded), Failed: int32(s.Failed),
+		Cancelled: int32(s.Cancelled), Deleted: int32(s.Deleted),
+	})
+	if err != nil {
+		return fmt.Errorf("chaos: record the callback's run: %w", err)
 	}
 	return nil
 }

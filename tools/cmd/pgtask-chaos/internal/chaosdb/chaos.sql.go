@@ -23,6 +23,42 @@ func (q *Queries) BackendExists(ctx context.Context, pid int32) (bool, error) {
 	return present, err
 }
 
+const batchTotals = `-- name: BatchTotals :one
+SELECT (SELECT count(*) FROM pgtask_chaos.batches)::bigint AS batches,
+       (SELECT coalesce(sum(jobs), 0) FROM pgtask_chaos.batches)::bigint AS jobs,
+       (SELECT count(*) FROM pgtask_chaos.batches x JOIN pgtask.batches b ON b.id = x.batch_id
+         WHERE EXISTS (SELECT 1 FROM pgtask.jobs j WHERE j.batch_id = x.batch_id AND j.status = 'failed'
+                         AND j.id <> b.on_finish AND j.id <> b.on_failure))::bigint AS with_failure,
+       (SELECT count(*) FROM pgtask_chaos.callback_runs r WHERE r.finished)::bigint AS finish_runs,
+       (SELECT count(*) FROM pgtask_chaos.callback_runs r WHERE NOT r.finished)::bigint AS failure_runs,
+       (SELECT count(*) FROM pgtask_chaos.attempts a JOIN pgtask_chaos.enqueued e ON e.job_id = a.job_id
+         WHERE e.callback IS NOT NULL)::bigint AS callback_attempts
+`
+
+type BatchTotalsRow struct {
+	Batches          int64
+	Jobs             int64
+	WithFailure      int64
+	FinishRuns       int64
+	FailureRuns      int64
+	CallbackAttempts int64
+}
+
+// The batches: how many, with a failure, and their callbacks' runs.
+func (q *Queries) BatchTotals(ctx context.Context) (BatchTotalsRow, error) {
+	row := q.db.QueryRow(ctx, batchTotals)
+	var i BatchTotalsRow
+	err := row.Scan(
+		&i.Batches,
+		&i.Jobs,
+		&i.WithFailure,
+		&i.FinishRuns,
+		&i.FailureRuns,
+		&i.CallbackAttempts,
+	)
+	return i, err
+}
+
 const busyWorkerBackends = `-- name: BusyWorkerBackends :many
 SELECT DISTINCT coalesce(a.pid, 0)::integer AS pid
   FROM pg_catalog.pg_stat_activity a
@@ -84,10 +120,13 @@ UNION ALL
 SELECT j.id, 'error history',
        format('job %s %s after %s attempts has error entries for attempts %s',
               j.id, j.status, j.attempts,
-              coalesce((SELECT string_agg(e.attempt::text, ',' ORDER BY e.attempt) FROM errs e WHERE e.job_id = j.id), 'none'))
+              coalesce((SELECT string_agg(x->>'attempt', ',' ORDER BY (x->>'attempt')::integer)
+                          FROM jsonb_array_elements(j.errors) x), 'none'))
   FROM pgtask.jobs j
- WHERE j.status IN ('succeeded', 'failed')
-   AND (SELECT coalesce(array_agg(e.attempt ORDER BY e.attempt), '{}') FROM errs e WHERE e.job_id = j.id)
+ WHERE j.status IN ('succeeded', 'failed', 'cancelled')
+   -- Each job's own entries, not a look through every job's for each.
+   AND (SELECT coalesce(array_agg((x->>'attempt')::integer ORDER BY (x->>'attempt')::integer), '{}')
+          FROM jsonb_array_elements(j.errors) x)
        IS DISTINCT FROM
        (SELECT coalesce(array_agg(g.n ORDER BY g.n), '{}')
           FROM generate_series(1, j.attempts - CASE WHEN j.status = 'succeeded' THEN 1 ELSE 0 END) g(n))
@@ -112,8 +151,11 @@ type CheckAttemptsRow struct {
 // worker hung before the handler recorded its start), or the error of a
 // handler that could not record its start (the database was away); no
 // attempt started beyond the count or twice; the error history holds one
-// entry for each failed attempt (all but a succeeded job's last); a poison
-// job failed after exactly its max_attempts.
+// entry for each failed attempt (all but a succeeded job's last; all of a
+// cancelled job's: the attempt an operator's cancel ended is recorded with
+// an entry, and a job cancelled while waiting to retry or to start keeps
+// the entries of the attempts it made); a poison job failed after exactly
+// its max_attempts.
 func (q *Queries) CheckAttempts(ctx context.Context) ([]CheckAttemptsRow, error) {
 	rows, err := q.db.Query(ctx, checkAttempts)
 	if err != nil {
@@ -124,6 +166,120 @@ func (q *Queries) CheckAttempts(ctx context.Context) ([]CheckAttemptsRow, error)
 	for rows.Next() {
 		var i CheckAttemptsRow
 		if err := rows.Scan(&i.JobID, &i.Kind, &i.Detail); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const checkBatches = `-- name: CheckBatches :many
+WITH b AS (
+    SELECT x.batch_id, pb.on_finish, pb.on_failure, pb.finished_at AS ended_at, pb.failed_at AS failure_found_at,
+           count(j.id) AS total,
+           count(j.id) FILTER (WHERE j.status = 'succeeded') AS succeeded,
+           count(j.id) FILTER (WHERE j.status = 'failed') AS failed,
+           count(j.id) FILTER (WHERE j.status = 'cancelled') AS cancelled,
+           count(j.id) FILTER (WHERE j.status NOT IN ('succeeded', 'failed', 'cancelled')) AS unfinished,
+           max(j.finished_at) AS last_finished,
+           min(j.finished_at) FILTER (WHERE j.status = 'failed') AS first_failed
+      FROM pgtask_chaos.batches x
+      JOIN pgtask.batches pb ON pb.id = x.batch_id
+      LEFT JOIN pgtask.jobs j ON j.batch_id = x.batch_id AND j.id <> pb.on_finish AND j.id <> pb.on_failure
+     GROUP BY x.batch_id, pb.on_finish, pb.on_failure, pb.finished_at, pb.failed_at
+), k AS (
+    SELECT b.batch_id, 'OnFinish'::text AS which, b.on_finish AS job_id FROM b
+    UNION ALL
+    SELECT b.batch_id, 'OnFailure'::text, b.on_failure FROM b
+), cb AS (
+    SELECT b.batch_id, b.ended_at, b.failure_found_at, b.total, b.succeeded, b.failed, b.cancelled, b.unfinished,
+           b.last_finished, b.first_failed, k.which, k.job_id, cj.status, cj.attempts,
+           (SELECT count(*) FROM pgtask_chaos.callback_runs r WHERE r.job_id = k.job_id) AS runs,
+           (SELECT count(*) FROM pgtask_chaos.effects f WHERE f.job_id = k.job_id) AS effects,
+           (SELECT min(a.started_at) FROM pgtask_chaos.attempts a WHERE a.job_id = k.job_id) AS first_start,
+           (SELECT count(*) FROM pgtask_chaos.attempts a WHERE a.job_id = k.job_id) AS starts
+      FROM k
+      JOIN b ON b.batch_id = k.batch_id
+      LEFT JOIN pgtask.jobs cj ON cj.id = k.job_id
+)
+SELECT cb.batch_id, 'not once'::text AS kind,
+       format('batch %s: %s callback %s is %s after %s attempts, with %s committed runs and %s effects (want succeeded, 1 and 1)',
+              cb.batch_id, cb.which, cb.job_id, coalesce(cb.status::text, 'missing'), cb.attempts, cb.runs, cb.effects)::text AS detail
+  FROM cb
+ WHERE (cb.which = 'OnFinish' OR cb.failed > 0)
+   AND NOT (cb.status = 'succeeded' AND cb.runs = 1 AND cb.effects = 1)
+UNION ALL
+SELECT cb.batch_id, 'ran with no failure',
+       format('batch %s: OnFailure callback %s is %s, with %s attempts started and %s committed runs, but no job of the batch failed',
+              cb.batch_id, cb.job_id, coalesce(cb.status::text, 'missing'), cb.starts, cb.runs)
+  FROM cb
+ WHERE cb.which = 'OnFailure' AND cb.failed = 0 AND (cb.status IS DISTINCT FROM 'cancelled' OR cb.starts > 0 OR cb.runs > 0)
+UNION ALL
+SELECT cb.batch_id, 'started before the batch ended',
+       format('batch %s: OnFinish callback %s first started at %s; the batch''s last job finished at %s, %s jobs unfinished, batch ended %s',
+              cb.batch_id, cb.job_id, cb.first_start, cb.last_finished, cb.unfinished,
+              coalesce('at ' || cb.ended_at::text, 'never'))
+  FROM cb
+ WHERE cb.which = 'OnFinish' AND cb.first_start IS NOT NULL
+   AND (cb.unfinished > 0 OR cb.ended_at IS NULL OR cb.last_finished IS NULL
+        OR cb.first_start < cb.last_finished OR cb.first_start < cb.ended_at)
+UNION ALL
+SELECT cb.batch_id, 'started before a failure',
+       format('batch %s: OnFailure callback %s first started at %s; the batch''s first failure finished at %s, was found %s',
+              cb.batch_id, cb.job_id, cb.first_start, cb.first_failed, coalesce('at ' || cb.failure_found_at::text, 'never'))
+  FROM cb
+ WHERE cb.which = 'OnFailure' AND cb.failed > 0 AND cb.first_start IS NOT NULL
+   AND (cb.first_start < cb.first_failed OR cb.failure_found_at IS NULL OR cb.first_start < cb.failure_found_at)
+UNION ALL
+SELECT cb.batch_id, 'wrong summary',
+       format('batch %s: %s callback %s (attempt %s) read total %s, succeeded %s, failed %s, cancelled %s, deleted %s, finished %s; the batch has total %s, succeeded %s, failed %s, cancelled %s',
+              cb.batch_id, cb.which, cb.job_id, r.attempt, r.total, r.succeeded, r.failed, r.cancelled, r.deleted,
+              CASE WHEN r.finished THEN 'true' ELSE 'false' END,
+              cb.total, cb.succeeded, cb.failed, cb.cancelled)
+  FROM cb JOIN pgtask_chaos.callback_runs r ON r.job_id = cb.job_id
+ WHERE r.batch_id <> cb.batch_id OR r.total <> cb.total OR r.deleted <> 0
+    OR (cb.which = 'OnFinish'
+        AND NOT (r.finished AND r.succeeded = cb.succeeded AND r.failed = cb.failed AND r.cancelled = cb.cancelled))
+    OR (cb.which = 'OnFailure'
+        AND NOT (NOT r.finished AND r.failed >= 1 AND r.failed <= cb.failed
+                 AND r.succeeded <= cb.succeeded AND r.cancelled <= cb.cancelled))
+ORDER BY 1, 2
+`
+
+type CheckBatchesRow struct {
+	BatchID int64
+	Kind    string
+	Detail  string
+}
+
+// 11. Each batch's callbacks (runtime.EnqueueBatch with OnFinish and
+// OnFailure): OnFinish succeeded, with exactly one committed effect and one
+// committed record of its summary (callback_runs, written through
+// job.Tx()); no attempt of it started (its handler's start, after the
+// claim, after the release) before the batch's last job had finished (its
+// finished_at, committed before the batch could end) or before the batch
+// ended (pgtask.batches.finished_at, stamped in the transaction that
+// releases the callback), nor with a job unfinished or the batch not ended
+// now; its summary says finished, with the batch's jobs' outcomes as
+// counted now. OnFailure the same, exactly once, if and only if a job of
+// the batch failed for good: no attempt of it before the first failure's
+// finished_at, nor before the failure was found (failed_at, stamped in the
+// transaction that releases it); and its summary says not finished, with a
+// failure, and counts no more than the batch ended with; with no failure it
+// never ran and ended cancelled.
+func (q *Queries) CheckBatches(ctx context.Context) ([]CheckBatchesRow, error) {
+	rows, err := q.db.Query(ctx, checkBatches)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CheckBatchesRow{}
+	for rows.Next() {
+		var i CheckBatchesRow
+		if err := rows.Scan(&i.BatchID, &i.Kind, &i.Detail); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -314,13 +470,20 @@ SELECT e.job_id, 'unfinished'::text AS kind,
        format('job %s (%s, group %s) is %s', e.job_id, e.behavior, coalesce(e.group_key, '-'),
               coalesce(j.status::text, 'missing'))::text AS detail
   FROM pgtask_chaos.enqueued e LEFT JOIN pgtask.jobs j ON j.id = e.job_id
- WHERE j.id IS NULL OR j.status NOT IN ('succeeded', 'failed')
+ WHERE j.id IS NULL OR j.status NOT IN ('succeeded', 'failed', 'cancelled')
 UNION ALL
 SELECT e.job_id, 'wrong end',
-       format('job %s (%s) ended %s after %s attempts; errors %s', e.job_id, e.behavior, j.status, j.attempts, j.errors)
+       format('job %s (%s%s) ended %s after %s attempts, expected %s; errors %s', e.job_id, e.behavior,
+              concat(CASE WHEN j.workflow_id IS NOT NULL THEN format(', step of workflow %s', j.workflow_id) END,
+                     CASE WHEN e.callback IS NOT NULL
+                          THEN format(', %s callback of batch %s', e.callback,
+                                      (SELECT b.id FROM pgtask.batches b WHERE e.job_id IN (b.on_finish, b.on_failure))) END),
+              j.status, j.attempts, e.expect, j.errors)
   FROM pgtask_chaos.enqueued e JOIN pgtask.jobs j ON j.id = e.job_id
- WHERE (e.behavior IN ('poison', 'noretry') AND j.status = 'succeeded')
-    OR (e.behavior NOT IN ('poison', 'noretry') AND j.status = 'failed')
+  LEFT JOIN pgtask_chaos.workflows w ON w.workflow_id = j.workflow_id
+ WHERE j.status IN ('succeeded', 'failed', 'cancelled') AND j.status::text <> e.expect
+   AND NOT (j.status = 'cancelled' AND (w.cancel_expected OR w.operator_cancel)
+            AND EXISTS (SELECT 1 FROM pgtask_chaos.workflow_cancels c WHERE c.workflow_id = w.workflow_id))
 UNION ALL
 SELECT j.id, 'not enqueued', format('job %s (%s, group %s) exists but was never committed by the producer', j.id, j.status, coalesce(j.group_key, '-'))
   FROM pgtask.jobs j
@@ -348,10 +511,14 @@ type CheckNothingLostRow struct {
 
 // The checks. Each returns one row per violation: the job, a short kind and
 // a description.
-// 1. Every committed job ended succeeded or failed (poison and noretry jobs
-// failed, the others succeeded); no job exists that was not committed; no id
-// handed out in a transaction that did not commit exists, ran or wrote,
-// unless a committed transaction was handed it again (see ObserveReusedIds).
+// 1. Every committed job ended as expected (enqueued.expect: poison,
+// noretry and exhaust jobs failed, the steps after a parent that failed
+// under the default policy and the OnFailure callbacks of batches with no
+// failure cancelled, the others succeeded), or, for a step of a workflow
+// that was meant to be cancelled as a whole and was, cancelled; no job
+// exists that was not committed; no id handed out in a transaction that did
+// not commit exists, ran or wrote, unless a committed transaction was
+// handed it again (see ObserveReusedIds).
 func (q *Queries) CheckNothingLost(ctx context.Context) ([]CheckNothingLostRow, error) {
 	rows, err := q.db.Query(ctx, checkNothingLost)
 	if err != nil {
@@ -499,23 +666,6 @@ func (q *Queries) CountStartsNotRecorded(ctx context.Context) (int64, error) {
 	return attempts, err
 }
 
-const countWorkflowEdges = `-- name: CountWorkflowEdges :one
-SELECT (SELECT count(*) FROM pgtask.workflow_edges)::bigint AS edges,
-       (SELECT count(*) FROM pgtask.workflows)::bigint AS workflows
-`
-
-type CountWorkflowEdgesRow struct {
-	Edges     int64
-	Workflows int64
-}
-
-func (q *Queries) CountWorkflowEdges(ctx context.Context) (CountWorkflowEdgesRow, error) {
-	row := q.db.QueryRow(ctx, countWorkflowEdges)
-	var i CountWorkflowEdgesRow
-	err := row.Scan(&i.Edges, &i.Workflows)
-	return i, err
-}
-
 const deathTotals = `-- name: DeathTotals :many
 SELECT kind, count(*)::bigint AS deaths FROM pgtask_chaos.deaths GROUP BY kind ORDER BY kind
 `
@@ -573,18 +723,21 @@ func (q *Queries) EndDBFault(ctx context.Context, id int64) error {
 }
 
 const enqueuedTotals = `-- name: EnqueuedTotals :many
-SELECT how, behavior, count(*)::bigint AS jobs
+SELECT how, behavior, (callback IS NOT NULL)::boolean AS callback, count(*)::bigint AS jobs
   FROM pgtask_chaos.enqueued
- GROUP BY how, behavior
- ORDER BY how, behavior
+ GROUP BY 1, 2, 3
+ ORDER BY 1, 2, 3
 `
 
 type EnqueuedTotalsRow struct {
 	How      string
 	Behavior string
+	Callback bool
 	Jobs     int64
 }
 
+// Committed jobs by how they were enqueued and what their handler does;
+// callback: a batch's callbacks.
 func (q *Queries) EnqueuedTotals(ctx context.Context) ([]EnqueuedTotalsRow, error) {
 	rows, err := q.db.Query(ctx, enqueuedTotals)
 	if err != nil {
@@ -594,7 +747,12 @@ func (q *Queries) EnqueuedTotals(ctx context.Context) ([]EnqueuedTotalsRow, erro
 	items := []EnqueuedTotalsRow{}
 	for rows.Next() {
 		var i EnqueuedTotalsRow
-		if err := rows.Scan(&i.How, &i.Behavior, &i.Jobs); err != nil {
+		if err := rows.Scan(
+			&i.How,
+			&i.Behavior,
+			&i.Callback,
+			&i.Jobs,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -665,6 +823,7 @@ func (q *Queries) InsertEffect(ctx context.Context, arg InsertEffectParams) erro
 const jobProgress = `-- name: JobProgress :one
 SELECT count(*) FILTER (WHERE status = 'succeeded')::bigint AS succeeded,
        count(*) FILTER (WHERE status = 'failed')::bigint AS failed,
+       count(*) FILTER (WHERE status = 'cancelled')::bigint AS cancelled,
        count(*) FILTER (WHERE status IN ('scheduled', 'queued', 'started'))::bigint AS unfinished,
        count(*) FILTER (WHERE status = 'started')::bigint AS running,
        count(*)::bigint AS total
@@ -674,6 +833,7 @@ SELECT count(*) FILTER (WHERE status = 'succeeded')::bigint AS succeeded,
 type JobProgressRow struct {
 	Succeeded  int64
 	Failed     int64
+	Cancelled  int64
 	Unfinished int64
 	Running    int64
 	Total      int64
@@ -685,6 +845,7 @@ func (q *Queries) JobProgress(ctx context.Context) (JobProgressRow, error) {
 	err := row.Scan(
 		&i.Succeeded,
 		&i.Failed,
+		&i.Cancelled,
 		&i.Unfinished,
 		&i.Running,
 		&i.Total,
@@ -955,6 +1116,37 @@ func (q *Queries) LongAttemptsRunning(ctx context.Context, arg LongAttemptsRunni
 	return items, nil
 }
 
+const missedOperatorCancels = `-- name: MissedOperatorCancels :many
+SELECT x.workflow_id
+  FROM pgtask_chaos.workflows x
+ WHERE x.operator_cancel
+   AND NOT EXISTS (SELECT 1 FROM pgtask_chaos.operator_cancels o WHERE o.workflow_id = x.workflow_id)
+ ORDER BY x.workflow_id
+`
+
+// The workflows an operator was to cancel whose cancel never committed: the
+// operator tried until the run ended, so each is a failure of the run (its
+// checks did not see that cancel).
+func (q *Queries) MissedOperatorCancels(ctx context.Context) ([]int64, error) {
+	rows, err := q.db.Query(ctx, missedOperatorCancels)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var workflow_id int64
+		if err := rows.Scan(&workflow_id); err != nil {
+			return nil, err
+		}
+		items = append(items, workflow_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const notCommittedTotals = `-- name: NotCommittedTotals :many
 SELECT reason, count(*)::bigint AS jobs
   FROM pgtask_chaos.not_committed
@@ -1050,6 +1242,18 @@ func (q *Queries) ObserveReusedIds(ctx context.Context) (int64, error) {
 	var reused int64
 	err := row.Scan(&reused)
 	return reused, err
+}
+
+const operatorCancelled = `-- name: OperatorCancelled :one
+SELECT EXISTS (SELECT 1 FROM pgtask_chaos.operator_cancels WHERE workflow_id = $1) AS done
+`
+
+// Whether an operator's cancel of the workflow committed.
+func (q *Queries) OperatorCancelled(ctx context.Context, workflowID int64) (bool, error) {
+	row := q.db.QueryRow(ctx, operatorCancelled, workflowID)
+	var done bool
+	err := row.Scan(&done)
+	return done, err
 }
 
 const outcomeTotals = `-- name: OutcomeTotals :many
@@ -1225,6 +1429,78 @@ func (q *Queries) RateStarts(ctx context.Context, queue string) ([]RateStartsRow
 	return items, nil
 }
 
+const recordBatch = `-- name: RecordBatch :exec
+WITH b AS (
+    INSERT INTO pgtask_chaos.batches (batch_id, jobs, expect_failure)
+    VALUES ($3, $4, $5)
+    RETURNING batch_id, expect_failure
+)
+INSERT INTO pgtask_chaos.enqueued (job_id, group_key, seq, behavior, how, expect, callback)
+SELECT pb.on_finish, NULL, 0, $1::text, 'enqueue_batch', 'succeeded', 'finish'
+  FROM b JOIN pgtask.batches pb ON pb.id = b.batch_id
+UNION ALL
+SELECT pb.on_failure, NULL, 0, $2::text, 'enqueue_batch',
+       CASE WHEN b.expect_failure THEN 'succeeded' ELSE 'cancelled' END, 'failure'
+  FROM b JOIN pgtask.batches pb ON pb.id = b.batch_id
+`
+
+type RecordBatchParams struct {
+	FinishBehavior  string
+	FailureBehavior string
+	BatchID         int64
+	Jobs            int32
+	ExpectFailure   bool
+}
+
+// Records a committed batch and its two callbacks (their ids read from
+// pgtask.batches), in the transaction that enqueues it: the OnFinish
+// callback must succeed, the OnFailure one succeed if a job of the batch
+// is meant to fail for good, else end cancelled.
+func (q *Queries) RecordBatch(ctx context.Context, arg RecordBatchParams) error {
+	_, err := q.db.Exec(ctx, recordBatch,
+		arg.FinishBehavior,
+		arg.FailureBehavior,
+		arg.BatchID,
+		arg.Jobs,
+		arg.ExpectFailure,
+	)
+	return err
+}
+
+const recordCallbackRun = `-- name: RecordCallbackRun :exec
+INSERT INTO pgtask_chaos.callback_runs (job_id, attempt, batch_id, finished, total, succeeded, failed, cancelled, deleted)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+`
+
+type RecordCallbackRunParams struct {
+	JobID     int64
+	Attempt   int32
+	BatchID   int64
+	Finished  bool
+	Total     int32
+	Succeeded int32
+	Failed    int32
+	Cancelled int32
+	Deleted   int32
+}
+
+// Written by a batch callback's handler through its job's transaction:
+// what its summary (runtime.BatchSummaryOf) said.
+func (q *Queries) RecordCallbackRun(ctx context.Context, arg RecordCallbackRunParams) error {
+	_, err := q.db.Exec(ctx, recordCallbackRun,
+		arg.JobID,
+		arg.Attempt,
+		arg.BatchID,
+		arg.Finished,
+		arg.Total,
+		arg.Succeeded,
+		arg.Failed,
+		arg.Cancelled,
+		arg.Deleted,
+	)
+	return err
+}
+
 const recordDBFault = `-- name: RecordDBFault :one
 INSERT INTO pgtask_chaos.db_faults (kind) VALUES ($1::text) RETURNING id
 `
@@ -1254,10 +1530,11 @@ func (q *Queries) RecordDeath(ctx context.Context, arg RecordDeathParams) error 
 
 const recordEnqueued = `-- name: RecordEnqueued :exec
 
-INSERT INTO pgtask_chaos.enqueued (job_id, group_key, seq, behavior, how, limit_key, limit_max)
+INSERT INTO pgtask_chaos.enqueued (job_id, group_key, seq, behavior, how, limit_key, limit_max, expect)
 SELECT unnest($1::bigint[]), NULLIF(unnest($2::text[]), ''),
        unnest($3::integer[]), unnest($4::text[]), $5::text,
-       unnest($6::text[]), NULLIF(unnest($7::integer[]), 0)
+       unnest($6::text[]), NULLIF(unnest($7::integer[]), 0),
+       unnest($8::text[])
 `
 
 type RecordEnqueuedParams struct {
@@ -1268,13 +1545,14 @@ type RecordEnqueuedParams struct {
 	How        string
 	LimitKeys  []string
 	LimitMaxes []int32
+	Expects    []string
 }
 
 // Queries of pgtask-chaos (tools/cmd/pgtask-chaos): recording a run in
 // pgtask_chaos (../schema) and checking pgtask's guarantees against it.
 // Records committed jobs; runs in the transaction that enqueues them. An
 // empty group key means an ungrouped job, a limit_max of 0 one without a
-// concurrency limit.
+// concurrency limit. expects is how each must end.
 func (q *Queries) RecordEnqueued(ctx context.Context, arg RecordEnqueuedParams) error {
 	_, err := q.db.Exec(ctx, recordEnqueued,
 		arg.JobIds,
@@ -1284,6 +1562,7 @@ func (q *Queries) RecordEnqueued(ctx context.Context, arg RecordEnqueuedParams) 
 		arg.How,
 		arg.LimitKeys,
 		arg.LimitMaxes,
+		arg.Expects,
 	)
 	return err
 }
@@ -1302,6 +1581,24 @@ type RecordNotCommittedParams struct {
 
 func (q *Queries) RecordNotCommitted(ctx context.Context, arg RecordNotCommittedParams) error {
 	_, err := q.db.Exec(ctx, recordNotCommitted, arg.JobIds, arg.GroupKeys, arg.Reason)
+	return err
+}
+
+const recordOperatorCancel = `-- name: RecordOperatorCancel :exec
+INSERT INTO pgtask_chaos.operator_cancels (workflow_id, marked) VALUES ($1, $2)
+    ON CONFLICT (workflow_id) DO NOTHING
+`
+
+type RecordOperatorCancelParams struct {
+	WorkflowID int64
+	Marked     bool
+}
+
+// Runs in the transaction of an operator's CancelWorkflowByID: the row
+// exists if and only if the cancel committed. A cancel tried again after
+// its commit's outcome was lost keeps the first row.
+func (q *Queries) RecordOperatorCancel(ctx context.Context, arg RecordOperatorCancelParams) error {
+	_, err := q.db.Exec(ctx, recordOperatorCancel, arg.WorkflowID, arg.Marked)
 	return err
 }
 
@@ -1329,6 +1626,29 @@ UPDATE pgtask_chaos.pauses SET resumed_at = clock_timestamp() WHERE id = $1 AND 
 // Written just after the stopped process was continued (SIGCONT).
 func (q *Queries) RecordResume(ctx context.Context, id int64) error {
 	_, err := q.db.Exec(ctx, recordResume, id)
+	return err
+}
+
+const recordWorkflow = `-- name: RecordWorkflow :exec
+INSERT INTO pgtask_chaos.workflows (workflow_id, steps, cancel_expected, operator_cancel)
+VALUES ($1, $2, $3, $4)
+`
+
+type RecordWorkflowParams struct {
+	WorkflowID     int64
+	Steps          int32
+	CancelExpected bool
+	OperatorCancel bool
+}
+
+// Records a committed workflow; runs in the transaction that enqueues it.
+func (q *Queries) RecordWorkflow(ctx context.Context, arg RecordWorkflowParams) error {
+	_, err := q.db.Exec(ctx, recordWorkflow,
+		arg.WorkflowID,
+		arg.Steps,
+		arg.CancelExpected,
+		arg.OperatorCancel,
+	)
 	return err
 }
 
@@ -1414,14 +1734,95 @@ func (q *Queries) WorkerBackends(ctx context.Context, spared []string) ([]Worker
 	return items, nil
 }
 
+const workflowTotals = `-- name: WorkflowTotals :one
+SELECT (SELECT count(*) FROM pgtask.workflows)::bigint AS workflows,
+       (SELECT count(*) FROM pgtask.workflow_edges)::bigint AS edges,
+       (SELECT count(*) FROM pgtask.workflow_edges WHERE policy = 'c')::bigint AS edges_cancel,
+       (SELECT count(*) FROM pgtask.workflow_edges WHERE policy = 'a')::bigint AS edges_anyway,
+       (SELECT count(*) FROM pgtask.workflow_edges WHERE policy = 'w')::bigint AS edges_workflow,
+       (SELECT count(*) FROM pgtask.jobs WHERE workflow_id IS NOT NULL)::bigint AS steps,
+       (SELECT count(*) FROM pgtask.jobs WHERE workflow_id IS NOT NULL AND status = 'failed')::bigint AS steps_failed,
+       (SELECT count(*) FROM pgtask.jobs WHERE workflow_id IS NOT NULL AND status = 'cancelled')::bigint AS steps_cancelled,
+       (SELECT count(DISTINCT e.child) FROM pgtask.workflow_edges e
+          JOIN pgtask.jobs p ON p.id = e.parent JOIN pgtask.jobs c ON c.id = e.child
+         WHERE e.policy = 'a' AND p.status IN ('failed', 'cancelled')
+           AND EXISTS (SELECT 1 FROM pgtask_chaos.attempts a WHERE a.job_id = c.id))::bigint AS anyway_ran,
+       (SELECT count(*) FROM pgtask_chaos.workflows x JOIN pgtask.workflows w ON w.id = x.workflow_id
+         WHERE x.cancel_expected AND w.cancelled_at IS NOT NULL)::bigint AS cancelled_by_failure,
+       (SELECT count(*) FROM pgtask_chaos.operator_cancels)::bigint AS operator_cancels,
+       (SELECT count(*) FROM pgtask_chaos.operator_cancels WHERE marked)::bigint AS operator_marked,
+       (SELECT count(*) FROM pgtask_chaos.operator_cancels o
+         WHERE o.marked AND EXISTS (SELECT 1 FROM pgtask.jobs j
+                                     WHERE j.workflow_id = o.workflow_id AND j.status = 'cancelled'))::bigint AS operator_cut_short
+`
+
+type WorkflowTotalsRow struct {
+	Workflows          int64
+	Edges              int64
+	EdgesCancel        int64
+	EdgesAnyway        int64
+	EdgesWorkflow      int64
+	Steps              int64
+	StepsFailed        int64
+	StepsCancelled     int64
+	AnywayRan          int64
+	CancelledByFailure int64
+	OperatorCancels    int64
+	OperatorMarked     int64
+	OperatorCutShort   int64
+}
+
+// The workflows and what their failures and cancels did: dependencies by
+// policy, workflows cancelled by a failure and by an operator, the steps
+// that ended cancelled, and the steps that ran after a parent of policy
+// 'a' had failed or been cancelled.
+func (q *Queries) WorkflowTotals(ctx context.Context) (WorkflowTotalsRow, error) {
+	row := q.db.QueryRow(ctx, workflowTotals)
+	var i WorkflowTotalsRow
+	err := row.Scan(
+		&i.Workflows,
+		&i.Edges,
+		&i.EdgesCancel,
+		&i.EdgesAnyway,
+		&i.EdgesWorkflow,
+		&i.Steps,
+		&i.StepsFailed,
+		&i.StepsCancelled,
+		&i.AnywayRan,
+		&i.CancelledByFailure,
+		&i.OperatorCancels,
+		&i.OperatorMarked,
+		&i.OperatorCutShort,
+	)
+	return i, err
+}
+
 const workflowViolations = `-- name: WorkflowViolations :many
-SELECT 'started before a parent succeeded'::text AS kind,
-       format('job %s attempt %s started at %s; parent %s is %s, finished at %s',
-              a.job_id, a.attempt, a.started_at, p.id, p.status, p.finished_at)::text AS detail
+SELECT 'started though a parent had not succeeded'::text AS kind,
+       format('workflow %s: job %s attempt %s started at %s; its parent %s (policy %s) is %s, finished at %s',
+              a_job.workflow_id, a.job_id, a.attempt, a.started_at, p.id, e.policy, p.status, p.finished_at)::text AS detail
+  FROM pgtask.workflow_edges e
+  JOIN pgtask.jobs p ON p.id = e.parent
+  JOIN pgtask.jobs a_job ON a_job.id = e.child
+  JOIN pgtask_chaos.attempts a ON a.job_id = e.child
+ WHERE e.policy IN ('c', 'w') AND (p.status <> 'succeeded' OR p.finished_at IS NULL)
+UNION ALL
+SELECT 'started before a parent succeeded',
+       format('workflow %s: job %s attempt %s started at %s; its parent %s (policy %s) succeeded at %s',
+              e.workflow_id, a.job_id, a.attempt, a.started_at, p.id, e.policy, p.finished_at)
   FROM pgtask.workflow_edges e
   JOIN pgtask.jobs p ON p.id = e.parent
   JOIN pgtask_chaos.attempts a ON a.job_id = e.child
- WHERE e.policy = 'c' AND (p.status <> 'succeeded' OR p.finished_at IS NULL OR a.started_at < p.finished_at)
+ WHERE e.policy IN ('c', 'w') AND p.status = 'succeeded' AND a.started_at < p.finished_at
+UNION ALL
+SELECT 'started before a parent finished',
+       format('workflow %s: job %s attempt %s started at %s; its parent %s (policy a) is %s, finished at %s',
+              e.workflow_id, a.job_id, a.attempt, a.started_at, p.id, p.status, p.finished_at)
+  FROM pgtask.workflow_edges e
+  JOIN pgtask.jobs p ON p.id = e.parent
+  JOIN pgtask_chaos.attempts a ON a.job_id = e.child
+ WHERE e.policy = 'a' AND (p.status NOT IN ('succeeded', 'failed', 'cancelled') OR p.finished_at IS NULL
+                           OR a.started_at < p.finished_at)
 UNION ALL
 SELECT 'succeeded while waiting for parents',
        format('job %s succeeded still waiting for %s parent(s)', w.job_id, w.remaining)
@@ -1431,6 +1832,53 @@ SELECT 'succeeded while waiting for parents',
 UNION ALL
 SELECT 'note left', format('child %s: parent %s''s outcome %s never applied', n.child, n.parent, n.outcome)
   FROM pgtask.workflow_notes n
+UNION ALL
+SELECT 'started after its workflow''s cancel committed',
+       format('workflow %s (cancelled by %s) committed its cancel at %s; its step %s (%s) was claimed for attempt %s at %s',
+              c.workflow_id, CASE WHEN o.workflow_id IS NOT NULL AND o.marked THEN 'an operator' ELSE 'a failure' END,
+              pg_xact_commit_timestamp(c.xid), j.id, j.status, j.attempts, j.started_at)
+  FROM pgtask_chaos.workflow_cancels c
+  JOIN pgtask.jobs j ON j.workflow_id = c.workflow_id
+  LEFT JOIN pgtask_chaos.operator_cancels o ON o.workflow_id = c.workflow_id
+ WHERE j.started_at > pg_xact_commit_timestamp(c.xid)
+UNION ALL
+SELECT 'claimed in its workflow''s cancelling transaction',
+       format('workflow %s was marked cancelled at %s by the transaction of session %s (committed at %s); that session claimed its step %s for attempt %s at %s',
+              c.workflow_id, c.at, c.backend_pid, pg_xact_commit_timestamp(c.xid), j.id, j.attempts, j.started_at)
+  FROM pgtask_chaos.workflow_cancels c
+  JOIN pgtask.jobs j ON j.workflow_id = c.workflow_id
+ WHERE j.started_at > c.at AND j.started_at <= pg_xact_commit_timestamp(c.xid)
+   AND EXISTS (SELECT 1 FROM pgtask_chaos.attempts a
+                WHERE a.job_id = j.id AND a.attempt = j.attempts AND a.mode = 'held' AND a.backend_pid = c.backend_pid)
+UNION ALL
+SELECT 'cancel without a commit time',
+       format('workflow %s was cancelled by transaction %s, whose commit time is not known (track_commit_timestamp is off?)',
+              c.workflow_id, c.xid)
+  FROM pgtask_chaos.workflow_cancels c
+ WHERE pg_xact_commit_timestamp(c.xid) IS NULL
+UNION ALL
+SELECT 'cancelled unexpectedly',
+       format('workflow %s was cancelled at %s, by neither a failure whose edge says so nor an operator', w.id, w.cancelled_at)
+  FROM pgtask.workflows w
+  LEFT JOIN pgtask_chaos.workflows x ON x.workflow_id = w.id
+ WHERE w.cancelled_at IS NOT NULL
+   AND NOT coalesce(x.cancel_expected, false)
+   AND NOT EXISTS (SELECT 1 FROM pgtask_chaos.operator_cancels o WHERE o.workflow_id = w.id)
+UNION ALL
+SELECT 'not cancelled',
+       format('workflow %s was meant to be cancelled (%s) but is not', x.workflow_id,
+              CASE WHEN x.cancel_expected THEN 'a step whose edge says OrCancelWorkflow fails' ELSE 'an operator cancelled it' END)
+  FROM pgtask_chaos.workflows x
+  JOIN pgtask.workflows w ON w.id = x.workflow_id
+ WHERE w.cancelled_at IS NULL
+   AND (x.cancel_expected OR EXISTS (SELECT 1 FROM pgtask_chaos.operator_cancels o WHERE o.workflow_id = x.workflow_id))
+UNION ALL
+SELECT 'cancel not recorded',
+       format('workflow %s was cancelled at %s, but no transaction marking it was seen', w.id, w.cancelled_at)
+  FROM pgtask.workflows w
+ WHERE w.cancelled_at IS NOT NULL
+   AND NOT EXISTS (SELECT 1 FROM pgtask_chaos.workflow_cancels c WHERE c.workflow_id = w.id)
+ORDER BY 1, 2
 `
 
 type WorkflowViolationsRow struct {
@@ -1438,12 +1886,30 @@ type WorkflowViolationsRow struct {
 	Detail string
 }
 
-// 10. Workflow steps against their parents (all of the default policy,
-// and all meant to succeed): an attempt of a step that started before a
-// parent's success was recorded (its finished_at, in the transaction that
-// committed it), or while a parent had not succeeded; a step that
-// succeeded while still counting parents to wait for; a note no one
-// applied.
+// 10. Workflow steps against their parents and their workflow's cancel:
+// an attempt of a step that started while a parent of policy 'c' (After,
+// the default) or 'w' (OrCancelWorkflow) had not succeeded (it failed, was
+// cancelled, or had not finished), or before that parent's success was
+// recorded (its finished_at, in the transaction that committed it); an
+// attempt of a step that started before a parent of policy 'a' (Anyway)
+// had finished, one way or the other; a step succeeded while still
+// counting parents to wait for (its waits row); a note a finisher left
+// that no one applied; a step claimed after its workflow's cancel (by a
+// failure whose edge said so, or by an operator) committed: the claim of
+// its last attempt began (pgtask.jobs.started_at, the claim statement's
+// start, before its snapshot) after that transaction's commit time (an
+// earlier attempt was claimed earlier still), or, in held mode, on the
+// cancelling transaction's own session after it marked the workflow (its
+// at): a session runs one transaction at a time, so that claim was made in
+// the cancelling transaction itself, which sees its own mark. A claim in
+// another transaction between the mark and the commit is not held to the
+// mark: the cancel takes the steps' rows after it, skipping those a claim
+// holds, and such a claim may see them still queued. A commit time is
+// stamped just before the commit becomes visible, so a claim in that
+// moment could miss the cancel and be reported wrongly. A workflow
+// cancelled that was
+// meant to be neither by a failure nor by an operator, and one meant to be
+// that was not.
 func (q *Queries) WorkflowViolations(ctx context.Context) ([]WorkflowViolationsRow, error) {
 	rows, err := q.db.Query(ctx, workflowViolations)
 	if err != nil {
