@@ -34,13 +34,19 @@ func dirs(t *testing.T, pattern string) []string {
 }
 
 // Each testdata/golden/<case> is an input package with its expected
-// generated file. go test -run Golden -update rewrites them.
+// generated file. go test -run Golden -update rewrites them. Each case is
+// loaded once (the load type-checks the package and its imports, most of
+// this package's time): rendered twice from it, and its names checked.
 func TestGolden(t *testing.T) {
 	for _, dir := range dirs(t, "testdata/golden/*") {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			got, err := Generate(dir, DefaultOutput)
+			l, err := load(dir, DefaultOutput)
 			if err != nil {
 				t.Fatal(err)
+			}
+			got, err := render(l)
+			if err != nil {
+				t.Fatal(relative(l.Root, err))
 			}
 			path := filepath.Join(dir, DefaultOutput)
 			if *update {
@@ -55,64 +61,54 @@ func TestGolden(t *testing.T) {
 			if string(got) != string(want) {
 				t.Errorf("generated code differs from %s (run go test -run Golden -update to accept):\n%s", path, diff(string(want), string(got)))
 			}
-			again, err := Generate(dir, DefaultOutput)
+			again, err := render(l)
 			if err != nil || string(again) != string(got) {
-				t.Errorf("a second run gave different output (err %v)", err)
+				t.Errorf("a second rendering gave different output (err %v)", err)
 			}
+			checkGeneratedNamesListed(t, l, got)
 		})
 	}
 }
 
 // generatedNames, which the check for clashing names reads, lists every
-// package-level name the generated file declares, and no other.
-func TestGeneratedNamesAreListed(t *testing.T) {
-	for _, dir := range dirs(t, "testdata/golden/*") {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			l, err := load(dir, DefaultOutput)
-			if err != nil {
-				t.Fatal(err)
-			}
-			src, err := render(l)
-			if err != nil {
-				t.Fatal(err)
-			}
-			file, err := parser.ParseFile(token.NewFileSet(), DefaultOutput, src, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			declared := map[string]bool{}
-			for _, decl := range file.Decls {
-				switch d := decl.(type) {
-				case *ast.FuncDecl:
-					declared[d.Name.Name] = true
-				case *ast.GenDecl:
-					for _, spec := range d.Specs {
-						switch sp := spec.(type) {
-						case *ast.ValueSpec:
-							for _, n := range sp.Names {
-								declared[n.Name] = true
-							}
-						case *ast.TypeSpec:
-							declared[sp.Name.Name] = true
-						}
+// package-level name the generated file src declares, and no other.
+func checkGeneratedNamesListed(t *testing.T, l *loaded, src []byte) {
+	t.Helper()
+	file, err := parser.ParseFile(token.NewFileSet(), DefaultOutput, src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := map[string]bool{}
+	for _, decl := range file.Decls {
+		switch d := decl.(type) {
+		case *ast.FuncDecl:
+			declared[d.Name.Name] = true
+		case *ast.GenDecl:
+			for _, spec := range d.Specs {
+				switch sp := spec.(type) {
+				case *ast.ValueSpec:
+					for _, n := range sp.Names {
+						declared[n.Name] = true
 					}
+				case *ast.TypeSpec:
+					declared[sp.Name.Name] = true
 				}
 			}
-			listed := map[string]bool{}
-			for _, task := range l.Tasks {
-				for _, n := range generatedNames(task) {
-					listed[n.Name] = true
-					if !declared[n.Name] {
-						t.Errorf("%s: %s is listed but not generated", task.Name, n.Name)
-					}
-				}
+		}
+	}
+	listed := map[string]bool{}
+	for _, task := range l.Tasks {
+		for _, n := range generatedNames(task) {
+			listed[n.Name] = true
+			if !declared[n.Name] {
+				t.Errorf("%s: %s is listed but not generated", task.Name, n.Name)
 			}
-			for name := range declared {
-				if !listed[name] {
-					t.Errorf("%s is generated but not listed in generatedNames", name)
-				}
-			}
-		})
+		}
+	}
+	for name := range declared {
+		if !listed[name] {
+			t.Errorf("%s is generated but not listed in generatedNames", name)
+		}
 	}
 }
 
