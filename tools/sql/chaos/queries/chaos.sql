@@ -550,7 +550,9 @@ SELECT j.id AS job_id, 'not started'::text AS kind,
    AND NOT EXISTS (SELECT 1 FROM errs e
                     WHERE e.job_id = j.id AND e.attempt = g.n
                       AND (e.error LIKE 'worker lost%' OR e.error LIKE 'lease expired%'
-                           OR e.error LIKE '%chaos: start not recorded%'))
+                           OR e.error LIKE '%chaos: start not recorded%'
+                           -- cut short at its claim: a cancel was pending
+                           OR e.error LIKE '%cancelled% before the attempt started'))
 UNION ALL
 SELECT s.job_id, 'not counted',
        format('job %s: a handler started attempt %s, but the job counts %s attempts', s.job_id, s.attempt, j.attempts)
@@ -660,6 +662,11 @@ SELECT 'started after its workflow''s cancel committed',
   JOIN pgtask.jobs j ON j.workflow_id = c.workflow_id
   LEFT JOIN pgtask_chaos.operator_cancels o ON o.workflow_id = c.workflow_id
  WHERE j.started_at > pg_xact_commit_timestamp(c.xid)
+   -- A claim whose attempt was cut short before its handler ran (its
+   -- workflow's cancel found at the claim) started nothing.
+   AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(j.errors) x
+                    WHERE (x->>'attempt')::integer = j.attempts
+                      AND x->>'error' LIKE '%cancelled% before the attempt started')
 UNION ALL
 SELECT 'claimed in its workflow''s cancelling transaction',
        format('workflow %s was marked cancelled at %s by the transaction of session %s (committed at %s); that session claimed its step %s for attempt %s at %s',
