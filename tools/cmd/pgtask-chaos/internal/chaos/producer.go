@@ -62,6 +62,8 @@ type producer struct {
 	// from the producer's index on: every third workflow is cancelled by an
 	// operator, every other batch has a job that fails for good.
 	flows, batches int
+	// flowsPlanned counts this producer's own workflows.
+	flowsPlanned int
 
 	pending []notCommitted // not yet recorded
 }
@@ -320,10 +322,29 @@ const (
 // Anyway it runs. A workflow with such a parent under OrCancelWorkflow, or
 // one an operator cancels (every third), may end any
 // unfinished step cancelled.
+//
+// A producer's first three workflows are drawn so that even a short run,
+// with a workflow or two per producer, sees each outcome the checks must
+// judge (producers start their turns at their index): on the turn an
+// operator cancels, as above; on the next, the step before the last fails
+// for good, no other does, and the last runs after it under Anyway; on the
+// one after, that step's failure cancels the workflow (OrCancelWorkflow).
 func (p *producer) planWorkflow(items []item) unit {
 	items = ungrouped(items)
 	n := len(items)
-	if n > 1 && p.rng.Float64() < flowFailShare {
+	shape := flowDrawn
+	if p.flowsPlanned < 3 && n > 1 {
+		shape = []flowShape{flowDrawn, flowAnywayRuns, flowFailureCancels}[p.flows%3]
+	}
+	switch {
+	case shape != flowDrawn:
+		for k := range items {
+			if failsForGood(items[k].behavior) {
+				items[k].behavior = behaveOK
+			}
+		}
+		items[n-2].behavior = behaveNoRetry
+	case n > 1 && p.rng.Float64() < flowFailShare:
 		for range 1 + p.rng.IntN(2) {
 			k := p.rng.IntN(n - 1)
 			items[k].behavior = []string{behaveNoRetry, behaveExhaust}[p.rng.IntN(2)]
@@ -333,12 +354,34 @@ func (p *producer) planWorkflow(items []item) unit {
 	if p.rng.IntN(2) == 0 {
 		fanIn = runtime.RunAnyway
 	}
-	fp := &flowPlan{deps: flowDeps(n, func() runtime.FailurePolicy { return drawPolicy(p.rng) }, fanIn), operatorCancel: p.flows%3 == 0}
+	deps := flowDeps(n, func() runtime.FailurePolicy { return drawPolicy(p.rng) }, fanIn)
+	if shape != flowDrawn {
+		// The last step's edge from the failing step: the only edge a
+		// failure crosses, as the failing step has no other dependent.
+		for i, d := range deps[n-1] {
+			if d.parent == n-2 {
+				deps[n-1][i].policy = map[flowShape]runtime.FailurePolicy{
+					flowAnywayRuns: runtime.RunAnyway, flowFailureCancels: runtime.CancelWorkflow,
+				}[shape]
+			}
+		}
+	}
+	fp := &flowPlan{deps: deps, operatorCancel: p.flows%3 == 0}
 	p.flows++
+	p.flowsPlanned++
 	u := unit{items: items, how: howWorkflow, flow: fp}
 	u.expects, fp.cancelExpected = flowEnds(items, fp.deps)
 	return u
 }
+
+// flowShape is how planWorkflow draws a workflow's failures and policies.
+type flowShape int
+
+const (
+	flowDrawn          flowShape = iota // failures and policies drawn at random
+	flowAnywayRuns                      // one failure, crossed under Anyway
+	flowFailureCancels                  // one failure, crossed under OrCancelWorkflow
+)
 
 // flowDeps are the parents of a workflow of n steps: each step after the
 // first depends on its tree parent ((i-1)/2) under a policy draw gives, and

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -84,5 +85,46 @@ func TestFlowEnds(t *testing.T) {
 	deps := flowDeps(4, func() runtime.FailurePolicy { p := draws[0]; draws = draws[1:]; return p }, c)
 	if deps[3][0] != (flowDep{1, w}) {
 		t.Errorf("fan-in's edge from its tree parent %v, want {1 OrCancelWorkflow}", deps[3][0])
+	}
+}
+
+// TestFirstWorkflowsCoverEachOutcome holds a producer's first three
+// workflows to the outcomes the short run's test requires, whatever the
+// seed, the producer's index or the workflow's size: one an operator
+// cancels, one whose last step runs after a failed parent under Anyway,
+// one a failure cancels as a whole.
+func TestFirstWorkflowsCoverEachOutcome(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(200) {
+		for index := range 4 {
+			rng := rand.New(rand.NewPCG(seed, uint64(index)))
+			p := &producer{rng: rng, flows: index}
+			var operator, anyway, cancels int
+			for range 3 {
+				n := 2 + rng.IntN(30)
+				items := make([]item, n)
+				for i := range items {
+					items[i].behavior = []string{behaveOK, behaveNoRetry, behaveExhaust, behaveFail}[rng.IntN(4)]
+				}
+				u := p.planWorkflow(items)
+				if u.flow.operatorCancel {
+					operator++
+					continue
+				}
+				if u.flow.cancelExpected {
+					cancels++
+				}
+				last := u.flow.deps[n-1]
+				if u.expects[n-1] == endSucceeded && slices.ContainsFunc(last, func(d flowDep) bool {
+					return d.policy == runtime.RunAnyway && u.expects[d.parent] == endFailed
+				}) {
+					anyway++
+				}
+			}
+			if operator != 1 || anyway != 1 || cancels != 1 {
+				t.Fatalf("seed %d, producer %d: operator cancels %d, steps run under Anyway after a failure %d, workflows a failure cancels %d; want 1 each",
+					seed, index, operator, anyway, cancels)
+			}
+		}
 	}
 }
