@@ -104,6 +104,62 @@ func TestPlainJobCallsOnlyItsOwnFunctions(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Fatalf("functions called for %d plain jobs: %v, want %v (extra: %v)", jobs, got, want, extra(got, want))
 	}
+	planEveryCall(t, calls, jobs)
+}
+
+// A lease-mode plain job's claim and success plan no statement per call
+// either (see planEveryCall).
+func TestLeasedPlainJobPlansNoStatementPerCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const jobs = 3
+	for range jobs {
+		enqueue(t, b.pool, "plain.cost", map[string]any{})
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // it only counts
+	q, g := testdb.New(tx), gen.New(tx)
+	if err := q.TrackFunctionCalls(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range jobs {
+		claimed, err := g.ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: 1,
+			LeaseMs: 30_000, Token: int64(i + 1), RunMax: 1})
+		if err != nil || len(claimed) != 1 {
+			t.Fatalf("claim %d: %v, %v", i, claimed, err)
+		}
+		r, err := g.SettleJobs(ctx, gen.SettleJobsParams{Queue: runtime.DefaultQueue,
+			Ids: []int64{claimed[0].ID}, Attempts: []int32{claimed[0].Attempts},
+			Results: []json.RawMessage{nil}, Errors: []json.RawMessage{nil}, RetryInUs: []int64{-1},
+			SnoozeCaps: []int32{0}, Tokens: []int64{0}})
+		if err != nil || r.Recorded != 1 {
+			t.Fatalf("settle %d: %+v, %v", i, r, err)
+		}
+	}
+	calls, err := q.FunctionCallsHere(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planEveryCall(t, calls, jobs)
+}
+
+// planEveryCall fails t for each function called once per job or more
+// that is written in SQL: one that shows as called was not inlined, and
+// PostgreSQL plans a SQL function's statements again at every call (a
+// PL/pgSQL function keeps its plans for the session), which for a
+// statement of a few joins costs more than running it.
+func planEveryCall(t *testing.T, calls []testdb.FunctionCallsHereRow, jobs int64) {
+	t.Helper()
+	for _, c := range calls {
+		if c.Calls >= jobs && c.Language == "sql" {
+			t.Errorf("pgtask.%s is a SQL function called %d times for %d jobs: its statements are planned at every call",
+				c.FunctionName, c.Calls, jobs)
+		}
+	}
 }
 
 // extra lists the names got has that want has not, or with other counts.

@@ -1,4 +1,4 @@
--- revision: 58
+-- revision: 59
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -503,11 +503,14 @@ $$;
 -- row while it cancels the job, retrying the job's row until the claim
 -- that holds it commits: a claim that waited for that request's row would
 -- never commit. A workflow's step gets a request of its own, inserted only
--- where none is (DO NOTHING takes no lock on one that is).
+-- where none is (DO NOTHING takes no lock on one that is). Written in
+-- PL/pgSQL, as start_held is, so that its statements' plans are kept for
+-- the session: a SQL function's are made again at every call.
 CREATE OR REPLACE FUNCTION pgtask.cancel_claimed(p_ids bigint[], p_attempts integer[], p_workflows bigint[])
 RETURNS SETOF bigint
-LANGUAGE sql AS $$
-    WITH stopped AS (
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF cardinality(array_remove(p_workflows, NULL)) > 0 THEN
         INSERT INTO pgtask.cancel_requests AS r (job_id, attempt)
         SELECT u.id, u.attempt
           FROM unnest(p_ids, p_attempts, p_workflows) AS u(id, attempt, workflow_id)
@@ -516,13 +519,12 @@ LANGUAGE sql AS $$
                         WHERE w.id = u.workflow_id AND w.cancelled_at IS NOT NULL AND s.id = u.id
                           AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(s.errors) e
                                            WHERE e ? 'operator_retry' AND (e->>'at')::timestamptz > w.cancelled_at))
-        ON CONFLICT (job_id) DO NOTHING
-        RETURNING r.job_id
-    )
-    SELECT u.id FROM unnest(p_ids) AS u(id)
-     WHERE EXISTS (SELECT 1 FROM pgtask.cancel_requests c WHERE c.job_id = u.id)
-    UNION
-    SELECT s.job_id FROM stopped s;
+        ON CONFLICT (job_id) DO NOTHING;
+    END IF;
+    RETURN QUERY
+      SELECT u.id FROM unnest(p_ids) AS u(id)
+       WHERE EXISTS (SELECT 1 FROM pgtask.cancel_requests c WHERE c.job_id = u.id);
+END;
 $$;
 
 -- Starts the jobs p_ids a held-mode claim picked (locked) and returns them
@@ -538,8 +540,10 @@ RETURNS TABLE (
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
     run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer, cancel_requested boolean
 )
-LANGUAGE sql
+LANGUAGE plpgsql
 AS $$
+BEGIN
+    RETURN QUERY
     WITH claimed AS (
         UPDATE pgtask.jobs j
            SET status = 'started', attempts = j.attempts + 1,
@@ -569,6 +573,7 @@ AS $$
            c.fail_blocks_group, c.created_at, c.run_after, c.metadata, c.scanned, c.snoozes,
            c.id IN (SELECT a.id FROM asked a)
       FROM claimed c ORDER BY c.priority, c.id;
+END;
 $$;
 
 -- The heads a settle in this transaction promoted for its claim (see

@@ -438,8 +438,10 @@ func (q *Queries) ForgetWorkerKinds(ctx context.Context) error {
 }
 
 const functionCallsHere = `-- name: FunctionCallsHere :many
-SELECT f.funcname::text AS function_name, f.calls::bigint AS calls
+SELECT f.funcname::text AS function_name, f.calls::bigint AS calls, l.lanname::text AS language
   FROM pg_catalog.pg_stat_xact_user_functions f
+  JOIN pg_catalog.pg_proc p ON p.oid = f.funcid
+  JOIN pg_catalog.pg_language l ON l.oid = p.prolang
  WHERE f.schemaname = 'pgtask'
  ORDER BY f.funcname
 `
@@ -447,10 +449,12 @@ SELECT f.funcname::text AS function_name, f.calls::bigint AS calls
 type FunctionCallsHereRow struct {
 	FunctionName string
 	Calls        int64
+	Language     string
 }
 
 // The calls of pgtask's functions the caller's transaction made, counted
-// since TrackFunctionCalls (functions inlined into a statement are not).
+// since TrackFunctionCalls (functions inlined into a statement are not),
+// with each function's language.
 func (q *Queries) FunctionCallsHere(ctx context.Context) ([]FunctionCallsHereRow, error) {
 	rows, err := q.db.Query(ctx, functionCallsHere)
 	if err != nil {
@@ -460,7 +464,7 @@ func (q *Queries) FunctionCallsHere(ctx context.Context) ([]FunctionCallsHereRow
 	items := []FunctionCallsHereRow{}
 	for rows.Next() {
 		var i FunctionCallsHereRow
-		if err := rows.Scan(&i.FunctionName, &i.Calls); err != nil {
+		if err := rows.Scan(&i.FunctionName, &i.Calls, &i.Language); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
