@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -107,44 +108,66 @@ func TestPlainJobCallsOnlyItsOwnFunctions(t *testing.T) {
 	planEveryCall(t, calls, jobs)
 }
 
-// A lease-mode plain job's claim and success plan no statement per call
-// either (see planEveryCall).
-func TestLeasedPlainJobPlansNoStatementPerCall(t *testing.T) {
+// A job's claim and success, in either mode, grouped or not, plan no
+// statement per call (see planEveryCall).
+func TestJobPathsPlanNoStatementPerCall(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	const jobs = 3
-	for range jobs {
-		enqueue(t, b.pool, "plain.cost", map[string]any{})
-	}
-	tx, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // it only counts
-	q, g := testdb.New(tx), gen.New(tx)
-	if err := q.TrackFunctionCalls(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for i := range jobs {
-		claimed, err := g.ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: 1,
-			LeaseMs: 30_000, Token: int64(i + 1), RunMax: 1})
-		if err != nil || len(claimed) != 1 {
-			t.Fatalf("claim %d: %v, %v", i, claimed, err)
+	for _, mode := range []runtime.Mode{runtime.ModeHeld, runtime.ModeLease} {
+		for _, group := range []string{"", "g"} {
+			t.Run(fmt.Sprintf("%s/group=%q", mode, group), func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				ctx := context.Background()
+				const jobs = 3
+				for range jobs {
+					var opts []runtime.EnqueueOption
+					if group != "" {
+						opts = append(opts, runtime.WithGroup(group))
+					}
+					enqueue(t, b.pool, "plain.cost", map[string]any{}, opts...)
+				}
+				tx, err := b.pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(ctx) //nolint:errcheck // it only counts
+				q, g := testdb.New(tx), gen.New(tx)
+				if err := q.TrackFunctionCalls(ctx); err != nil {
+					t.Fatal(err)
+				}
+				for i := range jobs {
+					var id int64
+					var attempt int32
+					if mode == runtime.ModeLease {
+						claimed, err := g.ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: 1,
+							LeaseMs: 30_000, Token: int64(i + 1), RunMax: 1})
+						if err != nil || len(claimed) != 1 {
+							t.Fatalf("claim %d: %v, %v", i, claimed, err)
+						}
+						id, attempt = claimed[0].ID, claimed[0].Attempts
+					} else {
+						claimed, err := g.ClaimJobs(ctx, gen.ClaimJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: 1})
+						if err != nil || len(claimed) != 1 {
+							t.Fatalf("claim %d: %v, %v", i, claimed, err)
+						}
+						id, attempt = claimed[0].ID, claimed[0].Attempts
+					}
+					r, err := g.SettleJobs(ctx, gen.SettleJobsParams{Queue: runtime.DefaultQueue,
+						Ids: []int64{id}, Attempts: []int32{attempt},
+						Results: []json.RawMessage{nil}, Errors: []json.RawMessage{nil}, RetryInUs: []int64{-1},
+						SnoozeCaps: []int32{0}, Tokens: []int64{0}})
+					if err != nil || r.Recorded != 1 {
+						t.Fatalf("settle %d: %+v, %v", i, r, err)
+					}
+				}
+				calls, err := q.FunctionCallsHere(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				planEveryCall(t, calls, jobs)
+			})
 		}
-		r, err := g.SettleJobs(ctx, gen.SettleJobsParams{Queue: runtime.DefaultQueue,
-			Ids: []int64{claimed[0].ID}, Attempts: []int32{claimed[0].Attempts},
-			Results: []json.RawMessage{nil}, Errors: []json.RawMessage{nil}, RetryInUs: []int64{-1},
-			SnoozeCaps: []int32{0}, Tokens: []int64{0}})
-		if err != nil || r.Recorded != 1 {
-			t.Fatalf("settle %d: %+v, %v", i, r, err)
-		}
 	}
-	calls, err := q.FunctionCallsHere(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	planEveryCall(t, calls, jobs)
 }
 
 // planEveryCall fails t for each function called once per job or more
