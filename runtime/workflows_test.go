@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -634,8 +635,12 @@ func TestWorkflowFanInUnderTerminations(t *testing.T) {
 			}
 			stop := make(chan struct{})
 			var killed sync.WaitGroup
-			terminated := 0
+			// terminated counts the sessions ended, settlers those of them
+			// that were recording outcomes; succeeded is the workflow's
+			// count of succeeded steps, as the wait below last read it.
+			var terminated, settlers, succeeded atomic.Int64
 			killed.Go(func() {
+				settledAt := int64(-1)
 				for {
 					select {
 					case <-stop:
@@ -647,14 +652,25 @@ func TestWorkflowFanInUnderTerminations(t *testing.T) {
 					// sessions matter while they record outcomes.
 					n, err := b.q.TerminateJobTransactions(ctx, 1)
 					if err == nil {
-						terminated += int(n)
+						terminated.Add(int64(n))
 					}
-					// At most 100 of them, so that a slow machine
-					// (or the race detector) still gets through.
-					if mode == runtime.ModeLease && terminated < 100 {
+					// At most 100 of them, each once a step has succeeded
+					// since the one before. A worker records outcomes
+					// again on a new session, whose first call of the
+					// settle function is its slowest (its backend has yet
+					// to load the catalogs and compile the functions);
+					// on a loaded machine that call outlasts the 30 ms
+					// between terminations, so each would end the retry
+					// of the one before, while the workers' backoff
+					// spaces their retries out to seconds: no outcome
+					// would be recorded until the 100 were spent,
+					// minutes later.
+					if mode == runtime.ModeLease && terminated.Load() < 100 && succeeded.Load() > settledAt {
 						n, err = b.q.TerminateSettlers(ctx, 1)
-						if err == nil {
-							terminated += int(n)
+						if err == nil && n > 0 {
+							terminated.Add(int64(n))
+							settlers.Add(int64(n))
+							settledAt = succeeded.Load()
 						}
 					}
 				}
@@ -670,6 +686,7 @@ func TestWorkflowFanInUnderTerminations(t *testing.T) {
 					killed.Wait()
 					t.Fatal(err)
 				}
+				succeeded.Store(int64(s.Succeeded))
 				if s.Succeeded >= 1500 || s.Status != runtime.WorkflowRunning {
 					break
 				}
@@ -678,7 +695,8 @@ func TestWorkflowFanInUnderTerminations(t *testing.T) {
 				} else if time.Since(lastAt) > 30*time.Second {
 					close(stop)
 					killed.Wait()
-					t.Fatalf("under terminations, no step succeeded for 30s, %d of 1500 did: %+v", s.Succeeded, s)
+					t.Fatalf("under terminations (%d sessions, %d of them recording outcomes), no step succeeded for 30s, %d of 1500 did: %+v",
+						terminated.Load(), settlers.Load(), s.Succeeded, s)
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -702,7 +720,7 @@ func TestWorkflowFanInUnderTerminations(t *testing.T) {
 				t.Fatalf("%d notes left, %v", n, err)
 			}
 			written, _ := b.q.WorkflowNotesWritten(ctx)
-			t.Logf("%d sessions terminated, about %d notes left and applied", terminated, written)
+			t.Logf("%d sessions terminated, %d of them recording outcomes, about %d notes left and applied", terminated.Load(), settlers.Load(), written)
 		})
 	}
 }
