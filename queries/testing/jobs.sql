@@ -358,8 +358,9 @@ SELECT set_config('track_functions', 'all', true);
 -- name: FunctionCallsHere :many
 -- The calls of pgtask's functions the caller's transaction made, counted
 -- since TrackFunctionCalls (functions inlined into a statement are not),
--- with each function's language.
-SELECT f.funcname::text AS function_name, f.calls::bigint AS calls, l.lanname::text AS language
+-- with each function's language and volatility ('i', 's' or 'v').
+SELECT f.funcname::text AS function_name, f.calls::bigint AS calls, l.lanname::text AS language,
+       p.provolatile::text AS volatility
   FROM pg_catalog.pg_stat_xact_user_functions f
   JOIN pg_catalog.pg_proc p ON p.oid = f.funcid
   JOIN pg_catalog.pg_language l ON l.oid = p.prolang

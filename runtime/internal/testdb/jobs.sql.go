@@ -438,7 +438,8 @@ func (q *Queries) ForgetWorkerKinds(ctx context.Context) error {
 }
 
 const functionCallsHere = `-- name: FunctionCallsHere :many
-SELECT f.funcname::text AS function_name, f.calls::bigint AS calls, l.lanname::text AS language
+SELECT f.funcname::text AS function_name, f.calls::bigint AS calls, l.lanname::text AS language,
+       p.provolatile::text AS volatility
   FROM pg_catalog.pg_stat_xact_user_functions f
   JOIN pg_catalog.pg_proc p ON p.oid = f.funcid
   JOIN pg_catalog.pg_language l ON l.oid = p.prolang
@@ -450,11 +451,12 @@ type FunctionCallsHereRow struct {
 	FunctionName string
 	Calls        int64
 	Language     string
+	Volatility   string
 }
 
 // The calls of pgtask's functions the caller's transaction made, counted
 // since TrackFunctionCalls (functions inlined into a statement are not),
-// with each function's language.
+// with each function's language and volatility ('i', 's' or 'v').
 func (q *Queries) FunctionCallsHere(ctx context.Context) ([]FunctionCallsHereRow, error) {
 	rows, err := q.db.Query(ctx, functionCallsHere)
 	if err != nil {
@@ -464,7 +466,12 @@ func (q *Queries) FunctionCallsHere(ctx context.Context) ([]FunctionCallsHereRow
 	items := []FunctionCallsHereRow{}
 	for rows.Next() {
 		var i FunctionCallsHereRow
-		if err := rows.Scan(&i.FunctionName, &i.Calls, &i.Language); err != nil {
+		if err := rows.Scan(
+			&i.FunctionName,
+			&i.Calls,
+			&i.Language,
+			&i.Volatility,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
