@@ -25,8 +25,9 @@ const fairTarget = 1_000
 // measureFair measures fair queues (docs/fairness.md) at the default
 // Config, in each mode:
 //   - tenant a enqueues o.FairFlood jobs into a fair queue; once a worker
-//     has started 1,000 of them, tenant b enqueues o.FairNewcomer; how many
-//     of a's jobs start after b's enqueue committed and before b's last job
+//     has started 1,000 of them, tenant b enqueues o.FairNewcomer, in one
+//     statement and then one job per transaction; how many of a's jobs
+//     start after b's (last) enqueue committed and before b's last job
 //     starts;
 //   - what fairness costs the drain: the same jobs spread over o.FairTenants
 //     tenants of a fair queue, against the same drain of a queue that is
@@ -38,8 +39,10 @@ func (b *bench) measureFair(ctx context.Context) error {
 			prefix = "lease defaults: "
 		}
 		qc := pgtask.QueueConfig{Mode: mode}
-		if err := b.measureNewcomer(ctx, prefix, qc); err != nil {
-			return err
+		for _, onePerTx := range []bool{false, true} {
+			if err := b.measureNewcomer(ctx, prefix, qc, onePerTx); err != nil {
+				return err
+			}
 		}
 		n, tenants := b.o.DefaultsJobs, b.o.FairTenants
 		base, err := b.drainWith(ctx, false, drainSpec{label: prefix + "drain ungrouped, not fair", n: n, qc: qc},
@@ -86,10 +89,20 @@ func enqueueTenants(ctx context.Context, pool *pgxpool.Pool, n, tenants int) err
 	return benchdb.New(pool).AnalyzeJobs(ctx)
 }
 
-// measureNewcomer is the first of measureFair's measures.
-func (b *bench) measureNewcomer(ctx context.Context, prefix string, qc pgtask.QueueConfig) error {
+// measureNewcomer is the first of measureFair's measures. With onePerTx, b
+// enqueues its jobs one per transaction while its earlier ones are being
+// claimed: each is a tenant's next job, or its first again once the ones
+// before it ran, and the claims must find it at its turn whether or not
+// its enqueue woke a worker. a's starts are counted from the commit of b's
+// last enqueue then: those before it are the ones that ran while b was
+// still enqueueing.
+func (b *bench) measureNewcomer(ctx context.Context, prefix string, qc pgtask.QueueConfig, onePerTx bool) error {
 	flood, newcomer := b.o.FairFlood, b.o.FairNewcomer
-	label := fmt.Sprintf("%sfair: tenant b's %d jobs behind tenant a's %d", prefix, newcomer, flood)
+	how := ""
+	if onePerTx {
+		how = ", one per transaction,"
+	}
+	label := fmt.Sprintf("%sfair: tenant b's %d jobs%s behind tenant a's %d", prefix, newcomer, how, flood)
 	pool, url, cleanup, err := b.database(ctx, b.o.Conns)
 	if err != nil {
 		return err
@@ -158,12 +171,25 @@ func (b *bench) measureNewcomer(ctx context.Context, prefix string, qc pgtask.Qu
 	for i := range ts {
 		ts[i] = benchtasks.Noop{N: newcomerBase + i}
 	}
-	if _, err := benchtasks.EnqueueNoopMany(ctx, pool, ts, pgtask.WithTenant("b")); err != nil {
-		return err
+	if onePerTx {
+		for i, t := range ts {
+			if _, err := benchtasks.EnqueueNoop(ctx, pool, t, pgtask.WithTenant("b")); err != nil {
+				return err
+			}
+			if i == len(ts)-1 {
+				mu.Lock()
+				bEnqueued = true
+				mu.Unlock()
+			}
+		}
+	} else {
+		if _, err := benchtasks.EnqueueNoopMany(ctx, pool, ts, pgtask.WithTenant("b")); err != nil {
+			return err
+		}
+		mu.Lock()
+		bEnqueued = true
+		mu.Unlock()
 	}
-	mu.Lock()
-	bEnqueued = true
-	mu.Unlock()
 	b.say("%s: b enqueued after %d starts", label, started.Load())
 	select {
 	case <-allB:
@@ -181,8 +207,12 @@ func (b *bench) measureNewcomer(ctx context.Context, prefix string, qc pgtask.Qu
 	if runErr != nil {
 		return runErr
 	}
+	after := "b's enqueue"
+	if onePerTx {
+		after = "b's last enqueue"
+	}
 	b.add(label, fmt.Sprintf("%d + %d jobs", flood, newcomer),
-		fmt.Sprintf("%d of a's jobs started after b's enqueue before b's last", a), 0,
+		fmt.Sprintf("%d of a's jobs started after %s before b's last", a, after), 0,
 		fmt.Sprintf("< %d", fairTarget), ok(a < fairTarget))
 	return nil
 }
