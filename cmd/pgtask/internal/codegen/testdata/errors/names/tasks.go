@@ -37,3 +37,10 @@ type URL struct {
 type Url struct {
 	runtime.Task `task:"url2"`
 }
+
+// Request's Request<T> is RequestJob, which the package declares.
+type Request struct {
+	runtime.Task
+}
+
+type RequestJob struct{}
