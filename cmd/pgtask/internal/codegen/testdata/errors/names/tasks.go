@@ -44,3 +44,8 @@ type Request struct {
 }
 
 type RequestJob struct{}
+
+// Refund's Enqueue<T>Batch is declared by a test file of the package.
+type Refund struct {
+	runtime.Task
+}
