@@ -22,8 +22,7 @@ import (
 // by three workers at once: each callback runs once, with its batch's
 // counts. Bad input is refused before anything is inserted.
 func TestTypedBatchesRunTheirCallbacksOnce(t *testing.T) {
-	pool, poolConfig := database()
-	defer pool.Close()
+	pool, poolConfig := testDatabase(t)
 	ctx := context.Background()
 
 	// Refused, with nothing inserted: an invalid job at index 2, an invalid
@@ -59,17 +58,23 @@ func TestTypedBatchesRunTheirCallbacksOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer w.Close()
-		check(ledger.HandleDeposit(w, func(ctx context.Context, job *runtime.Job, d ledger.Deposit) error {
+		err = ledger.HandleDeposit(w, func(ctx context.Context, job *runtime.Job, d ledger.Deposit) error {
 			if d.Account == "closed" {
 				return runtime.NoRetry(errors.New("the account is closed"))
 			}
 			return ledgerdb.New(job.Tx()).AddEntry(ctx, ledgerdb.AddEntryParams{Account: d.Account, Cents: d.Cents, JobID: int64(job.ID)})
-		}))
-		check(ledger.HandleStatement(w, func(ctx context.Context, job *runtime.Job, s ledger.Statement) (ledger.Total, error) {
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = ledger.HandleStatement(w, func(ctx context.Context, job *runtime.Job, s ledger.Statement) (ledger.Total, error) {
 			cents, err := ledgerdb.New(job.Tx()).AccountTotal(ctx, s.Account)
 			return ledger.Total{Account: s.Account, Cents: cents}, err
-		}))
-		check(ledger.HandleReconcile(w, func(ctx context.Context, job *runtime.Job, r ledger.Reconcile) error {
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = ledger.HandleReconcile(w, func(ctx context.Context, job *runtime.Job, r ledger.Reconcile) error {
 			s, err := runtime.BatchSummaryOf(job)
 			if err != nil {
 				return runtime.NoRetry(err)
@@ -78,7 +83,10 @@ func TestTypedBatchesRunTheirCallbacksOnce(t *testing.T) {
 			calls[r.Day] = append(calls[r.Day], s)
 			mu.Unlock()
 			return nil
-		}))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 		workers = append(workers, w)
 	}
 
@@ -136,6 +144,8 @@ func TestTypedBatchesRunTheirCallbacksOnce(t *testing.T) {
 
 	runCtx, stop := context.WithCancel(ctx)
 	var running sync.WaitGroup
+	// A test that fails on the way stops its workers before it ends.
+	defer func() { stop(); running.Wait() }()
 	for _, w := range workers {
 		running.Add(1)
 		go func() {
@@ -153,7 +163,7 @@ func TestTypedBatchesRunTheirCallbacksOnce(t *testing.T) {
 		}
 		callbacks = append(callbacks, b.OnFinish)
 	}
-	waitFinished(pool, callbacks...)
+	testWaitFinished(t, pool, callbacks...)
 	stop()
 	running.Wait()
 

@@ -41,14 +41,6 @@ func EnqueueCompareBatch(ctx context.Context, db runtime.DB, ts []Compare, batch
 	return taskspec.EnqueueBatch(ctx, db, compareSpec, ts, batch, opts...)
 }
 
-// RequestCompare validates t and returns it as a request for a job of kind
-// "compare", with the declared settings and opts over them: a batch's callback
-// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
-func RequestCompare(t Compare, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
-	return taskspec.Request(compareSpec, t, opts...)
-}
-
 // AddCompare validates t and adds it to wf as a step of kind "compare", whose
 // Output feeds the runtime.Input fields of later steps. Its inputs (First,
 // Second) make it depend on the steps they are set from. opts add dependencies
@@ -127,7 +119,8 @@ func EnqueueDepositBatch(ctx context.Context, db runtime.DB, ts []Deposit, batch
 // RequestDeposit validates t and returns it as a request for a job of kind
 // "deposit", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestDeposit(t Deposit, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(depositSpec, t, opts...)
 }
@@ -181,7 +174,8 @@ func EnqueueReconcileBatch(ctx context.Context, db runtime.DB, ts []Reconcile, b
 // RequestReconcile validates t and returns it as a request for a job of kind
 // "reconcile", with the declared settings and opts over them: a batch's
 // callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds.
+// of several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestReconcile(t Reconcile, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(reconcileSpec, t, opts...)
 }
@@ -239,7 +233,8 @@ func EnqueueStatementBatch(ctx context.Context, db runtime.DB, ts []Statement, b
 // RequestStatement validates t and returns it as a request for a job of kind
 // "statement", with the declared settings and opts over them: a batch's
 // callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds.
+// of several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestStatement(t Statement, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(statementSpec, t, opts...)
 }

@@ -49,11 +49,12 @@ func EnqueueRequestBatch(ctx context.Context, db runtime.DB, ts []Request, batch
 	return taskspec.EnqueueBatch(ctx, db, requestSpec, ts, batch, opts...)
 }
 
-// RequestRequest validates t and returns it as a request for a job of kind
+// RequestJob validates t and returns it as a request for a job of kind
 // "pgtask.http", with the declared settings and opts over them: a batch's
 // callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds.
-func RequestRequest(t Request, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+// of several kinds. An invalid t returns the validation error, which names the
+// fields.
+func RequestJob(t Request, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(requestSpec, t, opts...)
 }
 

@@ -193,10 +193,15 @@ func EnqueueMany[T any](ctx context.Context, db runtime.DB, spec *Spec[T], ts []
 // as a callback, and runtime.EnqueueMany as a job. A workflow's step is
 // added with the generated Add function instead: its inputs make its
 // dependencies, which a request does not carry.
+//
+// An invalid t returns the error itself, which names the kind and what is
+// wrong (a *runtime.ValidationError names the fields): nothing is
+// enqueued, so there is no *runtime.EnqueueError and no place in a batch
+// to give.
 func Request[T any](spec *Spec[T], t T, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	req, err := spec.request(t, opts)
 	if err != nil {
-		return runtime.EnqueueRequest{}, &runtime.EnqueueError{Index: 0, Kind: spec.Kind, Err: err}
+		return runtime.EnqueueRequest{}, err
 	}
 	return req, nil
 }

@@ -2,6 +2,7 @@ package taskspec_test
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"strings"
 	"testing"
@@ -302,5 +303,36 @@ func TestLimitKeyFromAField(t *testing.T) {
 	}
 	if got, want := declared(), map[string]int{"eu": 2, "us": 2, "apac": 1, "": 3}; !maps.Equal(got, want) {
 		t.Fatalf("after WithLimit, limits %v, want %v", got, want)
+	}
+}
+
+type invoice struct {
+	Customer string `json:"customer" validate:"required"`
+	Cents    int64  `json:"cents" validate:"gt=0"`
+}
+
+var invoiceSpec = &taskspec.Spec[invoice]{Kind: "invoice"}
+
+// Request's validation error names the kind and each field, as Enqueue's
+// does, and is the *runtime.ValidationError itself: a request is not
+// enqueued, so it is no *runtime.EnqueueError with a place in a batch.
+func TestRequestValidationNamesTheKindAndFields(t *testing.T) {
+	t.Parallel()
+	_, err := taskspec.Request(invoiceSpec, invoice{})
+	const want = "invalid invoice: customer fails required; cents fails gt=0"
+	if err == nil || err.Error() != want {
+		t.Fatalf("Request of an empty invoice: %v; want %q", err, want)
+	}
+	var ee *runtime.EnqueueError
+	if errors.As(err, &ee) {
+		t.Errorf("Request's error is an *EnqueueError (index %d); want the validation error alone", ee.Index)
+	}
+	var ve *runtime.ValidationError
+	if !errors.As(err, &ve) || ve.Kind != "invoice" || len(ve.Fields) != 2 || ve.Fields[0].Field != "customer" || ve.Fields[1].Field != "cents" {
+		t.Errorf("Request's error: %#v; want a *ValidationError of invoice naming customer and cents", err)
+	}
+	req, err := taskspec.Request(invoiceSpec, invoice{Customer: "ann", Cents: 5})
+	if err != nil || req.Kind != "invoice" || string(req.Payload) != `{"customer":"ann","cents":5}` {
+		t.Errorf("Request of a valid invoice: %+v, %v", req, err)
 	}
 }

@@ -53,7 +53,8 @@ func EnqueueGreetBatch(ctx context.Context, db runtime.DB, ts []Greet, batch run
 // RequestGreet validates t and returns it as a request for a job of kind
 // "greet", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestGreet(t Greet, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(greetSpec, t, opts...)
 }

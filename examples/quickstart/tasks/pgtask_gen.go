@@ -45,7 +45,8 @@ func EnqueueAddBatch(ctx context.Context, db runtime.DB, ts []Add, batch runtime
 // RequestAdd validates t and returns it as a request for a job of kind "add",
 // with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestAdd(t Add, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(addSpec, t, opts...)
 }
@@ -124,7 +125,8 @@ func EnqueueResizeImageBatch(ctx context.Context, db runtime.DB, ts []ResizeImag
 // RequestResizeImage validates t and returns it as a request for a job of kind
 // "resize_image", with the declared settings and opts over them: a batch's
 // callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds.
+// of several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestResizeImage(t ResizeImage, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(resizeImageSpec, t, opts...)
 }
@@ -189,7 +191,8 @@ func EnqueueSendEmailBatch(ctx context.Context, db runtime.DB, ts []SendEmail, b
 // RequestSendEmail validates t and returns it as a request for a job of kind
 // "send_email", with the declared settings and opts over them: a batch's
 // callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds.
+// of several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestSendEmail(t SendEmail, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(sendEmailSpec, t, opts...)
 }

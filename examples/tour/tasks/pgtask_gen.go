@@ -45,7 +45,8 @@ func EnqueueAddBatch(ctx context.Context, db runtime.DB, ts []Add, batch runtime
 // RequestAdd validates t and returns it as a request for a job of kind "add",
 // with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestAdd(t Add, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(addSpec, t, opts...)
 }
@@ -130,7 +131,8 @@ func EnqueueFetchBatch(ctx context.Context, db runtime.DB, ts []Fetch, batch run
 // RequestFetch validates t and returns it as a request for a job of kind
 // "fetch", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestFetch(t Fetch, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(fetchSpec, t, opts...)
 }
@@ -183,18 +185,11 @@ func EnqueueInviteMany(ctx context.Context, db runtime.DB, ts []Invite, opts ...
 	return taskspec.EnqueueMany(ctx, db, inviteSpec, ts, opts...)
 }
 
-// EnqueueInviteBatch validates every element of ts and inserts them as a batch,
-// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
-// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
-// the order of ts. opts apply to the jobs of ts, not to the callbacks.
-func EnqueueInviteBatch(ctx context.Context, db runtime.DB, ts []Invite, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
-	return taskspec.EnqueueBatch(ctx, db, inviteSpec, ts, batch, opts...)
-}
-
 // RequestInvite validates t and returns it as a request for a job of kind
 // "invite", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestInvite(t Invite, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(inviteSpec, t, opts...)
 }
@@ -255,7 +250,8 @@ func EnqueueRenderBatch(ctx context.Context, db runtime.DB, ts []Render, batch r
 // RequestRender validates t and returns it as a request for a job of kind
 // "render", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestRender(t Render, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(renderSpec, t, opts...)
 }
@@ -307,7 +303,8 @@ func EnqueueReportBatch(ctx context.Context, db runtime.DB, ts []Report, batch r
 // RequestReport validates t and returns it as a request for a job of kind
 // "report", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestReport(t Report, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(reportSpec, t, opts...)
 }
@@ -370,7 +367,8 @@ func EnqueueSendEmailBatch(ctx context.Context, db runtime.DB, ts []SendEmail, b
 // RequestSendEmail validates t and returns it as a request for a job of kind
 // "send_email", with the declared settings and opts over them: a batch's
 // callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds.
+// of several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestSendEmail(t SendEmail, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(sendEmailSpec, t, opts...)
 }

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"go/ast"
+	"go/build"
+	"go/parser"
 	"go/token"
 	"go/types"
 	"os"
@@ -207,7 +209,7 @@ func load(dir, outName string) (*loaded, error) {
 	}
 	errs = append(errs, duplicateKinds(l.Tasks)...)
 	errs = append(errs, mixedFairness(l.Tasks)...)
-	errs = append(errs, nameClashes(pkg, l.Tasks)...)
+	errs = append(errs, nameClashes(pkg, testDeclarations(abs, pkg.Name), l.Tasks)...)
 	if len(errs) > 0 {
 		sort.SliceStable(errs, func(i, j int) bool {
 			a, b := errs[i].Pos, errs[j].Pos
@@ -612,7 +614,11 @@ func duplicateKinds(tasks []task) Errors {
 // (Enqueue<T>Many of Foo is Enqueue<T> of FooMany). The generated file
 // would not compile, and its compiler errors would not say which
 // declaration to change.
-func nameClashes(pkg *packages.Package, tasks []task) Errors {
+//
+// The package's _test.go files of the same package (not those of its
+// external _test package) are compiled with the generated file by go test,
+// so their declarations are in testNames and count too.
+func nameClashes(pkg *packages.Package, testNames map[string]token.Position, tasks []task) Errors {
 	var errs Errors
 	type owner struct {
 		task task
@@ -628,6 +634,11 @@ func nameClashes(pkg *packages.Package, tasks []task) Errors {
 					t.Name, n.What, n.Name, filepath.Base(at.Filename), at.Line)})
 				continue
 			}
+			if at, ok := testNames[n.Name]; ok {
+				errs = append(errs, Error{Pos: t.Pos, Msg: fmt.Sprintf("%s: its generated %s, %s, is already declared (%s:%d); rename the task or that declaration",
+					t.Name, n.What, n.Name, filepath.Base(at.Filename), at.Line)})
+				continue
+			}
 			if prev, ok := taken[n.Name]; ok {
 				errs = append(errs, Error{Pos: t.Pos, Msg: fmt.Sprintf("%s: its generated %s, %s, is also the %s of %s (%s:%d); rename one of the tasks",
 					t.Name, n.What, n.Name, prev.what, prev.task.Name, filepath.Base(prev.task.Pos.Filename), prev.task.Pos.Line)})
@@ -637,6 +648,55 @@ func nameClashes(pkg *packages.Package, tasks []task) Errors {
 		}
 	}
 	return errs
+}
+
+// testDeclarations returns the package-level names that the _test.go files
+// in dir of package name declare, each with where. Those files are read
+// for their declarations only, not type-checked: they often call the
+// generated functions that are about to be written. Files the build
+// constraints leave out, of another package (name_test) or that do not
+// parse are skipped; the compiler speaks for them.
+func testDeclarations(dir, name string) map[string]token.Position {
+	paths, _ := filepath.Glob(filepath.Join(dir, "*_test.go"))
+	names := map[string]token.Position{}
+	fset := token.NewFileSet()
+	for _, path := range paths {
+		if ok, err := build.Default.MatchFile(dir, filepath.Base(path)); err != nil || !ok {
+			continue
+		}
+		file, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil || file.Name.Name != name {
+			continue
+		}
+		add := func(id *ast.Ident) {
+			if id.Name == "_" || id.Name == "init" {
+				return
+			}
+			if _, ok := names[id.Name]; !ok {
+				names[id.Name] = fset.Position(id.Pos())
+			}
+		}
+		for _, decl := range file.Decls {
+			switch d := decl.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					add(d.Name)
+				}
+			case *ast.GenDecl:
+				for _, spec := range d.Specs {
+					switch sp := spec.(type) {
+					case *ast.ValueSpec:
+						for _, id := range sp.Names {
+							add(id)
+						}
+					case *ast.TypeSpec:
+						add(sp.Name)
+					}
+				}
+			}
+		}
+	}
+	return names
 }
 
 // fair reports whether t makes its queue fair.

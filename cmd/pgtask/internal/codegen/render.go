@@ -217,31 +217,36 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 		Block(jen.Return(ts("EnqueueMany").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("ts"), jen.Id("opts").Op("..."))))
 	f.Line()
 
-	comment(f, "Enqueue%sBatch validates every element of ts and inserts them as a "+
-		"batch, with the callbacks batch names (see runtime.EnqueueBatch), in one "+
-		"statement, or nothing if any is invalid. It returns the batch's id and "+
-		"the jobs' ids in the order of ts. opts apply to the jobs of ts, not to "+
-		"the callbacks.", t.Name)
-	f.Func().Id("Enqueue"+t.Name+"Batch").Params(
-		jen.Id("ctx").Qual("context", "Context"),
-		jen.Id("db").Add(rt("DB")),
-		jen.Id("ts").Index().Add(typ),
-		jen.Id("batch").Add(rt("BatchOptions")),
-		jen.Id("opts").Op("...").Add(rt("EnqueueOption")),
-	).Params(rt("BatchID"), jen.Index().Add(rt("JobID")), jen.Error()).
-		Block(jen.Return(ts("EnqueueBatch").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("ts"), jen.Id("batch"), jen.Id("opts").Op("..."))))
-	f.Line()
+	if t.batchable() {
+		comment(f, "Enqueue%sBatch validates every element of ts and inserts them as a "+
+			"batch, with the callbacks batch names (see runtime.EnqueueBatch), in one "+
+			"statement, or nothing if any is invalid. It returns the batch's id and "+
+			"the jobs' ids in the order of ts. opts apply to the jobs of ts, not to "+
+			"the callbacks.", t.Name)
+		f.Func().Id("Enqueue"+t.Name+"Batch").Params(
+			jen.Id("ctx").Qual("context", "Context"),
+			jen.Id("db").Add(rt("DB")),
+			jen.Id("ts").Index().Add(typ),
+			jen.Id("batch").Add(rt("BatchOptions")),
+			jen.Id("opts").Op("...").Add(rt("EnqueueOption")),
+		).Params(rt("BatchID"), jen.Index().Add(rt("JobID")), jen.Error()).
+			Block(jen.Return(ts("EnqueueBatch").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("ts"), jen.Id("batch"), jen.Id("opts").Op("..."))))
+		f.Line()
+	}
 
-	comment(f, "Request%s validates t and returns it as a request for a job of kind "+
-		"%q, with the declared settings and opts over them: a batch's callback "+
-		"(runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of "+
-		"several kinds.", t.Name, s.Kind)
-	f.Func().Id("Request"+t.Name).Params(
-		jen.Id("t").Add(typ),
-		jen.Id("opts").Op("...").Add(rt("EnqueueOption")),
-	).Params(rt("EnqueueRequest"), jen.Error()).
-		Block(jen.Return(ts("Request").Call(jen.Id(spec), jen.Id("t"), jen.Id("opts").Op("..."))))
-	f.Line()
+	if t.requestable() {
+		comment(f, "%s validates t and returns it as a request for a job of kind "+
+			"%q, with the declared settings and opts over them: a batch's callback "+
+			"(runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of "+
+			"several kinds. An invalid t returns the validation error, which names "+
+			"the fields.", requestName(t.Name), s.Kind)
+		f.Func().Id(requestName(t.Name)).Params(
+			jen.Id("t").Add(typ),
+			jen.Id("opts").Op("...").Add(rt("EnqueueOption")),
+		).Params(rt("EnqueueRequest"), jen.Error()).
+			Block(jen.Return(ts("Request").Call(jen.Id(spec), jen.Id("t"), jen.Id("opts").Op("..."))))
+		f.Line()
+	}
 
 	var inputs jen.Code = jen.Nil()
 	inputNote := ""
@@ -350,10 +355,14 @@ func generatedNames(t task) []generatedName {
 		{lowerFirst(t.Name) + "Spec", "settings variable"},
 		{"Enqueue" + t.Name, "Enqueue<T>"},
 		{"Enqueue" + t.Name + "Many", "Enqueue<T>Many"},
-		{"Enqueue" + t.Name + "Batch", "Enqueue<T>Batch"},
-		{"Request" + t.Name, "Request<T>"},
 		{"Add" + t.Name, "Add<T>"},
 		{"Handle" + t.Name, "Handle<T>"},
+	}
+	if t.batchable() {
+		names = append(names, generatedName{"Enqueue" + t.Name + "Batch", "Enqueue<T>Batch"})
+	}
+	if t.requestable() {
+		names = append(names, generatedName{requestName(t.Name), "Request<T>"})
 	}
 	if t.Result != nil {
 		names = append(names,
@@ -362,6 +371,28 @@ func generatedNames(t task) []generatedName {
 			generatedName{"Get" + t.Name + "Results", "Get<T>Results"})
 	}
 	return names
+}
+
+// batchable reports whether Enqueue<T>Batch is generated for t: not for a
+// unique task, whose every job has a unique key, which a batch's jobs
+// cannot have (runtime.EnqueueBatch refuses them: the key could name
+// another batch's job, or one of no batch).
+func (t task) batchable() bool { return !t.settings.Unique && len(t.Unique) == 0 }
+
+// requestable reports whether Request<T> is generated for t: not for a
+// task with runtime.Input fields. A request carries no dependencies, so
+// its inputs would name no parent, and its handler's Get would fail; such
+// a task is a workflow's step, added with Add<T>.
+func (t task) requestable() bool { return len(t.Inputs) == 0 }
+
+// requestName is the name of task name's Request<T>: Request and the name,
+// or, for a name whose first word is Request already (Request,
+// RequestRefund), the name and Job, so that it does not say Request twice.
+func requestName(name string) string {
+	if rest, ok := strings.CutPrefix(name, "Request"); ok && (rest == "" || !unicode.IsLower([]rune(rest)[0])) {
+		return name + "Job"
+	}
+	return "Request" + name
 }
 
 // generatedName is a name the generated file declares, and which of the

@@ -52,7 +52,8 @@ func EnqueueGroupedNoopBatch(ctx context.Context, db runtime.DB, ts []GroupedNoo
 // RequestGroupedNoop validates t and returns it as a request for a job of kind
 // "bench_grouped_noop", with the declared settings and opts over them: a
 // batch's callback (runtime.BatchOptions), or a job of a batch or a
-// runtime.EnqueueMany of several kinds.
+// runtime.EnqueueMany of several kinds. An invalid t returns the validation
+// error, which names the fields.
 func RequestGroupedNoop(t GroupedNoop, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(groupedNoopSpec, t, opts...)
 }
@@ -108,7 +109,8 @@ func EnqueueNoopBatch(ctx context.Context, db runtime.DB, ts []Noop, batch runti
 // RequestNoop validates t and returns it as a request for a job of kind
 // "bench_noop", with the declared settings and opts over them: a batch's
 // callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds.
+// of several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestNoop(t Noop, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(noopSpec, t, opts...)
 }
@@ -164,7 +166,8 @@ func EnqueueSleepBatch(ctx context.Context, db runtime.DB, ts []Sleep, batch run
 // RequestSleep validates t and returns it as a request for a job of kind
 // "bench_sleep", with the declared settings and opts over them: a batch's
 // callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds.
+// of several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestSleep(t Sleep, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(sleepSpec, t, opts...)
 }

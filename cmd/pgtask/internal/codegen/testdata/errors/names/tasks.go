@@ -37,3 +37,15 @@ type URL struct {
 type Url struct {
 	runtime.Task `task:"url2"`
 }
+
+// Request's Request<T> is RequestJob, which the package declares.
+type Request struct {
+	runtime.Task
+}
+
+type RequestJob struct{}
+
+// Refund's Enqueue<T>Batch is declared by a test file of the package.
+type Refund struct {
+	runtime.Task
+}

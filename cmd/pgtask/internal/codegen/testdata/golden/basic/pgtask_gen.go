@@ -45,7 +45,8 @@ func EnqueueAddBatch(ctx context.Context, db runtime.DB, ts []Add, batch runtime
 // RequestAdd validates t and returns it as a request for a job of kind "add",
 // with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestAdd(t Add, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(addSpec, t, opts...)
 }
@@ -88,6 +89,60 @@ func GetAddResults(ctx context.Context, db runtime.DB, ids []runtime.JobID) ([]r
 	return taskspec.Results[int](ctx, db, addSpec, ids)
 }
 
+// RequestKind is the kind of Request jobs, as stored in the jobs table.
+const RequestKind = "request"
+
+// requestSpec holds Request's settings from its task tag.
+var requestSpec = &taskspec.Spec[Request]{
+	Kind: RequestKind,
+}
+
+// EnqueueRequest validates t and inserts it as a job of kind "request" on queue
+// "default". db may be a pool, a connection or a transaction: in a transaction
+// the job exists only if it commits. opts override the declared settings.
+func EnqueueRequest(ctx context.Context, db runtime.DB, t Request, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
+	return taskspec.Enqueue(ctx, db, requestSpec, t, opts...)
+}
+
+// EnqueueRequestMany validates every element of ts and inserts them all in one
+// statement, or none if any is invalid. Ids are returned in the order of ts,
+// and jobs of one group run in that order.
+func EnqueueRequestMany(ctx context.Context, db runtime.DB, ts []Request, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
+	return taskspec.EnqueueMany(ctx, db, requestSpec, ts, opts...)
+}
+
+// EnqueueRequestBatch validates every element of ts and inserts them as a
+// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
+// statement, or nothing if any is invalid. It returns the batch's id and the
+// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
+// callbacks.
+func EnqueueRequestBatch(ctx context.Context, db runtime.DB, ts []Request, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
+	return taskspec.EnqueueBatch(ctx, db, requestSpec, ts, batch, opts...)
+}
+
+// RequestJob validates t and returns it as a request for a job of kind
+// "request", with the declared settings and opts over them: a batch's callback
+// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
+func RequestJob(t Request, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
+	return taskspec.Request(requestSpec, t, opts...)
+}
+
+// AddRequest validates t and adds it to wf as a step of kind "request". opts
+// add dependencies without data (runtime.After and the like) and override the
+// declared settings. An invalid t is returned by wf.Enqueue.
+func AddRequest(wf *runtime.Workflow, t Request, opts ...runtime.StepOption) runtime.Step {
+	return taskspec.AddStep(wf, requestSpec, t, nil, opts...)
+}
+
+// HandleRequest registers fn as the handler of "request" jobs on w. fn runs in
+// the job's transaction (job.Tx()): its writes there commit if and only if it
+// returns nil.
+func HandleRequest(w *runtime.Worker, fn func(ctx context.Context, job *runtime.Job, t Request) error) error {
+	return taskspec.Handle(w, requestSpec, fn)
+}
+
 // ResizeImageKind is the kind of ResizeImage jobs, as stored in the jobs table.
 const ResizeImageKind = "resize_image"
 
@@ -123,7 +178,8 @@ func EnqueueResizeImageBatch(ctx context.Context, db runtime.DB, ts []ResizeImag
 // RequestResizeImage validates t and returns it as a request for a job of kind
 // "resize_image", with the declared settings and opts over them: a batch's
 // callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds.
+// of several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestResizeImage(t ResizeImage, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(resizeImageSpec, t, opts...)
 }
@@ -187,7 +243,8 @@ func EnqueueSendEmailBatch(ctx context.Context, db runtime.DB, ts []SendEmail, b
 // RequestSendEmail validates t and returns it as a request for a job of kind
 // "send_email", with the declared settings and opts over them: a batch's
 // callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds.
+// of several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestSendEmail(t SendEmail, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(sendEmailSpec, t, opts...)
 }

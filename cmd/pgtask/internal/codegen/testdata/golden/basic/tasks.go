@@ -1,5 +1,6 @@
 // Package basic is the generator's plainest input: a grouped task, an
-// ungrouped one and one with a result.
+// ungrouped one, one with a result, and Request, whose request function is
+// RequestJob, not RequestRequest.
 package basic
 
 import "github.com/pgtask/pgtask/runtime"
@@ -20,6 +21,11 @@ type ResizeImage struct {
 type Add struct {
 	runtime.TaskWithResult[int] `task:"add"`
 	A, B                        int
+}
+
+type Request struct {
+	runtime.Task `task:"request"`
+	URL          string `json:"url" validate:"required,url"`
 }
 
 // notATask has no marker and is left alone.

@@ -52,7 +52,8 @@ func EnqueueRenderBatch(ctx context.Context, db runtime.DB, ts []Render, batch r
 // RequestRender validates t and returns it as a request for a job of kind
 // "render", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestRender(t Render, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(renderSpec, t, opts...)
 }
@@ -109,7 +110,8 @@ func EnqueueSweepBatch(ctx context.Context, db runtime.DB, ts []Sweep, batch run
 // RequestSweep validates t and returns it as a request for a job of kind
 // "sweep", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestSweep(t Sweep, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(sweepSpec, t, opts...)
 }
@@ -176,7 +178,8 @@ func EnqueueSyncBatch(ctx context.Context, db runtime.DB, ts []Sync, batch runti
 // RequestSync validates t and returns it as a request for a job of kind "sync",
 // with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestSync(t Sync, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(syncSpec, t, opts...)
 }

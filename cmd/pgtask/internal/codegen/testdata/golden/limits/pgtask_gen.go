@@ -48,7 +48,8 @@ func EnqueueExportBatch(ctx context.Context, db runtime.DB, ts []Export, batch r
 // RequestExport validates t and returns it as a request for a job of kind
 // "export", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestExport(t Export, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(exportSpec, t, opts...)
 }
@@ -113,7 +114,8 @@ func EnqueueFetchBatch(ctx context.Context, db runtime.DB, ts []Fetch, batch run
 // RequestFetch validates t and returns it as a request for a job of kind
 // "fetch", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestFetch(t Fetch, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(fetchSpec, t, opts...)
 }
@@ -167,19 +169,11 @@ func EnqueueReindexMany(ctx context.Context, db runtime.DB, ts []Reindex, opts .
 	return taskspec.EnqueueMany(ctx, db, reindexSpec, ts, opts...)
 }
 
-// EnqueueReindexBatch validates every element of ts and inserts them as a
-// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
-// statement, or nothing if any is invalid. It returns the batch's id and the
-// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
-// callbacks.
-func EnqueueReindexBatch(ctx context.Context, db runtime.DB, ts []Reindex, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
-	return taskspec.EnqueueBatch(ctx, db, reindexSpec, ts, batch, opts...)
-}
-
 // RequestReindex validates t and returns it as a request for a job of kind
 // "reindex", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestReindex(t Reindex, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(reindexSpec, t, opts...)
 }
@@ -232,18 +226,11 @@ func EnqueueResizeMany(ctx context.Context, db runtime.DB, ts []Resize, opts ...
 	return taskspec.EnqueueMany(ctx, db, resizeSpec, ts, opts...)
 }
 
-// EnqueueResizeBatch validates every element of ts and inserts them as a batch,
-// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
-// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
-// the order of ts. opts apply to the jobs of ts, not to the callbacks.
-func EnqueueResizeBatch(ctx context.Context, db runtime.DB, ts []Resize, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
-	return taskspec.EnqueueBatch(ctx, db, resizeSpec, ts, batch, opts...)
-}
-
 // RequestResize validates t and returns it as a request for a job of kind
 // "resize", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestResize(t Resize, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(resizeSpec, t, opts...)
 }

@@ -56,7 +56,8 @@ func EnqueueChargeBatch(ctx context.Context, db runtime.DB, ts []Charge, batch r
 // RequestCharge validates t and returns it as a request for a job of kind
 // "billing.charge", with the declared settings and opts over them: a batch's
 // callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds.
+// of several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestCharge(t Charge, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(chargeSpec, t, opts...)
 }
@@ -121,7 +122,8 @@ func EnqueueHTTPRequestBatch(ctx context.Context, db runtime.DB, ts []HTTPReques
 // RequestHTTPRequest validates t and returns it as a request for a job of kind
 // "http_request", with the declared settings and opts over them: a batch's
 // callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds.
+// of several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestHTTPRequest(t HTTPRequest, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(httpRequestSpec, t, opts...)
 }
@@ -175,18 +177,11 @@ func EnqueueInviteMany(ctx context.Context, db runtime.DB, ts []Invite, opts ...
 	return taskspec.EnqueueMany(ctx, db, inviteSpec, ts, opts...)
 }
 
-// EnqueueInviteBatch validates every element of ts and inserts them as a batch,
-// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
-// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
-// the order of ts. opts apply to the jobs of ts, not to the callbacks.
-func EnqueueInviteBatch(ctx context.Context, db runtime.DB, ts []Invite, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
-	return taskspec.EnqueueBatch(ctx, db, inviteSpec, ts, batch, opts...)
-}
-
 // RequestInvite validates t and returns it as a request for a job of kind
 // "invite", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestInvite(t Invite, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(inviteSpec, t, opts...)
 }
@@ -250,7 +245,8 @@ func EnqueueRebalanceBatch(ctx context.Context, db runtime.DB, ts []Rebalance, b
 // RequestRebalance validates t and returns it as a request for a job of kind
 // "rebalance", with the declared settings and opts over them: a batch's
 // callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds.
+// of several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestRebalance(t Rebalance, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(rebalanceSpec, t, opts...)
 }
@@ -307,7 +303,8 @@ func EnqueueShardBatch(ctx context.Context, db runtime.DB, ts []Shard, batch run
 // RequestShard validates t and returns it as a request for a job of kind
 // "shard", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestShard(t Shard, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(shardSpec, t, opts...)
 }
@@ -353,18 +350,11 @@ func EnqueueSyncMany(ctx context.Context, db runtime.DB, ts []Sync, opts ...runt
 	return taskspec.EnqueueMany(ctx, db, syncSpec, ts, opts...)
 }
 
-// EnqueueSyncBatch validates every element of ts and inserts them as a batch,
-// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
-// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
-// the order of ts. opts apply to the jobs of ts, not to the callbacks.
-func EnqueueSyncBatch(ctx context.Context, db runtime.DB, ts []Sync, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
-	return taskspec.EnqueueBatch(ctx, db, syncSpec, ts, batch, opts...)
-}
-
 // RequestSync validates t and returns it as a request for a job of kind "sync",
 // with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestSync(t Sync, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(syncSpec, t, opts...)
 }
@@ -425,7 +415,8 @@ func EnqueueTransferBatch(ctx context.Context, db runtime.DB, ts []Transfer, bat
 // RequestTransfer validates t and returns it as a request for a job of kind
 // "transfer", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestTransfer(t Transfer, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(transferSpec, t, opts...)
 }

@@ -54,7 +54,8 @@ func EnqueueCallPartnerBatch(ctx context.Context, db runtime.DB, ts []CallPartne
 // RequestCallPartner validates t and returns it as a request for a job of kind
 // "call_partner", with the declared settings and opts over them: a batch's
 // callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds.
+// of several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestCallPartner(t CallPartner, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(callPartnerSpec, t, opts...)
 }
@@ -115,7 +116,8 @@ func EnqueueSendSMSBatch(ctx context.Context, db runtime.DB, ts []SendSMS, batch
 // RequestSendSMS validates t and returns it as a request for a job of kind
 // "send_sms", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestSendSMS(t SendSMS, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(sendSMSSpec, t, opts...)
 }

@@ -44,7 +44,8 @@ func EnqueueCountBatch(ctx context.Context, db runtime.DB, ts []Count, batch run
 // RequestCount validates t and returns it as a request for a job of kind
 // "count", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestCount(t Count, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(countSpec, t, opts...)
 }
@@ -125,7 +126,8 @@ func EnqueueLookupBatch(ctx context.Context, db runtime.DB, ts []Lookup, batch r
 // RequestLookup validates t and returns it as a request for a job of kind
 // "lookup", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestLookup(t Lookup, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(lookupSpec, t, opts...)
 }
@@ -201,7 +203,8 @@ func EnqueuePayBatch(ctx context.Context, db runtime.DB, ts []Pay, batch runtime
 // RequestPay validates t and returns it as a request for a job of kind "pay",
 // with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestPay(t Pay, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(paySpec, t, opts...)
 }
@@ -277,7 +280,8 @@ func EnqueueTagsBatch(ctx context.Context, db runtime.DB, ts []Tags, batch runti
 // RequestTags validates t and returns it as a request for a job of kind "tags",
 // with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestTags(t Tags, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(tagsSpec, t, opts...)
 }

@@ -43,7 +43,8 @@ func EnqueueFetchBatch(ctx context.Context, db runtime.DB, ts []Fetch, batch run
 // RequestFetch validates t and returns it as a request for a job of kind
 // "fetch", with the declared settings and opts over them: a batch's callback
 // (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
+// several kinds. An invalid t returns the validation error, which names the
+// fields.
 func RequestFetch(t Fetch, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(fetchSpec, t, opts...)
 }
@@ -116,14 +117,6 @@ func EnqueueMergeBatch(ctx context.Context, db runtime.DB, ts []Merge, batch run
 	return taskspec.EnqueueBatch(ctx, db, mergeSpec, ts, batch, opts...)
 }
 
-// RequestMerge validates t and returns it as a request for a job of kind
-// "merge", with the declared settings and opts over them: a batch's callback
-// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
-func RequestMerge(t Merge, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
-	return taskspec.Request(mergeSpec, t, opts...)
-}
-
 // AddMerge validates t and adds it to wf as a step of kind "merge". Its inputs
 // (First, Raw) make it depend on the steps they are set from. opts add
 // dependencies without data (runtime.After and the like) and override the
@@ -167,14 +160,6 @@ func EnqueueParseMany(ctx context.Context, db runtime.DB, ts []Parse, opts ...ru
 // the order of ts. opts apply to the jobs of ts, not to the callbacks.
 func EnqueueParseBatch(ctx context.Context, db runtime.DB, ts []Parse, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
 	return taskspec.EnqueueBatch(ctx, db, parseSpec, ts, batch, opts...)
-}
-
-// RequestParse validates t and returns it as a request for a job of kind
-// "parse", with the declared settings and opts over them: a batch's callback
-// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds.
-func RequestParse(t Parse, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
-	return taskspec.Request(parseSpec, t, opts...)
 }
 
 // AddParse validates t and adds it to wf as a step of kind "parse", whose
