@@ -243,8 +243,7 @@ func (c *canceller) cancelRequested(ctx context.Context, refs []attemptRef) erro
 			continue
 		}
 		if cause := cancelCause(requested[i].Cause); c.running.cancel(ref, cause) {
-			c.log.Info("pgtask: cancelling a running job at an operator's request", "job_id", ref.id, "attempt", ref.attempt,
-				"cause", cause)
+			c.log.Info("pgtask: cancelling a running job", "job_id", ref.id, "attempt", ref.attempt, "cause", cause)
 		}
 	}
 	return nil
