@@ -103,6 +103,7 @@ type PgtaskCancelRequest struct {
 	JobID       int64     `db:"job_id"`
 	Attempt     int32     `db:"attempt"`
 	RequestedAt time.Time `db:"requested_at"`
+	Cause       string    `db:"cause"`
 }
 
 type PgtaskFairQueue struct {
@@ -286,14 +287,15 @@ type PgtaskWorkerKind struct {
 }
 
 type PgtaskWorkflow struct {
-	ID            int64      `db:"id"`
-	Name          string     `db:"name"`
-	Steps         int32      `db:"steps"`
-	Edges         int32      `db:"edges"`
-	CreatedAt     time.Time  `db:"created_at"`
-	CancelledAt   *time.Time `db:"cancelled_at"`
-	CancelPending bool       `db:"cancel_pending"`
-	EnqueuedBy    *string    `db:"enqueued_by"`
+	ID              int64       `db:"id"`
+	Name            string      `db:"name"`
+	Steps           int32       `db:"steps"`
+	Edges           int32       `db:"edges"`
+	CreatedAt       time.Time   `db:"created_at"`
+	CancelledAt     *time.Time  `db:"cancelled_at"`
+	CancelledByStep pgtype.Int4 `db:"cancelled_by_step"`
+	CancelPending   bool        `db:"cancel_pending"`
+	EnqueuedBy      *string     `db:"enqueued_by"`
 }
 
 type PgtaskWorkflowEdge struct {

@@ -85,7 +85,8 @@ func (q *Queries) BeginJobTransaction(ctx context.Context) error {
 }
 
 const CancelRequested = `-- name: CancelRequested :many
-SELECT c.id::bigint AS id FROM pgtask.cancel_requested($1::bigint[], $2::integer[]) AS c(id)
+SELECT c.id::bigint AS id, c.cause::text AS cause
+  FROM pgtask.cancel_requested($1::bigint[], $2::integer[]) AS c(id, cause)
 `
 
 type CancelRequestedParams struct {
@@ -93,21 +94,26 @@ type CancelRequestedParams struct {
 	Attempts []int32 `db:"attempts"`
 }
 
-// Which of the worker's running attempts an operator asked to cancel (see
-// pgtask.cancel_requested).
-func (q *Queries) CancelRequested(ctx context.Context, arg CancelRequestedParams) ([]int64, error) {
+type CancelRequestedRow struct {
+	ID    int64  `db:"id"`
+	Cause string `db:"cause"`
+}
+
+// Which of the worker's running attempts an operator asked to cancel, with
+// why (see pgtask.cancel_requested).
+func (q *Queries) CancelRequested(ctx context.Context, arg CancelRequestedParams) ([]CancelRequestedRow, error) {
 	rows, err := q.db.Query(ctx, CancelRequested, arg.Ids, arg.Attempts)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []int64{}
+	items := []CancelRequestedRow{}
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var i CancelRequestedRow
+		if err := rows.Scan(&i.ID, &i.Cause); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -147,11 +153,11 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned,
-       c.snoozes::integer AS snoozes, c.cancel_requested::boolean AS cancel_requested
+       c.snoozes::integer AS snoozes, coalesce(c.cancel_cause, '')::text AS cancel_cause
   FROM pgtask.claim_jobs($1, $2, $3, $4::smallint, $5::bigint,
                          $6::bigint, $7::boolean, $8::bigint, $9::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
-            run_after, metadata, scanned, snoozes, cancel_requested)
+            run_after, metadata, scanned, snoozes, cancel_cause)
 `
 
 type ClaimJobsParams struct {
@@ -181,7 +187,7 @@ type ClaimJobsRow struct {
 	Metadata        json.RawMessage `db:"metadata"`
 	Scanned         bool            `db:"scanned"`
 	Snoozes         int32           `db:"snoozes"`
-	CancelRequested bool            `db:"cancel_requested"`
+	CancelCause     string          `db:"cancel_cause"`
 }
 
 // Claims up to @max jobs of a queue and counts their attempt (see
@@ -189,8 +195,9 @@ type ClaimJobsRow struct {
 // or NULL, and the floor where its look behind the cursor starts, or NULL
 // for the start; kinds are those the worker has handlers for, or NULL for
 // any). scanned marks the heads that move the cursor (see pgtask.scanned).
-// cancel_requested marks the attempts not to run: the job's cancel is
-// pending (see pgtask.cancel_claimed).
+// cancel_cause marks the attempts not to run, with why (see
+// pgtask.cancel_claimed and pgtask.cancel_requests.cause): ” for the
+// others.
 // Run on its own, the statement commits before any
 // handler runs; run at the end of a job transaction, that transaction's
 // commit does. owner_pid names this session: the job transaction that
@@ -229,7 +236,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, arg ClaimJobsParams) ([]ClaimJo
 			&i.Metadata,
 			&i.Scanned,
 			&i.Snoozes,
-			&i.CancelRequested,
+			&i.CancelCause,
 		); err != nil {
 			return nil, err
 		}
@@ -247,12 +254,12 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned,
-       c.snoozes::integer AS snoozes, c.cancel_requested::boolean AS cancel_requested
+       c.snoozes::integer AS snoozes, coalesce(c.cancel_cause, '')::text AS cancel_cause
   FROM pgtask.claim_leased_jobs($1, $2, $3, $4::bigint,
                                  $5::smallint, $6::bigint,
                                  $7::bigint, $8::boolean, $9::bigint, $10::integer, $11::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
-            run_after, metadata, scanned, snoozes, cancel_requested)
+            run_after, metadata, scanned, snoozes, cancel_cause)
 `
 
 type ClaimLeasedJobsParams struct {
@@ -284,7 +291,7 @@ type ClaimLeasedJobsRow struct {
 	Metadata        json.RawMessage `db:"metadata"`
 	Scanned         bool            `db:"scanned"`
 	Snoozes         int32           `db:"snoozes"`
-	CancelRequested bool            `db:"cancel_requested"`
+	CancelCause     string          `db:"cancel_cause"`
 }
 
 // Claims up to @max jobs with a lease, runnable heads and the runs behind
@@ -326,7 +333,7 @@ func (q *Queries) ClaimLeasedJobs(ctx context.Context, arg ClaimLeasedJobsParams
 			&i.Metadata,
 			&i.Scanned,
 			&i.Snoozes,
-			&i.CancelRequested,
+			&i.CancelCause,
 		); err != nil {
 			return nil, err
 		}

@@ -4,8 +4,9 @@
 -- or NULL, and the floor where its look behind the cursor starts, or NULL
 -- for the start; kinds are those the worker has handlers for, or NULL for
 -- any). scanned marks the heads that move the cursor (see pgtask.scanned).
--- cancel_requested marks the attempts not to run: the job's cancel is
--- pending (see pgtask.cancel_claimed).
+-- cancel_cause marks the attempts not to run, with why (see
+-- pgtask.cancel_claimed and pgtask.cancel_requests.cause): '' for the
+-- others.
 -- Run on its own, the statement commits before any
 -- handler runs; run at the end of a job transaction, that transaction's
 -- commit does. owner_pid names this session: the job transaction that
@@ -15,11 +16,11 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned,
-       c.snoozes::integer AS snoozes, c.cancel_requested::boolean AS cancel_requested
+       c.snoozes::integer AS snoozes, coalesce(c.cancel_cause, '')::text AS cancel_cause
   FROM pgtask.claim_jobs(@queue, @max, @worker_id, sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint,
                          sqlc.narg(floor_id)::bigint, @behind_first::boolean, sqlc.narg(token)::bigint, sqlc.narg(kinds)::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
-            run_after, metadata, scanned, snoozes, cancel_requested);
+            run_after, metadata, scanned, snoozes, cancel_cause);
 
 -- name: HoldJobs :many
 -- First statement of the job transaction: locks the claimed rows for as long
@@ -159,12 +160,12 @@ SELECT c.id::bigint AS id, c.queue::text AS queue, c.kind::text AS kind,
        c.attempts::integer AS attempts, c.max_attempts::integer AS max_attempts,
        c.fail_blocks_group::boolean AS fail_blocks_group, c.created_at::timestamptz AS created_at,
        c.run_after::timestamptz AS run_after, c.metadata::jsonb AS metadata, c.scanned::boolean AS scanned,
-       c.snoozes::integer AS snoozes, c.cancel_requested::boolean AS cancel_requested
+       c.snoozes::integer AS snoozes, coalesce(c.cancel_cause, '')::text AS cancel_cause
   FROM pgtask.claim_leased_jobs(@queue, @max, @worker_id, @lease_ms::bigint,
                                  sqlc.narg(after_priority)::smallint, sqlc.narg(after_id)::bigint,
                                  sqlc.narg(floor_id)::bigint, @behind_first::boolean, @token::bigint, @run_max::integer, sqlc.narg(kinds)::text[])
        AS c(id, queue, kind, group_key, priority, payload, attempts, max_attempts, fail_blocks_group, created_at,
-            run_after, metadata, scanned, snoozes, cancel_requested);
+            run_after, metadata, scanned, snoozes, cancel_cause);
 
 -- name: ExtendLeases :many
 -- Extends the leases of claimed attempts, each fenced by its attempt and
@@ -195,9 +196,10 @@ SELECT r.id::bigint AS id FROM pgtask.rescue_jobs(@ids::bigint[]) AS r(id);
 LISTEN pgtask_cancel;
 
 -- name: CancelRequested :many
--- Which of the worker's running attempts an operator asked to cancel (see
--- pgtask.cancel_requested).
-SELECT c.id::bigint AS id FROM pgtask.cancel_requested(@ids::bigint[], @attempts::integer[]) AS c(id);
+-- Which of the worker's running attempts an operator asked to cancel, with
+-- why (see pgtask.cancel_requested).
+SELECT c.id::bigint AS id, c.cause::text AS cause
+  FROM pgtask.cancel_requested(@ids::bigint[], @attempts::integer[]) AS c(id, cause);
 
 -- name: ApplyCancelRequests :one
 -- Cancels the jobs whose cancel request outlived its attempt, and drops the

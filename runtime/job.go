@@ -42,9 +42,10 @@ type Job struct {
 	// claimToken is the token of the held-mode claim that took the job, 0
 	// for none: progress writes are fenced by it (see progressReporter).
 	claimToken int64
-	// cancelRequested: the claim found the job's cancel pending (see
-	// pgtask.cancel_claimed), so the attempt fails without its handler.
-	cancelRequested bool
+	// cancelCause: the claim found the job's cancel pending, for this
+	// cause (see pgtask.cancel_claimed and cancelCause), so the attempt
+	// fails without its handler; "" for none.
+	cancelCause string
 	// progress writes ReportProgress's reports; nil for a Job no worker
 	// runs.
 	progress *progressReporter

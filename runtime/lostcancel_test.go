@@ -68,7 +68,7 @@ func TestCancelRacingTheFailureSurvivesTheNextClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(asked) != 1 || !again[0].CancelRequested {
+	if len(asked) != 1 || asked[0].Cause != "operator" || again[0].CancelCause != "operator" {
 		t.Errorf("attempt 2 started after the cancel committed and nothing asks it to stop (claim: %+v)", again[0])
 	}
 	status, err = b.gen.FailJob(ctx, gen.FailJobParams{ID: int64(id), Attempt: 2,
@@ -215,8 +215,8 @@ func TestStepLeftByItsWorkflowsCancelIsNotRun(t *testing.T) {
 		}
 		return
 	}
-	if !again[0].CancelRequested {
-		t.Errorf("the claim started the step of a cancelled workflow with nothing asking it to stop: %+v", again[0])
+	if again[0].CancelCause != "workflow" {
+		t.Errorf("the claim started the step of a cancelled workflow with nothing asking it to stop, in the name of the operator's cancel of the workflow: %+v", again[0])
 	}
 	status, err := b.gen.FailJob(ctx, gen.FailJobParams{ID: again[0].ID, Attempt: again[0].Attempts,
 		Error: json.RawMessage(`{"attempt": 1, "error": "cancelled"}`), RetryInUs: pgtype.Int8{Int64: 0, Valid: true}})
@@ -272,7 +272,7 @@ func TestAClaimDoesNotWaitForACancelRequestsRow(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the claim waited for the cancel request's row: %v", err)
 	}
-	if len(again) != 1 || again[0].ID != int64(id) || !again[0].CancelRequested {
+	if len(again) != 1 || again[0].ID != int64(id) || again[0].CancelCause != "operator" {
 		t.Fatalf("claimed %+v; want job %d with its cancel requested", again, id)
 	}
 }

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -16,8 +17,45 @@ import (
 // ErrJobCancelled is the cause (context.Cause) of a handler's context when
 // an operator cancelled its running job: CancelJob, CancelJobs or `pgtask
 // cancel`. A handler that returns an error then ends the job cancelled; one
-// that succeeds anyway succeeds.
+// that succeeds anyway succeeds. A workflow's step cancelled with its
+// workflow gets a cause worded by what cancelled the workflow (an
+// operator's CancelWorkflowByID, or the failure of a step under
+// AfterOrCancelWorkflow), which errors.Is matches to ErrJobCancelled too.
 var ErrJobCancelled = errors.New("pgtask: job cancelled by an operator")
+
+// workflowCancelled is ErrJobCancelled worded by its workflow's cancel.
+type workflowCancelled struct {
+	// failedStep is the place (from 0, Step.Index) of the step whose
+	// failure cancelled the workflow, or -1 for an operator's cancel.
+	failedStep int
+}
+
+func (e workflowCancelled) Error() string {
+	if e.failedStep < 0 {
+		return "pgtask: job cancelled with its workflow by an operator"
+	}
+	return fmt.Sprintf("pgtask: job cancelled with its workflow (step %d failed)", e.failedStep)
+}
+
+// Is makes it match ErrJobCancelled.
+func (e workflowCancelled) Is(target error) bool { return target == ErrJobCancelled }
+
+// cancelCause is the cause of a cancel as a cancel request records it (see
+// pgtask.cancel_requests.cause): "operator" for an operator's cancel of
+// the job, "workflow" for an operator's cancel of its workflow, "step:N"
+// for its workflow's cancel by the failure of step N. A cause it does not
+// know is taken for an operator's.
+func cancelCause(cause string) error {
+	if cause == "workflow" {
+		return workflowCancelled{failedStep: -1}
+	}
+	if n, ok := strings.CutPrefix(cause, "step:"); ok {
+		if step, err := strconv.Atoi(n); err == nil && step >= 0 {
+			return workflowCancelled{failedStep: step}
+		}
+	}
+	return ErrJobCancelled
+}
 
 // attemptRef names one attempt of a job.
 type attemptRef struct {
@@ -71,12 +109,13 @@ func (r *runningJobs) add(job *Job, cancel context.CancelCauseFunc) (remove func
 	}, heard
 }
 
-// cancel cancels the handler of attempt ref if it runs here.
-func (r *runningJobs) cancel(ref attemptRef) bool {
+// cancel cancels the handler of attempt ref, if it runs here, with cause
+// (see cancelCause).
+func (r *runningJobs) cancel(ref attemptRef, cause error) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if a, ok := r.m[ref.id]; ok && a.attempt == ref.attempt {
-		a.cancel(ErrJobCancelled)
+		a.cancel(cause)
 		return true
 	}
 	return false
@@ -199,8 +238,12 @@ func (c *canceller) cancelRequested(ctx context.Context, refs []attemptRef) erro
 		return err
 	}
 	for _, ref := range refs {
-		if slices.Contains(requested, int64(ref.id)) && c.running.cancel(ref) {
-			c.log.Info("pgtask: cancelling a running job at an operator's request", "job_id", ref.id, "attempt", ref.attempt)
+		i := slices.IndexFunc(requested, func(r gen.CancelRequestedRow) bool { return r.ID == int64(ref.id) })
+		if i < 0 {
+			continue
+		}
+		if cause := cancelCause(requested[i].Cause); c.running.cancel(ref, cause) {
+			c.log.Info("pgtask: cancelling a running job", "job_id", ref.id, "attempt", ref.attempt, "cause", cause)
 		}
 	}
 	return nil

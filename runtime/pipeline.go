@@ -94,7 +94,7 @@ func newJob(row gen.ClaimJobsRow) *Job {
 		RunAfter:    row.RunAfter,
 		Metadata:    decodeMetadata(row.Metadata),
 
-		cancelRequested: row.CancelRequested,
+		cancelCause: row.CancelCause,
 	}
 }
 
@@ -125,21 +125,22 @@ func decodeMetadata(b json.RawMessage) map[string]string {
 // a handler that ignores its context for AbandonGrace past the timeout and
 // then returns the channel the handler's result will arrive on, if ever.
 func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error, <-chan error) {
-	cancellable, cancelCause := context.WithCancelCause(hard)
-	defer cancelCause(nil)
-	remove, heard := w.running.add(job, cancelCause)
+	cancellable, stop := context.WithCancelCause(hard)
+	defer stop(nil)
+	remove, heard := w.running.add(job, stop)
 	defer remove()
 	switch {
-	case job.cancelRequested:
-		// Cancelled before its claim, as an earlier attempt ended.
-		cancelCause(ErrJobCancelled)
+	case job.cancelCause != "":
+		// Cancelled before its claim: as an earlier attempt ended, or with
+		// its workflow.
+		stop(cancelCause(job.cancelCause))
 	case heard:
 		w.maint.cancel.confirm(hard, attemptRef{job.ID, job.Attempt})
 	}
-	if errors.Is(context.Cause(cancellable), ErrJobCancelled) {
+	if cause := context.Cause(cancellable); errors.Is(cause, ErrJobCancelled) {
 		// Cancelled before it started, or while it waited in its batch:
 		// the handler never runs.
-		return fmt.Errorf("%w before the attempt started", ErrJobCancelled), nil
+		return fmt.Errorf("%w before the attempt started", cause), nil
 	}
 	ctx, cancel := context.WithTimeout(cancellable, reg.Timeout)
 	defer cancel() // an abandoned handler's context is past its deadline already
@@ -159,7 +160,7 @@ func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error,
 	select {
 	case err := <-done:
 		if cancelled() {
-			return cancelledDuring(err), nil
+			return cancelledDuring(context.Cause(ctx), err), nil
 		}
 		if timedOut() {
 			// Finished after its deadline: its writes may be cut short, so
@@ -175,27 +176,27 @@ func (w *Worker) call(hard context.Context, reg *Registration, job *Job) (error,
 	case err := <-done:
 		switch {
 		case cancelled():
-			return cancelledDuring(err), nil
+			return cancelledDuring(context.Cause(ctx), err), nil
 		case !timedOut():
 			return fmt.Errorf("worker shut down during the attempt: %w", nonNil(err, ctx.Err())), nil
 		}
 		return fmt.Errorf("timed out after %s: %w", reg.Timeout, nonNil(err, ctx.Err())), nil
 	case <-grace.C:
 		if cancelled() {
-			return fmt.Errorf("%w, and the handler ignored the cancellation for %s; abandoned", ErrJobCancelled, w.cfg.AbandonGrace), done
+			return fmt.Errorf("%w, and the handler ignored the cancellation for %s; abandoned", context.Cause(ctx), w.cfg.AbandonGrace), done
 		}
 		return fmt.Errorf("timed out after %s and ignored cancellation for %s; abandoned", reg.Timeout, w.cfg.AbandonGrace), done
 	}
 }
 
-// cancelledDuring is the outcome of an attempt cancelled by an operator
-// whose handler returned err: a handler that finished its work anyway
-// succeeded.
-func cancelledDuring(err error) error {
+// cancelledDuring is the outcome of an attempt cancelled for cause (an
+// error that is ErrJobCancelled: see cancelCause) whose handler returned
+// err: a handler that finished its work anyway succeeded.
+func cancelledDuring(cause, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("%w during the attempt: %w", ErrJobCancelled, err)
+	return fmt.Errorf("%w during the attempt: %w", cause, err)
 }
 
 // abandonment is a handler the runner gave up on: outcome is its recorded

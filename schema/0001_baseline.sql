@@ -699,7 +699,20 @@ CREATE TABLE pgtask.periodic_ticks (
 CREATE TABLE pgtask.cancel_requests (
     job_id       bigint PRIMARY KEY,
     attempt      integer NOT NULL,
-    requested_at timestamptz NOT NULL DEFAULT now()
+    requested_at timestamptz NOT NULL DEFAULT now(),
+    -- Why, for the attempt's error: 'operator' (an operator cancelled the
+    -- job), 'workflow' (an operator cancelled its workflow) or 'step:N'
+    -- (its workflow was cancelled when its step N, from 0, failed).
+    cause        text NOT NULL DEFAULT 'operator',
+    CONSTRAINT cancel_requests_cause_valid CHECK (cause IN ('operator', 'workflow') OR cause ~ '^step:[0-9]+$')
+);
+
+-- A job a claim just started, as the claim's UPDATE returns it: what
+-- pgtask.cancel_claimed takes from each of the claims (functions/work.sql).
+CREATE TYPE pgtask.claimed_job AS (
+    id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
+    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
+    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer, workflow_id bigint
 );
 
 -- The roles pgtask.grant_roles last gave pgtask's privileges to, so that a
@@ -777,6 +790,9 @@ CREATE TABLE pgtask.workflows (
     -- the whole workflow: its unfinished steps are cancelled, and none is
     -- released any more.
     cancelled_at timestamptz,
+    -- The step (its place, from 0) whose failure cancelled it, under a
+    -- dependency that said so; NULL when an operator cancelled it.
+    cancelled_by_step integer,
     -- Set with cancelled_at while some of its steps could not be cancelled
     -- at once (their rows were locked): maintenance cancels them.
     cancel_pending boolean NOT NULL DEFAULT false,

@@ -231,6 +231,12 @@ UPDATE pgtask.jobs SET queue = @queue WHERE id = @id;
 -- change of it would.
 SELECT 1 FROM pgtask.jobs WHERE id = @id FOR UPDATE;
 
+-- name: LockGroupRow :exec
+-- Locks the row of queue @queue's group @group_key until the caller's
+-- transaction ends, as an enqueue into the group or an operator's change
+-- of one of its jobs would.
+SELECT 1 FROM pgtask.queue_groups WHERE queue = @queue AND group_key = @group_key FOR UPDATE;
+
 -- name: UnlockedRateKeys :one
 -- How many of queue @queue's rate keys no other session holds the row of.
 SELECT count(*)::bigint AS unlocked

@@ -1,8 +1,13 @@
--- revision: 20
+-- revision: 21
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
--- schema/functions.go): raise it with every change.
+-- schema/functions.go): raise it with every change. A function whose
+-- result changed is dropped first, by its argument list, since CREATE OR
+-- REPLACE cannot change a result: cancel_requested returns each request's
+-- cause.
+
+DROP FUNCTION IF EXISTS pgtask.cancel_requested(bigint[], integer[]);
 
 -- Locks job p_id for an operator's change, if its status is one of
 -- p_statuses, and returns it (NULL otherwise). A grouped job's group row is
@@ -64,8 +69,9 @@ BEGIN
             RETURN false;
         END IF;
         IF j.status = 'started' THEN
-            INSERT INTO pgtask.cancel_requests (job_id, attempt) VALUES (p_id, j.attempts)
-                ON CONFLICT (job_id) DO UPDATE SET attempt = excluded.attempt, requested_at = excluded.requested_at;
+            INSERT INTO pgtask.cancel_requests (job_id, attempt, cause) VALUES (p_id, j.attempts, 'operator')
+                ON CONFLICT (job_id) DO UPDATE
+                   SET attempt = excluded.attempt, requested_at = excluded.requested_at, cause = excluded.cause;
             PERFORM pg_notify('pgtask_cancel', p_id::text || ':' || j.attempts::text);
             RETURN true;
         END IF;
@@ -273,11 +279,13 @@ END;
 $$;
 
 -- Which of a worker's running attempts (p_ids with their p_attempts) an
--- operator asked to cancel: the worker's check for requests whose
--- notification it missed.
-CREATE OR REPLACE FUNCTION pgtask.cancel_requested(p_ids bigint[], p_attempts integer[]) RETURNS SETOF bigint
+-- operator asked to cancel, with why (see cancel_requests.cause): the
+-- worker's check of a notification, and for requests whose notification
+-- it missed.
+CREATE OR REPLACE FUNCTION pgtask.cancel_requested(p_ids bigint[], p_attempts integer[])
+RETURNS TABLE (id bigint, cause text)
 LANGUAGE sql STABLE AS $$
-    SELECT r.job_id FROM pgtask.cancel_requests r
+    SELECT r.job_id, r.cause FROM pgtask.cancel_requests r
       JOIN unnest(p_ids, p_attempts) AS a(id, attempt) ON r.job_id = a.id AND r.attempt = a.attempt;
 $$;
 

@@ -1,4 +1,4 @@
--- revision: 59
+-- revision: 60
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -7,7 +7,12 @@
 -- or back to scheduled/queued for a retry, or failed; cancelled by an operator.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
--- schema/functions.go): raise it with every change.
+-- schema/functions.go): raise it with every change. A function whose
+-- arguments or result changed is dropped first, by its argument list,
+-- so that no other signature of it survives a re-apply (CREATE OR REPLACE
+-- cannot change a result, and a new argument list would leave the old one
+-- beside it): the claims return cancel_cause (text), and cancel_claimed
+-- takes the claimed rows.
 --
 -- The claims run with plan_cache_mode = force_generic_plan. Their statements
 -- take the queue, the cursor and the promoted heads as parameters, and the
@@ -38,6 +43,12 @@
 -- before are in that part, dead; with the vacuum horizon pinned by some
 -- other session's open transaction, nothing removes them, so a busy group
 -- claimed slower with every job it ran.
+
+DROP FUNCTION IF EXISTS pgtask.cancel_claimed(bigint[], integer[], bigint[]);
+DROP FUNCTION IF EXISTS pgtask.claim_jobs(text, integer, integer, smallint, bigint, bigint, boolean, bigint, text[]);
+DROP FUNCTION IF EXISTS pgtask.start_held(bigint[], integer, bigint, bigint[], bigint[], smallint, bigint, boolean, bigint[]);
+DROP FUNCTION IF EXISTS pgtask.claim_leased_jobs(text, integer, integer, bigint, smallint, bigint, bigint, boolean, bigint,
+                                                 integer, text[]);
 
 -- Whether a claimed head (p_id, p_priority) came from a claim's scans in
 -- index order, of a better priority than the cursor (p_after_priority,
@@ -328,7 +339,7 @@ CREATE OR REPLACE FUNCTION pgtask.claim_jobs(p_queue text, p_max integer, p_work
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
-    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer, cancel_requested boolean
+    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer, cancel_cause text
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -435,21 +446,13 @@ BEGIN
                        AND (priority, id) >= (p_after_priority, coalesce(p_floor_id, -9223372036854775808))
                        AND (priority, id) <= (p_after_priority, p_after_id)
                      ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED))
-            RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
+            RETURNING ROW(j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
                       j.run_after, j.metadata,
-                      pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id, false) AS scanned,
-                      j.snoozes, j.workflow_id
-          ), asked AS (
-            SELECT a.id
-              FROM (SELECT array_agg(c.id) AS ids, array_agg(c.attempts) AS attempts, array_agg(c.workflow_id) AS workflows
-                      FROM claimed c) x,
-                   pgtask.cancel_claimed(x.ids, x.attempts, x.workflows) a(id)
+                      pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id, false),
+                      j.snoozes, j.workflow_id)::pgtask.claimed_job AS job
           )
-          SELECT c.id, c.queue, c.kind, c.group_key, c.priority, c.payload, c.attempts, c.max_attempts,
-                 c.fail_blocks_group, c.created_at, c.run_after, c.metadata, c.scanned, c.snoozes,
-                 c.id IN (SELECT a.id FROM asked a)
-            FROM claimed c;
+          SELECT * FROM pgtask.cancel_claimed(ARRAY(SELECT c.job FROM claimed c));
         RETURN;
     END IF;
     promoted := string_to_array(nullif(current_setting('pgtask.promoted', true), ''), ',')::bigint[];
@@ -485,17 +488,19 @@ BEGIN
 END;
 $$;
 
--- Of the jobs a claim just started (p_ids, at attempts p_attempts, steps
--- of workflows p_workflows or not), those whose attempt must not run: an
--- operator's cancel request for the job is pending (filed while an earlier
--- attempt's end was being recorded, which could not see it: see
--- cancel_job), or the job is a step of a workflow cancelled after the
--- step's last retry by an operator, if any (see workflow_cancel; looked up
--- only for a step: a retry of a step after its workflow's cancel runs the
--- step, see docs/workflows.md). Each gets a request naming
--- the attempt just started, so that its failure ends the job cancelled
--- (fail_job), and is returned: its worker fails the attempt without
--- running its handler. A plain job costs one probe of cancel_requests.
+-- The jobs a claim just started (p_jobs), as the claim returns them, in
+-- priority, id order, each with why its attempt must not run
+-- (cancel_cause, as cancel_requests.cause says it; NULL: it runs). Every
+-- claim ends here. An attempt must not run when an operator's cancel
+-- request for the job is pending (filed while an earlier attempt's end was
+-- being recorded, which could not see it: see cancel_job), or when the job
+-- is a step of a workflow cancelled after the step's last retry by an
+-- operator, if any (see workflow_cancel; looked up only for a step: a retry
+-- of a step after its workflow's cancel runs the step, see
+-- docs/workflows.md). Such a step gets a request naming the attempt just
+-- started and its workflow's cause, so that its failure ends the job
+-- cancelled (fail_job); its worker fails the attempt without running its
+-- handler. A plain job costs one probe of cancel_requests.
 --
 -- A pending request is only read, never written or locked here: fail_job
 -- honours a request for any attempt, and maintenance moves one to the
@@ -503,27 +508,37 @@ $$;
 -- row while it cancels the job, retrying the job's row until the claim
 -- that holds it commits: a claim that waited for that request's row would
 -- never commit. A workflow's step gets a request of its own, inserted only
--- where none is (DO NOTHING takes no lock on one that is). Written in
--- PL/pgSQL, as start_held is, so that its statements' plans are kept for
--- the session: a SQL function's are made again at every call.
-CREATE OR REPLACE FUNCTION pgtask.cancel_claimed(p_ids bigint[], p_attempts integer[], p_workflows bigint[])
-RETURNS SETOF bigint
+-- where none is (DO NOTHING takes no lock on one that is), and the one that
+-- is keeps its cause. Written in PL/pgSQL, as start_held is, so that its
+-- statements' plans are kept for the session: a SQL function's are made
+-- again at every call.
+CREATE OR REPLACE FUNCTION pgtask.cancel_claimed(p_jobs pgtask.claimed_job[])
+RETURNS TABLE (
+    id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
+    attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
+    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer, cancel_cause text
+)
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF cardinality(array_remove(p_workflows, NULL)) > 0 THEN
-        INSERT INTO pgtask.cancel_requests AS r (job_id, attempt)
-        SELECT u.id, u.attempt
-          FROM unnest(p_ids, p_attempts, p_workflows) AS u(id, attempt, workflow_id)
+    IF EXISTS (SELECT 1 FROM unnest(p_jobs) AS u WHERE u.workflow_id IS NOT NULL) THEN
+        INSERT INTO pgtask.cancel_requests AS r (job_id, attempt, cause)
+        SELECT u.id, u.attempts, k.cause
+          FROM unnest(p_jobs) AS u,
+               LATERAL (SELECT CASE WHEN w.cancelled_by_step IS NULL THEN 'workflow'
+                                    ELSE 'step:' || w.cancelled_by_step END AS cause
+                          FROM pgtask.workflows w, pgtask.jobs s
+                         WHERE w.id = u.workflow_id AND w.cancelled_at IS NOT NULL AND s.id = u.id
+                           AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(s.errors) e
+                                            WHERE e ? 'operator_retry' AND (e->>'at')::timestamptz > w.cancelled_at)) k
          WHERE u.workflow_id IS NOT NULL
-           AND EXISTS (SELECT 1 FROM pgtask.workflows w, pgtask.jobs s
-                        WHERE w.id = u.workflow_id AND w.cancelled_at IS NOT NULL AND s.id = u.id
-                          AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(s.errors) e
-                                           WHERE e ? 'operator_retry' AND (e->>'at')::timestamptz > w.cancelled_at))
         ON CONFLICT (job_id) DO NOTHING;
     END IF;
     RETURN QUERY
-      SELECT u.id FROM unnest(p_ids) AS u(id)
-       WHERE EXISTS (SELECT 1 FROM pgtask.cancel_requests c WHERE c.job_id = u.id);
+      SELECT u.id, u.queue, u.kind, u.group_key, u.priority, u.payload, u.attempts, u.max_attempts,
+             u.fail_blocks_group, u.created_at, u.run_after, u.metadata, u.scanned, u.snoozes, c.cause
+        FROM unnest(p_jobs) AS u
+        LEFT JOIN pgtask.cancel_requests c ON c.job_id = u.id
+       ORDER BY u.priority, u.id;
 END;
 $$;
 
@@ -538,7 +553,7 @@ CREATE OR REPLACE FUNCTION pgtask.start_held(p_ids bigint[], p_worker integer, p
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
-    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer, cancel_requested boolean
+    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer, cancel_cause text
 )
 LANGUAGE plpgsql
 AS $$
@@ -550,7 +565,7 @@ BEGIN
                started_at = statement_timestamp(), owner_pid = pg_backend_pid(), worker_id = p_worker,
                claim_token = p_token, lease_until = NULL, is_head = j.is_head OR j.id = ANY (p_admitted)
          WHERE j.id = ANY (p_ids)
-        RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
+        RETURNING ROW(j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                   j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
                   j.run_after, j.metadata,
                   -- A fair queue's heads (with a turn) move no cursor: its
@@ -561,18 +576,10 @@ BEGIN
                   j.id = ANY (p_heads)
                   AND CASE WHEN j.fair_seq IS NULL THEN true
                            ELSE NOT EXISTS (SELECT 1 FROM pgtask.fair_queues f WHERE f.queue = j.queue) END
-                  AND pgtask.scanned(j.id, j.priority, p_promoted, p_after_priority, p_after_id, p_exhausted) AS scanned,
-                  j.snoozes, j.workflow_id
-    ), asked AS (
-        SELECT a.id
-          FROM (SELECT array_agg(c.id) AS ids, array_agg(c.attempts) AS attempts, array_agg(c.workflow_id) AS workflows
-                  FROM claimed c) x,
-               pgtask.cancel_claimed(x.ids, x.attempts, x.workflows) a(id)
+                  AND pgtask.scanned(j.id, j.priority, p_promoted, p_after_priority, p_after_id, p_exhausted),
+                  j.snoozes, j.workflow_id)::pgtask.claimed_job AS job
     )
-    SELECT c.id, c.queue, c.kind, c.group_key, c.priority, c.payload, c.attempts, c.max_attempts,
-           c.fail_blocks_group, c.created_at, c.run_after, c.metadata, c.scanned, c.snoozes,
-           c.id IN (SELECT a.id FROM asked a)
-      FROM claimed c ORDER BY c.priority, c.id;
+    SELECT * FROM pgtask.cancel_claimed(ARRAY(SELECT c.job FROM claimed c));
 END;
 $$;
 
@@ -1068,7 +1075,7 @@ CREATE OR REPLACE FUNCTION pgtask.claim_leased_jobs(p_queue text, p_max integer,
 RETURNS TABLE (
     id bigint, queue text, kind text, group_key text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fail_blocks_group boolean, created_at timestamptz,
-    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer, cancel_requested boolean
+    run_after timestamptz, metadata jsonb, scanned boolean, snoozes integer, cancel_cause text
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -1129,7 +1136,7 @@ BEGIN
                    lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond',
                    is_head = j.is_head OR j.id = ANY (limited)
              WHERE j.id = ANY (picked)
-            RETURNING j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
+            RETURNING ROW(j.id, j.queue, j.kind, j.group_key, j.priority, j.payload,
                       j.attempts, j.max_attempts, j.fail_blocks_group, j.created_at,
                       j.run_after, j.metadata,
                       -- A fair queue's heads (with a turn) move no cursor:
@@ -1140,18 +1147,10 @@ BEGIN
                       j.id = ANY (heads)
                       AND CASE WHEN j.fair_seq IS NULL THEN true
                                ELSE NOT EXISTS (SELECT 1 FROM pgtask.fair_queues f WHERE f.queue = p_queue) END
-                      AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id, exhausted) AS scanned,
-                      j.snoozes, j.workflow_id
-        ), asked AS (
-            SELECT a.id
-              FROM (SELECT array_agg(c.id) AS ids, array_agg(c.attempts) AS attempts, array_agg(c.workflow_id) AS workflows
-                      FROM claimed c) x,
-                   pgtask.cancel_claimed(x.ids, x.attempts, x.workflows) a(id)
+                      AND pgtask.scanned(j.id, j.priority, promoted, p_after_priority, p_after_id, exhausted),
+                      j.snoozes, j.workflow_id)::pgtask.claimed_job AS job
         )
-        SELECT c.id, c.queue, c.kind, c.group_key, c.priority, c.payload, c.attempts, c.max_attempts,
-               c.fail_blocks_group, c.created_at, c.run_after, c.metadata, c.scanned, c.snoozes,
-               c.id IN (SELECT a.id FROM asked a)
-          FROM claimed c ORDER BY c.priority, c.id;
+        SELECT * FROM pgtask.cancel_claimed(ARRAY(SELECT c.job FROM claimed c));
 END;
 $$;
 

@@ -1,4 +1,4 @@
--- revision: 10
+-- revision: 11
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -46,7 +46,12 @@
 -- level at a time, so a chain of any length costs no stack.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
--- schema/functions.go): raise it with every change.
+-- schema/functions.go): raise it with every change. A function whose
+-- arguments changed is dropped first, by its former argument list, so that
+-- no other signature of it survives a re-apply: workflow_cancel takes the
+-- failed step.
+
+DROP FUNCTION IF EXISTS pgtask.workflow_cancel(bigint);
 
 -- Makes a workflow of the jobs pgtask.enqueue_jobs just inserted in the
 -- same statement (see InsertWorkflow in queries/enqueue.sql): p_ids are
@@ -253,7 +258,7 @@ DECLARE
     cancelled bigint[];
     released bigint[];
     stopping bigint[];
-    wid bigint;
+    stopping_steps integer[];
 BEGIN
     IF coalesce(cardinality(p_children), 0) = 0 THEN
         RETURN 0;
@@ -271,12 +276,12 @@ BEGIN
         UPDATE pgtask.workflow_edges e SET outcome = o.outcome
           FROM outcomes o
          WHERE e.parent = o.parent AND e.child = o.child AND e.outcome IS NULL
-        RETURNING e.child, e.parent, e.policy, o.outcome
+        RETURNING e.child, e.parent, e.step, e.policy, o.outcome
     ), per_child AS (
         SELECT t.child,
                count(*) FILTER (WHERE t.outcome = 's' OR t.policy = 'a') AS down,
                min(t.parent) FILTER (WHERE t.outcome = 'f' AND t.policy = 'c') AS cancelled_by,
-               bool_or(t.outcome = 'f' AND t.policy = 'w') AS stops
+               min(t.step) FILTER (WHERE t.outcome = 'f' AND t.policy = 'w') AS stopped_by
           FROM told t
          GROUP BY t.child
     ), counted AS (
@@ -285,16 +290,22 @@ BEGIN
           FROM per_child c
          WHERE w.job_id = c.child
         RETURNING w.job_id, w.workflow_id, w.remaining, w.cancelled_by, c.down,
-                  c.cancelled_by IS NOT NULL AS cancels, c.stops
+                  c.cancelled_by IS NOT NULL AS cancels, c.stopped_by
     )
     SELECT (SELECT count(*) FROM notes),
            coalesce(array_agg(c.job_id ORDER BY c.job_id) FILTER (WHERE c.cancels), '{}'),
            coalesce(array_agg(c.job_id ORDER BY c.job_id) FILTER (WHERE c.down > 0 AND c.remaining = 0 AND c.cancelled_by IS NULL), '{}'),
-           coalesce(array_agg(DISTINCT c.workflow_id) FILTER (WHERE c.stops), '{}')
-      INTO noted, cancelled, released, stopping
+           (SELECT coalesce(array_agg(x.workflow_id ORDER BY x.workflow_id), '{}')
+              FROM (SELECT DISTINCT k.workflow_id FROM counted k WHERE k.stopped_by IS NOT NULL) x),
+           (SELECT coalesce(array_agg(x.step ORDER BY x.workflow_id), '{}')
+              FROM (SELECT k.workflow_id, min(k.stopped_by) AS step FROM counted k
+                     WHERE k.stopped_by IS NOT NULL GROUP BY k.workflow_id) x)
+      INTO noted, cancelled, released, stopping, stopping_steps
       FROM counted c;
-    FOREACH wid IN ARRAY stopping LOOP
-        PERFORM pgtask.workflow_cancel(wid);
+    -- Each workflow is cancelled in the name of its first step (by place)
+    -- whose failure said so.
+    FOR i IN 1 .. cardinality(stopping) LOOP
+        PERFORM pgtask.workflow_cancel(stopping[i], stopping_steps[i]);
     END LOOP;
     PERFORM pgtask.workflow_cancel_unstarted(cancelled, true);
     PERFORM pgtask.workflow_release(released);
@@ -615,16 +626,18 @@ BEGIN
 END;
 $$;
 
--- Cancels workflow p_workflow (a failure whose edge says so, or an
--- operator): marks it, so that no step of it is released any more, and
+-- Cancels workflow p_workflow (the failure of its step p_failed_step, from
+-- 0, whose edge says so, or an operator: NULL): marks it, recording which
+-- (cancelled_by_step), so that no step of it is released any more, and
 -- cancels its unfinished steps: those not started at once (one locked now
 -- is left to maintenance, see cancel_pending_workflows), those running
 -- through a cancel request to their worker (see cancel_job). Returns
 -- whether it marked it (false: cancelled already, or no such workflow).
-CREATE OR REPLACE FUNCTION pgtask.workflow_cancel(p_workflow bigint) RETURNS boolean
+CREATE OR REPLACE FUNCTION pgtask.workflow_cancel(p_workflow bigint, p_failed_step integer) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE pgtask.workflows SET cancelled_at = clock_timestamp(), cancel_pending = true
+    UPDATE pgtask.workflows
+       SET cancelled_at = clock_timestamp(), cancelled_by_step = p_failed_step, cancel_pending = true
      WHERE id = p_workflow AND cancelled_at IS NULL;
     IF NOT FOUND THEN
         RETURN false;
@@ -641,7 +654,8 @@ $$;
 -- and checked again as they are locked: a parked step released meanwhile
 -- is cancelled as a queued one, if its group's row is ours. Every other
 -- step of that one read is read again after: one started by then (before
--- the cancel, or claimed since) is asked to stop (see cancel_job), with a
+-- the cancel, or claimed since) is asked to stop (see cancel_job), in the
+-- name of the workflow's cause (see cancel_requests.cause), with a
 -- notification to its worker each (one per running step, so bounded by
 -- the workflow's concurrency); one still not started, whose rows another
 -- transaction holds (an operator, a finisher that released it, a claim
@@ -697,8 +711,11 @@ BEGIN
         SELECT j.id, j.status, j.attempts FROM pgtask.jobs j
          WHERE j.id = ANY (pending) AND j.id <> ALL (mine) AND pgtask.job_pending(j.status)
     ), asked AS (
-        INSERT INTO pgtask.cancel_requests (job_id, attempt)
-        SELECT o.id, o.attempts FROM others o WHERE o.status = 'started'
+        INSERT INTO pgtask.cancel_requests (job_id, attempt, cause)
+        SELECT o.id, o.attempts,
+               (SELECT CASE WHEN w.cancelled_by_step IS NULL THEN 'workflow' ELSE 'step:' || w.cancelled_by_step END
+                  FROM pgtask.workflows w WHERE w.id = p_workflow)
+          FROM others o WHERE o.status = 'started'
             ON CONFLICT (job_id) DO NOTHING
     )
     SELECT coalesce(array_agg(o.id) FILTER (WHERE o.status = 'started'), '{}'),
@@ -769,7 +786,7 @@ CREATE OR REPLACE FUNCTION pgtask.cancel_workflow(p_id bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pgtask.require_read_committed('cancelling a workflow');
-    RETURN pgtask.workflow_cancel(p_id);
+    RETURN pgtask.workflow_cancel(p_id, NULL);
 END;
 $$;
 

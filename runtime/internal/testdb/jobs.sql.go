@@ -879,6 +879,23 @@ func (q *Queries) LockCancelRequest(ctx context.Context, jobID int64) (int64, er
 	return job_id, err
 }
 
+const lockGroupRow = `-- name: LockGroupRow :exec
+SELECT 1 FROM pgtask.queue_groups WHERE queue = $1 AND group_key = $2 FOR UPDATE
+`
+
+type LockGroupRowParams struct {
+	Queue    string
+	GroupKey string
+}
+
+// Locks the row of queue @queue's group @group_key until the caller's
+// transaction ends, as an enqueue into the group or an operator's change
+// of one of its jobs would.
+func (q *Queries) LockGroupRow(ctx context.Context, arg LockGroupRowParams) error {
+	_, err := q.db.Exec(ctx, lockGroupRow, arg.Queue, arg.GroupKey)
+	return err
+}
+
 const lockJobRow = `-- name: LockJobRow :exec
 SELECT 1 FROM pgtask.jobs WHERE id = $1 FOR UPDATE
 `
