@@ -1,4 +1,4 @@
--- revision: 10
+-- revision: 11
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -33,13 +33,13 @@
 -- own updates of jobs, which the triggers' WHEN clauses skip. So a
 -- cascade costs a few statements per level, whatever the number of steps
 -- in it, and a notification per level (per 300 steps) for those waiting
--- for the steps' results, per queue for the steps released. Two things
--- stay one per step: a grouped step the restore puts back in line goes
--- through retry_job, a call each, and its trigger tells its children, as
--- for any retry (the others, the most, are retried together); and each
--- running step a workflow's cancel asks to stop gets a "pgtask_cancel"
--- notification of its own for its worker, so as many as the workflow
--- runs at once, not as it has steps. While outcomes
+-- for the steps' results, per queue for the steps released. The restore
+-- after a retry puts the steps it frees back in line together too, the
+-- grouped ones in their groups, and parks them itself (the trigger that
+-- parks a retried step is quiet for it as well). One thing stays one per
+-- step: each running step a workflow's cancel asks to stop gets a
+-- "pgtask_cancel" notification of its own for its worker, so as many as
+-- the workflow runs at once, not as it has steps. While outcomes
 -- are being told (pgtask.wf_busy), or while a batch of outcomes is
 -- recorded (pgtask.wf_defer), the steps that change are queued (see
 -- workflow_queue_add), and the outermost caller works the queue off, one
@@ -371,7 +371,14 @@ DECLARE
     uncancelled bigint[];
     freed bigint[];
     again bigint[];
-    c bigint;
+    gq text[] := '{}';
+    gk text[] := '{}';
+    gfirst bigint[] := '{}';
+    gids bigint[] := '{}';
+    heads bigint[] := '{}';
+    aq text[] := '{}';
+    ak text[] := '{}';
+    a record;
 BEGIN
     IF coalesce(cardinality(p_parents), 0) = 0 THEN
         RETURN;
@@ -428,35 +435,92 @@ BEGIN
         RETURN;
     END IF;
     -- Those cancelled by none are retried as retry_job retries them (a
-    -- step is never unique nor in a batch): they stay parked (see
-    -- workflow_step_repark), and their children are told next. A grouped
-    -- one takes its place in its group through retry_job itself.
+    -- step is never unique nor in a batch), all together, and stay
+    -- parked: each waits for the parent whose retry freed it, which a
+    -- failure under 'c' never counted down, so the trigger that parks a
+    -- retried step (workflow_step_repark) is left quiet. Their children
+    -- are told next. The workflows' rows are read FOR SHARE first, as
+    -- retry_job reads them.
+    PERFORM 1 FROM pgtask.workflows w
+     WHERE w.id IN (SELECT j.workflow_id FROM pgtask.jobs j WHERE j.id = ANY (freed))
+     ORDER BY w.id
+       FOR SHARE;
+    -- A grouped one takes its place in its group as retry_job's does: the
+    -- group's row, locked, has its bound lowered to the group's first step
+    -- retried here, and its head stays; a row made here has that first
+    -- step as its head and no bound. The rows there are are locked and
+    -- bounded first, in (queue, key) order, then the missing ones made (an
+    -- enqueue that made one meanwhile finds its bound lowered instead).
+    SELECT coalesce(array_agg(s.queue ORDER BY s.queue, s.group_key), '{}'),
+           coalesce(array_agg(s.group_key ORDER BY s.queue, s.group_key), '{}'),
+           coalesce(array_agg(s.first ORDER BY s.queue, s.group_key), '{}')
+      INTO gq, gk, gfirst
+      FROM (SELECT j.queue, j.group_key, min(j.id) AS first FROM pgtask.jobs j
+             WHERE j.id = ANY (freed) AND j.status = 'cancelled' AND j.group_key IS NOT NULL
+             GROUP BY j.queue, j.group_key) s;
+    IF cardinality(gq) > 0 THEN
+        PERFORM 1 FROM pgtask.queue_groups g
+         WHERE (g.queue, g.group_key) IN (SELECT * FROM unnest(gq, gk))
+         ORDER BY g.queue, g.group_key
+           FOR UPDATE;
+        WITH bounded AS (
+            UPDATE pgtask.queue_groups g SET pending_from = least(g.pending_from, u.first)
+              FROM unnest(gq, gk, gfirst) AS u(q, k, first)
+             WHERE g.queue = u.q AND g.group_key = u.k
+            RETURNING g.queue, g.group_key, g.id
+        ), made AS (
+            INSERT INTO pgtask.queue_groups AS g (queue, group_key)
+            SELECT u.q, u.k FROM unnest(gq, gk) AS u(q, k)
+             WHERE NOT EXISTS (SELECT 1 FROM bounded b WHERE b.queue = u.q AND b.group_key = u.k)
+             ORDER BY u.q, u.k
+            ON CONFLICT (queue, group_key) DO UPDATE
+               SET pending_from = least(g.pending_from,
+                                        (SELECT f.first FROM unnest(gq, gk, gfirst) AS f(q, k, first)
+                                          WHERE f.q = excluded.queue AND f.k = excluded.group_key))
+            RETURNING g.queue, g.group_key, g.id, g.pending_from IS NULL AS fresh
+        )
+        SELECT coalesce(array_agg(x.id ORDER BY x.queue, x.group_key), '{}'),
+               coalesce(array_agg(x.head ORDER BY x.queue, x.group_key), '{}'),
+               coalesce(array_agg(x.queue ORDER BY x.queue, x.group_key) FILTER (WHERE x.head IS DISTINCT FROM x.first), '{}'),
+               coalesce(array_agg(x.group_key ORDER BY x.queue, x.group_key) FILTER (WHERE x.head IS DISTINCT FROM x.first), '{}')
+          INTO gids, heads, aq, ak
+          FROM (SELECT r.queue, r.group_key, r.id, u.first,
+                       CASE WHEN r.fresh THEN u.first ELSE pgtask.group_head(r.queue, r.group_key, r.id) END AS head
+                  FROM (SELECT b.queue, b.group_key, b.id, false AS fresh FROM bounded b
+                        UNION ALL
+                        SELECT m.queue, m.group_key, m.id, m.fresh FROM made m) r
+                  JOIN unnest(gq, gk, gfirst) AS u(q, k, first) ON u.q = r.queue AND u.k = r.group_key) x;
+    END IF;
     PERFORM set_config('pgtask.wf_quiet', 'on', true);
     WITH gone AS (
         DELETE FROM pgtask.cancel_requests r WHERE r.job_id = ANY (freed)
     ), progress AS (
         DELETE FROM pgtask.job_progress p WHERE p.job_id = ANY (freed)
+    ), groups AS (
+        SELECT u.q, u.k, u.gid, u.head FROM unnest(gq, gk, gids, heads) AS u(q, k, gid, head)
     ), retried AS (
         UPDATE pgtask.jobs j
-           SET status = 'queued', is_head = (j.limit_id IS NULL), attempts = 0, snoozes = 0,
-               run_after = now(), started_at = NULL, finished_at = NULL, owner_pid = NULL,
-               age_due = CASE WHEN j.aging_ms > 0 AND j.priority > 0 THEN now() + j.aging_ms * interval '1 millisecond' END,
+           SET status = 'scheduled', run_after = pgtask.parked_at(), age_due = NULL,
+               is_head = CASE WHEN j.group_key IS NULL THEN j.limit_id IS NULL ELSE (j.id = g.head) IS TRUE END,
+               group_id = CASE WHEN j.group_key IS NULL THEN j.group_id ELSE g.gid END,
+               attempts = 0, snoozes = 0, started_at = NULL, finished_at = NULL, owner_pid = NULL,
                errors = pgtask.append_error(j.errors, jsonb_build_array(jsonb_build_object(
                    'attempt', j.attempts,
                    'error', format('retried by an operator after %s attempt(s); attempts count from 1 again', j.attempts),
                    'at', clock_timestamp(), 'operator_retry', true)))
-         WHERE j.id = ANY (freed) AND j.status = 'cancelled' AND j.group_key IS NULL
-           AND j.unique_key IS NULL AND j.batch_id IS NULL
+          FROM pgtask.jobs x
+          LEFT JOIN groups g ON g.q = x.queue AND g.k = x.group_key
+         WHERE x.id = ANY (freed) AND j.id = x.id AND j.status = 'cancelled'
         RETURNING j.id
     )
     SELECT coalesce(array_agg(r.id ORDER BY r.id), '{}') INTO again FROM retried r;
     PERFORM set_config('pgtask.wf_quiet', 'off', true);
-    FOR c IN
-        SELECT j.id FROM pgtask.jobs j
-         WHERE j.id = ANY (freed) AND j.status = 'cancelled'
-         ORDER BY j.id
+    -- A group whose head is not a step retried here moves on if its head
+    -- finished or is gone, as after retry_job: one call per queue.
+    FOR a IN
+        SELECT u.q, array_agg(u.k) AS keys FROM unnest(aq, ak) AS u(q, k) GROUP BY u.q ORDER BY u.q
     LOOP
-        PERFORM pgtask.retry_job(c);
+        PERFORM pgtask.advance_group_set(a.q, a.keys, NULL);
     END LOOP;
     PERFORM pgtask.workflow_steps_changed(again, 'r');
 END;
