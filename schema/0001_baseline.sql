@@ -810,7 +810,6 @@ CREATE TABLE pgtask.workflow_edges (
     CONSTRAINT workflow_edges_outcome_valid CHECK (outcome IN ('s', 'f'))
 );
 CREATE INDEX workflow_edges_child ON pgtask.workflow_edges (child, step);
-CREATE INDEX workflow_edges_workflow ON pgtask.workflow_edges (workflow_id);
 
 -- One row per step that has parents: how many of them it still waits for
 -- (those not succeeded, nor failed under policy 'a'), and, while it is

@@ -1,4 +1,4 @@
--- revision: 11
+-- revision: 12
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -48,34 +48,49 @@
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
 -- schema/functions.go): raise it with every change.
 
--- Makes a workflow of the jobs pgtask.enqueue_jobs just inserted in the
--- same statement (see InsertWorkflow in queries/enqueue.sql): p_ids are
--- their ids in step order, p_existed whether each was inserted; edge i
--- makes step p_children[i] (1-based) wait for step p_parents[i], with the
--- policy p_policies[i] ('c', 'a' or 'w'). Every parent comes before its
--- child, which rules out cycles, and a step has parents if and only if it
--- was enqueued parked. Returns the workflow's id.
+-- Enqueues a workflow named p_name: its steps are the jobs the other
+-- arguments, those of pgtask.enqueue_jobs, describe, inserted into it at
+-- once (see InsertWorkflow in queries/enqueue.sql), and edge i makes step
+-- p_children[i] (1-based) wait for step p_parents[i], with the policy
+-- p_policies[i] ('c', 'a' or 'w'). Every parent comes before its child,
+-- which rules out cycles, and a step has parents if and only if it is
+-- enqueued parked. Returns the steps' ids in order and the workflow's id.
+--
+-- The steps are inserted with their workflow_id, so that making the
+-- workflow writes no job twice: a write per step for the job (as for
+-- EnqueueMany), one per edge and one per step with parents, and the
+-- steps' parking is checked by reading them.
 --
 -- It runs as its owner, like enqueue_jobs, so that a producer role makes
--- workflows without any privilege on the tables; so it takes in only jobs
--- that the caller's login enqueued in this transaction, in no workflow yet.
-CREATE OR REPLACE FUNCTION pgtask.create_workflow(p_ids bigint[], p_existed boolean[], p_name text,
-                                                  p_parents integer[], p_children integer[], p_policies text[]) RETURNS bigint
+-- workflows without any privilege on the tables.
+DROP FUNCTION IF EXISTS pgtask.create_workflow(bigint[], boolean[], text, integer[], integer[], text[]);
+CREATE OR REPLACE FUNCTION pgtask.create_workflow(
+    p_name text, p_parents integer[], p_children integer[], p_policies text[],
+    p_payloads jsonb[], p_settings integer[], p_groups integer[],
+    p_kinds text[], p_queues text[], p_priorities smallint[], p_aging_ms integer[], p_max_attempts integer[],
+    p_fail_blocks_group boolean[], p_run_at text[], p_delay_us bigint[],
+    p_group_queues text[], p_group_keys text[],
+    p_unique_keys text[], p_unique_windows_us bigint[], p_unique_statuses text[],
+    p_metadata jsonb[],
+    p_limits integer[], p_limit_queues text[], p_limit_keys text[], p_limit_max integer[],
+    p_limit_strategies text[],
+    p_rates integer[], p_rate_queues text[], p_rate_keys text[], p_rate_n integer[], p_rate_period_us bigint[],
+    p_rate_burst integer[],
+    p_fair integer[], p_fair_queues text[], p_fair_tenants text[],
+    OUT step_ids bigint[], OUT new_workflow_id bigint)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pgtask, pg_temp
 AS $$
 DECLARE
-    n integer := coalesce(cardinality(p_ids), 0);
+    n integer := coalesce(cardinality(p_payloads), 0);
     ne integer := coalesce(cardinality(p_parents), 0);
     wid bigint;
-    taken integer;
+    existed boolean[];
+    wrong integer;
 BEGIN
     IF n = 0 THEN
         RAISE EXCEPTION 'pgtask.create_workflow: a workflow needs at least one step' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF cardinality(p_existed) <> n OR true = ANY (p_existed) THEN
-        RAISE EXCEPTION 'pgtask.create_workflow: every step of a workflow must be new (no unique keys)' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF coalesce(cardinality(p_children), 0) <> ne OR coalesce(cardinality(p_policies), 0) <> ne THEN
         RAISE EXCEPTION 'pgtask.create_workflow: the edges'' lists differ in length' USING ERRCODE = 'invalid_parameter_value';
@@ -84,32 +99,43 @@ BEGIN
                 WHERE e.p IS NULL OR e.c IS NULL OR e.p < 1 OR e.c > n OR e.p >= e.c OR e.pol IS NULL OR e.pol NOT IN ('c', 'a', 'w')) THEN
         RAISE EXCEPTION 'pgtask.create_workflow: an edge names no step, or a step after its child, or no policy' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF (SELECT count(DISTINCT (e.p, e.c)) FROM unnest(p_parents, p_children) AS e(p, c)) <> ne THEN
-        RAISE EXCEPTION 'pgtask.create_workflow: an edge is listed twice' USING ERRCODE = 'invalid_parameter_value';
+    IF p_unique_keys IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(p_unique_keys) k WHERE k <> '') THEN
+        RAISE EXCEPTION 'pgtask.create_workflow: every step of a workflow must be new (no unique keys)' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     INSERT INTO pgtask.workflows (name, steps, edges) VALUES (p_name, n, ne) RETURNING id INTO wid;
+    SELECT e.job_ids, e.job_existed INTO step_ids, existed
+      FROM pgtask.enqueue_jobs(
+          p_payloads, p_settings, p_groups, p_kinds, p_queues, p_priorities, p_aging_ms, p_max_attempts,
+          p_fail_blocks_group, p_run_at, p_delay_us, p_group_queues, p_group_keys,
+          p_unique_keys, p_unique_windows_us, p_unique_statuses, p_metadata,
+          p_limits, p_limit_queues, p_limit_keys, p_limit_max, p_limit_strategies,
+          p_rates, p_rate_queues, p_rate_keys, p_rate_n, p_rate_period_us, p_rate_burst,
+          p_fair, p_fair_queues, p_fair_tenants, wid) e;
+    IF coalesce(cardinality(step_ids), 0) <> n OR true = ANY (existed) THEN
+        RAISE EXCEPTION 'pgtask.create_workflow: every step of a workflow must be new (no unique keys)' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     -- Which steps have parents, by one hash join of the steps with the
-    -- children (not a look through the edges for each step).
-    UPDATE pgtask.jobs j SET workflow_id = wid
-      FROM (SELECT i.id, k.c IS NOT NULL AS has_parents
-              FROM unnest(p_ids) WITH ORDINALITY AS i(id, n)
-              LEFT JOIN (SELECT DISTINCT c FROM unnest(p_children) AS c) k ON k.c = i.n) s
-     WHERE j.id = s.id AND j.workflow_id IS NULL AND j.batch_id IS NULL
-       AND j.enqueued_by = session_user AND j.created_at = now()
-       AND (j.status = 'scheduled' AND j.run_after = pgtask.parked_at()) = s.has_parents;
-    GET DIAGNOSTICS taken = ROW_COUNT;
-    IF taken <> n OR (SELECT count(DISTINCT u) FROM unnest(p_ids) u) <> n THEN
-        RAISE EXCEPTION 'pgtask.create_workflow: a step is not a job this transaction enqueued, or is in a workflow or batch already, or is parked without parents (or has parents and is not parked)'
+    -- children (not a look through the edges for each step); the steps
+    -- are read as the workflow's jobs, in its index.
+    SELECT count(*) INTO wrong
+      FROM pgtask.jobs j
+      JOIN unnest(step_ids) WITH ORDINALITY AS i(id, n) ON i.id = j.id
+      LEFT JOIN (SELECT DISTINCT c FROM unnest(p_children) AS c) k ON k.c = i.n
+     WHERE j.workflow_id = wid
+       AND (j.status = 'scheduled' AND j.run_after = pgtask.parked_at()) <> (k.c IS NOT NULL);
+    IF wrong > 0 THEN
+        RAISE EXCEPTION 'pgtask.create_workflow: % step(s) are parked without parents, or have parents and are not parked', wrong
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- An edge listed twice breaks the edges' primary key.
     INSERT INTO pgtask.workflow_edges (workflow_id, parent, child, step, policy)
-    SELECT wid, p_ids[e.p], p_ids[e.c], e.p - 1, e.pol::"char"
+    SELECT wid, step_ids[e.p], step_ids[e.c], e.p - 1, e.pol::"char"
       FROM unnest(p_parents, p_children, p_policies) AS e(p, c, pol);
     INSERT INTO pgtask.workflow_waits (job_id, workflow_id, remaining)
-    SELECT p_ids[e.c], wid, count(*)
+    SELECT step_ids[e.c], wid, count(*)
       FROM unnest(p_children) AS e(c)
      GROUP BY e.c;
-    RETURN wid;
+    new_workflow_id := wid;
 END;
 $$;
 
@@ -857,7 +883,10 @@ BEGIN
     END IF;
     DELETE FROM pgtask.workflow_notes n USING pgtask.workflow_waits w
      WHERE w.workflow_id = ANY (doomed) AND n.child = w.job_id;
-    DELETE FROM pgtask.workflow_edges WHERE workflow_id = ANY (doomed);
+    -- Every edge's child has a waits row: the edges are found through
+    -- them, by child.
+    DELETE FROM pgtask.workflow_edges e USING pgtask.workflow_waits w
+     WHERE w.workflow_id = ANY (doomed) AND e.child = w.job_id;
     DELETE FROM pgtask.workflow_waits WHERE workflow_id = ANY (doomed);
     DELETE FROM pgtask.workflows WHERE id = ANY (doomed);
     RETURN cardinality(doomed);
