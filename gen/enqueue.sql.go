@@ -312,10 +312,9 @@ func (q *Queries) InsertJobs(ctx context.Context, arg InsertJobsParams) (InsertJ
 }
 
 const InsertWorkflow = `-- name: InsertWorkflow :one
-SELECT e.job_ids::bigint[] AS ids,
-       pgtask.create_workflow(e.job_ids, e.job_existed, $1::text,
-                              $2::integer[], $3::integer[], $4::text[])::bigint AS workflow_id
-  FROM pgtask.enqueue_jobs(
+SELECT w.step_ids::bigint[] AS ids, w.new_workflow_id::bigint AS workflow_id
+  FROM pgtask.create_workflow(
+    $1::text, $2::integer[], $3::integer[], $4::text[],
     $5::jsonb[], $6::integer[], $7::integer[],
     $8::text[], $9::text[], $10::smallint[], $11::integer[], $12::integer[],
     $13::boolean[], $14::text[], $15::bigint[],
@@ -327,7 +326,7 @@ SELECT e.job_ids::bigint[] AS ids,
     $27::integer[], $28::text[], $29::text[], $30::integer[],
     $31::bigint[], $32::integer[],
     $33::integer[], $34::text[], $35::text[]
-  ) e
+  ) w
 `
 
 type InsertWorkflowParams struct {
@@ -374,7 +373,7 @@ type InsertWorkflowRow struct {
 }
 
 // Inserts a workflow's steps as InsertJobs does (those with parents
-// parked: see pgtask.parked_at), and makes the workflow of them, with its
+// parked: see pgtask.parked_at), into the workflow it makes, with its
 // edges, in one statement; see pgtask.create_workflow. ids are the steps'
 // in order.
 func (q *Queries) InsertWorkflow(ctx context.Context, arg InsertWorkflowParams) (InsertWorkflowRow, error) {

@@ -73,13 +73,12 @@ SELECT pgtask.enqueue_job(
 )::bigint AS id;
 -- name: InsertWorkflow :one
 -- Inserts a workflow's steps as InsertJobs does (those with parents
--- parked: see pgtask.parked_at), and makes the workflow of them, with its
+-- parked: see pgtask.parked_at), into the workflow it makes, with its
 -- edges, in one statement; see pgtask.create_workflow. ids are the steps'
 -- in order.
-SELECT e.job_ids::bigint[] AS ids,
-       pgtask.create_workflow(e.job_ids, e.job_existed, @name::text,
-                              @edge_parents::integer[], @edge_children::integer[], @edge_policies::text[])::bigint AS workflow_id
-  FROM pgtask.enqueue_jobs(
+SELECT w.step_ids::bigint[] AS ids, w.new_workflow_id::bigint AS workflow_id
+  FROM pgtask.create_workflow(
+    @name::text, @edge_parents::integer[], @edge_children::integer[], @edge_policies::text[],
     @payloads::jsonb[], @settings::integer[], @groups::integer[],
     @kinds::text[], @queues::text[], @priorities::smallint[], @aging_ms::integer[], @max_attempts::integer[],
     @fail_blocks_group::boolean[], @run_at::text[], @delay_us::bigint[],
@@ -91,4 +90,4 @@ SELECT e.job_ids::bigint[] AS ids,
     sqlc.narg(rates)::integer[], @rate_queues::text[], @rate_keys::text[], @rate_n::integer[],
     @rate_period_us::bigint[], @rate_burst::integer[],
     sqlc.narg(fair)::integer[], @fair_queues::text[], @fair_tenants::text[]
-  ) e;
+  ) w;

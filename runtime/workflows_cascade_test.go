@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -74,6 +75,93 @@ func TestWorkflowCascadeCostsNoCallPerStep(t *testing.T) {
 	}
 	if large > small {
 		t.Fatalf("the cascade through 400 dependents made %d PL/pgSQL calls, through 40 %d: it works a step at a time", large, small)
+	}
+}
+
+// An operator's retry of a failed fan-out root restores what its failure
+// cancelled a level at a time too: its dependents, some grouped (several
+// to a group, or one each) and some not, wait for it again, parked, and
+// so do their own dependents, which their cancel had cancelled in turn.
+// The PL/pgSQL calls the retry makes in its transaction are as many for
+// 400 dependents as for 40; a step at a time (a retry_job call and its
+// triggers for each grouped step, a trigger call for each step parked
+// again), they grow with the steps.
+func TestWorkflowRestoreCostsNoCallPerStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	restore := func(n int) int64 {
+		wf := runtime.NewWorkflow("fan")
+		root := wf.Add(req("x"))
+		var restored []runtime.Step
+		// Groups of their own in each run, so that both find the same.
+		for i := range n {
+			var opts []runtime.EnqueueOption
+			switch i % 3 {
+			case 0:
+				opts = append(opts, runtime.WithGroup(fmt.Sprintf("%d-shared-%d", n, i%4)))
+			case 1:
+				opts = append(opts, runtime.WithGroup(fmt.Sprintf("%d-own-%d", n, i)))
+			}
+			c := wf.Add(req("x", opts...), runtime.After(root))
+			restored = append(restored, c, wf.Add(req("x", runtime.WithGroup(fmt.Sprintf("%d-next-%d", n, i%5))), runtime.After(c)))
+		}
+		enqueueIdle(t, b, wf)
+		if _, err := b.q.FinishJobAs(ctx, testdb.FinishJobAsParams{ID: int64(root.JobID()), Status: testdb.PgtaskJobStatusFailed}); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range restored {
+			if j := b.job(t, s.JobID()); j.Status != testdb.PgtaskJobStatusCancelled {
+				t.Fatalf("step %d is %s after its root failed, want cancelled", s.JobID(), j.Status)
+			}
+		}
+		tx := beginTx(t, b)
+		q := b.q.WithTx(tx)
+		if err := q.TrackPLFunctionCalls(ctx); err != nil {
+			t.Fatal(err)
+		}
+		before, err := q.FunctionCallsThisTransaction(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := runtime.RetryJob(ctx, tx, root.JobID()); err != nil || !ok {
+			t.Fatalf("retry: %v %v", ok, err)
+		}
+		after, err := q.FunctionCallsThisTransaction(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := after - before
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		steps, err := runtime.WorkflowSteps(ctx, b.pool, wf.ID(), 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byID := map[runtime.JobID]runtime.WorkflowStep{}
+		for _, s := range steps {
+			byID[s.JobID] = s
+		}
+		for _, s := range restored {
+			st := byID[s.JobID()]
+			if st.Status != runtime.StatusScheduled || !st.Waiting || st.WaitingFor != 1 || st.Attempts != 0 {
+				t.Fatalf("step %d after its root's retry: %s, waiting %v for %d, %d attempts; want parked, waiting for 1, no attempt",
+					s.JobID(), st.Status, st.Waiting, st.WaitingFor, st.Attempts)
+			}
+			if w, err := b.q.WorkflowWait(ctx, int64(s.JobID())); err != nil || w.CancelledBy != 0 {
+				t.Fatalf("step %d still cancelled by %d (%v)", s.JobID(), w.CancelledBy, err)
+			}
+		}
+		return calls
+	}
+	small, large := restore(40), restore(400)
+	t.Logf("PL/pgSQL calls of the restore: %d for 40 dependents, %d for 400", small, large)
+	if small == 0 {
+		t.Fatal("no PL/pgSQL call counted for the restore: the count measures nothing")
+	}
+	if large > small {
+		t.Fatalf("the restore of 400 dependents made %d PL/pgSQL calls, of 40 %d: it works a step at a time", large, small)
 	}
 }
 

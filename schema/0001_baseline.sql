@@ -826,7 +826,6 @@ CREATE TABLE pgtask.workflow_edges (
     CONSTRAINT workflow_edges_outcome_valid CHECK (outcome IN ('s', 'f'))
 );
 CREATE INDEX workflow_edges_child ON pgtask.workflow_edges (child, step);
-CREATE INDEX workflow_edges_workflow ON pgtask.workflow_edges (workflow_id);
 
 -- One row per step that has parents: how many of them it still waits for
 -- (those not succeeded, nor failed under policy 'a'), and, while it is
@@ -870,7 +869,8 @@ CREATE INDEX workflow_notes_child ON pgtask.workflow_notes (child);
 -- The array is job_pending's set of statuses: TestWorkflowTriggersMatchJobPending
 -- holds the two equal. The updates of a cascade, which tells the steps it
 -- changes itself, a set at a time, leave them quiet too (pgtask.wf_quiet: a
--- built-in call, tested last).
+-- built-in call, tested last); the restore after a retry, quiet, parks the
+-- steps it retries itself.
 CREATE FUNCTION pgtask.workflow_step_done() RETURNS trigger
 LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END; $$;
 
@@ -898,7 +898,8 @@ CREATE TRIGGER jobs_workflow_repark
     BEFORE UPDATE ON pgtask.jobs
     FOR EACH ROW
     WHEN (OLD.workflow_id IS NOT NULL AND OLD.status <> ALL ('{scheduled,queued,started}'::pgtask.job_status[])
-          AND NEW.status = ANY ('{scheduled,queued,started}'::pgtask.job_status[]))
+          AND NEW.status = ANY ('{scheduled,queued,started}'::pgtask.job_status[])
+          AND current_setting('pgtask.wf_quiet', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION pgtask.workflow_step_repark();
 
 CREATE TRIGGER jobs_workflow_again

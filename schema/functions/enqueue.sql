@@ -1,4 +1,4 @@
--- revision: 16
+-- revision: 17
 -- Enqueueing: inserting jobs and creating or share-locking their groups.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
@@ -142,6 +142,11 @@ $$;
 -- that is not an object of strings with 22023 (invalid_parameter_value);
 -- the message names the job by its place in the batch.
 --
+-- p_workflow, when not NULL, is the workflow the jobs are the steps of
+-- (see create_workflow, its only caller): they are inserted in it. It must
+-- be a workflow the session's login made in this transaction, with no job
+-- yet, and the jobs have no unique key.
+--
 -- It runs as its owner (SECURITY DEFINER), so that a producer role enqueues
 -- without any privilege on the tables (see functions/roles.sql): the rows
 -- it inserts pass this function's checks and keep the groups' invariants,
@@ -150,6 +155,10 @@ $$;
 -- schema, and it runs no dynamic SQL. Each job's enqueued_by is the
 -- session's login (the column's default, session_user), which the caller
 -- cannot choose.
+DROP FUNCTION IF EXISTS pgtask.enqueue_jobs(
+    jsonb[], integer[], integer[], text[], text[], smallint[], integer[], integer[], boolean[], text[], bigint[],
+    text[], text[], text[], bigint[], text[], jsonb[], integer[], text[], text[], integer[], text[],
+    integer[], text[], text[], integer[], bigint[], integer[], integer[], text[], text[]);
 CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs(
     p_payloads jsonb[], p_settings integer[], p_groups integer[],
     p_kinds text[], p_queues text[], p_priorities smallint[], p_aging_ms integer[], p_max_attempts integer[],
@@ -161,7 +170,8 @@ CREATE OR REPLACE FUNCTION pgtask.enqueue_jobs(
     p_limit_strategies text[],
     p_rates integer[], p_rate_queues text[], p_rate_keys text[], p_rate_n integer[], p_rate_period_us bigint[],
     p_rate_burst integer[],
-    p_fair integer[], p_fair_queues text[], p_fair_tenants text[]
+    p_fair integer[], p_fair_queues text[], p_fair_tenants text[],
+    p_workflow bigint DEFAULT NULL
 ) RETURNS TABLE (job_ids bigint[], job_existed boolean[])
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -234,6 +244,14 @@ BEGIN
     IF n = 0 THEN
         RETURN QUERY SELECT '{}'::bigint[], '{}'::boolean[];
         RETURN;
+    END IF;
+    IF p_workflow IS NOT NULL AND (
+           EXISTS (SELECT 1 FROM unnest(p_unique_keys) k WHERE k <> '')
+           OR NOT EXISTS (SELECT 1 FROM pgtask.workflows w
+                           WHERE w.id = p_workflow AND w.enqueued_by = session_user AND w.created_at = now())
+           OR EXISTS (SELECT 1 FROM pgtask.jobs j WHERE j.workflow_id = p_workflow)) THEN
+        RAISE EXCEPTION 'pgtask.enqueue_jobs: a workflow''s steps go into a workflow this transaction made, with no step yet, and have no unique key'
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF cardinality(p_settings) IS DISTINCT FROM n OR cardinality(p_groups) IS DISTINCT FROM n
        OR coalesce(cardinality(p_queues), 0) <> ns OR coalesce(cardinality(p_priorities), 0) <> ns
@@ -683,7 +701,7 @@ BEGIN
     INSERT INTO pgtask.jobs (
         id, queue, kind, group_key, group_id, is_head, status, priority, aging_ms, age_due, payload,
         max_attempts, fail_blocks_group, run_after, unique_key, unique_statuses, unique_until, metadata, limit_id,
-        rate_id, finished_at, errors, tenant, fair_seq
+        rate_id, finished_at, errors, tenant, fair_seq, workflow_id
     )
     SELECT t.id, t.q, p_kinds[t.o], p_group_keys[t.g], gids[t.g],
            CASE WHEN t.l > 0 THEN admit[t.i] WHEN t.r > 0 THEN false
@@ -705,7 +723,7 @@ BEGIN
                 THEN jsonb_build_array(jsonb_build_object('attempt', 0, 'at', now(), 'error',
                          format('cancelled at enqueue: its limit key was at its limit (%s)', strat[t.l])))
                 ELSE '[]'::jsonb END,
-           turns.tenants[t.i], turns.seqs[t.i]
+           turns.tenants[t.i], turns.seqs[t.i], p_workflow
       FROM (SELECT u.id, u.i, u.o, u.g, coalesce(u.l, 0) AS l, coalesce(u.r, 0) AS r, u.payload, u.meta,
                    p_queues[u.o] AS q, starts[u.o] AS run_after
               -- unnest in the select list zips the arrays without

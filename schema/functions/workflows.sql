@@ -1,4 +1,4 @@
--- revision: 11
+-- revision: 13
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -33,13 +33,13 @@
 -- own updates of jobs, which the triggers' WHEN clauses skip. So a
 -- cascade costs a few statements per level, whatever the number of steps
 -- in it, and a notification per level (per 300 steps) for those waiting
--- for the steps' results, per queue for the steps released. Two things
--- stay one per step: a grouped step the restore puts back in line goes
--- through retry_job, a call each, and its trigger tells its children, as
--- for any retry (the others, the most, are retried together); and each
--- running step a workflow's cancel asks to stop gets a "pgtask_cancel"
--- notification of its own for its worker, so as many as the workflow
--- runs at once, not as it has steps. While outcomes
+-- for the steps' results, per queue for the steps released. The restore
+-- after a retry puts the steps it frees back in line together too, the
+-- grouped ones in their groups, and parks them itself (the trigger that
+-- parks a retried step is quiet for it as well). One thing stays one per
+-- step: each running step a workflow's cancel asks to stop gets a
+-- "pgtask_cancel" notification of its own for its worker, so as many as
+-- the workflow runs at once, not as it has steps. While outcomes
 -- are being told (pgtask.wf_busy), or while a batch of outcomes is
 -- recorded (pgtask.wf_defer), the steps that change are queued (see
 -- workflow_queue_add), and the outermost caller works the queue off, one
@@ -53,34 +53,49 @@
 
 DROP FUNCTION IF EXISTS pgtask.workflow_cancel(bigint);
 
--- Makes a workflow of the jobs pgtask.enqueue_jobs just inserted in the
--- same statement (see InsertWorkflow in queries/enqueue.sql): p_ids are
--- their ids in step order, p_existed whether each was inserted; edge i
--- makes step p_children[i] (1-based) wait for step p_parents[i], with the
--- policy p_policies[i] ('c', 'a' or 'w'). Every parent comes before its
--- child, which rules out cycles, and a step has parents if and only if it
--- was enqueued parked. Returns the workflow's id.
+-- Enqueues a workflow named p_name: its steps are the jobs the other
+-- arguments, those of pgtask.enqueue_jobs, describe, inserted into it at
+-- once (see InsertWorkflow in queries/enqueue.sql), and edge i makes step
+-- p_children[i] (1-based) wait for step p_parents[i], with the policy
+-- p_policies[i] ('c', 'a' or 'w'). Every parent comes before its child,
+-- which rules out cycles, and a step has parents if and only if it is
+-- enqueued parked. Returns the steps' ids in order and the workflow's id.
+--
+-- The steps are inserted with their workflow_id, so that making the
+-- workflow writes no job twice: a write per step for the job (as for
+-- EnqueueMany), one per edge and one per step with parents, and the
+-- steps' parking is checked by reading them.
 --
 -- It runs as its owner, like enqueue_jobs, so that a producer role makes
--- workflows without any privilege on the tables; so it takes in only jobs
--- that the caller's login enqueued in this transaction, in no workflow yet.
-CREATE OR REPLACE FUNCTION pgtask.create_workflow(p_ids bigint[], p_existed boolean[], p_name text,
-                                                  p_parents integer[], p_children integer[], p_policies text[]) RETURNS bigint
+-- workflows without any privilege on the tables.
+DROP FUNCTION IF EXISTS pgtask.create_workflow(bigint[], boolean[], text, integer[], integer[], text[]);
+CREATE OR REPLACE FUNCTION pgtask.create_workflow(
+    p_name text, p_parents integer[], p_children integer[], p_policies text[],
+    p_payloads jsonb[], p_settings integer[], p_groups integer[],
+    p_kinds text[], p_queues text[], p_priorities smallint[], p_aging_ms integer[], p_max_attempts integer[],
+    p_fail_blocks_group boolean[], p_run_at text[], p_delay_us bigint[],
+    p_group_queues text[], p_group_keys text[],
+    p_unique_keys text[], p_unique_windows_us bigint[], p_unique_statuses text[],
+    p_metadata jsonb[],
+    p_limits integer[], p_limit_queues text[], p_limit_keys text[], p_limit_max integer[],
+    p_limit_strategies text[],
+    p_rates integer[], p_rate_queues text[], p_rate_keys text[], p_rate_n integer[], p_rate_period_us bigint[],
+    p_rate_burst integer[],
+    p_fair integer[], p_fair_queues text[], p_fair_tenants text[],
+    OUT step_ids bigint[], OUT new_workflow_id bigint)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pgtask, pg_temp
 AS $$
 DECLARE
-    n integer := coalesce(cardinality(p_ids), 0);
+    n integer := coalesce(cardinality(p_payloads), 0);
     ne integer := coalesce(cardinality(p_parents), 0);
     wid bigint;
-    taken integer;
+    existed boolean[];
+    wrong integer;
 BEGIN
     IF n = 0 THEN
         RAISE EXCEPTION 'pgtask.create_workflow: a workflow needs at least one step' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF cardinality(p_existed) <> n OR true = ANY (p_existed) THEN
-        RAISE EXCEPTION 'pgtask.create_workflow: every step of a workflow must be new (no unique keys)' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF coalesce(cardinality(p_children), 0) <> ne OR coalesce(cardinality(p_policies), 0) <> ne THEN
         RAISE EXCEPTION 'pgtask.create_workflow: the edges'' lists differ in length' USING ERRCODE = 'invalid_parameter_value';
@@ -89,32 +104,43 @@ BEGIN
                 WHERE e.p IS NULL OR e.c IS NULL OR e.p < 1 OR e.c > n OR e.p >= e.c OR e.pol IS NULL OR e.pol NOT IN ('c', 'a', 'w')) THEN
         RAISE EXCEPTION 'pgtask.create_workflow: an edge names no step, or a step after its child, or no policy' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF (SELECT count(DISTINCT (e.p, e.c)) FROM unnest(p_parents, p_children) AS e(p, c)) <> ne THEN
-        RAISE EXCEPTION 'pgtask.create_workflow: an edge is listed twice' USING ERRCODE = 'invalid_parameter_value';
+    IF p_unique_keys IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(p_unique_keys) k WHERE k <> '') THEN
+        RAISE EXCEPTION 'pgtask.create_workflow: every step of a workflow must be new (no unique keys)' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     INSERT INTO pgtask.workflows (name, steps, edges) VALUES (p_name, n, ne) RETURNING id INTO wid;
+    SELECT e.job_ids, e.job_existed INTO step_ids, existed
+      FROM pgtask.enqueue_jobs(
+          p_payloads, p_settings, p_groups, p_kinds, p_queues, p_priorities, p_aging_ms, p_max_attempts,
+          p_fail_blocks_group, p_run_at, p_delay_us, p_group_queues, p_group_keys,
+          p_unique_keys, p_unique_windows_us, p_unique_statuses, p_metadata,
+          p_limits, p_limit_queues, p_limit_keys, p_limit_max, p_limit_strategies,
+          p_rates, p_rate_queues, p_rate_keys, p_rate_n, p_rate_period_us, p_rate_burst,
+          p_fair, p_fair_queues, p_fair_tenants, wid) e;
+    IF coalesce(cardinality(step_ids), 0) <> n OR true = ANY (existed) THEN
+        RAISE EXCEPTION 'pgtask.create_workflow: every step of a workflow must be new (no unique keys)' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     -- Which steps have parents, by one hash join of the steps with the
-    -- children (not a look through the edges for each step).
-    UPDATE pgtask.jobs j SET workflow_id = wid
-      FROM (SELECT i.id, k.c IS NOT NULL AS has_parents
-              FROM unnest(p_ids) WITH ORDINALITY AS i(id, n)
-              LEFT JOIN (SELECT DISTINCT c FROM unnest(p_children) AS c) k ON k.c = i.n) s
-     WHERE j.id = s.id AND j.workflow_id IS NULL AND j.batch_id IS NULL
-       AND j.enqueued_by = session_user AND j.created_at = now()
-       AND (j.status = 'scheduled' AND j.run_after = pgtask.parked_at()) = s.has_parents;
-    GET DIAGNOSTICS taken = ROW_COUNT;
-    IF taken <> n OR (SELECT count(DISTINCT u) FROM unnest(p_ids) u) <> n THEN
-        RAISE EXCEPTION 'pgtask.create_workflow: a step is not a job this transaction enqueued, or is in a workflow or batch already, or is parked without parents (or has parents and is not parked)'
+    -- children (not a look through the edges for each step); the steps
+    -- are read as the workflow's jobs, in its index.
+    SELECT count(*) INTO wrong
+      FROM pgtask.jobs j
+      JOIN unnest(step_ids) WITH ORDINALITY AS i(id, n) ON i.id = j.id
+      LEFT JOIN (SELECT DISTINCT c FROM unnest(p_children) AS c) k ON k.c = i.n
+     WHERE j.workflow_id = wid
+       AND (j.status = 'scheduled' AND j.run_after = pgtask.parked_at()) <> (k.c IS NOT NULL);
+    IF wrong > 0 THEN
+        RAISE EXCEPTION 'pgtask.create_workflow: % step(s) are parked without parents, or have parents and are not parked', wrong
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- An edge listed twice breaks the edges' primary key.
     INSERT INTO pgtask.workflow_edges (workflow_id, parent, child, step, policy)
-    SELECT wid, p_ids[e.p], p_ids[e.c], e.p - 1, e.pol::"char"
+    SELECT wid, step_ids[e.p], step_ids[e.c], e.p - 1, e.pol::"char"
       FROM unnest(p_parents, p_children, p_policies) AS e(p, c, pol);
     INSERT INTO pgtask.workflow_waits (job_id, workflow_id, remaining)
-    SELECT p_ids[e.c], wid, count(*)
+    SELECT step_ids[e.c], wid, count(*)
       FROM unnest(p_children) AS e(c)
      GROUP BY e.c;
-    RETURN wid;
+    new_workflow_id := wid;
 END;
 $$;
 
@@ -382,7 +408,14 @@ DECLARE
     uncancelled bigint[];
     freed bigint[];
     again bigint[];
-    c bigint;
+    gq text[] := '{}';
+    gk text[] := '{}';
+    gfirst bigint[] := '{}';
+    gids bigint[] := '{}';
+    heads bigint[] := '{}';
+    aq text[] := '{}';
+    ak text[] := '{}';
+    a record;
 BEGIN
     IF coalesce(cardinality(p_parents), 0) = 0 THEN
         RETURN;
@@ -439,35 +472,92 @@ BEGIN
         RETURN;
     END IF;
     -- Those cancelled by none are retried as retry_job retries them (a
-    -- step is never unique nor in a batch): they stay parked (see
-    -- workflow_step_repark), and their children are told next. A grouped
-    -- one takes its place in its group through retry_job itself.
+    -- step is never unique nor in a batch), all together, and stay
+    -- parked: each waits for the parent whose retry freed it, which a
+    -- failure under 'c' never counted down, so the trigger that parks a
+    -- retried step (workflow_step_repark) is left quiet. Their children
+    -- are told next. The workflows' rows are read FOR SHARE first, as
+    -- retry_job reads them.
+    PERFORM 1 FROM pgtask.workflows w
+     WHERE w.id IN (SELECT j.workflow_id FROM pgtask.jobs j WHERE j.id = ANY (freed))
+     ORDER BY w.id
+       FOR SHARE;
+    -- A grouped one takes its place in its group as retry_job's does: the
+    -- group's row, locked, has its bound lowered to the group's first step
+    -- retried here, and its head stays; a row made here has that first
+    -- step as its head and no bound. The rows there are are locked and
+    -- bounded first, in (queue, key) order, then the missing ones made (an
+    -- enqueue that made one meanwhile finds its bound lowered instead).
+    SELECT coalesce(array_agg(s.queue ORDER BY s.queue, s.group_key), '{}'),
+           coalesce(array_agg(s.group_key ORDER BY s.queue, s.group_key), '{}'),
+           coalesce(array_agg(s.first ORDER BY s.queue, s.group_key), '{}')
+      INTO gq, gk, gfirst
+      FROM (SELECT j.queue, j.group_key, min(j.id) AS first FROM pgtask.jobs j
+             WHERE j.id = ANY (freed) AND j.status = 'cancelled' AND j.group_key IS NOT NULL
+             GROUP BY j.queue, j.group_key) s;
+    IF cardinality(gq) > 0 THEN
+        PERFORM 1 FROM pgtask.queue_groups g
+         WHERE (g.queue, g.group_key) IN (SELECT * FROM unnest(gq, gk))
+         ORDER BY g.queue, g.group_key
+           FOR UPDATE;
+        WITH bounded AS (
+            UPDATE pgtask.queue_groups g SET pending_from = least(g.pending_from, u.first)
+              FROM unnest(gq, gk, gfirst) AS u(q, k, first)
+             WHERE g.queue = u.q AND g.group_key = u.k
+            RETURNING g.queue, g.group_key, g.id
+        ), made AS (
+            INSERT INTO pgtask.queue_groups AS g (queue, group_key)
+            SELECT u.q, u.k FROM unnest(gq, gk) AS u(q, k)
+             WHERE NOT EXISTS (SELECT 1 FROM bounded b WHERE b.queue = u.q AND b.group_key = u.k)
+             ORDER BY u.q, u.k
+            ON CONFLICT (queue, group_key) DO UPDATE
+               SET pending_from = least(g.pending_from,
+                                        (SELECT f.first FROM unnest(gq, gk, gfirst) AS f(q, k, first)
+                                          WHERE f.q = excluded.queue AND f.k = excluded.group_key))
+            RETURNING g.queue, g.group_key, g.id, g.pending_from IS NULL AS fresh
+        )
+        SELECT coalesce(array_agg(x.id ORDER BY x.queue, x.group_key), '{}'),
+               coalesce(array_agg(x.head ORDER BY x.queue, x.group_key), '{}'),
+               coalesce(array_agg(x.queue ORDER BY x.queue, x.group_key) FILTER (WHERE x.head IS DISTINCT FROM x.first), '{}'),
+               coalesce(array_agg(x.group_key ORDER BY x.queue, x.group_key) FILTER (WHERE x.head IS DISTINCT FROM x.first), '{}')
+          INTO gids, heads, aq, ak
+          FROM (SELECT r.queue, r.group_key, r.id, u.first,
+                       CASE WHEN r.fresh THEN u.first ELSE pgtask.group_head(r.queue, r.group_key, r.id) END AS head
+                  FROM (SELECT b.queue, b.group_key, b.id, false AS fresh FROM bounded b
+                        UNION ALL
+                        SELECT m.queue, m.group_key, m.id, m.fresh FROM made m) r
+                  JOIN unnest(gq, gk, gfirst) AS u(q, k, first) ON u.q = r.queue AND u.k = r.group_key) x;
+    END IF;
     PERFORM set_config('pgtask.wf_quiet', 'on', true);
     WITH gone AS (
         DELETE FROM pgtask.cancel_requests r WHERE r.job_id = ANY (freed)
     ), progress AS (
         DELETE FROM pgtask.job_progress p WHERE p.job_id = ANY (freed)
+    ), groups AS (
+        SELECT u.q, u.k, u.gid, u.head FROM unnest(gq, gk, gids, heads) AS u(q, k, gid, head)
     ), retried AS (
         UPDATE pgtask.jobs j
-           SET status = 'queued', is_head = (j.limit_id IS NULL), attempts = 0, snoozes = 0,
-               run_after = now(), started_at = NULL, finished_at = NULL, owner_pid = NULL,
-               age_due = CASE WHEN j.aging_ms > 0 AND j.priority > 0 THEN now() + j.aging_ms * interval '1 millisecond' END,
+           SET status = 'scheduled', run_after = pgtask.parked_at(), age_due = NULL,
+               is_head = CASE WHEN j.group_key IS NULL THEN j.limit_id IS NULL ELSE (j.id = g.head) IS TRUE END,
+               group_id = CASE WHEN j.group_key IS NULL THEN j.group_id ELSE g.gid END,
+               attempts = 0, snoozes = 0, started_at = NULL, finished_at = NULL, owner_pid = NULL,
                errors = pgtask.append_error(j.errors, jsonb_build_array(jsonb_build_object(
                    'attempt', j.attempts,
                    'error', format('retried by an operator after %s attempt(s); attempts count from 1 again', j.attempts),
                    'at', clock_timestamp(), 'operator_retry', true)))
-         WHERE j.id = ANY (freed) AND j.status = 'cancelled' AND j.group_key IS NULL
-           AND j.unique_key IS NULL AND j.batch_id IS NULL
+          FROM pgtask.jobs x
+          LEFT JOIN groups g ON g.q = x.queue AND g.k = x.group_key
+         WHERE x.id = ANY (freed) AND j.id = x.id AND j.status = 'cancelled'
         RETURNING j.id
     )
     SELECT coalesce(array_agg(r.id ORDER BY r.id), '{}') INTO again FROM retried r;
     PERFORM set_config('pgtask.wf_quiet', 'off', true);
-    FOR c IN
-        SELECT j.id FROM pgtask.jobs j
-         WHERE j.id = ANY (freed) AND j.status = 'cancelled'
-         ORDER BY j.id
+    -- A group whose head is not a step retried here moves on if its head
+    -- finished or is gone, as after retry_job: one call per queue.
+    FOR a IN
+        SELECT u.q, array_agg(u.k) AS keys FROM unnest(aq, ak) AS u(q, k) GROUP BY u.q ORDER BY u.q
     LOOP
-        PERFORM pgtask.retry_job(c);
+        PERFORM pgtask.advance_group_set(a.q, a.keys, NULL);
     END LOOP;
     PERFORM pgtask.workflow_steps_changed(again, 'r');
 END;
@@ -810,7 +900,10 @@ BEGIN
     END IF;
     DELETE FROM pgtask.workflow_notes n USING pgtask.workflow_waits w
      WHERE w.workflow_id = ANY (doomed) AND n.child = w.job_id;
-    DELETE FROM pgtask.workflow_edges WHERE workflow_id = ANY (doomed);
+    -- Every edge's child has a waits row: the edges are found through
+    -- them, by child.
+    DELETE FROM pgtask.workflow_edges e USING pgtask.workflow_waits w
+     WHERE w.workflow_id = ANY (doomed) AND e.child = w.job_id;
     DELETE FROM pgtask.workflow_waits WHERE workflow_id = ANY (doomed);
     DELETE FROM pgtask.workflows WHERE id = ANY (doomed);
     RETURN cardinality(doomed);
