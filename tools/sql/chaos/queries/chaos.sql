@@ -663,10 +663,12 @@ SELECT 'started after its workflow''s cancel committed',
   LEFT JOIN pgtask_chaos.operator_cancels o ON o.workflow_id = c.workflow_id
  WHERE j.started_at > pg_xact_commit_timestamp(c.xid)
    -- A claim whose attempt was cut short before its handler ran (its
-   -- workflow's cancel found at the claim) started nothing.
-   AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(j.errors) x
-                    WHERE (x->>'attempt')::integer = j.attempts
-                      AND x->>'error' LIKE '%cancelled% before the attempt started')
+   -- workflow's cancel found at the claim) started nothing; one whose
+   -- handler did record a start ran, whatever its error entry says.
+   AND (NOT EXISTS (SELECT 1 FROM jsonb_array_elements(j.errors) x
+                     WHERE (x->>'attempt')::integer = j.attempts
+                       AND x->>'error' LIKE '%cancelled% before the attempt started')
+        OR EXISTS (SELECT 1 FROM pgtask_chaos.attempts a WHERE a.job_id = j.id AND a.attempt = j.attempts))
 UNION ALL
 SELECT 'claimed in its workflow''s cancelling transaction',
        format('workflow %s was marked cancelled at %s by the transaction of session %s (committed at %s); that session claimed its step %s for attempt %s at %s',

@@ -13,6 +13,13 @@ UPDATE pgtask.jobs SET status = CAST(@status::text AS pgtask.job_status), finish
 -- claim of its last attempt began), leaving its status as it is.
 UPDATE pgtask.jobs SET started_at = clock_timestamp(), attempts = attempts + 1 WHERE id = @id;
 
+-- name: SeedJobError :exec
+-- Adds an entry to a job's error history, for its last attempt, as a
+-- worker records a failed attempt.
+UPDATE pgtask.jobs
+   SET errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', clock_timestamp(), 'error', @error::text))
+ WHERE id = @id;
+
 -- name: SeedAttemptAt :exec
 -- An attempt of a job whose handler started and ended at the given time.
 INSERT INTO pgtask_chaos.attempts (id, job_id, attempt, instance, worker_pid, mode, backend_pid, started_at, ended_at, outcome)

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -471,13 +472,71 @@ func TestCheckCancelledErrorHistory(t *testing.T) {
 	seedAttempt(t, q, ids[0], time.Now())
 	seedEnd(t, q, ids[0], "cancelled") // its child is cancelled with it
 
+	wantKinds(t, checkAttempts(t, q), map[string]int{"error history": 1}) // ids[0]
+}
+
+func checkAttempts(t *testing.T, q *chaosdb.Queries) Check {
+	t.Helper()
 	c := newCheck(5, "attempts")
-	rows, err := q.CheckAttempts(ctx)
+	rows, err := q.CheckAttempts(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range rows {
 		c.add(r.Kind, r.Detail)
 	}
-	wantKinds(t, c, map[string]int{"error history": 1}) // ids[0]
+	return c
+}
+
+// TestCheckCutShortAtClaim seeds steps claimed after their workflow's
+// operator cancel committed, each with no handler's start row unless said:
+// one whose attempt was cut short at its claim (the cancel found pending,
+// with the error entry the runtime writes for it), which checks 5 and 10
+// leave alone; one with another error entry and one with none, which
+// check 5 reports as counted but never started and check 10 as claimed
+// after the cancel; and one whose error entry says it was cut short but
+// whose handler recorded a start, which check 10 holds as a start.
+func TestCheckCutShortAtClaim(t *testing.T) {
+	t.Parallel()
+	pool, q := recordDB(t)
+	ctx := t.Context()
+	// The entry pgtask writes for an attempt its claim cut short (see
+	// Worker.call in runtime/pipeline.go).
+	cutShort := fmt.Errorf("%w before the attempt started", runtime.ErrJobCancelled).Error()
+	other := fmt.Errorf("%w during the attempt: handler stopped", runtime.ErrJobCancelled).Error()
+	claimed := func(entry string, started bool) int64 {
+		t.Helper()
+		ids, wf := commitFlow(t, pool, flow([]string{behaveOK, behaveOK}, []string{endSucceeded, endSucceeded},
+			[][]flowDep{nil, {{0, runtime.CancelDependent}}}, false, true))
+		if err := (&canceller{pool: pool}).cancel(ctx, wf); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.SeedJobClaimed(ctx, ids[0]); err != nil {
+			t.Fatal(err)
+		}
+		if entry != "" {
+			if err := q.SeedJobError(ctx, chaosdb.SeedJobErrorParams{ID: ids[0], Error: entry}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if started {
+			seedAttempt(t, q, ids[0], time.Now())
+		}
+		return ids[0]
+	}
+	claimed(cutShort, false)
+	claimed(other, false)
+	claimed("", false)
+	claimed(cutShort, true)
+
+	wc, _, err := checkWorkflows(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The other entry's, no entry's, and the one whose handler started.
+	wantKinds(t, wc, map[string]int{"started after its workflow's cancel committed": 3})
+	wantKinds(t, checkAttempts(t, q), map[string]int{
+		"not started":   2, // the other entry's and no entry's
+		"error history": 1, // no entry's: a cancelled job keeps one for each attempt
+	})
 }

@@ -72,3 +72,21 @@ func (q *Queries) SeedJobEnd(ctx context.Context, arg SeedJobEndParams) error {
 	_, err := q.db.Exec(ctx, seedJobEnd, arg.Status, arg.ID)
 	return err
 }
+
+const seedJobError = `-- name: SeedJobError :exec
+UPDATE pgtask.jobs
+   SET errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', clock_timestamp(), 'error', $1::text))
+ WHERE id = $2
+`
+
+type SeedJobErrorParams struct {
+	Error string
+	ID    int64
+}
+
+// Adds an entry to a job's error history, for its last attempt, as a
+// worker records a failed attempt.
+func (q *Queries) SeedJobError(ctx context.Context, arg SeedJobErrorParams) error {
+	_, err := q.db.Exec(ctx, seedJobError, arg.Error, arg.ID)
+	return err
+}
