@@ -543,3 +543,59 @@ func TestWorkflowRetryOfBothParentsOfACancelledStep(t *testing.T) {
 		t.Fatalf("d waits for %d parents, cancelled by %d (%v); want 2 and none", w.Remaining, w.CancelledBy, err)
 	}
 }
+
+// An operator's retry of a failed step restores the grouped steps its
+// failure cancelled while another operator retries one of those steps: the
+// second holds the step's row, as retry_job takes it before its group's,
+// while the first's restore runs; then it retries the step. Neither waits
+// for the other forever (a deadlock ends one of them with an error).
+func TestWorkflowRestoreRacingARetryOfItsStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("restore-lock")
+	root := wf.Add(req("x"))
+	step := wf.Add(req("x", runtime.WithGroup("restore-lock")), runtime.After(root))
+	enqueueIdle(t, b, wf)
+	if _, err := b.q.FinishJobAs(ctx, testdb.FinishJobAsParams{ID: int64(root.JobID()), Status: testdb.PgtaskJobStatusFailed}); err != nil {
+		t.Fatal(err)
+	}
+	if j := b.job(t, step.JobID()); j.Status != testdb.PgtaskJobStatusCancelled {
+		t.Fatalf("step %s after its parent failed, want cancelled", j.Status)
+	}
+	second := beginTx(t, b)
+	if err := testdb.New(second).LockJobRow(ctx, int64(step.JobID())); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		tx, err := b.pool.Begin(ctx)
+		if err != nil {
+			first <- err
+			return
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // after a commit, a no-op
+		if _, err := runtime.RetryJob(ctx, tx, root.JobID()); err != nil {
+			first <- err
+			return
+		}
+		first <- tx.Commit(ctx)
+	}()
+	// The first retry's restore waits for the step's row.
+	waitBlockedBy(t, b, second, "the root's retry")
+	_, err := runtime.RetryJob(ctx, second, step.JobID())
+	if err == nil {
+		err = second.Commit(ctx)
+	}
+	if err != nil {
+		t.Fatalf("the step's own retry: %v", err)
+	}
+	select {
+	case err := <-first:
+		if err != nil {
+			t.Fatalf("the root's retry: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the root's retry did not end")
+	}
+}

@@ -1,4 +1,4 @@
--- revision: 13
+-- revision: 14
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -395,8 +395,9 @@ $$;
 
 -- Steps p_parents, failed or cancelled earlier, are unfinished again (an
 -- operator retried them): their children wait for them again. A child
--- they cancelled is retried (and stays parked, see workflow_step_repark)
--- unless another parent's failure cancelled it too; a child they counted
+-- they cancelled is retried as retry_job retries a step, and parked here
+-- (workflow_step_repark is kept quiet meanwhile), unless another parent's
+-- failure cancelled it too; a child they counted
 -- down under policy 'a' counts them again while still parked. A child
 -- that ran already is left as it is. Set-based like the cascade: a few
 -- statements for all the children of the set, whose own children are
@@ -482,6 +483,10 @@ BEGIN
      WHERE w.id IN (SELECT j.workflow_id FROM pgtask.jobs j WHERE j.id = ANY (freed))
      ORDER BY w.id
        FOR SHARE;
+    -- Their rows, in id order, before any group's: retry_job takes a
+    -- step's row before its group's, and the other order would deadlock
+    -- with an operator's retry of one of these steps.
+    PERFORM 1 FROM pgtask.jobs j WHERE j.id = ANY (freed) ORDER BY j.id FOR UPDATE;
     -- A grouped one takes its place in its group as retry_job's does: the
     -- group's row, locked, has its bound lowered to the group's first step
     -- retried here, and its head stays; a row made here has that first
