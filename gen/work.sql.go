@@ -99,8 +99,9 @@ type CancelRequestedRow struct {
 	Cause string `db:"cause"`
 }
 
-// Which of the worker's running attempts an operator asked to cancel, with
-// why (see pgtask.cancel_requested).
+// Which of the worker's running attempts a cancel request asks to stop (an
+// operator's, or its workflow's cancel), with why (see
+// pgtask.cancel_requested).
 func (q *Queries) CancelRequested(ctx context.Context, arg CancelRequestedParams) ([]CancelRequestedRow, error) {
 	rows, err := q.db.Query(ctx, CancelRequested, arg.Ids, arg.Attempts)
 	if err != nil {

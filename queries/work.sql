@@ -196,8 +196,9 @@ SELECT r.id::bigint AS id FROM pgtask.rescue_jobs(@ids::bigint[]) AS r(id);
 LISTEN pgtask_cancel;
 
 -- name: CancelRequested :many
--- Which of the worker's running attempts an operator asked to cancel, with
--- why (see pgtask.cancel_requested).
+-- Which of the worker's running attempts a cancel request asks to stop (an
+-- operator's, or its workflow's cancel), with why (see
+-- pgtask.cancel_requested).
 SELECT c.id::bigint AS id, c.cause::text AS cause
   FROM pgtask.cancel_requested(@ids::bigint[], @attempts::integer[]) AS c(id, cause);
 

@@ -225,8 +225,9 @@ func (c *canceller) confirm(ctx context.Context, ref attemptRef) {
 	}
 }
 
-// cancelRequested cancels those of the attempts refs, running here, that an
-// operator asked to cancel; it returns the error of asking the database.
+// cancelRequested cancels those of the attempts refs, running here, that a
+// cancel request asks to stop (an operator's, or its workflow's cancel); it
+// returns the error of asking the database.
 // An attempt that ended meanwhile is left alone.
 func (c *canceller) cancelRequested(ctx context.Context, refs []attemptRef) error {
 	p := gen.CancelRequestedParams{Ids: make([]int64, len(refs)), Attempts: make([]int32, len(refs))}

@@ -1,11 +1,10 @@
--- revision: 21
+-- revision: 22
 -- An operator's changes to jobs: cancel, retry and delete, one or many.
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
 -- schema/functions.go): raise it with every change. A function whose
--- result changed is dropped first, by its argument list, since CREATE OR
--- REPLACE cannot change a result: cancel_requested returns each request's
--- cause.
+-- result changes is dropped first, by its argument list, since CREATE OR
+-- REPLACE cannot change a result.
 
 DROP FUNCTION IF EXISTS pgtask.cancel_requested(bigint[], integer[]);
 
@@ -278,8 +277,9 @@ BEGIN
 END;
 $$;
 
--- Which of a worker's running attempts (p_ids with their p_attempts) an
--- operator asked to cancel, with why (see cancel_requests.cause): the
+-- Which of a worker's running attempts (p_ids with their p_attempts) a
+-- cancel request asks to stop (an operator's, or its workflow's cancel),
+-- with why (see cancel_requests.cause): the
 -- worker's check of a notification, and for requests whose notification
 -- it missed.
 CREATE OR REPLACE FUNCTION pgtask.cancel_requested(p_ids bigint[], p_attempts integer[])

@@ -1,4 +1,4 @@
--- revision: 60
+-- revision: 61
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -11,8 +11,7 @@
 -- arguments or result changed is dropped first, by its argument list,
 -- so that no other signature of it survives a re-apply (CREATE OR REPLACE
 -- cannot change a result, and a new argument list would leave the old one
--- beside it): the claims return cancel_cause (text), and cancel_claimed
--- takes the claimed rows.
+-- beside it).
 --
 -- The claims run with plan_cache_mode = force_generic_plan. Their statements
 -- take the queue, the cursor and the promoted heads as parameters, and the

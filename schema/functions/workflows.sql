@@ -1,4 +1,4 @@
--- revision: 14
+-- revision: 15
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -47,9 +47,8 @@
 --
 -- Applied with CREATE OR REPLACE when this file's revision rises (see
 -- schema/functions.go): raise it with every change. A function whose
--- arguments changed is dropped first, by its former argument list, so that
--- no other signature of it survives a re-apply: workflow_cancel takes the
--- failed step.
+-- arguments change is dropped first, by its former argument list, so that
+-- no other signature of it survives a re-apply.
 
 DROP FUNCTION IF EXISTS pgtask.workflow_cancel(bigint);
 
