@@ -100,8 +100,8 @@ func TestSmallRunPrintsEveryMeasure(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", want, table)
 		}
 	}
-	if strings.Count(table, "\n") != 79 {
-		t.Errorf("table has %d lines, want a header and 78 rows:\n%s", strings.Count(table, "\n"), table)
+	if strings.Count(table, "\n") != 81 {
+		t.Errorf("table has %d lines, want a header and 80 rows:\n%s", strings.Count(table, "\n"), table)
 	}
 }
 
