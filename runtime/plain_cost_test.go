@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
@@ -65,15 +67,7 @@ func TestPlainJobCallsOnlyItsOwnFunctions(t *testing.T) {
 	for range jobs {
 		enqueue(t, b.pool, "plain.cost", map[string]any{})
 	}
-	tx, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // it only counts
-	q, g := testdb.New(tx), gen.New(tx)
-	if err := q.TrackFunctionCalls(ctx); err != nil {
-		t.Fatal(err)
-	}
+	_, q, g := countingTx(t, b)
 	for i := range jobs {
 		claimed, err := g.ClaimJobs(ctx, gen.ClaimJobsParams{Queue: runtime.DefaultQueue, Max: 1, WorkerID: 1})
 		if err != nil || len(claimed) != 1 {
@@ -126,15 +120,7 @@ func TestJobPathsPlanNoStatementPerCall(t *testing.T) {
 					}
 					enqueue(t, b.pool, "plain.cost", map[string]any{}, opts...)
 				}
-				tx, err := b.pool.Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer tx.Rollback(ctx) //nolint:errcheck // it only counts
-				q, g := testdb.New(tx), gen.New(tx)
-				if err := q.TrackFunctionCalls(ctx); err != nil {
-					t.Fatal(err)
-				}
+				_, q, g := countingTx(t, b)
 				for i := range jobs {
 					var id int64
 					var attempt int32
@@ -205,15 +191,7 @@ func TestEnqueuePlansNoStatementPerCall(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	tx, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // it only counts
-	q := testdb.New(tx)
-	if err := q.TrackFunctionCalls(ctx); err != nil {
-		t.Fatal(err)
-	}
+	tx, q, _ := countingTx(t, b)
 	const calls = 3
 	for i := range calls {
 		enqueue(t, tx, "plain.cost", map[string]any{})
@@ -229,4 +207,16 @@ func TestEnqueuePlansNoStatementPerCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	planEveryCall(t, got, calls)
+}
+
+// countingTx begins a transaction on b's pool, rolled back when the test
+// ends, that counts its calls of pgtask's functions (FunctionCallsHere).
+func countingTx(t *testing.T, b *bundle) (pgx.Tx, *testdb.Queries, *gen.Queries) {
+	t.Helper()
+	tx := beginTx(t, b)
+	q := testdb.New(tx)
+	if err := q.TrackFunctionCalls(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return tx, q, gen.New(tx)
 }
