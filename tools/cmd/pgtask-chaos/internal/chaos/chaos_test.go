@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
@@ -90,17 +91,27 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The failures are reported after everything logged: the progress and
+	// the summary run to hundreds of lines, and a log cut in the middle
+	// keeps its end.
+	var failures []string
+	errorf := func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
+	defer func() {
+		for _, f := range failures {
+			t.Error(f)
+		}
+	}()
 
 	if !res.Finished {
-		t.Errorf("the run did not finish within %s", cfg.Timeout)
+		errorf("the run did not finish within %s", cfg.Timeout)
 	}
 	for _, c := range res.Checks {
 		if c.Violations > 0 {
-			t.Errorf("invariant %d (%s): %d violations %v, e.g. %q", c.Number, c.Name, c.Violations, c.ByKind, c.Examples)
+			errorf("invariant %d (%s): %d violations %v, e.g. %q", c.Number, c.Name, c.Violations, c.ByKind, c.Examples)
 		}
 	}
 	for _, p := range res.Problems {
-		t.Errorf("run problem: %s", p)
+		errorf("run problem: %s", p)
 	}
 	for _, f := range []string{
 		chaos.FaultSigkill, chaos.FaultPoison, chaos.FaultTerminate, chaos.FaultInJob, chaos.FaultMid,
@@ -109,7 +120,7 @@ func TestChaos(t *testing.T) {
 		chaos.FaultPause,
 	} {
 		if res.Fault(f) == 0 {
-			t.Errorf("fault %q was never injected", f)
+			errorf("fault %q was never injected", f)
 		}
 	}
 	// Without a process that lived long enough, memory was not checked.
@@ -120,11 +131,11 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	if judged == 0 {
-		t.Errorf("no worker process lived %s, so memory growth was not judged", cfg.RSSMinLife)
+		errorf("no worker process lived %s, so memory growth was not judged", cfg.RSSMinLife)
 	}
 	j := res.Jobs
 	if want := int64(cfg.Jobs); j.Committed-j.Callbacks != want || j.Succeeded+j.Failed+j.Cancelled != j.Committed {
-		t.Errorf("committed %d (%d of them callbacks), succeeded %d, failed %d, cancelled %d; want %d jobs and the callbacks finished",
+		errorf("committed %d (%d of them callbacks), succeeded %d, failed %d, cancelled %d; want %d jobs and the callbacks finished",
 			j.Committed, j.Callbacks, j.Succeeded, j.Failed, j.Cancelled, want)
 	}
 	// Some jobs were workflow steps, some of them cancelled after a failure
@@ -133,44 +144,44 @@ func TestChaos(t *testing.T) {
 	// without, so check 11 held both kinds of callback to their batch.
 	if w := res.Workflows; j.ByHow["workflow"] == 0 || w.StepsCancelled == 0 || w.OperatorCancels == 0 ||
 		w.AnywayRan == 0 || w.CancelledByFailure == 0 {
-		t.Errorf("workflows %+v: want some, with cancelled steps, a step run after a failed parent under Anyway, "+
+		errorf("workflows %+v: want some, with cancelled steps, a step run after a failed parent under Anyway, "+
 			"one cancelled by a failure and one by an operator", w)
 	}
 	if b := res.Batches; j.ByHow["enqueue_batch"] == 0 || b.WithFailure == 0 || b.Batches <= b.WithFailure ||
 		b.FailureRuns == 0 || b.FinishRuns == 0 {
-		t.Errorf("batches %+v: want some, with a failure and without, and callbacks of both kinds run", b)
+		errorf("batches %+v: want some, with a failure and without, and callbacks of both kinds run", b)
 	}
 	t.Logf("workflows %+v; batches %+v", res.Workflows, res.Batches)
 	if res.Jobs.NotCommitted["rollback"] == 0 || res.Jobs.NotCommitted["savepoint"] == 0 {
-		t.Errorf("no rolled-back enqueues to check: %v", res.Jobs.NotCommitted)
+		errorf("no rolled-back enqueues to check: %v", res.Jobs.NotCommitted)
 	}
 	// Each limit key ran several jobs at once (every limit here is 2 or
 	// more), so check 8 counted real overlaps. Reaching the limit itself in
 	// a run this short depends on the machine's timing: the full run
 	// reports each key's peak.
 	if len(res.Limits) != 3 {
-		t.Errorf("limit keys %+v, want 3", res.Limits)
+		errorf("limit keys %+v, want 3", res.Limits)
 	}
 	for _, l := range res.Limits {
 		if l.Peak < 2 {
-			t.Errorf("key %q: at most %d attempts ran at once (its limit %d): the limit serialised them", l.Key, l.Peak, l.Limit)
+			errorf("key %q: at most %d attempts ran at once (its limit %d): the limit serialised them", l.Key, l.Peak, l.Limit)
 		}
 	}
 	// Both rate keys started jobs, so check 9 counted real starts; one in
 	// four of the limited jobs has a rate.
 	if len(res.Rates) != 2 {
-		t.Errorf("rate keys %+v, want 2", res.Rates)
+		errorf("rate keys %+v, want 2", res.Rates)
 	}
 	for _, r := range res.Rates {
 		if r.Jobs == 0 || r.MostInASecond == 0 {
-			t.Errorf("rate key %q: %d jobs started, at most %d in a second", r.Key, r.Jobs, r.MostInASecond)
+			errorf("rate key %q: %d jobs started, at most %d in a second", r.Key, r.Jobs, r.MostInASecond)
 		}
 	}
 	t.Logf("rate keys: %+v", res.Rates)
 	// The pinning transaction was held, and opened again after the restart
 	// and the crash ended it.
 	if h := res.Horizon; h.Held <= 0 || h.Opens <= res.Fault(chaos.FaultRestart)+res.Fault(chaos.FaultCrash) {
-		t.Errorf("the vacuum horizon was not pinned throughout: held %s, opened %d times", h.Held, h.Opens)
+		errorf("the vacuum horizon was not pinned throughout: held %s, opened %d times", h.Held, h.Opens)
 	}
 	// A paused process may have had nothing in flight, so none of these is
 	// required; they are printed for the record.
