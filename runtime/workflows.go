@@ -431,11 +431,17 @@ func (in *Input[R]) UnmarshalJSON(b []byte) error {
 // did not succeed (the step runs anyway) returns an error wrapping
 // ErrParentFailed, with the parent's status; a parent retried since
 // (unfinished again) one wrapping ErrParentNotFinished; a parent whose job
-// is gone (retention) one wrapping ErrParentGone.
+// is gone (retention) one wrapping ErrParentGone. An input that is not set
+// returns a final error saying the job was not enqueued as a workflow step
+// with its inputs set (it was enqueued with runtime.Enqueue, say).
 func (in Input[R]) Get(ctx context.Context, job *Job) (R, error) {
 	var zero R
 	if !in.set {
-		return zero, NoRetry(fmt.Errorf("job %d: the workflow input is not set", job.ID))
+		// A workflow refuses a typed step whose Input is unset, so the job
+		// was enqueued some other way (Enqueue, a batch, an untyped step),
+		// and no attempt can give it a parent.
+		return zero, NoRetry(fmt.Errorf("job %d: the workflow input is not set: the job was not enqueued as a workflow step with its inputs set "+
+			"(a task with runtime.Input fields is added to a workflow with its generated Add function)", job.ID))
 	}
 	raw, err := stepInput(ctx, job, in.step)
 	if err != nil {

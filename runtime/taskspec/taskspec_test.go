@@ -3,6 +3,7 @@ package taskspec_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -334,5 +335,64 @@ func TestRequestValidationNamesTheKindAndFields(t *testing.T) {
 	req, err := taskspec.Request(invoiceSpec, invoice{Customer: "ann", Cents: 5})
 	if err != nil || req.Kind != "invoice" || string(req.Payload) != `{"customer":"ann","cents":5}` {
 		t.Errorf("Request of a valid invoice: %+v, %v", req, err)
+	}
+}
+
+type merge struct {
+	First runtime.Input[int] `json:"first"`
+}
+
+// What the generator writes for a task with an Input field.
+var mergeSpec = &taskspec.Spec[merge]{Kind: "merge"}
+
+// A job of a task with Input fields enqueued outside a workflow, typed (the
+// spec's Enqueue) or untyped (runtime.Enqueue with a payload that sets no
+// input), has no parent to read: its handler's Get fails for good, saying
+// the job was not enqueued as a workflow step with its inputs set.
+func TestInputOfAJobEnqueuedOutsideAWorkflow(t *testing.T) {
+	t.Parallel()
+	url := pgtasktest.NewDatabase(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := runtime.NewWorker(ctx, pc, runtime.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	if err := taskspec.Handle(w, mergeSpec, func(ctx context.Context, job *runtime.Job, m merge) error {
+		_, err := m.First.Get(ctx, job)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	typed, err := taskspec.Enqueue(ctx, pool, mergeSpec, merge{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	untyped, err := runtime.Enqueue(ctx, pool, runtime.EnqueueRequest{Kind: "merge", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []runtime.JobID{typed, untyped} {
+		info, err := runtime.GetJob(ctx, pool, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("job %d: the workflow input is not set: the job was not enqueued as a workflow step with its inputs set", id)
+		if info.Status != runtime.StatusFailed || info.Attempts != 1 || len(info.Errors) != 1 || !strings.HasPrefix(info.Errors[0].Error, want) {
+			t.Errorf("job %d: %s after %d attempts, errors %+v; want failed after 1 attempt with an error starting %q",
+				id, info.Status, info.Attempts, info.Errors, want)
+		}
 	}
 }
