@@ -201,21 +201,23 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 		}
 	}
 
-	comment(f, "Enqueue%s validates t and inserts it as a job of kind %q %s. "+
-		"db may be a pool, a connection or a transaction: in a transaction the job "+
-		"exists only if it commits. opts override the declared settings.", t.Name, s.Kind, where)
-	f.Func().Id("Enqueue"+t.Name).Params(enqueueParams("t", typ)...).
-		Params(rt("JobID"), jen.Error()).
-		Block(jen.Return(ts("Enqueue").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("t"), jen.Id("opts").Op("..."))))
-	f.Line()
+	if t.standalone() {
+		comment(f, "Enqueue%s validates t and inserts it as a job of kind %q %s. "+
+			"db may be a pool, a connection or a transaction: in a transaction the job "+
+			"exists only if it commits. opts override the declared settings.", t.Name, s.Kind, where)
+		f.Func().Id("Enqueue"+t.Name).Params(enqueueParams("t", typ)...).
+			Params(rt("JobID"), jen.Error()).
+			Block(jen.Return(ts("Enqueue").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("t"), jen.Id("opts").Op("..."))))
+		f.Line()
 
-	comment(f, "Enqueue%sMany validates every element of ts and inserts them all in one "+
-		"statement, or none if any is invalid. Ids are returned in the order of ts, "+
-		"and jobs of one group run in that order.", t.Name)
-	f.Func().Id("Enqueue"+t.Name+"Many").Params(enqueueParams("ts", jen.Index().Add(typ))...).
-		Params(jen.Index().Add(rt("JobID")), jen.Error()).
-		Block(jen.Return(ts("EnqueueMany").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("ts"), jen.Id("opts").Op("..."))))
-	f.Line()
+		comment(f, "Enqueue%sMany validates every element of ts and inserts them all in one "+
+			"statement, or none if any is invalid. Ids are returned in the order of ts, "+
+			"and jobs of one group run in that order.", t.Name)
+		f.Func().Id("Enqueue"+t.Name+"Many").Params(enqueueParams("ts", jen.Index().Add(typ))...).
+			Params(jen.Index().Add(rt("JobID")), jen.Error()).
+			Block(jen.Return(ts("EnqueueMany").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("ts"), jen.Id("opts").Op("..."))))
+		f.Line()
+	}
 
 	if t.batchable() {
 		comment(f, "Enqueue%sBatch validates every element of ts and inserts them as a "+
@@ -256,7 +258,9 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 			deps = append(deps, jen.Id("t").Dot(name).Dot("Dep").Call(jen.Lit(name)))
 		}
 		inputs = jen.Index().Add(rt("Dep")).Values(deps...)
-		inputNote = fmt.Sprintf(" Its inputs (%s) make it depend on the steps they are set from.", strings.Join(t.Inputs, ", "))
+		inputNote = fmt.Sprintf(" Its inputs (%s) make it depend on the steps they are set from. "+
+			"A %s is enqueued only as a workflow's step, with Add%s: only a step's inputs name its parents, "+
+			"so there is no Enqueue%s.", strings.Join(t.Inputs, ", "), t.Name, t.Name, t.Name)
 	}
 	addParams := []jen.Code{
 		jen.Id("wf").Op("*").Add(rt("Workflow")),
@@ -353,10 +357,13 @@ func generatedNames(t task) []generatedName {
 	names := []generatedName{
 		{t.Name + "Kind", "kind constant"},
 		{lowerFirst(t.Name) + "Spec", "settings variable"},
-		{"Enqueue" + t.Name, "Enqueue<T>"},
-		{"Enqueue" + t.Name + "Many", "Enqueue<T>Many"},
 		{"Add" + t.Name, "Add<T>"},
 		{"Handle" + t.Name, "Handle<T>"},
+	}
+	if t.standalone() {
+		names = append(names,
+			generatedName{"Enqueue" + t.Name, "Enqueue<T>"},
+			generatedName{"Enqueue" + t.Name + "Many", "Enqueue<T>Many"})
 	}
 	if t.batchable() {
 		names = append(names, generatedName{"Enqueue" + t.Name + "Batch", "Enqueue<T>Batch"})
@@ -373,17 +380,24 @@ func generatedNames(t task) []generatedName {
 	return names
 }
 
-// batchable reports whether Enqueue<T>Batch is generated for t: not for a
-// unique task, whose every job has a unique key, which a batch's jobs
-// cannot have (runtime.EnqueueBatch refuses them: the key could name
-// another batch's job, or one of no batch).
-func (t task) batchable() bool { return !t.settings.Unique && len(t.Unique) == 0 }
+// standalone reports whether t's jobs are enqueued on their own, so that
+// Enqueue<T>, Enqueue<T>Many and Request<T> are generated for it: not for a
+// task with runtime.Input fields. Only a workflow's step has parents for
+// its inputs to name; a job enqueued otherwise has none, and its handler's
+// Get would fail. Such a task is added with Add<T> alone.
+func (t task) standalone() bool { return len(t.Inputs) == 0 }
 
-// requestable reports whether Request<T> is generated for t: not for a
-// task with runtime.Input fields. A request carries no dependencies, so
-// its inputs would name no parent, and its handler's Get would fail; such
-// a task is a workflow's step, added with Add<T>.
-func (t task) requestable() bool { return len(t.Inputs) == 0 }
+// batchable reports whether Enqueue<T>Batch is generated for t: not for a
+// task that is not standalone, nor for a unique task, whose every job has
+// a unique key, which a batch's jobs cannot have (runtime.EnqueueBatch
+// refuses them: the key could name another batch's job, or one of no
+// batch).
+func (t task) batchable() bool { return t.standalone() && !t.settings.Unique && len(t.Unique) == 0 }
+
+// requestable reports whether Request<T> is generated for t: for a
+// standalone task. A request carries no dependencies, so the inputs of
+// another would name no parent.
+func (t task) requestable() bool { return t.standalone() }
 
 // requestName is the name of task name's Request<T>: Request and the name,
 // or, for a name whose first word is Request already (Request,
