@@ -186,10 +186,11 @@ func EnqueueInviteMany(ctx context.Context, db runtime.DB, ts []Invite, opts ...
 }
 
 // RequestInvite validates t and returns it as a request for a job of kind
-// "invite", with the declared settings and opts over them: a batch's callback
-// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds. An invalid t returns the validation error, which names the
-// fields.
+// "invite", with the declared settings and opts over them, and the unique key
+// made from its fields Team, Email: a job of a runtime.EnqueueMany of several
+// kinds. runtime.EnqueueBatch refuses it, as a job or as a callback: a batch's
+// jobs cannot be unique. An invalid t returns the validation error, which names
+// the fields.
 func RequestInvite(t Invite, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(inviteSpec, t, opts...)
 }

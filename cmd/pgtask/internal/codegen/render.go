@@ -237,11 +237,22 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	}
 
 	if t.requestable() {
-		comment(f, "%s validates t and returns it as a request for a job of kind "+
-			"%q, with the declared settings and opts over them: a batch's callback "+
-			"(runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of "+
-			"several kinds. An invalid t returns the validation error, which names "+
-			"the fields.", requestName(t.Name), s.Kind)
+		if key := t.uniqueKeySource(); key != "" {
+			// A batch refuses unique jobs and callbacks, and a workflow
+			// unique steps: a unique request has one use.
+			comment(f, "%s validates t and returns it as a request for a job of kind "+
+				"%q, with the declared settings and opts over them, and the unique key "+
+				"made from %s: a job of a runtime.EnqueueMany of several kinds. "+
+				"runtime.EnqueueBatch refuses it, as a job or as a callback: a batch's "+
+				"jobs cannot be unique. An invalid t returns the validation error, which "+
+				"names the fields.", requestName(t.Name), s.Kind, key)
+		} else {
+			comment(f, "%s validates t and returns it as a request for a job of kind "+
+				"%q, with the declared settings and opts over them: a batch's callback "+
+				"(runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of "+
+				"several kinds. An invalid t returns the validation error, which names "+
+				"the fields.", requestName(t.Name), s.Kind)
+		}
 		f.Func().Id(requestName(t.Name)).Params(
 			jen.Id("t").Add(typ),
 			jen.Id("opts").Op("...").Add(rt("EnqueueOption")),
@@ -398,6 +409,21 @@ func (t task) batchable() bool { return t.standalone() && !t.settings.Unique && 
 // standalone task. A request carries no dependencies, so the inputs of
 // another would name no parent.
 func (t task) requestable() bool { return t.standalone() }
+
+// uniqueKeySource says what a unique task's unique key is made of, for
+// doc comments: "its payload" or "its fields A, B"; "" for a task that is
+// not unique.
+func (t task) uniqueKeySource() string {
+	switch {
+	case t.settings.Unique:
+		return "its payload"
+	case len(t.Unique) == 1:
+		return "its field " + t.Unique[0]
+	case len(t.Unique) > 1:
+		return "its fields " + strings.Join(t.Unique, ", ")
+	}
+	return ""
+}
 
 // requestName is the name of task name's Request<T>: Request and the name,
 // or, for a name whose first word is Request already (Request,

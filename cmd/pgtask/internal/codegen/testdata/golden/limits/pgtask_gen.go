@@ -170,10 +170,11 @@ func EnqueueReindexMany(ctx context.Context, db runtime.DB, ts []Reindex, opts .
 }
 
 // RequestReindex validates t and returns it as a request for a job of kind
-// "reindex", with the declared settings and opts over them: a batch's callback
-// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds. An invalid t returns the validation error, which names the
-// fields.
+// "reindex", with the declared settings and opts over them, and the unique key
+// made from its fields Tenant, Table: a job of a runtime.EnqueueMany of several
+// kinds. runtime.EnqueueBatch refuses it, as a job or as a callback: a batch's
+// jobs cannot be unique. An invalid t returns the validation error, which names
+// the fields.
 func RequestReindex(t Reindex, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(reindexSpec, t, opts...)
 }
@@ -227,9 +228,10 @@ func EnqueueResizeMany(ctx context.Context, db runtime.DB, ts []Resize, opts ...
 }
 
 // RequestResize validates t and returns it as a request for a job of kind
-// "resize", with the declared settings and opts over them: a batch's callback
-// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds. An invalid t returns the validation error, which names the
+// "resize", with the declared settings and opts over them, and the unique key
+// made from its field Width: a job of a runtime.EnqueueMany of several kinds.
+// runtime.EnqueueBatch refuses it, as a job or as a callback: a batch's jobs
+// cannot be unique. An invalid t returns the validation error, which names the
 // fields.
 func RequestResize(t Resize, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(resizeSpec, t, opts...)
