@@ -396,3 +396,45 @@ func TestInputOfAJobEnqueuedOutsideAWorkflow(t *testing.T) {
 		}
 	}
 }
+
+// A unique task's key comes from its declaration: WithUniqueKey("") cannot
+// clear it, which would make the job silently not unique. Enqueue,
+// EnqueueMany and Request refuse it with an error naming the kind, and
+// nothing is inserted; a key of the caller's own still replaces it.
+func TestUniqueKeyCannotBeCleared(t *testing.T) {
+	t.Parallel()
+	pool := pgtasktest.NewPool(t)
+	ctx := context.Background()
+	clear := runtime.WithUniqueKey("")
+	checkErr := func(what string, err error, kind, from string) {
+		t.Helper()
+		want := kind + `: its unique key comes from its declaration (` + from + `); WithUniqueKey("") cannot clear it`
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s with WithUniqueKey(\"\"): %v; want an error saying %q", what, err, want)
+		}
+	}
+	_, err := taskspec.Enqueue(ctx, pool, syncSpec, sync{"a"}, clear)
+	checkErr("Enqueue of sync", err, "sync", "its payload")
+	_, err = taskspec.EnqueueMany(ctx, pool, syncSpec, []sync{{"a"}, {"b"}}, clear)
+	checkErr("EnqueueMany of sync", err, "sync", "its payload")
+	_, err = taskspec.Request(syncSpec, sync{"a"}, clear)
+	checkErr("Request of sync", err, "sync", "its payload")
+	_, err = taskspec.Enqueue(ctx, pool, inviteSpec, invite{Team: "red", Email: "a@x"}, clear)
+	checkErr("Enqueue of invite", err, "invite", "fields Team, Email, Tags")
+	_, err = taskspec.EnqueueMany(ctx, pool, inviteSpec, []invite{{Team: "red", Email: "a@x"}}, clear)
+	checkErr("EnqueueMany of invite", err, "invite", "fields Team, Email, Tags")
+	if n, err := runtime.CountJobs(ctx, pool, runtime.JobFilter{}); err != nil || n != 0 {
+		t.Fatalf("%d jobs inserted by refused enqueues (%v)", n, err)
+	}
+	// A key of the caller's own, then the key cleared after it, as options
+	// apply in order.
+	a, err := taskspec.Enqueue(ctx, pool, inviteSpec, invite{Team: "red"}, runtime.WithUniqueKey("mine"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := taskspec.Enqueue(ctx, pool, inviteSpec, invite{Team: "blue"}, runtime.WithUniqueKey("mine")); err != nil || b != a {
+		t.Fatalf("the same key of the caller's own made jobs %d and %d (%v)", a, b, err)
+	}
+	_, err = taskspec.Enqueue(ctx, pool, inviteSpec, invite{Team: "red"}, runtime.WithUniqueKey("mine"), clear)
+	checkErr("Enqueue of invite with a key then none", err, "invite", "fields Team, Email, Tags")
+}

@@ -202,9 +202,15 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	}
 
 	if t.standalone() {
+		uniqueNote := ""
+		if key := t.uniqueKeySource(); key != "" {
+			uniqueNote = fmt.Sprintf(" Its unique key is made from %s: while a job holds it, "+
+				"enqueueing another inserts nothing and returns the holder's id. "+
+				"runtime.WithUniqueKey(k) replaces the key; an empty k is refused.", key)
+		}
 		comment(f, "Enqueue%s validates t and inserts it as a job of kind %q %s. "+
 			"db may be a pool, a connection or a transaction: in a transaction the job "+
-			"exists only if it commits. opts override the declared settings.", t.Name, s.Kind, where)
+			"exists only if it commits. opts override the declared settings.%s", t.Name, s.Kind, where, uniqueNote)
 		f.Func().Id("Enqueue"+t.Name).Params(enqueueParams("t", typ)...).
 			Params(rt("JobID"), jen.Error()).
 			Block(jen.Return(ts("Enqueue").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("t"), jen.Id("opts").Op("..."))))

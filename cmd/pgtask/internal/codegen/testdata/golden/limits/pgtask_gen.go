@@ -157,7 +157,10 @@ var reindexSpec = &taskspec.Spec[Reindex]{
 // EnqueueReindex validates t and inserts it as a job of kind "reindex" on queue
 // "default", at most 1 running at once per Tenant. db may be a pool, a
 // connection or a transaction: in a transaction the job exists only if it
-// commits. opts override the declared settings.
+// commits. opts override the declared settings. Its unique key is made from its
+// fields Tenant, Table: while a job holds it, enqueueing another inserts
+// nothing and returns the holder's id. runtime.WithUniqueKey(k) replaces the
+// key; an empty k is refused.
 func EnqueueReindex(ctx context.Context, db runtime.DB, t Reindex, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
 	return taskspec.Enqueue(ctx, db, reindexSpec, t, opts...)
 }
@@ -215,7 +218,10 @@ var resizeSpec = &taskspec.Spec[Resize]{
 // EnqueueResize validates t and inserts it as a job of kind "resize" on queue
 // "default", at most 2147483647 running at once per Bucket. db may be a pool, a
 // connection or a transaction: in a transaction the job exists only if it
-// commits. opts override the declared settings.
+// commits. opts override the declared settings. Its unique key is made from its
+// field Width: while a job holds it, enqueueing another inserts nothing and
+// returns the holder's id. runtime.WithUniqueKey(k) replaces the key; an empty
+// k is refused.
 func EnqueueResize(ctx context.Context, db runtime.DB, t Resize, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
 	return taskspec.Enqueue(ctx, db, resizeSpec, t, opts...)
 }

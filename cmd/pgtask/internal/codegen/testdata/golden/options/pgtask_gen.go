@@ -165,7 +165,10 @@ var inviteSpec = &taskspec.Spec[Invite]{
 // EnqueueInvite validates t and inserts it as a job of kind "invite" on queue
 // "default", in the FIFO group of its Team. db may be a pool, a connection or a
 // transaction: in a transaction the job exists only if it commits. opts
-// override the declared settings.
+// override the declared settings. Its unique key is made from its fields Team,
+// Email: while a job holds it, enqueueing another inserts nothing and returns
+// the holder's id. runtime.WithUniqueKey(k) replaces the key; an empty k is
+// refused.
 func EnqueueInvite(ctx context.Context, db runtime.DB, t Invite, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
 	return taskspec.Enqueue(ctx, db, inviteSpec, t, opts...)
 }
@@ -339,7 +342,10 @@ var syncSpec = &taskspec.Spec[Sync]{
 
 // EnqueueSync validates t and inserts it as a job of kind "sync" on queue
 // "default". db may be a pool, a connection or a transaction: in a transaction
-// the job exists only if it commits. opts override the declared settings.
+// the job exists only if it commits. opts override the declared settings. Its
+// unique key is made from its payload: while a job holds it, enqueueing another
+// inserts nothing and returns the holder's id. runtime.WithUniqueKey(k)
+// replaces the key; an empty k is refused.
 func EnqueueSync(ctx context.Context, db runtime.DB, t Sync, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
 	return taskspec.Enqueue(ctx, db, syncSpec, t, opts...)
 }
