@@ -176,7 +176,8 @@ var inviteSpec = &taskspec.Spec[Invite]{
 // override the declared settings. Its unique key is made from its fields Team,
 // Email: while a job holds it, enqueueing another inserts nothing and returns
 // the holder's id. runtime.WithUniqueKey(k) replaces the key; an empty k is
-// refused.
+// refused. A batch's jobs and a workflow's steps cannot be unique, so there is
+// no EnqueueInviteBatch or AddInvite.
 func EnqueueInvite(ctx context.Context, db runtime.DB, t Invite, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
 	return taskspec.Enqueue(ctx, db, inviteSpec, t, opts...)
 }
@@ -196,13 +197,6 @@ func EnqueueInviteMany(ctx context.Context, db runtime.DB, ts []Invite, opts ...
 // the fields.
 func RequestInvite(t Invite, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(inviteSpec, t, opts...)
-}
-
-// AddInvite validates t and adds it to wf as a step of kind "invite". opts add
-// dependencies without data (runtime.After and the like) and override the
-// declared settings. An invalid t is returned by wf.Enqueue.
-func AddInvite(wf *runtime.Workflow, t Invite, opts ...runtime.StepOption) runtime.Step {
-	return taskspec.AddStep(wf, inviteSpec, t, nil, opts...)
 }
 
 // HandleInvite registers fn as the handler of "invite" jobs on w. fn runs in

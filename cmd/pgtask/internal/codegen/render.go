@@ -206,7 +206,9 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 		if key := t.uniqueKeySource(); key != "" {
 			uniqueNote = fmt.Sprintf(" Its unique key is made from %s: while a job holds it, "+
 				"enqueueing another inserts nothing and returns the holder's id. "+
-				"runtime.WithUniqueKey(k) replaces the key; an empty k is refused.", key)
+				"runtime.WithUniqueKey(k) replaces the key; an empty k is refused. "+
+				"A batch's jobs and a workflow's steps cannot be unique, so there is no "+
+				"Enqueue%sBatch or Add%s.", key, t.Name, t.Name)
 		}
 		comment(f, "Enqueue%s validates t and inserts it as a job of kind %q %s. "+
 			"db may be a pool, a connection or a transaction: in a transaction the job "+
@@ -284,25 +286,27 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 		jen.Id("t").Add(typ),
 		jen.Id("opts").Op("...").Add(rt("StepOption")),
 	}
-	if t.Result == nil {
-		comment(f, "Add%s validates t and adds it to wf as a step of kind %q.%s "+
-			"opts add dependencies without data (runtime.After and the like) and "+
-			"override the declared settings. An invalid t is returned by wf.Enqueue.", t.Name, s.Kind, inputNote)
-		f.Func().Id("Add" + t.Name).Params(addParams...).Add(rt("Step")).
-			Block(jen.Return(ts("AddStep").Call(jen.Id("wf"), jen.Id(spec), jen.Id("t"), inputs, jen.Id("opts").Op("..."))))
-		f.Line()
-	} else {
-		result, err := typeCode(t.Result)
-		if err != nil {
-			return Error{Pos: t.Pos, Msg: fmt.Sprintf("%s: result type: %v", t.Name, err)}
+	if t.addable() {
+		if t.Result == nil {
+			comment(f, "Add%s validates t and adds it to wf as a step of kind %q.%s "+
+				"opts add dependencies without data (runtime.After and the like) and "+
+				"override the declared settings. An invalid t is returned by wf.Enqueue.", t.Name, s.Kind, inputNote)
+			f.Func().Id("Add" + t.Name).Params(addParams...).Add(rt("Step")).
+				Block(jen.Return(ts("AddStep").Call(jen.Id("wf"), jen.Id(spec), jen.Id("t"), inputs, jen.Id("opts").Op("..."))))
+			f.Line()
+		} else {
+			result, err := typeCode(t.Result)
+			if err != nil {
+				return Error{Pos: t.Pos, Msg: fmt.Sprintf("%s: result type: %v", t.Name, err)}
+			}
+			comment(f, "Add%s validates t and adds it to wf as a step of kind %q, whose "+
+				"Output feeds the runtime.Input fields of later steps.%s opts add "+
+				"dependencies without data (runtime.After and the like) and override the "+
+				"declared settings. An invalid t is returned by wf.Enqueue.", t.Name, s.Kind, inputNote)
+			f.Func().Id("Add" + t.Name).Params(addParams...).Add(rt("StepWithResult")).Types(result.Clone()).
+				Block(jen.Return(ts("AddStepWithResult").Types(result.Clone()).Call(jen.Id("wf"), jen.Id(spec), jen.Id("t"), inputs, jen.Id("opts").Op("..."))))
+			f.Line()
 		}
-		comment(f, "Add%s validates t and adds it to wf as a step of kind %q, whose "+
-			"Output feeds the runtime.Input fields of later steps.%s opts add "+
-			"dependencies without data (runtime.After and the like) and override the "+
-			"declared settings. An invalid t is returned by wf.Enqueue.", t.Name, s.Kind, inputNote)
-		f.Func().Id("Add" + t.Name).Params(addParams...).Add(rt("StepWithResult")).Types(result.Clone()).
-			Block(jen.Return(ts("AddStepWithResult").Types(result.Clone()).Call(jen.Id("wf"), jen.Id(spec), jen.Id("t"), inputs, jen.Id("opts").Op("..."))))
-		f.Line()
 	}
 
 	handlerParams := jen.Params(jen.Id("ctx").Qual("context", "Context"), jen.Id("job").Op("*").Add(rt("Job")), jen.Id("t").Add(typ))
@@ -374,8 +378,10 @@ func generatedNames(t task) []generatedName {
 	names := []generatedName{
 		{t.Name + "Kind", "kind constant"},
 		{lowerFirst(t.Name) + "Spec", "settings variable"},
-		{"Add" + t.Name, "Add<T>"},
 		{"Handle" + t.Name, "Handle<T>"},
+	}
+	if t.addable() {
+		names = append(names, generatedName{"Add" + t.Name, "Add<T>"})
 	}
 	if t.standalone() {
 		names = append(names,
@@ -409,7 +415,17 @@ func (t task) standalone() bool { return len(t.Inputs) == 0 }
 // a unique key, which a batch's jobs cannot have (runtime.EnqueueBatch
 // refuses them: the key could name another batch's job, or one of no
 // batch).
-func (t task) batchable() bool { return t.standalone() && !t.settings.Unique && len(t.Unique) == 0 }
+func (t task) batchable() bool { return t.standalone() && !t.unique() }
+
+// unique reports whether t's jobs are unique: by payload, or by fields
+// tagged task:"unique".
+func (t task) unique() bool { return t.settings.Unique || len(t.Unique) > 0 }
+
+// addable reports whether Add<T> is generated for t: not for a unique
+// task. A workflow refuses unique steps (their key could name another
+// workflow's job), and the declared key cannot be cleared. A unique task
+// with inputs is refused by load: it could not be enqueued at all.
+func (t task) addable() bool { return !t.unique() }
 
 // requestable reports whether Request<T> is generated for t: for a
 // standalone task. A request carries no dependencies, so the inputs of

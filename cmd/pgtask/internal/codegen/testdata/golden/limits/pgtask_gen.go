@@ -160,7 +160,8 @@ var reindexSpec = &taskspec.Spec[Reindex]{
 // commits. opts override the declared settings. Its unique key is made from its
 // fields Tenant, Table: while a job holds it, enqueueing another inserts
 // nothing and returns the holder's id. runtime.WithUniqueKey(k) replaces the
-// key; an empty k is refused.
+// key; an empty k is refused. A batch's jobs and a workflow's steps cannot be
+// unique, so there is no EnqueueReindexBatch or AddReindex.
 func EnqueueReindex(ctx context.Context, db runtime.DB, t Reindex, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
 	return taskspec.Enqueue(ctx, db, reindexSpec, t, opts...)
 }
@@ -180,13 +181,6 @@ func EnqueueReindexMany(ctx context.Context, db runtime.DB, ts []Reindex, opts .
 // the fields.
 func RequestReindex(t Reindex, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(reindexSpec, t, opts...)
-}
-
-// AddReindex validates t and adds it to wf as a step of kind "reindex". opts
-// add dependencies without data (runtime.After and the like) and override the
-// declared settings. An invalid t is returned by wf.Enqueue.
-func AddReindex(wf *runtime.Workflow, t Reindex, opts ...runtime.StepOption) runtime.Step {
-	return taskspec.AddStep(wf, reindexSpec, t, nil, opts...)
 }
 
 // HandleReindex registers fn as the handler of "reindex" jobs on w. fn runs in
@@ -221,7 +215,8 @@ var resizeSpec = &taskspec.Spec[Resize]{
 // commits. opts override the declared settings. Its unique key is made from its
 // field Width: while a job holds it, enqueueing another inserts nothing and
 // returns the holder's id. runtime.WithUniqueKey(k) replaces the key; an empty
-// k is refused.
+// k is refused. A batch's jobs and a workflow's steps cannot be unique, so
+// there is no EnqueueResizeBatch or AddResize.
 func EnqueueResize(ctx context.Context, db runtime.DB, t Resize, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
 	return taskspec.Enqueue(ctx, db, resizeSpec, t, opts...)
 }
@@ -241,13 +236,6 @@ func EnqueueResizeMany(ctx context.Context, db runtime.DB, ts []Resize, opts ...
 // fields.
 func RequestResize(t Resize, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(resizeSpec, t, opts...)
-}
-
-// AddResize validates t and adds it to wf as a step of kind "resize". opts add
-// dependencies without data (runtime.After and the like) and override the
-// declared settings. An invalid t is returned by wf.Enqueue.
-func AddResize(wf *runtime.Workflow, t Resize, opts ...runtime.StepOption) runtime.Step {
-	return taskspec.AddStep(wf, resizeSpec, t, nil, opts...)
 }
 
 // HandleResize registers fn as the handler of "resize" jobs on w. fn runs in

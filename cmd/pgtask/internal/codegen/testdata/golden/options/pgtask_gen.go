@@ -168,7 +168,8 @@ var inviteSpec = &taskspec.Spec[Invite]{
 // override the declared settings. Its unique key is made from its fields Team,
 // Email: while a job holds it, enqueueing another inserts nothing and returns
 // the holder's id. runtime.WithUniqueKey(k) replaces the key; an empty k is
-// refused.
+// refused. A batch's jobs and a workflow's steps cannot be unique, so there is
+// no EnqueueInviteBatch or AddInvite.
 func EnqueueInvite(ctx context.Context, db runtime.DB, t Invite, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
 	return taskspec.Enqueue(ctx, db, inviteSpec, t, opts...)
 }
@@ -188,13 +189,6 @@ func EnqueueInviteMany(ctx context.Context, db runtime.DB, ts []Invite, opts ...
 // the fields.
 func RequestInvite(t Invite, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(inviteSpec, t, opts...)
-}
-
-// AddInvite validates t and adds it to wf as a step of kind "invite". opts add
-// dependencies without data (runtime.After and the like) and override the
-// declared settings. An invalid t is returned by wf.Enqueue.
-func AddInvite(wf *runtime.Workflow, t Invite, opts ...runtime.StepOption) runtime.Step {
-	return taskspec.AddStep(wf, inviteSpec, t, nil, opts...)
 }
 
 // HandleInvite registers fn as the handler of "invite" jobs on w. fn runs in
@@ -345,7 +339,8 @@ var syncSpec = &taskspec.Spec[Sync]{
 // the job exists only if it commits. opts override the declared settings. Its
 // unique key is made from its payload: while a job holds it, enqueueing another
 // inserts nothing and returns the holder's id. runtime.WithUniqueKey(k)
-// replaces the key; an empty k is refused.
+// replaces the key; an empty k is refused. A batch's jobs and a workflow's
+// steps cannot be unique, so there is no EnqueueSyncBatch or AddSync.
 func EnqueueSync(ctx context.Context, db runtime.DB, t Sync, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
 	return taskspec.Enqueue(ctx, db, syncSpec, t, opts...)
 }
@@ -365,13 +360,6 @@ func EnqueueSyncMany(ctx context.Context, db runtime.DB, ts []Sync, opts ...runt
 // fields.
 func RequestSync(t Sync, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(syncSpec, t, opts...)
-}
-
-// AddSync validates t and adds it to wf as a step of kind "sync". opts add
-// dependencies without data (runtime.After and the like) and override the
-// declared settings. An invalid t is returned by wf.Enqueue.
-func AddSync(wf *runtime.Workflow, t Sync, opts ...runtime.StepOption) runtime.Step {
-	return taskspec.AddStep(wf, syncSpec, t, nil, opts...)
 }
 
 // HandleSync registers fn as the handler of "sync" jobs on w. fn runs in the
