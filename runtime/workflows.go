@@ -468,19 +468,30 @@ func stepInput(ctx context.Context, job *Job, step int) (json.RawMessage, error)
 	}
 	r, err := gen.New(db).StepInput(ctx, gen.StepInputParams{ID: int64(job.ID), Step: int32(step)})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, NoRetry(fmt.Errorf("job %d: step %d of its workflow is not its parent", job.ID, step))
+		// A running job's row is there while it runs; gone, it was
+		// deleted under its attempt.
+		return nil, fmt.Errorf("job %d: read its parent's result: the job is gone", job.ID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("job %d: read its parent's result: %w", job.ID, err)
 	}
 	switch {
+	case !r.WorkflowID.Valid:
+		// Its payload names a step, but no workflow enqueued it: it was
+		// copied from a step's, say.
+		return nil, NoRetry(fmt.Errorf("job %d: its input names step %d of its workflow, but the job was not enqueued as a workflow step", job.ID, step))
+	case !r.Parent.Valid:
+		return nil, NoRetry(fmt.Errorf("job %d: step %d of its workflow is not its parent", job.ID, step))
+	}
+	parent := r.Parent.Int64
+	switch {
 	case !r.Status.Valid:
-		return nil, NoRetry(fmt.Errorf("job %d: parent job %d (step %d) is gone, and its result with it: %w", job.ID, r.ID, step, ErrParentGone))
+		return nil, NoRetry(fmt.Errorf("job %d: parent job %d (step %d) is gone, and its result with it: %w", job.ID, parent, step, ErrParentGone))
 	case r.Status.PgtaskJobStatus == gen.PgtaskJobStatusSucceeded:
 	case r.Status.PgtaskJobStatus == gen.PgtaskJobStatusFailed || r.Status.PgtaskJobStatus == gen.PgtaskJobStatusCancelled:
-		return nil, NoRetry(fmt.Errorf("job %d: parent job %d (step %d) is %s: %w", job.ID, r.ID, step, r.Status.PgtaskJobStatus, ErrParentFailed))
+		return nil, NoRetry(fmt.Errorf("job %d: parent job %d (step %d) is %s: %w", job.ID, parent, step, r.Status.PgtaskJobStatus, ErrParentFailed))
 	default:
-		return nil, fmt.Errorf("job %d: parent job %d (step %d) is %s: %w", job.ID, r.ID, step, r.Status.PgtaskJobStatus, ErrParentNotFinished)
+		return nil, fmt.Errorf("job %d: parent job %d (step %d) is %s: %w", job.ID, parent, step, r.Status.PgtaskJobStatus, ErrParentNotFinished)
 	}
 	if len(r.Result) == 0 {
 		return json.RawMessage("null"), nil

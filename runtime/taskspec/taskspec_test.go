@@ -347,8 +347,8 @@ var mergeSpec = &taskspec.Spec[merge]{Kind: "merge"}
 
 // A job of a task with Input fields enqueued outside a workflow, typed (the
 // spec's Enqueue) or untyped (runtime.Enqueue with a payload that sets no
-// input), has no parent to read: its handler's Get fails for good, saying
-// the job was not enqueued as a workflow step with its inputs set.
+// input, or one that names a step), has no parent to read: its handler's
+// Get fails for good, saying the job was not enqueued as a workflow step.
 func TestInputOfAJobEnqueuedOutsideAWorkflow(t *testing.T) {
 	t.Parallel()
 	url := pgtasktest.NewDatabase(t)
@@ -381,15 +381,25 @@ func TestInputOfAJobEnqueuedOutsideAWorkflow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An input that names a step, as a step's payload copied into a job of
+	// no workflow has it.
+	copied, err := runtime.Enqueue(ctx, pool, runtime.EnqueueRequest{Kind: "merge", Payload: []byte(`{"first":{"pgtask_step":0}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := w.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []runtime.JobID{typed, untyped} {
+	for id, want := range map[runtime.JobID]string{
+		typed:   "the workflow input is not set: the job was not enqueued as a workflow step with its inputs set",
+		untyped: "the workflow input is not set: the job was not enqueued as a workflow step with its inputs set",
+		copied:  "its input names step 0 of its workflow, but the job was not enqueued as a workflow step",
+	} {
 		info, err := runtime.GetJob(ctx, pool, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := fmt.Sprintf("job %d: the workflow input is not set: the job was not enqueued as a workflow step with its inputs set", id)
+		want = fmt.Sprintf("job %d: %s", id, want)
 		if info.Status != runtime.StatusFailed || info.Attempts != 1 || len(info.Errors) != 1 || !strings.HasPrefix(info.Errors[0].Error, want) {
 			t.Errorf("job %d: %s after %d attempts, errors %+v; want failed after 1 attempt with an error starting %q",
 				id, info.Status, info.Attempts, info.Errors, want)
