@@ -428,8 +428,8 @@ func (t task) unique() bool { return t.settings.Unique || len(t.Unique) > 0 }
 func (t task) addable() bool { return !t.unique() }
 
 // requestable reports whether Request<T> is generated for t: for a
-// standalone task. A request carries no dependencies, so the inputs of
-// another would name no parent.
+// standalone task. A request carries no dependencies, so a job of it
+// whose task has inputs would have no parent for them to name.
 func (t task) requestable() bool { return t.standalone() }
 
 // uniqueKeySource says what a unique task's unique key is made of, for
