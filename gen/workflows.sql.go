@@ -9,6 +9,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const ApplyWorkflowNotes = `-- name: ApplyWorkflowNotes :one
@@ -286,29 +288,37 @@ func (q *Queries) ListWorkflows(ctx context.Context, arg ListWorkflowsParams) ([
 }
 
 const StepInput = `-- name: StepInput :one
-SELECT e.parent AS id, p.status, p.result
-  FROM pgtask.workflow_edges e
+SELECT c.workflow_id, e.parent, p.status, p.result
+  FROM pgtask.jobs c
+  LEFT JOIN pgtask.workflow_edges e ON e.child = c.id AND e.step = $1::integer
   LEFT JOIN pgtask.jobs p ON p.id = e.parent
- WHERE e.child = $1 AND e.step = $2::integer
+ WHERE c.id = $2
 `
 
 type StepInputParams struct {
-	ID   int64 `db:"id"`
 	Step int32 `db:"step"`
+	ID   int64 `db:"id"`
 }
 
 type StepInputRow struct {
-	ID     int64               `db:"id"`
-	Status NullPgtaskJobStatus `db:"status"`
-	Result json.RawMessage     `db:"result"`
+	WorkflowID pgtype.Int8         `db:"workflow_id"`
+	Parent     pgtype.Int8         `db:"parent"`
+	Status     NullPgtaskJobStatus `db:"status"`
+	Result     json.RawMessage     `db:"result"`
 }
 
 // The result of the parent that is step @step of job @id's workflow, with
-// its status, for a typed input (runtime.Input). No row: no such parent;
-// a NULL status: the parent's job is gone (retention, or a delete).
+// its status, for a typed input (runtime.Input), and the job's workflow.
+// A NULL parent: no such parent (a NULL workflow: the job is of none); a
+// NULL status: the parent's job is gone (retention, or a delete).
 func (q *Queries) StepInput(ctx context.Context, arg StepInputParams) (StepInputRow, error) {
-	row := q.db.QueryRow(ctx, StepInput, arg.ID, arg.Step)
+	row := q.db.QueryRow(ctx, StepInput, arg.Step, arg.ID)
 	var i StepInputRow
-	err := row.Scan(&i.ID, &i.Status, &i.Result)
+	err := row.Scan(
+		&i.WorkflowID,
+		&i.Parent,
+		&i.Status,
+		&i.Result,
+	)
 	return i, err
 }

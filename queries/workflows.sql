@@ -48,12 +48,14 @@ SELECT e.parent, e.step, e.policy::text AS policy, coalesce(e.outcome::text, '')
 
 -- name: StepInput :one
 -- The result of the parent that is step @step of job @id's workflow, with
--- its status, for a typed input (runtime.Input). No row: no such parent;
--- a NULL status: the parent's job is gone (retention, or a delete).
-SELECT e.parent AS id, p.status, p.result
-  FROM pgtask.workflow_edges e
+-- its status, for a typed input (runtime.Input), and the job's workflow.
+-- A NULL parent: no such parent (a NULL workflow: the job is of none); a
+-- NULL status: the parent's job is gone (retention, or a delete).
+SELECT c.workflow_id, e.parent, p.status, p.result
+  FROM pgtask.jobs c
+  LEFT JOIN pgtask.workflow_edges e ON e.child = c.id AND e.step = @step::integer
   LEFT JOIN pgtask.jobs p ON p.id = e.parent
- WHERE e.child = @id AND e.step = @step::integer;
+ WHERE c.id = @id;
 
 -- name: ApplyWorkflowNotes :one
 -- See pgtask.apply_workflow_notes.

@@ -431,11 +431,17 @@ func (in *Input[R]) UnmarshalJSON(b []byte) error {
 // did not succeed (the step runs anyway) returns an error wrapping
 // ErrParentFailed, with the parent's status; a parent retried since
 // (unfinished again) one wrapping ErrParentNotFinished; a parent whose job
-// is gone (retention) one wrapping ErrParentGone.
+// is gone (retention) one wrapping ErrParentGone. An input that is not set
+// returns a final error saying the job was not enqueued as a workflow step
+// with its inputs set (it was enqueued with runtime.Enqueue, say).
 func (in Input[R]) Get(ctx context.Context, job *Job) (R, error) {
 	var zero R
 	if !in.set {
-		return zero, NoRetry(fmt.Errorf("job %d: the workflow input is not set", job.ID))
+		// A workflow refuses a typed step whose Input is unset, so the job
+		// was enqueued some other way (Enqueue, a batch, an untyped step),
+		// and no attempt can give it a parent.
+		return zero, NoRetry(fmt.Errorf("job %d: the workflow input is not set: the job was not enqueued as a workflow step with its inputs set "+
+			"(a task with runtime.Input fields is added to a workflow with its generated Add function)", job.ID))
 	}
 	raw, err := stepInput(ctx, job, in.step)
 	if err != nil {
@@ -462,19 +468,30 @@ func stepInput(ctx context.Context, job *Job, step int) (json.RawMessage, error)
 	}
 	r, err := gen.New(db).StepInput(ctx, gen.StepInputParams{ID: int64(job.ID), Step: int32(step)})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, NoRetry(fmt.Errorf("job %d: step %d of its workflow is not its parent", job.ID, step))
+		// A running job's row is there while it runs; gone, it was
+		// deleted under its attempt.
+		return nil, fmt.Errorf("job %d: read its parent's result: the job is gone", job.ID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("job %d: read its parent's result: %w", job.ID, err)
 	}
 	switch {
+	case !r.WorkflowID.Valid:
+		// Its payload names a step, but no workflow enqueued it: it was
+		// copied from a step's, say.
+		return nil, NoRetry(fmt.Errorf("job %d: its input names step %d of its workflow, but the job was not enqueued as a workflow step", job.ID, step))
+	case !r.Parent.Valid:
+		return nil, NoRetry(fmt.Errorf("job %d: step %d of its workflow is not its parent", job.ID, step))
+	}
+	parent := r.Parent.Int64
+	switch {
 	case !r.Status.Valid:
-		return nil, NoRetry(fmt.Errorf("job %d: parent job %d (step %d) is gone, and its result with it: %w", job.ID, r.ID, step, ErrParentGone))
+		return nil, NoRetry(fmt.Errorf("job %d: parent job %d (step %d) is gone, and its result with it: %w", job.ID, parent, step, ErrParentGone))
 	case r.Status.PgtaskJobStatus == gen.PgtaskJobStatusSucceeded:
 	case r.Status.PgtaskJobStatus == gen.PgtaskJobStatusFailed || r.Status.PgtaskJobStatus == gen.PgtaskJobStatusCancelled:
-		return nil, NoRetry(fmt.Errorf("job %d: parent job %d (step %d) is %s: %w", job.ID, r.ID, step, r.Status.PgtaskJobStatus, ErrParentFailed))
+		return nil, NoRetry(fmt.Errorf("job %d: parent job %d (step %d) is %s: %w", job.ID, parent, step, r.Status.PgtaskJobStatus, ErrParentFailed))
 	default:
-		return nil, fmt.Errorf("job %d: parent job %d (step %d) is %s: %w", job.ID, r.ID, step, r.Status.PgtaskJobStatus, ErrParentNotFinished)
+		return nil, fmt.Errorf("job %d: parent job %d (step %d) is %s: %w", job.ID, parent, step, r.Status.PgtaskJobStatus, ErrParentNotFinished)
 	}
 	if len(r.Result) == 0 {
 		return json.RawMessage("null"), nil

@@ -18,34 +18,13 @@ var compareSpec = &taskspec.Spec[Compare]{
 	Kind: CompareKind,
 }
 
-// EnqueueCompare validates t and inserts it as a job of kind "compare" on queue
-// "default". db may be a pool, a connection or a transaction: in a transaction
-// the job exists only if it commits. opts override the declared settings.
-func EnqueueCompare(ctx context.Context, db runtime.DB, t Compare, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return taskspec.Enqueue(ctx, db, compareSpec, t, opts...)
-}
-
-// EnqueueCompareMany validates every element of ts and inserts them all in one
-// statement, or none if any is invalid. Ids are returned in the order of ts,
-// and jobs of one group run in that order.
-func EnqueueCompareMany(ctx context.Context, db runtime.DB, ts []Compare, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return taskspec.EnqueueMany(ctx, db, compareSpec, ts, opts...)
-}
-
-// EnqueueCompareBatch validates every element of ts and inserts them as a
-// batch, with the callbacks batch names (see runtime.EnqueueBatch), in one
-// statement, or nothing if any is invalid. It returns the batch's id and the
-// jobs' ids in the order of ts. opts apply to the jobs of ts, not to the
-// callbacks.
-func EnqueueCompareBatch(ctx context.Context, db runtime.DB, ts []Compare, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
-	return taskspec.EnqueueBatch(ctx, db, compareSpec, ts, batch, opts...)
-}
-
 // AddCompare validates t and adds it to wf as a step of kind "compare", whose
 // Output feeds the runtime.Input fields of later steps. Its inputs (First,
-// Second) make it depend on the steps they are set from. opts add dependencies
-// without data (runtime.After and the like) and override the declared settings.
-// An invalid t is returned by wf.Enqueue.
+// Second) make it depend on the steps they are set from. A Compare is enqueued
+// only as a workflow's step, with AddCompare: only a step's inputs name its
+// parents, so there is no EnqueueCompare. opts add dependencies without data
+// (runtime.After and the like) and override the declared settings. An invalid t
+// is returned by wf.Enqueue.
 func AddCompare(wf *runtime.Workflow, t Compare, opts ...runtime.StepOption) runtime.StepWithResult[string] {
 	return taskspec.AddStepWithResult[string](wf, compareSpec, t, []runtime.Dep{t.First.Dep("First"), t.Second.Dep("Second")}, opts...)
 }

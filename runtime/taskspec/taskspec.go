@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -46,12 +47,13 @@ type Spec[T any] struct {
 	TenantKey   func(T) string
 	// UniqueByPayload makes each job unique by its whole payload: its
 	// unique key is a digest of the payload's JSON (see
-	// runtime.EnqueueOptions.UniqueKey), unless the caller gives one.
+	// runtime.EnqueueOptions.UniqueKey), unless the caller gives one; an
+	// empty one is refused.
 	UniqueByPayload bool
 	// UniqueFields names the fields tagged task:"unique" (for messages);
 	// UniqueValues reads them. The job's unique key is their values' JSON,
 	// or a digest of it when that is long (see uniqueKey), unless the
-	// caller gives one.
+	// caller gives one; an empty one is refused.
 	UniqueFields []string
 	UniqueValues func(T) []any
 }
@@ -94,6 +96,12 @@ func (s *Spec[T]) request(t T, opts []runtime.EnqueueOption) (runtime.EnqueueReq
 		}
 	}
 	req.Apply(opts...)
+	// A key of the caller's own replaces the declared one, but none at all
+	// would make the job silently not unique.
+	if (s.UniqueByPayload || s.UniqueValues != nil) && req.UniqueKey == "" {
+		return runtime.EnqueueRequest{}, fmt.Errorf("%s: its unique key comes from its declaration (%s); WithUniqueKey(\"\") cannot clear it",
+			s.Kind, s.uniqueSource())
+	}
 	switch {
 	case s.GroupKey == nil || req.Group != "":
 		// WithGroup may stand in for a key that could not be read.
@@ -150,6 +158,14 @@ func (s *Spec[T]) uniqueKey(t T) (string, error) {
 	}
 	sum := sha256.Sum256(b)
 	return "fields-sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// uniqueSource says what the declared unique key is made of, for errors.
+func (s *Spec[T]) uniqueSource() string {
+	if s.UniqueByPayload {
+		return "its payload"
+	}
+	return "fields " + strings.Join(s.UniqueFields, ", ")
 }
 
 // key reads t's group, limit or rate key (role) from its field with read. A

@@ -3,6 +3,7 @@ package taskspec_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -335,4 +336,115 @@ func TestRequestValidationNamesTheKindAndFields(t *testing.T) {
 	if err != nil || req.Kind != "invoice" || string(req.Payload) != `{"customer":"ann","cents":5}` {
 		t.Errorf("Request of a valid invoice: %+v, %v", req, err)
 	}
+}
+
+type merge struct {
+	First runtime.Input[int] `json:"first"`
+}
+
+// What the generator writes for a task with an Input field.
+var mergeSpec = &taskspec.Spec[merge]{Kind: "merge"}
+
+// A job of a task with Input fields enqueued outside a workflow, typed (the
+// spec's Enqueue) or untyped (runtime.Enqueue with a payload that sets no
+// input, or one that names a step), has no parent to read: its handler's
+// Get fails for good, saying the job was not enqueued as a workflow step.
+func TestInputOfAJobEnqueuedOutsideAWorkflow(t *testing.T) {
+	t.Parallel()
+	url := pgtasktest.NewDatabase(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := runtime.NewWorker(ctx, pc, runtime.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	if err := taskspec.Handle(w, mergeSpec, func(ctx context.Context, job *runtime.Job, m merge) error {
+		_, err := m.First.Get(ctx, job)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	typed, err := taskspec.Enqueue(ctx, pool, mergeSpec, merge{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	untyped, err := runtime.Enqueue(ctx, pool, runtime.EnqueueRequest{Kind: "merge", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An input that names a step, as a step's payload copied into a job of
+	// no workflow has it.
+	copied, err := runtime.Enqueue(ctx, pool, runtime.EnqueueRequest{Kind: "merge", Payload: []byte(`{"first":{"pgtask_step":0}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[runtime.JobID]string{
+		typed:   "the workflow input is not set: the job was not enqueued as a workflow step with its inputs set",
+		untyped: "the workflow input is not set: the job was not enqueued as a workflow step with its inputs set",
+		copied:  "its input names step 0 of its workflow, but the job was not enqueued as a workflow step",
+	} {
+		info, err := runtime.GetJob(ctx, pool, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = fmt.Sprintf("job %d: %s", id, want)
+		if info.Status != runtime.StatusFailed || info.Attempts != 1 || len(info.Errors) != 1 || !strings.HasPrefix(info.Errors[0].Error, want) {
+			t.Errorf("job %d: %s after %d attempts, errors %+v; want failed after 1 attempt with an error starting %q",
+				id, info.Status, info.Attempts, info.Errors, want)
+		}
+	}
+}
+
+// A unique task's key comes from its declaration: WithUniqueKey("") cannot
+// clear it, which would make the job silently not unique. Enqueue,
+// EnqueueMany and Request refuse it with an error naming the kind, and
+// nothing is inserted; a key of the caller's own still replaces it.
+func TestUniqueKeyCannotBeCleared(t *testing.T) {
+	t.Parallel()
+	pool := pgtasktest.NewPool(t)
+	ctx := context.Background()
+	clear := runtime.WithUniqueKey("")
+	checkErr := func(what string, err error, kind, from string) {
+		t.Helper()
+		want := kind + `: its unique key comes from its declaration (` + from + `); WithUniqueKey("") cannot clear it`
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s with WithUniqueKey(\"\"): %v; want an error saying %q", what, err, want)
+		}
+	}
+	_, err := taskspec.Enqueue(ctx, pool, syncSpec, sync{"a"}, clear)
+	checkErr("Enqueue of sync", err, "sync", "its payload")
+	_, err = taskspec.EnqueueMany(ctx, pool, syncSpec, []sync{{"a"}, {"b"}}, clear)
+	checkErr("EnqueueMany of sync", err, "sync", "its payload")
+	_, err = taskspec.Request(syncSpec, sync{"a"}, clear)
+	checkErr("Request of sync", err, "sync", "its payload")
+	_, err = taskspec.Enqueue(ctx, pool, inviteSpec, invite{Team: "red", Email: "a@x"}, clear)
+	checkErr("Enqueue of invite", err, "invite", "fields Team, Email, Tags")
+	_, err = taskspec.EnqueueMany(ctx, pool, inviteSpec, []invite{{Team: "red", Email: "a@x"}}, clear)
+	checkErr("EnqueueMany of invite", err, "invite", "fields Team, Email, Tags")
+	if n, err := runtime.CountJobs(ctx, pool, runtime.JobFilter{}); err != nil || n != 0 {
+		t.Fatalf("%d jobs inserted by refused enqueues (%v)", n, err)
+	}
+	// A key of the caller's own, then the key cleared after it, as options
+	// apply in order.
+	a, err := taskspec.Enqueue(ctx, pool, inviteSpec, invite{Team: "red"}, runtime.WithUniqueKey("mine"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := taskspec.Enqueue(ctx, pool, inviteSpec, invite{Team: "blue"}, runtime.WithUniqueKey("mine")); err != nil || b != a {
+		t.Fatalf("the same key of the caller's own made jobs %d and %d (%v)", a, b, err)
+	}
+	_, err = taskspec.Enqueue(ctx, pool, inviteSpec, invite{Team: "red"}, runtime.WithUniqueKey("mine"), clear)
+	checkErr("Enqueue of invite with a key then none", err, "invite", "fields Team, Email, Tags")
 }

@@ -1,7 +1,8 @@
 // Package codegen generates a package's typed task functions: for every
 // struct that embeds runtime.Task, Enqueue<T>, Enqueue<T>Many,
 // Enqueue<T>Batch, Request<T>, Add<T>, Handle<T>, the kind constant and,
-// for tasks with a result, Get<T>Result. It reads the package with
+// for tasks with a result, Get<T>Result; no function that could only fail
+// (see task.standalone, batchable, requestable). It reads the package with
 // go/packages and go/types and never runs its code.
 package codegen
 

@@ -404,6 +404,14 @@ func inspect(pkg *packages.Package, ts *ast.TypeSpec, rules *ruleChecker) (task,
 		fail(strct.Field(marker).Pos(), "%s: unique=payload and task:\"unique\" fields both make the unique key; use one", ts.Name.Name)
 	case !settings.Unique && len(t.Unique) == 0 && (settings.UniqueWindow != 0 || len(settings.UniqueStatuses) > 0):
 		fail(strct.Field(marker).Pos(), "%s: options unique_window and unique_statuses need unique=payload or task:\"unique\" fields", ts.Name.Name)
+	case (settings.Unique || len(t.Unique) > 0) && len(t.Inputs) > 0:
+		// It would have no generated function to enqueue it with.
+		drop := "unique=payload"
+		if !settings.Unique {
+			drop = `task:"unique" from ` + strings.Join(t.Unique, ", ")
+		}
+		fail(strct.Field(marker).Pos(), "%s: its runtime.Input fields make it a workflow's step, enqueued only with Add%s, "+
+			"and a workflow's steps cannot be unique; drop %s", ts.Name.Name, ts.Name.Name, drop)
 	}
 	return t, true, errs
 }

@@ -201,21 +201,31 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 		}
 	}
 
-	comment(f, "Enqueue%s validates t and inserts it as a job of kind %q %s. "+
-		"db may be a pool, a connection or a transaction: in a transaction the job "+
-		"exists only if it commits. opts override the declared settings.", t.Name, s.Kind, where)
-	f.Func().Id("Enqueue"+t.Name).Params(enqueueParams("t", typ)...).
-		Params(rt("JobID"), jen.Error()).
-		Block(jen.Return(ts("Enqueue").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("t"), jen.Id("opts").Op("..."))))
-	f.Line()
+	if t.standalone() {
+		uniqueNote := ""
+		if key := t.uniqueKeySource(); key != "" {
+			uniqueNote = fmt.Sprintf(" Its unique key is made from %s: while a job holds it, "+
+				"enqueueing another inserts nothing and returns the holder's id. "+
+				"runtime.WithUniqueKey(k) replaces the key; an empty k is refused. "+
+				"A batch's jobs and a workflow's steps cannot be unique, so there is no "+
+				"Enqueue%sBatch or Add%s.", key, t.Name, t.Name)
+		}
+		comment(f, "Enqueue%s validates t and inserts it as a job of kind %q %s. "+
+			"db may be a pool, a connection or a transaction: in a transaction the job "+
+			"exists only if it commits. opts override the declared settings.%s", t.Name, s.Kind, where, uniqueNote)
+		f.Func().Id("Enqueue"+t.Name).Params(enqueueParams("t", typ)...).
+			Params(rt("JobID"), jen.Error()).
+			Block(jen.Return(ts("Enqueue").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("t"), jen.Id("opts").Op("..."))))
+		f.Line()
 
-	comment(f, "Enqueue%sMany validates every element of ts and inserts them all in one "+
-		"statement, or none if any is invalid. Ids are returned in the order of ts, "+
-		"and jobs of one group run in that order.", t.Name)
-	f.Func().Id("Enqueue"+t.Name+"Many").Params(enqueueParams("ts", jen.Index().Add(typ))...).
-		Params(jen.Index().Add(rt("JobID")), jen.Error()).
-		Block(jen.Return(ts("EnqueueMany").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("ts"), jen.Id("opts").Op("..."))))
-	f.Line()
+		comment(f, "Enqueue%sMany validates every element of ts and inserts them all in one "+
+			"statement, or none if any is invalid. Ids are returned in the order of ts, "+
+			"and jobs of one group run in that order.", t.Name)
+		f.Func().Id("Enqueue"+t.Name+"Many").Params(enqueueParams("ts", jen.Index().Add(typ))...).
+			Params(jen.Index().Add(rt("JobID")), jen.Error()).
+			Block(jen.Return(ts("EnqueueMany").Call(jen.Id("ctx"), jen.Id("db"), jen.Id(spec), jen.Id("ts"), jen.Id("opts").Op("..."))))
+		f.Line()
+	}
 
 	if t.batchable() {
 		comment(f, "Enqueue%sBatch validates every element of ts and inserts them as a "+
@@ -235,11 +245,22 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 	}
 
 	if t.requestable() {
-		comment(f, "%s validates t and returns it as a request for a job of kind "+
-			"%q, with the declared settings and opts over them: a batch's callback "+
-			"(runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of "+
-			"several kinds. An invalid t returns the validation error, which names "+
-			"the fields.", requestName(t.Name), s.Kind)
+		if key := t.uniqueKeySource(); key != "" {
+			// A batch refuses unique jobs and callbacks, and a workflow
+			// unique steps: a unique request has one use.
+			comment(f, "%s validates t and returns it as a request for a job of kind "+
+				"%q, with the declared settings and opts over them, and the unique key "+
+				"made from %s: a job of a runtime.EnqueueMany of several kinds. "+
+				"runtime.EnqueueBatch refuses it, as a job or as a callback: a batch's "+
+				"jobs cannot be unique. An invalid t returns the validation error, which "+
+				"names the fields.", requestName(t.Name), s.Kind, key)
+		} else {
+			comment(f, "%s validates t and returns it as a request for a job of kind "+
+				"%q, with the declared settings and opts over them: a batch's callback "+
+				"(runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of "+
+				"several kinds. An invalid t returns the validation error, which names "+
+				"the fields.", requestName(t.Name), s.Kind)
+		}
 		f.Func().Id(requestName(t.Name)).Params(
 			jen.Id("t").Add(typ),
 			jen.Id("opts").Op("...").Add(rt("EnqueueOption")),
@@ -256,32 +277,36 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 			deps = append(deps, jen.Id("t").Dot(name).Dot("Dep").Call(jen.Lit(name)))
 		}
 		inputs = jen.Index().Add(rt("Dep")).Values(deps...)
-		inputNote = fmt.Sprintf(" Its inputs (%s) make it depend on the steps they are set from.", strings.Join(t.Inputs, ", "))
+		inputNote = fmt.Sprintf(" Its inputs (%s) make it depend on the steps they are set from. "+
+			"A %s is enqueued only as a workflow's step, with Add%s: only a step's inputs name its parents, "+
+			"so there is no Enqueue%s.", strings.Join(t.Inputs, ", "), t.Name, t.Name, t.Name)
 	}
 	addParams := []jen.Code{
 		jen.Id("wf").Op("*").Add(rt("Workflow")),
 		jen.Id("t").Add(typ),
 		jen.Id("opts").Op("...").Add(rt("StepOption")),
 	}
-	if t.Result == nil {
-		comment(f, "Add%s validates t and adds it to wf as a step of kind %q.%s "+
-			"opts add dependencies without data (runtime.After and the like) and "+
-			"override the declared settings. An invalid t is returned by wf.Enqueue.", t.Name, s.Kind, inputNote)
-		f.Func().Id("Add" + t.Name).Params(addParams...).Add(rt("Step")).
-			Block(jen.Return(ts("AddStep").Call(jen.Id("wf"), jen.Id(spec), jen.Id("t"), inputs, jen.Id("opts").Op("..."))))
-		f.Line()
-	} else {
-		result, err := typeCode(t.Result)
-		if err != nil {
-			return Error{Pos: t.Pos, Msg: fmt.Sprintf("%s: result type: %v", t.Name, err)}
+	if t.addable() {
+		if t.Result == nil {
+			comment(f, "Add%s validates t and adds it to wf as a step of kind %q.%s "+
+				"opts add dependencies without data (runtime.After and the like) and "+
+				"override the declared settings. An invalid t is returned by wf.Enqueue.", t.Name, s.Kind, inputNote)
+			f.Func().Id("Add" + t.Name).Params(addParams...).Add(rt("Step")).
+				Block(jen.Return(ts("AddStep").Call(jen.Id("wf"), jen.Id(spec), jen.Id("t"), inputs, jen.Id("opts").Op("..."))))
+			f.Line()
+		} else {
+			result, err := typeCode(t.Result)
+			if err != nil {
+				return Error{Pos: t.Pos, Msg: fmt.Sprintf("%s: result type: %v", t.Name, err)}
+			}
+			comment(f, "Add%s validates t and adds it to wf as a step of kind %q, whose "+
+				"Output feeds the runtime.Input fields of later steps.%s opts add "+
+				"dependencies without data (runtime.After and the like) and override the "+
+				"declared settings. An invalid t is returned by wf.Enqueue.", t.Name, s.Kind, inputNote)
+			f.Func().Id("Add" + t.Name).Params(addParams...).Add(rt("StepWithResult")).Types(result.Clone()).
+				Block(jen.Return(ts("AddStepWithResult").Types(result.Clone()).Call(jen.Id("wf"), jen.Id(spec), jen.Id("t"), inputs, jen.Id("opts").Op("..."))))
+			f.Line()
 		}
-		comment(f, "Add%s validates t and adds it to wf as a step of kind %q, whose "+
-			"Output feeds the runtime.Input fields of later steps.%s opts add "+
-			"dependencies without data (runtime.After and the like) and override the "+
-			"declared settings. An invalid t is returned by wf.Enqueue.", t.Name, s.Kind, inputNote)
-		f.Func().Id("Add" + t.Name).Params(addParams...).Add(rt("StepWithResult")).Types(result.Clone()).
-			Block(jen.Return(ts("AddStepWithResult").Types(result.Clone()).Call(jen.Id("wf"), jen.Id(spec), jen.Id("t"), inputs, jen.Id("opts").Op("..."))))
-		f.Line()
 	}
 
 	handlerParams := jen.Params(jen.Id("ctx").Qual("context", "Context"), jen.Id("job").Op("*").Add(rt("Job")), jen.Id("t").Add(typ))
@@ -353,10 +378,15 @@ func generatedNames(t task) []generatedName {
 	names := []generatedName{
 		{t.Name + "Kind", "kind constant"},
 		{lowerFirst(t.Name) + "Spec", "settings variable"},
-		{"Enqueue" + t.Name, "Enqueue<T>"},
-		{"Enqueue" + t.Name + "Many", "Enqueue<T>Many"},
-		{"Add" + t.Name, "Add<T>"},
 		{"Handle" + t.Name, "Handle<T>"},
+	}
+	if t.addable() {
+		names = append(names, generatedName{"Add" + t.Name, "Add<T>"})
+	}
+	if t.standalone() {
+		names = append(names,
+			generatedName{"Enqueue" + t.Name, "Enqueue<T>"},
+			generatedName{"Enqueue" + t.Name + "Many", "Enqueue<T>Many"})
 	}
 	if t.batchable() {
 		names = append(names, generatedName{"Enqueue" + t.Name + "Batch", "Enqueue<T>Batch"})
@@ -373,17 +403,49 @@ func generatedNames(t task) []generatedName {
 	return names
 }
 
-// batchable reports whether Enqueue<T>Batch is generated for t: not for a
-// unique task, whose every job has a unique key, which a batch's jobs
-// cannot have (runtime.EnqueueBatch refuses them: the key could name
-// another batch's job, or one of no batch).
-func (t task) batchable() bool { return !t.settings.Unique && len(t.Unique) == 0 }
+// standalone reports whether t's jobs are enqueued on their own, so that
+// Enqueue<T>, Enqueue<T>Many and Request<T> are generated for it: not for a
+// task with runtime.Input fields. Only a workflow's step has parents for
+// its inputs to name; a job enqueued otherwise has none, and its handler's
+// Get would fail. Such a task is added with Add<T> alone.
+func (t task) standalone() bool { return len(t.Inputs) == 0 }
 
-// requestable reports whether Request<T> is generated for t: not for a
-// task with runtime.Input fields. A request carries no dependencies, so
-// its inputs would name no parent, and its handler's Get would fail; such
-// a task is a workflow's step, added with Add<T>.
-func (t task) requestable() bool { return len(t.Inputs) == 0 }
+// batchable reports whether Enqueue<T>Batch is generated for t: not for a
+// task that is not standalone, nor for a unique task, whose every job has
+// a unique key, which a batch's jobs cannot have (runtime.EnqueueBatch
+// refuses them: the key could name another batch's job, or one of no
+// batch).
+func (t task) batchable() bool { return t.standalone() && !t.unique() }
+
+// unique reports whether t's jobs are unique: by payload, or by fields
+// tagged task:"unique".
+func (t task) unique() bool { return t.settings.Unique || len(t.Unique) > 0 }
+
+// addable reports whether Add<T> is generated for t: not for a unique
+// task. A workflow refuses unique steps (their key could name another
+// workflow's job), and the declared key cannot be cleared. A unique task
+// with inputs is refused by load: it could not be enqueued at all.
+func (t task) addable() bool { return !t.unique() }
+
+// requestable reports whether Request<T> is generated for t: for a
+// standalone task. A request carries no dependencies, so a job of it
+// whose task has inputs would have no parent for them to name.
+func (t task) requestable() bool { return t.standalone() }
+
+// uniqueKeySource says what a unique task's unique key is made of, for
+// doc comments: "its payload" or "its fields A, B"; "" for a task that is
+// not unique.
+func (t task) uniqueKeySource() string {
+	switch {
+	case t.settings.Unique:
+		return "its payload"
+	case len(t.Unique) == 1:
+		return "its field " + t.Unique[0]
+	case len(t.Unique) > 1:
+		return "its fields " + strings.Join(t.Unique, ", ")
+	}
+	return ""
+}
 
 // requestName is the name of task name's Request<T>: Request and the name,
 // or, for a name whose first word is Request already (Request,

@@ -18,3 +18,16 @@ type FanIn struct {
 	ByName       map[string]runtime.Input[string]
 	Fine         runtime.Input[string]
 }
+
+// A task with inputs is enqueued only as a workflow's step, which cannot
+// be unique.
+type UniqueStep struct {
+	runtime.Task `task:"unique_step,unique=payload"`
+	Prev         runtime.Input[string]
+}
+
+type UniqueFieldStep struct {
+	runtime.Task `task:"unique_field_step"`
+	Name         string `task:"unique"`
+	Prev         runtime.Input[string]
+}

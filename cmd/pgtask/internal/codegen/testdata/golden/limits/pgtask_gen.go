@@ -157,7 +157,11 @@ var reindexSpec = &taskspec.Spec[Reindex]{
 // EnqueueReindex validates t and inserts it as a job of kind "reindex" on queue
 // "default", at most 1 running at once per Tenant. db may be a pool, a
 // connection or a transaction: in a transaction the job exists only if it
-// commits. opts override the declared settings.
+// commits. opts override the declared settings. Its unique key is made from its
+// fields Tenant, Table: while a job holds it, enqueueing another inserts
+// nothing and returns the holder's id. runtime.WithUniqueKey(k) replaces the
+// key; an empty k is refused. A batch's jobs and a workflow's steps cannot be
+// unique, so there is no EnqueueReindexBatch or AddReindex.
 func EnqueueReindex(ctx context.Context, db runtime.DB, t Reindex, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
 	return taskspec.Enqueue(ctx, db, reindexSpec, t, opts...)
 }
@@ -170,19 +174,13 @@ func EnqueueReindexMany(ctx context.Context, db runtime.DB, ts []Reindex, opts .
 }
 
 // RequestReindex validates t and returns it as a request for a job of kind
-// "reindex", with the declared settings and opts over them: a batch's callback
-// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds. An invalid t returns the validation error, which names the
-// fields.
+// "reindex", with the declared settings and opts over them, and the unique key
+// made from its fields Tenant, Table: a job of a runtime.EnqueueMany of several
+// kinds. runtime.EnqueueBatch refuses it, as a job or as a callback: a batch's
+// jobs cannot be unique. An invalid t returns the validation error, which names
+// the fields.
 func RequestReindex(t Reindex, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(reindexSpec, t, opts...)
-}
-
-// AddReindex validates t and adds it to wf as a step of kind "reindex". opts
-// add dependencies without data (runtime.After and the like) and override the
-// declared settings. An invalid t is returned by wf.Enqueue.
-func AddReindex(wf *runtime.Workflow, t Reindex, opts ...runtime.StepOption) runtime.Step {
-	return taskspec.AddStep(wf, reindexSpec, t, nil, opts...)
 }
 
 // HandleReindex registers fn as the handler of "reindex" jobs on w. fn runs in
@@ -214,7 +212,11 @@ var resizeSpec = &taskspec.Spec[Resize]{
 // EnqueueResize validates t and inserts it as a job of kind "resize" on queue
 // "default", at most 2147483647 running at once per Bucket. db may be a pool, a
 // connection or a transaction: in a transaction the job exists only if it
-// commits. opts override the declared settings.
+// commits. opts override the declared settings. Its unique key is made from its
+// field Width: while a job holds it, enqueueing another inserts nothing and
+// returns the holder's id. runtime.WithUniqueKey(k) replaces the key; an empty
+// k is refused. A batch's jobs and a workflow's steps cannot be unique, so
+// there is no EnqueueResizeBatch or AddResize.
 func EnqueueResize(ctx context.Context, db runtime.DB, t Resize, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
 	return taskspec.Enqueue(ctx, db, resizeSpec, t, opts...)
 }
@@ -227,19 +229,13 @@ func EnqueueResizeMany(ctx context.Context, db runtime.DB, ts []Resize, opts ...
 }
 
 // RequestResize validates t and returns it as a request for a job of kind
-// "resize", with the declared settings and opts over them: a batch's callback
-// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds. An invalid t returns the validation error, which names the
+// "resize", with the declared settings and opts over them, and the unique key
+// made from its field Width: a job of a runtime.EnqueueMany of several kinds.
+// runtime.EnqueueBatch refuses it, as a job or as a callback: a batch's jobs
+// cannot be unique. An invalid t returns the validation error, which names the
 // fields.
 func RequestResize(t Resize, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(resizeSpec, t, opts...)
-}
-
-// AddResize validates t and adds it to wf as a step of kind "resize". opts add
-// dependencies without data (runtime.After and the like) and override the
-// declared settings. An invalid t is returned by wf.Enqueue.
-func AddResize(wf *runtime.Workflow, t Resize, opts ...runtime.StepOption) runtime.Step {
-	return taskspec.AddStep(wf, resizeSpec, t, nil, opts...)
 }
 
 // HandleResize registers fn as the handler of "resize" jobs on w. fn runs in

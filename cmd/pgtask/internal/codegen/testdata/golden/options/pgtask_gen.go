@@ -165,7 +165,11 @@ var inviteSpec = &taskspec.Spec[Invite]{
 // EnqueueInvite validates t and inserts it as a job of kind "invite" on queue
 // "default", in the FIFO group of its Team. db may be a pool, a connection or a
 // transaction: in a transaction the job exists only if it commits. opts
-// override the declared settings.
+// override the declared settings. Its unique key is made from its fields Team,
+// Email: while a job holds it, enqueueing another inserts nothing and returns
+// the holder's id. runtime.WithUniqueKey(k) replaces the key; an empty k is
+// refused. A batch's jobs and a workflow's steps cannot be unique, so there is
+// no EnqueueInviteBatch or AddInvite.
 func EnqueueInvite(ctx context.Context, db runtime.DB, t Invite, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
 	return taskspec.Enqueue(ctx, db, inviteSpec, t, opts...)
 }
@@ -178,19 +182,13 @@ func EnqueueInviteMany(ctx context.Context, db runtime.DB, ts []Invite, opts ...
 }
 
 // RequestInvite validates t and returns it as a request for a job of kind
-// "invite", with the declared settings and opts over them: a batch's callback
-// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds. An invalid t returns the validation error, which names the
-// fields.
+// "invite", with the declared settings and opts over them, and the unique key
+// made from its fields Team, Email: a job of a runtime.EnqueueMany of several
+// kinds. runtime.EnqueueBatch refuses it, as a job or as a callback: a batch's
+// jobs cannot be unique. An invalid t returns the validation error, which names
+// the fields.
 func RequestInvite(t Invite, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(inviteSpec, t, opts...)
-}
-
-// AddInvite validates t and adds it to wf as a step of kind "invite". opts add
-// dependencies without data (runtime.After and the like) and override the
-// declared settings. An invalid t is returned by wf.Enqueue.
-func AddInvite(wf *runtime.Workflow, t Invite, opts ...runtime.StepOption) runtime.Step {
-	return taskspec.AddStep(wf, inviteSpec, t, nil, opts...)
 }
 
 // HandleInvite registers fn as the handler of "invite" jobs on w. fn runs in
@@ -338,7 +336,11 @@ var syncSpec = &taskspec.Spec[Sync]{
 
 // EnqueueSync validates t and inserts it as a job of kind "sync" on queue
 // "default". db may be a pool, a connection or a transaction: in a transaction
-// the job exists only if it commits. opts override the declared settings.
+// the job exists only if it commits. opts override the declared settings. Its
+// unique key is made from its payload: while a job holds it, enqueueing another
+// inserts nothing and returns the holder's id. runtime.WithUniqueKey(k)
+// replaces the key; an empty k is refused. A batch's jobs and a workflow's
+// steps cannot be unique, so there is no EnqueueSyncBatch or AddSync.
 func EnqueueSync(ctx context.Context, db runtime.DB, t Sync, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
 	return taskspec.Enqueue(ctx, db, syncSpec, t, opts...)
 }
@@ -351,19 +353,13 @@ func EnqueueSyncMany(ctx context.Context, db runtime.DB, ts []Sync, opts ...runt
 }
 
 // RequestSync validates t and returns it as a request for a job of kind "sync",
-// with the declared settings and opts over them: a batch's callback
-// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds. An invalid t returns the validation error, which names the
+// with the declared settings and opts over them, and the unique key made from
+// its payload: a job of a runtime.EnqueueMany of several kinds.
+// runtime.EnqueueBatch refuses it, as a job or as a callback: a batch's jobs
+// cannot be unique. An invalid t returns the validation error, which names the
 // fields.
 func RequestSync(t Sync, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(syncSpec, t, opts...)
-}
-
-// AddSync validates t and adds it to wf as a step of kind "sync". opts add
-// dependencies without data (runtime.After and the like) and override the
-// declared settings. An invalid t is returned by wf.Enqueue.
-func AddSync(wf *runtime.Workflow, t Sync, opts ...runtime.StepOption) runtime.Step {
-	return taskspec.AddStep(wf, syncSpec, t, nil, opts...)
 }
 
 // HandleSync registers fn as the handler of "sync" jobs on w. fn runs in the

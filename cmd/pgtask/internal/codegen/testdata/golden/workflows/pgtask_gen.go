@@ -95,32 +95,12 @@ var mergeSpec = &taskspec.Spec[Merge]{
 	Kind: MergeKind,
 }
 
-// EnqueueMerge validates t and inserts it as a job of kind "merge" on queue
-// "default". db may be a pool, a connection or a transaction: in a transaction
-// the job exists only if it commits. opts override the declared settings.
-func EnqueueMerge(ctx context.Context, db runtime.DB, t Merge, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return taskspec.Enqueue(ctx, db, mergeSpec, t, opts...)
-}
-
-// EnqueueMergeMany validates every element of ts and inserts them all in one
-// statement, or none if any is invalid. Ids are returned in the order of ts,
-// and jobs of one group run in that order.
-func EnqueueMergeMany(ctx context.Context, db runtime.DB, ts []Merge, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return taskspec.EnqueueMany(ctx, db, mergeSpec, ts, opts...)
-}
-
-// EnqueueMergeBatch validates every element of ts and inserts them as a batch,
-// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
-// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
-// the order of ts. opts apply to the jobs of ts, not to the callbacks.
-func EnqueueMergeBatch(ctx context.Context, db runtime.DB, ts []Merge, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
-	return taskspec.EnqueueBatch(ctx, db, mergeSpec, ts, batch, opts...)
-}
-
 // AddMerge validates t and adds it to wf as a step of kind "merge". Its inputs
-// (First, Raw) make it depend on the steps they are set from. opts add
-// dependencies without data (runtime.After and the like) and override the
-// declared settings. An invalid t is returned by wf.Enqueue.
+// (First, Raw) make it depend on the steps they are set from. A Merge is
+// enqueued only as a workflow's step, with AddMerge: only a step's inputs name
+// its parents, so there is no EnqueueMerge. opts add dependencies without data
+// (runtime.After and the like) and override the declared settings. An invalid t
+// is returned by wf.Enqueue.
 func AddMerge(wf *runtime.Workflow, t Merge, opts ...runtime.StepOption) runtime.Step {
 	return taskspec.AddStep(wf, mergeSpec, t, []runtime.Dep{t.First.Dep("First"), t.Raw.Dep("Raw")}, opts...)
 }
@@ -140,33 +120,13 @@ var parseSpec = &taskspec.Spec[Parse]{
 	Kind: ParseKind,
 }
 
-// EnqueueParse validates t and inserts it as a job of kind "parse" on queue
-// "default". db may be a pool, a connection or a transaction: in a transaction
-// the job exists only if it commits. opts override the declared settings.
-func EnqueueParse(ctx context.Context, db runtime.DB, t Parse, opts ...runtime.EnqueueOption) (runtime.JobID, error) {
-	return taskspec.Enqueue(ctx, db, parseSpec, t, opts...)
-}
-
-// EnqueueParseMany validates every element of ts and inserts them all in one
-// statement, or none if any is invalid. Ids are returned in the order of ts,
-// and jobs of one group run in that order.
-func EnqueueParseMany(ctx context.Context, db runtime.DB, ts []Parse, opts ...runtime.EnqueueOption) ([]runtime.JobID, error) {
-	return taskspec.EnqueueMany(ctx, db, parseSpec, ts, opts...)
-}
-
-// EnqueueParseBatch validates every element of ts and inserts them as a batch,
-// with the callbacks batch names (see runtime.EnqueueBatch), in one statement,
-// or nothing if any is invalid. It returns the batch's id and the jobs' ids in
-// the order of ts. opts apply to the jobs of ts, not to the callbacks.
-func EnqueueParseBatch(ctx context.Context, db runtime.DB, ts []Parse, batch runtime.BatchOptions, opts ...runtime.EnqueueOption) (runtime.BatchID, []runtime.JobID, error) {
-	return taskspec.EnqueueBatch(ctx, db, parseSpec, ts, batch, opts...)
-}
-
 // AddParse validates t and adds it to wf as a step of kind "parse", whose
 // Output feeds the runtime.Input fields of later steps. Its inputs (Page) make
-// it depend on the steps they are set from. opts add dependencies without data
-// (runtime.After and the like) and override the declared settings. An invalid t
-// is returned by wf.Enqueue.
+// it depend on the steps they are set from. A Parse is enqueued only as a
+// workflow's step, with AddParse: only a step's inputs name its parents, so
+// there is no EnqueueParse. opts add dependencies without data (runtime.After
+// and the like) and override the declared settings. An invalid t is returned by
+// wf.Enqueue.
 func AddParse(wf *runtime.Workflow, t Parse, opts ...runtime.StepOption) runtime.StepWithResult[Doc] {
 	return taskspec.AddStepWithResult[Doc](wf, parseSpec, t, []runtime.Dep{t.Page.Dep("Page")}, opts...)
 }
