@@ -96,10 +96,10 @@ func EnqueueDepositBatch(ctx context.Context, db runtime.DB, ts []Deposit, batch
 }
 
 // RequestDeposit validates t and returns it as a request for a job of kind
-// "deposit", with the declared settings and opts over them: a batch's callback
-// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds. An invalid t returns the validation error, which names the
-// fields.
+// "deposit", with the declared settings and opts over them: a job of a batch or
+// a runtime.EnqueueMany of several kinds. It cannot be a batch's callback,
+// which is never grouped. An invalid t returns the validation error, which
+// names the fields.
 func RequestDeposit(t Deposit, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(depositSpec, t, opts...)
 }
@@ -210,10 +210,10 @@ func EnqueueStatementBatch(ctx context.Context, db runtime.DB, ts []Statement, b
 }
 
 // RequestStatement validates t and returns it as a request for a job of kind
-// "statement", with the declared settings and opts over them: a batch's
-// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds. An invalid t returns the validation error, which names the
-// fields.
+// "statement", with the declared settings and opts over them: a job of a batch
+// or a runtime.EnqueueMany of several kinds. It cannot be a batch's callback,
+// which is never grouped. An invalid t returns the validation error, which
+// names the fields.
 func RequestStatement(t Statement, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(statementSpec, t, opts...)
 }

@@ -51,9 +51,9 @@ func EnqueueGreetBatch(ctx context.Context, db runtime.DB, ts []Greet, batch run
 }
 
 // RequestGreet validates t and returns it as a request for a job of kind
-// "greet", with the declared settings and opts over them: a batch's callback
-// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds. An invalid t returns the validation error, which names the
+// "greet", with the declared settings and opts over them: a job of a batch or a
+// runtime.EnqueueMany of several kinds. It cannot be a batch's callback, which
+// is never grouped. An invalid t returns the validation error, which names the
 // fields.
 func RequestGreet(t Greet, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(greetSpec, t, opts...)

@@ -254,6 +254,13 @@ func renderTask(f *jen.File, l *loaded, t task) error {
 				"runtime.EnqueueBatch refuses it, as a job or as a callback: a batch's "+
 				"jobs cannot be unique. An invalid t returns the validation error, which "+
 				"names the fields.", requestName(t.Name), s.Kind, key)
+		} else if t.Group != nil {
+			// A batch refuses grouped callbacks.
+			comment(f, "%s validates t and returns it as a request for a job of kind "+
+				"%q, with the declared settings and opts over them: a job of a batch or "+
+				"a runtime.EnqueueMany of several kinds. It cannot be a batch's callback, "+
+				"which is never grouped. An invalid t returns the validation error, which "+
+				"names the fields.", requestName(t.Name), s.Kind)
 		} else {
 			comment(f, "%s validates t and returns it as a request for a job of kind "+
 				"%q, with the declared settings and opts over them: a batch's callback "+

@@ -50,10 +50,10 @@ func EnqueueGroupedNoopBatch(ctx context.Context, db runtime.DB, ts []GroupedNoo
 }
 
 // RequestGroupedNoop validates t and returns it as a request for a job of kind
-// "bench_grouped_noop", with the declared settings and opts over them: a
-// batch's callback (runtime.BatchOptions), or a job of a batch or a
-// runtime.EnqueueMany of several kinds. An invalid t returns the validation
-// error, which names the fields.
+// "bench_grouped_noop", with the declared settings and opts over them: a job of
+// a batch or a runtime.EnqueueMany of several kinds. It cannot be a batch's
+// callback, which is never grouped. An invalid t returns the validation error,
+// which names the fields.
 func RequestGroupedNoop(t GroupedNoop, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(groupedNoopSpec, t, opts...)
 }

@@ -241,10 +241,10 @@ func EnqueueSendEmailBatch(ctx context.Context, db runtime.DB, ts []SendEmail, b
 }
 
 // RequestSendEmail validates t and returns it as a request for a job of kind
-// "send_email", with the declared settings and opts over them: a batch's
-// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds. An invalid t returns the validation error, which names the
-// fields.
+// "send_email", with the declared settings and opts over them: a job of a batch
+// or a runtime.EnqueueMany of several kinds. It cannot be a batch's callback,
+// which is never grouped. An invalid t returns the validation error, which
+// names the fields.
 func RequestSendEmail(t SendEmail, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(sendEmailSpec, t, opts...)
 }

@@ -54,10 +54,10 @@ func EnqueueChargeBatch(ctx context.Context, db runtime.DB, ts []Charge, batch r
 }
 
 // RequestCharge validates t and returns it as a request for a job of kind
-// "billing.charge", with the declared settings and opts over them: a batch's
-// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds. An invalid t returns the validation error, which names the
-// fields.
+// "billing.charge", with the declared settings and opts over them: a job of a
+// batch or a runtime.EnqueueMany of several kinds. It cannot be a batch's
+// callback, which is never grouped. An invalid t returns the validation error,
+// which names the fields.
 func RequestCharge(t Charge, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(chargeSpec, t, opts...)
 }
@@ -120,10 +120,10 @@ func EnqueueHTTPRequestBatch(ctx context.Context, db runtime.DB, ts []HTTPReques
 }
 
 // RequestHTTPRequest validates t and returns it as a request for a job of kind
-// "http_request", with the declared settings and opts over them: a batch's
-// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds. An invalid t returns the validation error, which names the
-// fields.
+// "http_request", with the declared settings and opts over them: a job of a
+// batch or a runtime.EnqueueMany of several kinds. It cannot be a batch's
+// callback, which is never grouped. An invalid t returns the validation error,
+// which names the fields.
 func RequestHTTPRequest(t HTTPRequest, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(httpRequestSpec, t, opts...)
 }
@@ -241,10 +241,10 @@ func EnqueueRebalanceBatch(ctx context.Context, db runtime.DB, ts []Rebalance, b
 }
 
 // RequestRebalance validates t and returns it as a request for a job of kind
-// "rebalance", with the declared settings and opts over them: a batch's
-// callback (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany
-// of several kinds. An invalid t returns the validation error, which names the
-// fields.
+// "rebalance", with the declared settings and opts over them: a job of a batch
+// or a runtime.EnqueueMany of several kinds. It cannot be a batch's callback,
+// which is never grouped. An invalid t returns the validation error, which
+// names the fields.
 func RequestRebalance(t Rebalance, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(rebalanceSpec, t, opts...)
 }
@@ -299,9 +299,9 @@ func EnqueueShardBatch(ctx context.Context, db runtime.DB, ts []Shard, batch run
 }
 
 // RequestShard validates t and returns it as a request for a job of kind
-// "shard", with the declared settings and opts over them: a batch's callback
-// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds. An invalid t returns the validation error, which names the
+// "shard", with the declared settings and opts over them: a job of a batch or a
+// runtime.EnqueueMany of several kinds. It cannot be a batch's callback, which
+// is never grouped. An invalid t returns the validation error, which names the
 // fields.
 func RequestShard(t Shard, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(shardSpec, t, opts...)
@@ -409,10 +409,10 @@ func EnqueueTransferBatch(ctx context.Context, db runtime.DB, ts []Transfer, bat
 }
 
 // RequestTransfer validates t and returns it as a request for a job of kind
-// "transfer", with the declared settings and opts over them: a batch's callback
-// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds. An invalid t returns the validation error, which names the
-// fields.
+// "transfer", with the declared settings and opts over them: a job of a batch
+// or a runtime.EnqueueMany of several kinds. It cannot be a batch's callback,
+// which is never grouped. An invalid t returns the validation error, which
+// names the fields.
 func RequestTransfer(t Transfer, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(transferSpec, t, opts...)
 }

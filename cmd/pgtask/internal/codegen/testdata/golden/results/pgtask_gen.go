@@ -124,10 +124,10 @@ func EnqueueLookupBatch(ctx context.Context, db runtime.DB, ts []Lookup, batch r
 }
 
 // RequestLookup validates t and returns it as a request for a job of kind
-// "lookup", with the declared settings and opts over them: a batch's callback
-// (runtime.BatchOptions), or a job of a batch or a runtime.EnqueueMany of
-// several kinds. An invalid t returns the validation error, which names the
-// fields.
+// "lookup", with the declared settings and opts over them: a job of a batch or
+// a runtime.EnqueueMany of several kinds. It cannot be a batch's callback,
+// which is never grouped. An invalid t returns the validation error, which
+// names the fields.
 func RequestLookup(t Lookup, opts ...runtime.EnqueueOption) (runtime.EnqueueRequest, error) {
 	return taskspec.Request(lookupSpec, t, opts...)
 }
