@@ -82,6 +82,13 @@ UPDATE pgtask_chaos.attempts
 -- Written by a handler through its job's transaction.
 INSERT INTO pgtask_chaos.effects (job_id, attempt, instance) VALUES (@job_id, @attempt, @instance);
 
+-- name: InstanceStartedAnAttempt :one
+-- Whether worker process instance has recorded the start of an attempt:
+-- the ids of its attempts are instance << 32 | a counter from 1 (see the
+-- handler's start), so its first is the key's lower end.
+SELECT EXISTS (SELECT 1 FROM pgtask_chaos.attempts
+                WHERE id BETWEEN (@instance::bigint << 32) AND ((@instance::bigint << 32) | 4294967295))::boolean AS started;
+
 -- name: RecordDeath :exec
 INSERT INTO pgtask_chaos.deaths (instance, pid, kind) VALUES (@instance, @pid, @kind::text);
 

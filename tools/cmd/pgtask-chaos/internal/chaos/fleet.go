@@ -34,6 +34,11 @@ type proc struct {
 	stopped   atomic.Bool // told to stop at the end of the run
 	escalated atomic.Bool // SIGKILLed because it did not stop
 	paused    atomic.Bool // stopped with SIGSTOP now; the kill loop leaves it alone
+	// working: it has recorded the start of an attempt. Only then may the
+	// kill loop pick it: on a loaded machine a process can take seconds
+	// to start, and kills at the loop's pace would end most processes
+	// before they claimed anything, leaving the run to the spared slot.
+	working atomic.Bool
 
 	// Set once done is closed.
 	exitErr error
@@ -253,9 +258,23 @@ func (f *fleet) spared(p *proc) bool {
 	return int64(p.instance) == f.spareInstance.Load() && time.Now().UnixNano() < f.spareUntil.Load()
 }
 
+// idle returns the live processes not yet known to have started an
+// attempt (see proc.working).
+func (f *fleet) idle() []*proc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ps []*proc
+	for _, p := range f.alive {
+		if p != nil && !p.working.Load() {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
 // killable reports whether the kill loop may pick p.
 func (f *fleet) killable(p *proc) bool {
-	return !p.stopped.Load() && !p.paused.Load() && !f.spared(p) &&
+	return p.working.Load() && !p.stopped.Load() && !p.paused.Load() && !f.spared(p) &&
 		!(f.spareLease.Load() && modeOf(p.slot) == runtime.ModeLease)
 }
 

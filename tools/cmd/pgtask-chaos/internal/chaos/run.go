@@ -391,6 +391,14 @@ func (o *orchestrator) killLoop(ctx context.Context, rng *rand.Rand) {
 func (o *orchestrator) killOne(ctx context.Context, rng *rand.Rand) {
 	o.faultMu.Lock()
 	defer o.faultMu.Unlock()
+	for _, p := range o.fleet.idle() {
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		started, err := o.q.InstanceStartedAnAttempt(qctx, int64(p.instance))
+		cancel()
+		if err == nil && started {
+			p.working.Store(true)
+		}
+	}
 	p := o.fleet.victim(rng)
 	if p == nil {
 		return

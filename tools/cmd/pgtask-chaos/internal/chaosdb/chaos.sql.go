@@ -822,6 +822,21 @@ func (q *Queries) InsertEffect(ctx context.Context, arg InsertEffectParams) erro
 	return err
 }
 
+const instanceStartedAnAttempt = `-- name: InstanceStartedAnAttempt :one
+SELECT EXISTS (SELECT 1 FROM pgtask_chaos.attempts
+                WHERE id BETWEEN ($1::bigint << 32) AND (($1::bigint << 32) | 4294967295))::boolean AS started
+`
+
+// Whether worker process instance has recorded the start of an attempt:
+// the ids of its attempts are instance << 32 | a counter from 1 (see the
+// handler's start), so its first is the key's lower end.
+func (q *Queries) InstanceStartedAnAttempt(ctx context.Context, instance int64) (bool, error) {
+	row := q.db.QueryRow(ctx, instanceStartedAnAttempt, instance)
+	var started bool
+	err := row.Scan(&started)
+	return started, err
+}
+
 const jobProgress = `-- name: JobProgress :one
 SELECT count(*) FILTER (WHERE status = 'succeeded')::bigint AS succeeded,
        count(*) FILTER (WHERE status = 'failed')::bigint AS failed,
