@@ -162,3 +162,60 @@ func TestABusyGroupUnderAPinnedHorizonKeepsItsClaimsShort(t *testing.T) {
 		})
 	}
 }
+
+// A held-mode claim keeps one admitted head of a limit key and drops the
+// key's others, leaving them to other runners. A dropped head may lie
+// behind the cursor the claim moves past it, where no claim looks until a
+// look back from the start is due (5 s): the claim announces the first one
+// on the pgtask_behind channel, as other heads made runnable behind a
+// cursor are, so that a worker's claims look back to it at once.
+func TestAHeadAClaimDropsIsAnnounced(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const queue = "dropped"
+	opts := []runtime.EnqueueOption{runtime.WithQueue(queue), runtime.WithLimit("k", 2)}
+	first := enqueue(t, b.pool, "seq", seqPayload{Seq: 0}, opts...)
+	second := enqueue(t, b.pool, "seq", seqPayload{Seq: 1}, opts...)
+	after := enqueue(t, b.pool, "seq", seqPayload{Seq: 2}, runtime.WithQueue(queue))
+	lc := listenFor(t, b)
+
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	rows, err := gen.New(tx).ClaimJobs(ctx, gen.ClaimJobsParams{Queue: queue, Max: 10, WorkerID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []runtime.JobID
+	for _, r := range rows {
+		got = append(got, runtime.JobID(r.ID))
+	}
+	if len(got) != 2 || got[0] != first || got[1] != after {
+		t.Fatalf("claimed %v, want %d (the key's first head) and %d; %d dropped", got, first, after, second)
+	}
+	if !rows[1].Scanned {
+		t.Fatalf("job %d, after the dropped head, does not move the cursor: the test shows nothing", after)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for {
+		n, err := lc.WaitForNotification(wctx)
+		if err != nil {
+			t.Fatalf("no announcement of the dropped head %d behind the cursor: %v", second, err)
+		}
+		if n.Channel != "pgtask_behind" {
+			continue
+		}
+		id, q := runtime.ParseWake(n.Payload)
+		if q == queue && id == int64(second) {
+			return
+		}
+		t.Logf("heard %q on %s", n.Payload, n.Channel)
+	}
+}

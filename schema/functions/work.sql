@@ -1,4 +1,4 @@
--- revision: 61
+-- revision: 62
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -268,10 +268,10 @@ $$;
 
 -- For a held-mode claim: of the limited heads among p_heads (admitted jobs,
 -- see functions/limits.sql), the ones beyond the first of each key
--- (dropped: the claim leaves them to other runners, so that a key's slots
--- spread over runners), and, behind each first one, up to p_per_head of
--- its key's waiting jobs in (priority, id) order from it on, p_room in all
--- (followers, locked). A runner runs its batch one job at a time, so a
+-- (dropped: the claim leaves them to other runners, and announces them, so
+-- that a key's slots spread over runners), and, behind each first one, up to
+-- p_per_head of its key's waiting jobs in (priority, id) order from it on,
+-- p_room in all (followers, locked). A runner runs its batch one job at a time, so a
 -- head's run uses its one slot: the followers stay unadmitted, and when the
 -- head ends, its slot passes to the run's next job (see release_slot). The
 -- scan starts at the head: the index entries before it are mostly those of
@@ -476,6 +476,11 @@ BEGIN
     END IF;
     IF cardinality(dropped) > 0 THEN
         heads := ARRAY(SELECT h FROM unnest(heads) h WHERE h <> ALL (dropped));
+        -- They stay runnable, and may lie behind the cursor this claim
+        -- moves past them, where no claim looks until a look back from the
+        -- start is due: announced, from the first, as heads promoted
+        -- behind a cursor are (see pick_heads).
+        PERFORM pg_notify('pgtask_behind', (SELECT min(d) FROM unnest(dropped) d) || ':' || p_queue);
     END IF;
     picked := heads;
     IF cardinality(rated) + cardinality(picked) < p_max THEN
