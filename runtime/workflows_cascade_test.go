@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -34,28 +36,11 @@ func TestWorkflowCascadeCostsNoCallPerStep(t *testing.T) {
 			released = append(released, wf.Add(req("x"), runtime.AfterAnyway(c)))
 		}
 		enqueueIdle(t, b, wf)
-		tx := beginTx(t, b)
-		q := b.q.WithTx(tx)
-		if err := q.TrackPLFunctionCalls(ctx); err != nil {
-			t.Fatal(err)
-		}
-		// The counts a session has not reported yet include its earlier
-		// transactions': the cancel's are the difference.
-		before, err := q.FunctionCallsThisTransaction(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok, err := runtime.CancelJob(ctx, tx, root.JobID()); err != nil || !ok {
-			t.Fatalf("cancel: %v %v", ok, err)
-		}
-		after, err := q.FunctionCallsThisTransaction(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		calls := after - before
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
+		calls := plCallsCommitted(t, b, func(tx pgx.Tx) {
+			if ok, err := runtime.CancelJob(ctx, tx, root.JobID()); err != nil || !ok {
+				t.Fatalf("cancel: %v %v", ok, err)
+			}
+		})
 		for _, s := range slices.Concat(children, cancelled) {
 			if j := b.job(t, s.JobID()); j.Status != testdb.PgtaskJobStatusCancelled {
 				t.Fatalf("step %d is %s, want cancelled", s.JobID(), j.Status)
@@ -76,6 +61,33 @@ func TestWorkflowCascadeCostsNoCallPerStep(t *testing.T) {
 	if large > small {
 		t.Fatalf("the cascade through 400 dependents made %d PL/pgSQL calls, through 40 %d: it works a step at a time", large, small)
 	}
+}
+
+// plCallsCommitted runs do in a transaction on b's pool, commits it, and
+// returns the PL/pgSQL function calls do made in it.
+func plCallsCommitted(t *testing.T, b *bundle, do func(pgx.Tx)) int64 {
+	t.Helper()
+	ctx := context.Background()
+	tx := beginTx(t, b)
+	q := b.q.WithTx(tx)
+	if err := q.TrackPLFunctionCalls(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The counts a session has not reported yet include its earlier
+	// transactions': do's are the difference.
+	before, err := q.FunctionCallsThisTransaction(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	do(tx)
+	after, err := q.FunctionCallsThisTransaction(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return after - before
 }
 
 // An operator's retry of a failed fan-out root restores what its failure
@@ -115,26 +127,11 @@ func TestWorkflowRestoreCostsNoCallPerStep(t *testing.T) {
 				t.Fatalf("step %d is %s after its root failed, want cancelled", s.JobID(), j.Status)
 			}
 		}
-		tx := beginTx(t, b)
-		q := b.q.WithTx(tx)
-		if err := q.TrackPLFunctionCalls(ctx); err != nil {
-			t.Fatal(err)
-		}
-		before, err := q.FunctionCallsThisTransaction(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok, err := runtime.RetryJob(ctx, tx, root.JobID()); err != nil || !ok {
-			t.Fatalf("retry: %v %v", ok, err)
-		}
-		after, err := q.FunctionCallsThisTransaction(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		calls := after - before
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
+		calls := plCallsCommitted(t, b, func(tx pgx.Tx) {
+			if ok, err := runtime.RetryJob(ctx, tx, root.JobID()); err != nil || !ok {
+				t.Fatalf("retry: %v %v", ok, err)
+			}
+		})
 		steps, err := runtime.WorkflowSteps(ctx, b.pool, wf.ID(), 0, 1000)
 		if err != nil {
 			t.Fatal(err)
