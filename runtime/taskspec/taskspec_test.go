@@ -181,6 +181,19 @@ type upload struct {
 	File string `json:"file"`
 }
 
+// poolAndWorker returns a pool on a new database and a worker of the
+// default Config on it, both closed when the test ends.
+func poolAndWorker(t *testing.T) (*pgxpool.Pool, *runtime.Worker) {
+	t.Helper()
+	pool := pgtasktest.NewPool(t)
+	w, err := runtime.NewWorker(context.Background(), pool.Config(), runtime.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	return pool, w
+}
+
 // What the generator writes for max_snoozes=2.
 var uploadSpec = &taskspec.Spec[upload]{Kind: "upload", MaxSnoozes: 2}
 
@@ -188,22 +201,8 @@ var uploadSpec = &taskspec.Spec[upload]{Kind: "upload", MaxSnoozes: 2}
 // snooze of a job fails it, saying so, and GetJob shows the count.
 func TestMaxSnoozesReachesTheRegistration(t *testing.T) {
 	t.Parallel()
-	url := pgtasktest.NewDatabase(t)
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, w := poolAndWorker(t)
 	ctx := context.Background()
-	pc, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := runtime.NewWorker(ctx, pc, runtime.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Close)
 	if err := taskspec.Handle(w, uploadSpec, func(context.Context, *runtime.Job, upload) error {
 		return runtime.Snooze(0)
 	}); err != nil {
@@ -351,22 +350,8 @@ var mergeSpec = &taskspec.Spec[merge]{Kind: "merge"}
 // Get fails for good, saying the job was not enqueued as a workflow step.
 func TestInputOfAJobEnqueuedOutsideAWorkflow(t *testing.T) {
 	t.Parallel()
-	url := pgtasktest.NewDatabase(t)
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, w := poolAndWorker(t)
 	ctx := context.Background()
-	pc, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := runtime.NewWorker(ctx, pc, runtime.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Close)
 	if err := taskspec.Handle(w, mergeSpec, func(ctx context.Context, job *runtime.Job, m merge) error {
 		_, err := m.First.Get(ctx, job)
 		return err
