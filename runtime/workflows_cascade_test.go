@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -594,5 +595,62 @@ func TestWorkflowRestoreRacingARetryOfItsStep(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the root's retry did not end")
+	}
+}
+
+// Telling a fan-in step of its parents' successes reads the edges of those
+// parents, not every edge: a batch of 20 successes out of a fan-out of
+// 3,000 steps reads about as many edge rows as it settles, whatever plan
+// the tables' statistics (none here, as on a workflow just enqueued) would
+// favour. A scan of the edges makes each batch cost the whole workflow.
+func TestWorkflowSettleReadsOnlyTheEdgesOfItsSteps(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const fan, settled = 3000, 20
+	wf := runtime.NewWorkflow("fan")
+	deps := make([]runtime.StepOption, 0, fan)
+	for range fan {
+		deps = append(deps, runtime.After(wf.Add(req("x"))))
+	}
+	fanIn := wf.Add(req("x"), deps...)
+	enqueueIdle(t, b, wf)
+	tx := beginTx(t, b)
+	q, g := testdb.New(tx), gen.New(tx)
+	claimed, err := g.ClaimJobs(ctx, gen.ClaimJobsParams{Queue: runtime.DefaultQueue, Max: settled, WorkerID: 1})
+	if err != nil || len(claimed) != settled {
+		t.Fatalf("claim: %d jobs, %v", len(claimed), err)
+	}
+	p := gen.SettleJobsParams{Queue: runtime.DefaultQueue}
+	for _, c := range claimed {
+		p.Ids, p.Attempts = append(p.Ids, c.ID), append(p.Attempts, c.Attempts)
+		p.Results, p.Errors = append(p.Results, nil), append(p.Errors, nil)
+		p.RetryInUs, p.SnoozeCaps, p.Tokens = append(p.RetryInUs, 0), append(p.SnoozeCaps, 0), append(p.Tokens, 0)
+	}
+	before, err := q.WorkflowEdgeRowsReadHere(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := g.SettleJobs(ctx, p); err != nil || r.Recorded != settled {
+		t.Fatalf("settle: %+v, %v", r, err)
+	}
+	after, err := q.WorkflowEdgeRowsReadHere(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := after.Fetched + after.Scanned - before.Fetched - before.Scanned
+	t.Logf("edge rows read settling %d of %d parents: %d", settled, fan, read)
+	if read < settled {
+		t.Fatalf("%d edge rows read for %d parents told: the count measures nothing", read, settled)
+	}
+	if read > 5*settled {
+		t.Fatalf("settling %d of %d parents read %d edge rows: it looks through the whole workflow", settled, fan, read)
+	}
+	w, err := q.WorkflowWait(ctx, int64(fanIn.JobID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Remaining != fan-settled {
+		t.Fatalf("the fan-in step waits for %d parents, want %d", w.Remaining, fan-settled)
 	}
 }

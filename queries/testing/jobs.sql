@@ -433,3 +433,10 @@ SELECT EXISTS (SELECT 1 FROM pgtask.cancel_requests WHERE job_id = @id) AS reque
 -- name: WorkflowCancelPending :one
 -- Whether maintenance still has steps of workflow @id to cancel.
 SELECT cancel_pending FROM pgtask.workflows WHERE id = @id;
+
+-- name: WorkflowEdgeRowsReadHere :one
+-- How many rows of the workflow edges the caller's transaction has read so
+-- far: fetched through indexes, and read by sequential scans.
+SELECT coalesce(s.idx_tup_fetch, 0)::bigint AS fetched, coalesce(s.seq_tup_read, 0)::bigint AS scanned
+  FROM pg_catalog.pg_stat_xact_user_tables s
+ WHERE s.relid = 'pgtask.workflow_edges'::regclass;

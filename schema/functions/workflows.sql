@@ -1,4 +1,4 @@
--- revision: 15
+-- revision: 16
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -277,7 +277,13 @@ $$;
 -- count reached 0 is released. Returns how many notes it applied.
 CREATE OR REPLACE FUNCTION pgtask.workflow_apply_locked(p_children bigint[], p_told bigint[], p_parents bigint[],
                                                         p_outcomes "char"[]) RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Each edge and waits row by its key, whatever the tables' statistics:
+-- with none yet (a workflow just enqueued), the planner takes the edges
+-- not told for a handful and reads all of them, of every workflow, to
+-- tell a few, in a scan or a hash join.
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+AS $$
 DECLARE
     noted integer;
     cancelled bigint[];
@@ -345,7 +351,10 @@ $$;
 -- outcomes for the children taken elsewhere are left in notes, with a
 -- notification naming them.
 CREATE OR REPLACE FUNCTION pgtask.workflow_settle(p_parents bigint[], p_outcomes "char"[]) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- The edges of p_parents by their key (see workflow_apply_locked).
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+AS $$
 DECLARE
     children bigint[];
     tc bigint[];

@@ -1269,6 +1269,26 @@ func (q *Queries) WorkflowEdgeOutcome(ctx context.Context, arg WorkflowEdgeOutco
 	return outcome, err
 }
 
+const workflowEdgeRowsReadHere = `-- name: WorkflowEdgeRowsReadHere :one
+SELECT coalesce(s.idx_tup_fetch, 0)::bigint AS fetched, coalesce(s.seq_tup_read, 0)::bigint AS scanned
+  FROM pg_catalog.pg_stat_xact_user_tables s
+ WHERE s.relid = 'pgtask.workflow_edges'::regclass
+`
+
+type WorkflowEdgeRowsReadHereRow struct {
+	Fetched int64
+	Scanned int64
+}
+
+// How many rows of the workflow edges the caller's transaction has read so
+// far: fetched through indexes, and read by sequential scans.
+func (q *Queries) WorkflowEdgeRowsReadHere(ctx context.Context) (WorkflowEdgeRowsReadHereRow, error) {
+	row := q.db.QueryRow(ctx, workflowEdgeRowsReadHere)
+	var i WorkflowEdgeRowsReadHereRow
+	err := row.Scan(&i.Fetched, &i.Scanned)
+	return i, err
+}
+
 const workflowNotesLeft = `-- name: WorkflowNotesLeft :one
 SELECT count(*)::integer AS notes FROM pgtask.workflow_notes
 `
