@@ -1,4 +1,4 @@
--- revision: 16
+-- revision: 17
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -281,8 +281,9 @@ LANGUAGE plpgsql
 -- Each edge and waits row by its key, whatever the tables' statistics:
 -- with none yet (a workflow just enqueued), the planner takes the edges
 -- not told for a handful and reads all of them, of every workflow, to
--- tell a few, in a scan or a hash join.
-SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+-- tell a few, in a scan or a hash join. Such plans do for any arrays, so
+-- they are made once per session, not for each call's arrays.
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     noted integer;
@@ -353,7 +354,7 @@ $$;
 CREATE OR REPLACE FUNCTION pgtask.workflow_settle(p_parents bigint[], p_outcomes "char"[]) RETURNS void
 LANGUAGE plpgsql
 -- The edges of p_parents by their key (see workflow_apply_locked).
-SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     children bigint[];
