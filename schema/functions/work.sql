@@ -1,4 +1,4 @@
--- revision: 62
+-- revision: 63
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -721,6 +721,7 @@ DECLARE
     grp record;
     done_ids bigint[];
     announced bigint[];
+    steps bigint[];
 BEGIN
     -- A slot of a limit this frees and hands on (see functions/limits.sql)
     -- is left for the claim that follows, like a group's next head.
@@ -786,23 +787,27 @@ BEGIN
         RETURN;
     END IF;
     -- The slots of limits these outcomes free are released together, each
-    -- key's at once, after them (see release_deferred_slots).
-    PERFORM set_config('pgtask.defer_slots', 'on', true);
-    -- So are what they mean to the children of workflow steps among them
-    -- (see workflow_settle_deferred).
-    PERFORM set_config('pgtask.wf_defer', 'on', true);
+    -- key's at once, after them (see release_deferred_slots). So are what
+    -- they mean to the children of workflow steps among them (see
+    -- workflow_settle_deferred): the successes' steps are queued below,
+    -- all at once, with the trigger that would queue each one kept quiet
+    -- meanwhile; the failures' triggers queue theirs.
+    PERFORM set_config('pgtask.defer_slots', 'on', true), set_config('pgtask.wf_defer', 'on', true),
+            set_config('pgtask.wf_quiet', 'on', true);
     WITH done AS (
         UPDATE pgtask.jobs j
            SET status = 'succeeded', result = d.result, finished_at = clock_timestamp(),
                is_head = (j.is_head AND j.group_key IS NOT NULL), owner_pid = NULL
           FROM unnest(p_ids, p_attempts, p_results, p_errors) AS d(id, attempt, result, error)
          WHERE d.error IS NULL AND j.id = d.id AND j.status::text = 'started' AND j.attempts = d.attempt
-        RETURNING j.id, j.group_key, d.result IS NOT NULL AS announce
+        RETURNING j.id, j.group_key, d.result IS NOT NULL AS announce, j.workflow_id IS NOT NULL AS step
     )
     SELECT count(*), coalesce(array_agg(group_key) FILTER (WHERE group_key IS NOT NULL), '{}'),
-           coalesce(array_agg(id), '{}'), coalesce(array_agg(id) FILTER (WHERE announce), '{}')
-      INTO recorded, groups, done_ids, announced
+           coalesce(array_agg(id), '{}'), coalesce(array_agg(id) FILTER (WHERE announce), '{}'),
+           coalesce(array_agg(id) FILTER (WHERE step), '{}')
+      INTO recorded, groups, done_ids, announced, steps
       FROM done;
+    PERFORM set_config('pgtask.wf_quiet', 'off', true), pgtask.workflow_steps_changed(steps, 's');
     FOR f IN
         SELECT d.id, d.attempt, d.error, d.retry, d.snooze_cap, d.token, d.result IS NOT NULL AS announce, j.group_key
           FROM unnest(p_ids, p_attempts, p_errors, p_retry_in_us, p_results, p_snooze_caps, p_tokens)
