@@ -654,3 +654,50 @@ func TestWorkflowSettleReadsOnlyTheEdgesOfItsSteps(t *testing.T) {
 		t.Fatalf("the fan-in step waits for %d parents, want %d", w.Remaining, fan-settled)
 	}
 }
+
+// A batch of successes tells its steps' children as one set: the PL/pgSQL
+// calls of one settle of 80 fan-out steps are as many as of 20. A trigger
+// call per step (queueing each for the set) grows with the steps.
+func TestWorkflowBatchSettleCostsNoCallPerStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	settle := func(n int) int64 {
+		queue := fmt.Sprintf("fan%d", n)
+		wf := runtime.NewWorkflow("fan")
+		deps := make([]runtime.StepOption, 0, n)
+		for range n {
+			deps = append(deps, runtime.After(wf.Add(req("x", runtime.WithQueue(queue)))))
+		}
+		fanIn := wf.Add(req("x", runtime.WithQueue(queue)), deps...)
+		enqueueIdle(t, b, wf)
+		calls := plCallsCommitted(t, b, func(tx pgx.Tx) {
+			g := gen.New(tx)
+			claimed, err := g.ClaimJobs(ctx, gen.ClaimJobsParams{Queue: queue, Max: int32(n), WorkerID: 1})
+			if err != nil || len(claimed) != n {
+				t.Fatalf("claim: %d jobs, %v", len(claimed), err)
+			}
+			p := gen.SettleJobsParams{Queue: queue}
+			for _, c := range claimed {
+				p.Ids, p.Attempts = append(p.Ids, c.ID), append(p.Attempts, c.Attempts)
+				p.Results, p.Errors = append(p.Results, nil), append(p.Errors, nil)
+				p.RetryInUs, p.SnoozeCaps, p.Tokens = append(p.RetryInUs, 0), append(p.SnoozeCaps, 0), append(p.Tokens, 0)
+			}
+			if r, err := g.SettleJobs(ctx, p); err != nil || r.Recorded != int32(n) {
+				t.Fatalf("settle: %+v, %v", r, err)
+			}
+		})
+		if j := b.job(t, fanIn.JobID()); j.Status != testdb.PgtaskJobStatusQueued {
+			t.Fatalf("the fan-in step after %d successes is %s, want queued", n, j.Status)
+		}
+		return calls
+	}
+	small, large := settle(20), settle(80)
+	t.Logf("PL/pgSQL calls of a settle: %d for 20 steps, %d for 80", small, large)
+	if small == 0 {
+		t.Fatal("no PL/pgSQL call counted for the settle: the count measures nothing")
+	}
+	if large > small {
+		t.Fatalf("the settle of 80 steps made %d PL/pgSQL calls, of 20 %d: it works a step at a time", large, small)
+	}
+}
