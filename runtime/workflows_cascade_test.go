@@ -701,3 +701,39 @@ func TestWorkflowBatchSettleCostsNoCallPerStep(t *testing.T) {
 		t.Fatalf("the settle of 80 steps made %d PL/pgSQL calls, of 20 %d: it works a step at a time", large, small)
 	}
 }
+
+// A cascade writes each edge's outcome and each waits row in place: the
+// cancel of a fan-out's root, which tells all 300 of its dependents and
+// cancels them, updates their edges and waits rows with no index entry
+// added (HOT), however densely the workflow's enqueue packed them.
+func TestWorkflowCascadeWritesEdgesInPlace(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("fan")
+	root := wf.Add(req("x"))
+	for range 300 {
+		wf.Add(req("x"), runtime.After(root))
+	}
+	enqueueIdle(t, b, wf)
+	tx := beginTx(t, b)
+	if ok, err := runtime.CancelJob(ctx, tx, root.JobID()); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	rows, err := testdb.New(tx).WorkflowRowUpdatesHere(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 {
+		t.Fatalf("update counts of %d tables, want 2: %+v", len(rows), rows)
+	}
+	for _, r := range rows {
+		t.Logf("%s: %d updates, %d HOT", r.TableName, r.Updates, r.Hot)
+		if r.Updates < 300 {
+			t.Fatalf("%s: %d updates counted for 300 dependents: the count measures nothing", r.TableName, r.Updates)
+		}
+		if r.Hot < r.Updates*9/10 {
+			t.Errorf("%s: %d of %d updates were HOT: the others added index entries", r.TableName, r.Hot, r.Updates)
+		}
+	}
+}

@@ -814,6 +814,11 @@ CREATE INDEX workflows_cancel_pending ON pgtask.workflows (id)
 -- was cancelled or deleted. Only the parent's finisher writes its edges'
 -- outcome (under the child's waits row lock, or through a note), so
 -- finishers of one child's parents write rows of their own.
+-- Each edge is written once more after its insert (its outcome), and a
+-- waits row once per parent told: half of each page is left free (more of
+-- a waits row's, which grows when a failure cancels its step), so that
+-- those writes stay on the row's page and add no index entries (a cascade
+-- through 10,000 steps writes all their edges and waits rows at once).
 CREATE TABLE pgtask.workflow_edges (
     workflow_id bigint NOT NULL,
     parent  bigint NOT NULL,
@@ -824,7 +829,7 @@ CREATE TABLE pgtask.workflow_edges (
     PRIMARY KEY (parent, child),
     CONSTRAINT workflow_edges_policy_valid CHECK (policy IN ('c', 'a', 'w')),
     CONSTRAINT workflow_edges_outcome_valid CHECK (outcome IN ('s', 'f'))
-);
+) WITH (fillfactor = 50);
 CREATE INDEX workflow_edges_child ON pgtask.workflow_edges (child, step);
 
 -- One row per step that has parents: how many of them it still waits for
@@ -839,7 +844,7 @@ CREATE TABLE pgtask.workflow_waits (
     remaining    integer NOT NULL,
     cancelled_by bigint,
     CONSTRAINT workflow_waits_remaining_valid CHECK (remaining >= 0)
-);
+) WITH (fillfactor = 40);
 CREATE INDEX workflow_waits_workflow ON pgtask.workflow_waits (workflow_id);
 
 -- A parent's outcome its finisher could not apply to a child at once (the

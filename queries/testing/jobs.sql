@@ -440,3 +440,12 @@ SELECT cancel_pending FROM pgtask.workflows WHERE id = @id;
 SELECT coalesce(s.idx_tup_fetch, 0)::bigint AS fetched, coalesce(s.seq_tup_read, 0)::bigint AS scanned
   FROM pg_catalog.pg_stat_xact_user_tables s
  WHERE s.relid = 'pgtask.workflow_edges'::regclass;
+
+-- name: WorkflowRowUpdatesHere :many
+-- The updates of the workflow edges and waits rows the caller's
+-- transaction has made so far, and how many of them were HOT (no index
+-- entry added).
+SELECT s.relname::text AS table_name, coalesce(s.n_tup_upd, 0)::bigint AS updates, coalesce(s.n_tup_hot_upd, 0)::bigint AS hot
+  FROM pg_catalog.pg_stat_xact_user_tables s
+ WHERE s.relid IN ('pgtask.workflow_edges'::regclass, 'pgtask.workflow_waits'::regclass)
+ ORDER BY s.relname;

@@ -1315,6 +1315,42 @@ func (q *Queries) WorkflowNotesWritten(ctx context.Context) (int64, error) {
 	return written, err
 }
 
+const workflowRowUpdatesHere = `-- name: WorkflowRowUpdatesHere :many
+SELECT s.relname::text AS table_name, coalesce(s.n_tup_upd, 0)::bigint AS updates, coalesce(s.n_tup_hot_upd, 0)::bigint AS hot
+  FROM pg_catalog.pg_stat_xact_user_tables s
+ WHERE s.relid IN ('pgtask.workflow_edges'::regclass, 'pgtask.workflow_waits'::regclass)
+ ORDER BY s.relname
+`
+
+type WorkflowRowUpdatesHereRow struct {
+	TableName string
+	Updates   int64
+	Hot       int64
+}
+
+// The updates of the workflow edges and waits rows the caller's
+// transaction has made so far, and how many of them were HOT (no index
+// entry added).
+func (q *Queries) WorkflowRowUpdatesHere(ctx context.Context) ([]WorkflowRowUpdatesHereRow, error) {
+	rows, err := q.db.Query(ctx, workflowRowUpdatesHere)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WorkflowRowUpdatesHereRow{}
+	for rows.Next() {
+		var i WorkflowRowUpdatesHereRow
+		if err := rows.Scan(&i.TableName, &i.Updates, &i.Hot); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const workflowRowsLeft = `-- name: WorkflowRowsLeft :one
 SELECT (SELECT count(*) FROM pgtask.workflows WHERE id = $1)
      + (SELECT count(*) FROM pgtask.workflow_edges WHERE workflow_id = $1)
