@@ -1,4 +1,4 @@
--- revision: 25
+-- revision: 26
 -- Least-privilege roles: what each of pgtask's roles may use, and the
 -- functions that grant it (runtime.GrantRoles, `pgtask migrate -roles`).
 --
@@ -275,6 +275,10 @@ LANGUAGE sql IMMUTABLE AS $$
     ('admin', 'function', 'workflow_settle', 'EXECUTE'),
     ('worker', 'function', 'workflow_apply_locked', 'EXECUTE'),
     ('admin', 'function', 'workflow_apply_locked', 'EXECUTE'),
+    ('worker', 'function', 'workflow_tell_locked', 'EXECUTE'),
+    ('admin', 'function', 'workflow_tell_locked', 'EXECUTE'),
+    ('worker', 'function', 'workflow_edges_to_tell', 'EXECUTE'),
+    ('admin', 'function', 'workflow_edges_to_tell', 'EXECUTE'),
     ('worker', 'function', 'workflow_release', 'EXECUTE'),
     ('admin', 'function', 'workflow_release', 'EXECUTE'),
     ('worker', 'function', 'workflow_cancel_unstarted', 'EXECUTE'),

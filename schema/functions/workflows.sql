@@ -1,4 +1,4 @@
--- revision: 17
+-- revision: 18
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -266,35 +266,27 @@ BEGIN
 END;
 $$;
 
--- Applies to children p_children, whose waits rows the caller holds
--- locked, the notes left for them (deleting them) and the outcomes
--- p_outcomes of parents p_parents (of children p_told, index by index),
--- all in one statement: each edge's outcome written once (an edge told
--- already is left alone), each child's count taken down by its parents'
--- successes and failures under policy 'a'. Then, for all of them
--- together: a failure under 'w' cancels the whole workflow, one under 'c'
--- cancels the child (a cancel wins over a release), and a child whose
--- count reached 0 is released. Returns how many notes it applied.
-CREATE OR REPLACE FUNCTION pgtask.workflow_apply_locked(p_children bigint[], p_told bigint[], p_parents bigint[],
-                                                        p_outcomes "char"[]) RETURNS integer
-LANGUAGE plpgsql
+-- What workflow_apply_locked applies, in one statement: the notes left
+-- for children p_children (deleted), the outcomes written on the edges
+-- (each once), the children's counts taken down; returns how many notes it
+-- applied, the children a failure cancels, those released, and the
+-- workflows a failure cancels with the step (by place) that does.
+--
 -- Each edge and waits row by its key, whatever the tables' statistics:
 -- with none yet (a workflow just enqueued), the planner takes the edges
 -- not told for a handful and reads all of them, of every workflow, to
 -- tell a few, in a scan or a hash join. Such plans do for any arrays, so
--- they are made once per session, not for each call's arrays.
+-- they are made once per session, not for each call's arrays. (These
+-- settings hold for this function only: what the caller does with the
+-- result plans as any statement does.)
+CREATE OR REPLACE FUNCTION pgtask.workflow_tell_locked(p_children bigint[], p_told bigint[], p_parents bigint[],
+                                                       p_outcomes "char"[], OUT noted integer, OUT cancelled bigint[],
+                                                       OUT released bigint[], OUT stopping bigint[],
+                                                       OUT stopping_steps integer[])
+LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET plan_cache_mode = force_generic_plan
 AS $$
-DECLARE
-    noted integer;
-    cancelled bigint[];
-    released bigint[];
-    stopping bigint[];
-    stopping_steps integer[];
 BEGIN
-    IF coalesce(cardinality(p_children), 0) = 0 THEN
-        RETURN 0;
-    END IF;
     WITH notes AS (
         DELETE FROM pgtask.workflow_notes n WHERE n.child = ANY (p_children)
         RETURNING n.child, n.parent, n.outcome
@@ -334,6 +326,34 @@ BEGIN
                      WHERE k.stopped_by IS NOT NULL GROUP BY k.workflow_id) x)
       INTO noted, cancelled, released, stopping, stopping_steps
       FROM counted c;
+END;
+$$;
+
+-- Applies to children p_children, whose waits rows the caller holds
+-- locked, the notes left for them (deleting them) and the outcomes
+-- p_outcomes of parents p_parents (of children p_told, index by index),
+-- all in one statement: each edge's outcome written once (an edge told
+-- already is left alone), each child's count taken down by its parents'
+-- successes and failures under policy 'a'. Then, for all of them
+-- together: a failure under 'w' cancels the whole workflow, one under 'c'
+-- cancels the child (a cancel wins over a release), and a child whose
+-- count reached 0 is released. Returns how many notes it applied.
+CREATE OR REPLACE FUNCTION pgtask.workflow_apply_locked(p_children bigint[], p_told bigint[], p_parents bigint[],
+                                                        p_outcomes "char"[]) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    noted integer;
+    cancelled bigint[];
+    released bigint[];
+    stopping bigint[];
+    stopping_steps integer[];
+BEGIN
+    IF coalesce(cardinality(p_children), 0) = 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT t.noted, t.cancelled, t.released, t.stopping, t.stopping_steps
+      INTO noted, cancelled, released, stopping, stopping_steps
+      FROM pgtask.workflow_tell_locked(p_children, p_told, p_parents, p_outcomes) t;
     -- Each workflow is cancelled in the name of its first step (by place)
     -- whose failure said so.
     FOR i IN 1 .. cardinality(stopping) LOOP
@@ -345,30 +365,19 @@ BEGIN
 END;
 $$;
 
--- Tells the children of steps p_parents their outcomes p_outcomes ('s' or
--- 'f', index by index; see the top of this file): one statement takes the
--- waits rows of all their children that are free, and reads the outcomes
--- to tell; those are applied together (workflow_apply_locked), and the
--- outcomes for the children taken elsewhere are left in notes, with a
--- notification naming them.
-CREATE OR REPLACE FUNCTION pgtask.workflow_settle(p_parents bigint[], p_outcomes "char"[]) RETURNS void
+-- The edges of steps p_parents not told yet, with p_outcomes (index by
+-- index): those whose child's waits row it took (SKIP LOCKED, until the
+-- caller's transaction ends) as children, tc, tp and tos, and the others
+-- as lc, lp and los, their children left_ids. The edges by their key (see
+-- workflow_tell_locked).
+CREATE OR REPLACE FUNCTION pgtask.workflow_edges_to_tell(p_parents bigint[], p_outcomes "char"[],
+                                                         OUT children bigint[], OUT tc bigint[], OUT tp bigint[],
+                                                         OUT tos "char"[], OUT lc bigint[], OUT lp bigint[],
+                                                         OUT los "char"[], OUT left_ids bigint[])
 LANGUAGE plpgsql
--- The edges of p_parents by their key (see workflow_apply_locked).
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET plan_cache_mode = force_generic_plan
 AS $$
-DECLARE
-    children bigint[];
-    tc bigint[];
-    tp bigint[];
-    tos "char"[];
-    lc bigint[];
-    lp bigint[];
-    los "char"[];
-    left_ids bigint[];
 BEGIN
-    IF coalesce(cardinality(p_parents), 0) = 0 THEN
-        RETURN;
-    END IF;
     -- The lateral lock is looked up per edge, by the child's key: its cost
     -- follows the edges told, whatever the plan's estimates.
     WITH edges AS (
@@ -390,6 +399,33 @@ BEGIN
            coalesce(array_agg(DISTINCT child) FILTER (WHERE NOT taken), '{}')
       INTO children, tc, tp, tos, lc, lp, los, left_ids
       FROM edges;
+END;
+$$;
+
+-- Tells the children of steps p_parents their outcomes p_outcomes ('s' or
+-- 'f', index by index; see the top of this file): one statement takes the
+-- waits rows of all their children that are free, and reads the outcomes
+-- to tell; those are applied together (workflow_apply_locked), and the
+-- outcomes for the children taken elsewhere are left in notes, with a
+-- notification naming them.
+CREATE OR REPLACE FUNCTION pgtask.workflow_settle(p_parents bigint[], p_outcomes "char"[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    children bigint[];
+    tc bigint[];
+    tp bigint[];
+    tos "char"[];
+    lc bigint[];
+    lp bigint[];
+    los "char"[];
+    left_ids bigint[];
+BEGIN
+    IF coalesce(cardinality(p_parents), 0) = 0 THEN
+        RETURN;
+    END IF;
+    SELECT e.children, e.tc, e.tp, e.tos, e.lc, e.lp, e.los, e.left_ids
+      INTO children, tc, tp, tos, lc, lp, los, left_ids
+      FROM pgtask.workflow_edges_to_tell(p_parents, p_outcomes) e;
     IF cardinality(left_ids) > 0 THEN
         INSERT INTO pgtask.workflow_notes (child, parent, outcome)
         SELECT u.c, u.p, u.o FROM unnest(lc, lp, los) AS u(c, p, o);
