@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -735,5 +736,63 @@ func TestWorkflowCascadeWritesEdgesInPlace(t *testing.T) {
 		if r.Hot < r.Updates*9/10 {
 			t.Errorf("%s: %d of %d updates were HOT: the others added index entries", r.TableName, r.Hot, r.Updates)
 		}
+	}
+}
+
+// One batch of outcomes with a step's success and another's failure for
+// good (its last attempt) tells every child what it means: the success's
+// child is released, the failure's children are cancelled (After), run
+// anyway (AfterAnyway), or cancelled though their other parent succeeded,
+// and a grouped step's success moves its group on too. The successes are
+// queued by the batch itself and the failure by its trigger; both are told
+// together, and no note is left.
+func TestWorkflowBatchOfSuccessesAndAFailureTellsEveryChild(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := runtime.NewWorkflow("mixed")
+	ok := wf.Add(req("x"))
+	grouped := wf.Add(req("x", runtime.WithGroup("g")))
+	bad := wf.Add(req("x", runtime.WithMaxAttempts(1)))
+	released := wf.Add(req("x"), runtime.After(ok))
+	afterGroup := wf.Add(req("x"), runtime.After(grouped))
+	cancelled := wf.Add(req("x"), runtime.After(bad))
+	anyway := wf.Add(req("x"), runtime.AfterAnyway(bad))
+	both := wf.Add(req("x"), runtime.After(ok), runtime.After(bad))
+	enqueueIdle(t, b, wf)
+	tx := beginTx(t, b)
+	g := gen.New(tx)
+	claimed, err := g.ClaimJobs(ctx, gen.ClaimJobsParams{Queue: runtime.DefaultQueue, Max: 10, WorkerID: 1})
+	if err != nil || len(claimed) != 3 {
+		t.Fatalf("claim: %d jobs, %v", len(claimed), err)
+	}
+	p := gen.SettleJobsParams{Queue: runtime.DefaultQueue}
+	for _, c := range claimed {
+		var failure json.RawMessage
+		if c.ID == int64(bad.JobID()) {
+			failure = json.RawMessage(fmt.Sprintf(`{"attempt": %d, "error": "boom"}`, c.Attempts))
+		}
+		p.Ids, p.Attempts = append(p.Ids, c.ID), append(p.Attempts, c.Attempts)
+		p.Results, p.Errors = append(p.Results, nil), append(p.Errors, failure)
+		p.RetryInUs, p.SnoozeCaps, p.Tokens = append(p.RetryInUs, -1), append(p.SnoozeCaps, 0), append(p.Tokens, 0)
+	}
+	if r, err := g.SettleJobs(ctx, p); err != nil || r.Recorded != 3 {
+		t.Fatalf("settle: %+v, %v", r, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := map[runtime.Step]testdb.PgtaskJobStatus{
+		ok: testdb.PgtaskJobStatusSucceeded, grouped: testdb.PgtaskJobStatusSucceeded, bad: testdb.PgtaskJobStatusFailed,
+		released: testdb.PgtaskJobStatusQueued, afterGroup: testdb.PgtaskJobStatusQueued,
+		cancelled: testdb.PgtaskJobStatusCancelled, anyway: testdb.PgtaskJobStatusQueued, both: testdb.PgtaskJobStatusCancelled,
+	}
+	for s, st := range want {
+		if j := b.job(t, s.JobID()); j.Status != st {
+			t.Errorf("step %d is %s, want %s", s.JobID(), j.Status, st)
+		}
+	}
+	if n, err := b.q.WorkflowNotesLeft(ctx); err != nil || n != 0 {
+		t.Fatalf("workflow notes left: %d, %v", n, err)
 	}
 }

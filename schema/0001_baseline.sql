@@ -874,8 +874,9 @@ CREATE INDEX workflow_notes_child ON pgtask.workflow_notes (child);
 -- The array is job_pending's set of statuses: TestWorkflowTriggersMatchJobPending
 -- holds the two equal. The updates of a cascade, which tells the steps it
 -- changes itself, a set at a time, leave them quiet too (pgtask.wf_quiet: a
--- built-in call, tested last); the restore after a retry, quiet, parks the
--- steps it retries itself.
+-- built-in call, tested last), as does a batch of successes (settle_jobs),
+-- which queues its steps itself; the restore after a retry, quiet, parks
+-- the steps it retries itself.
 CREATE FUNCTION pgtask.workflow_step_done() RETURNS trigger
 LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END; $$;
 

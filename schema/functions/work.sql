@@ -1,4 +1,4 @@
--- revision: 63
+-- revision: 64
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -722,6 +722,7 @@ DECLARE
     done_ids bigint[];
     announced bigint[];
     steps bigint[];
+    quiet text;
 BEGIN
     -- A slot of a limit this frees and hands on (see functions/limits.sql)
     -- is left for the claim that follows, like a group's next head.
@@ -791,7 +792,11 @@ BEGIN
     -- they mean to the children of workflow steps among them (see
     -- workflow_settle_deferred): the successes' steps are queued below,
     -- all at once, with the trigger that would queue each one kept quiet
-    -- meanwhile; the failures' triggers queue theirs.
+    -- meanwhile; the failures' triggers queue theirs. Quiet covers every
+    -- row trigger the update fires, to the end of its statement: none of
+    -- them finishes or unfinishes another job (limit_release only notes a
+    -- slot while defer_slots is on), and one that did would go unheard.
+    quiet := current_setting('pgtask.wf_quiet', true);
     PERFORM set_config('pgtask.defer_slots', 'on', true), set_config('pgtask.wf_defer', 'on', true),
             set_config('pgtask.wf_quiet', 'on', true);
     WITH done AS (
@@ -807,7 +812,10 @@ BEGIN
            coalesce(array_agg(id) FILTER (WHERE step), '{}')
       INTO recorded, groups, done_ids, announced, steps
       FROM done;
-    PERFORM set_config('pgtask.wf_quiet', 'off', true), pgtask.workflow_steps_changed(steps, 's');
+    PERFORM set_config('pgtask.wf_quiet', coalesce(quiet, ''), true);
+    IF cardinality(steps) > 0 AND quiet IS DISTINCT FROM 'on' THEN
+        PERFORM pgtask.workflow_steps_changed(steps, 's');
+    END IF;
     FOR f IN
         SELECT d.id, d.attempt, d.error, d.retry, d.snooze_cap, d.token, d.result IS NOT NULL AS announce, j.group_key
           FROM unnest(p_ids, p_attempts, p_errors, p_retry_in_us, p_results, p_snooze_caps, p_tokens)

@@ -1,4 +1,4 @@
--- revision: 18
+-- revision: 19
 -- Workflows (runtime.Workflow): jobs enqueued together, each step starting
 -- only when its parents allow it. See the tables in 0001_baseline.sql.
 --
@@ -690,8 +690,9 @@ END;
 $$;
 
 -- The outcomes of steps a batch of outcomes recorded (settle_jobs turns
--- pgtask.wf_defer on, and the triggers only queue them), told now,
--- together. Turns the deferring off.
+-- pgtask.wf_defer on, and queues its successes' steps itself; the
+-- triggers of its failures only queue theirs), told now, together. Turns
+-- the deferring off.
 CREATE OR REPLACE FUNCTION pgtask.workflow_settle_deferred() RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
