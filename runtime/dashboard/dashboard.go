@@ -183,6 +183,7 @@ func (h *handler) routes() *http.ServeMux {
 	mux.HandleFunc("GET "+b+"/limits", h.limitsPage)
 	mux.HandleFunc("GET "+b+"/batches", h.batchesPage)
 	mux.HandleFunc("GET "+b+"/batches/{id}", h.batchPage)
+	mux.HandleFunc("GET "+b+"/workflows", h.workflowsPage)
 	mux.HandleFunc("GET "+b+"/workflows/{id}", h.workflowPage)
 	mux.HandleFunc("GET "+b+"/tenants", h.tenantsPage)
 	mux.HandleFunc("GET "+b+"/static/dashboard.css", serveCSS)

@@ -57,7 +57,7 @@ func TestRefusesForeignHosts(t *testing.T) {
 		"rebind.evil.example:" + port, "rebind.evil.example", "localhost.evil.example:" + port,
 		"127.0.0.1.evil.example:" + port, "localhost:1" + port, "10.0.0.1:" + port,
 	} {
-		for _, path := range []string{"/", "/jobs?status=failed", fmt.Sprintf("/jobs/%d", s.sent), "/groups", "/limits", "/batches", "/static/dashboard.css"} {
+		for _, path := range []string{"/", "/jobs?status=failed", fmt.Sprintf("/jobs/%d", s.sent), "/groups", "/limits", "/batches", "/workflows", "/static/dashboard.css"} {
 			resp, body := c.hostGet(host, path)
 			if resp.StatusCode != http.StatusMisdirectedRequest || strings.Contains(body, "ada@example.com") || strings.Contains(body, `name="csrf"`) {
 				t.Errorf("GET %s with Host %q: %s %q; want 421", path, host, resp.Status, trimBody(body))

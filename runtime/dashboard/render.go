@@ -18,7 +18,7 @@ var templateFS embed.FS
 var css []byte
 
 // pageNames are the pages; each is templates/<name>.html on the layout.
-var pageNames = []string{"queues", "jobs", "job", "groups", "limits", "tenants", "batches", "batch", "workflow"}
+var pageNames = []string{"queues", "jobs", "job", "groups", "limits", "tenants", "batches", "batch", "workflows", "workflow"}
 
 // parsePages parses each page with the layout. The templates are embedded,
 // so a failure is a bug in this package: it panics.

@@ -62,3 +62,58 @@ func TestWorkflowPage(t *testing.T) {
 		}
 	}
 }
+
+// The workflows page lists them newest first, a page at a time, each
+// linking its own page; a cancelled one says so.
+func TestWorkflowsPage(t *testing.T) {
+	t.Parallel()
+	s := seed(t)
+	ctx := context.Background()
+	var ids []runtime.WorkflowID
+	for i := range 52 {
+		wf := runtime.NewWorkflow(fmt.Sprintf("import-%d", i))
+		first := wf.Add(runtime.EnqueueRequest{Kind: "fetch", Payload: []byte(`{}`)})
+		wf.Add(runtime.EnqueueRequest{Kind: "merge", Payload: []byte(`{}`)}, runtime.After(first))
+		id, err := wf.Enqueue(ctx, s.pool)
+		must(t, err)
+		ids = append(ids, id)
+	}
+	if ok, err := runtime.CancelWorkflowByID(ctx, s.pool, ids[51]); err != nil || !ok {
+		t.Fatalf("cancel workflow %d: %v, %v", ids[51], ok, err)
+	}
+	c := newDashboard(t, s, dashboard.Options{})
+
+	body := c.get("/workflows")
+	if !strings.Contains(body, `<a href="/workflows" aria-current="page">Workflows</a>`) {
+		t.Error("the workflows page is not the current one in the navigation")
+	}
+	if got := len(rows(body)); got != 51 {
+		t.Errorf("%d rows on the first page, want a header and 50 workflows", got)
+	}
+	newest := row(body, fmt.Sprint(ids[51]))
+	if len(newest) < 5 || newest[1] != "import-51" || newest[3] != "2" || !strings.HasPrefix(newest[4], "cancelled") {
+		t.Errorf("the newest workflow's row %q, want import-51, 2 steps, cancelled", newest)
+	}
+	if got := row(body, fmt.Sprint(ids[50])); len(got) < 5 || got[4] != "state and steps" {
+		t.Errorf("an uncancelled workflow's row %q, want a link to its state", got)
+	}
+	if !strings.Contains(body, fmt.Sprintf(`<a href="/workflows/%d">%d</a>`, ids[51], ids[51])) {
+		t.Errorf("the list does not link workflow %d's page", ids[51])
+	}
+	next := fmt.Sprintf(`href="/workflows?before=%d"`, ids[2])
+	if !strings.Contains(body, next) {
+		t.Errorf("the first page does not link the next: want %s", next)
+	}
+	body = c.get(fmt.Sprintf("/workflows?before=%d", ids[2]))
+	if got := len(rows(body)); got != 3 || row(body, fmt.Sprint(ids[0])) == nil || row(body, fmt.Sprint(ids[1])) == nil {
+		t.Errorf("the last page has %d rows, want a header and workflows %d and %d", got, ids[1], ids[0])
+	}
+	if strings.Contains(body, `rel="next"`) {
+		t.Error("the last page links a next one")
+	}
+	for path, want := range map[string]int{"/workflows?before=x": http.StatusBadRequest, "/workflows?before=0": http.StatusBadRequest} {
+		if resp, _ := c.getStatus(path); resp.StatusCode != want {
+			t.Errorf("GET %s: %s, want %d", path, resp.Status, want)
+		}
+	}
+}
