@@ -40,7 +40,7 @@ commands:
   rates     list rate limits, or set and clear operators' rates (pgtask rates set|clear)
   resume    resume paused queues
   tenants   list fair queues' tenants, set a tenant's weight, make a queue fair (pgtask tenants weight|fair)
-  ui        serve the web dashboard: queues, jobs, groups, limits, tenants, batches, and actions on them
+  ui        serve the web dashboard: queues, jobs, groups, limits, tenants, batches, workflows, and actions on them
   help      show this text
 
 Run 'pgtask <command> -h' for a command's flags; flags go before or after
