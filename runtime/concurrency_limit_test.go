@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -665,54 +662,5 @@ func TestLimitSlotsAddUpWhileClaimsAndSettlesRace(t *testing.T) {
 			t.Logf("%d samples", samples)
 			waitLimitsIdle(t, b, "race", limits)
 		})
-	}
-}
-
-// A batch of limited jobs' successes gives their slots back as one set:
-// the PL/pgSQL calls of one settle of 80 such jobs are as many as of 20
-// (a trigger call per job, noting each slot, grows with them), and every
-// slot is free again after it, with its key's jobs' counts at 0.
-func TestLimitedBatchSettleCostsNoCallPerJob(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	settle := func(n int) int64 {
-		queue := fmt.Sprintf("lim%d", n)
-		for range n {
-			enqueue(t, b.pool, "lim.cost", map[string]any{}, runtime.WithQueue(queue), runtime.WithLimit("k", n))
-		}
-		calls := plCallsCommitted(t, b, func(tx pgx.Tx) {
-			g := gen.New(tx)
-			claimed, err := g.ClaimLeasedJobs(ctx, gen.ClaimLeasedJobsParams{Queue: queue, Max: int32(n), WorkerID: 1,
-				LeaseMs: 60_000, Token: 7, RunMax: int32(n)})
-			if err != nil || len(claimed) != n {
-				t.Fatalf("claim: %d jobs, %v", len(claimed), err)
-			}
-			p := gen.SettleJobsParams{Queue: queue}
-			for _, c := range claimed {
-				p.Ids, p.Attempts = append(p.Ids, c.ID), append(p.Attempts, c.Attempts)
-				p.Results, p.Errors = append(p.Results, nil), append(p.Errors, nil)
-				p.RetryInUs, p.SnoozeCaps, p.Tokens = append(p.RetryInUs, 0), append(p.SnoozeCaps, 0), append(p.Tokens, 0)
-			}
-			if r, err := g.SettleJobs(ctx, p); err != nil || r.Recorded != int32(n) {
-				t.Fatalf("settle: %+v, %v", r, err)
-			}
-		})
-		slots, err := b.q.LimitSlots(ctx, queue)
-		if err != nil || len(slots) != 1 {
-			t.Fatalf("limit keys of %s: %+v, %v", queue, slots, err)
-		}
-		if s := slots[0]; s.Free != int32(n) || s.Started != 0 || s.Queued != 0 || s.Noted != 0 {
-			t.Fatalf("after %d successes, key k of limit %d: %+v, want every slot free", n, n, s)
-		}
-		return calls
-	}
-	small, large := settle(20), settle(80)
-	t.Logf("PL/pgSQL calls of a settle: %d for 20 limited jobs, %d for 80", small, large)
-	if small == 0 {
-		t.Fatal("no PL/pgSQL call counted for the settle: the count measures nothing")
-	}
-	if large > small {
-		t.Fatalf("the settle of 80 limited jobs made %d PL/pgSQL calls, of 20 %d: it gives slots back a job at a time", large, small)
 	}
 }

@@ -511,9 +511,7 @@ CREATE INDEX limit_checks_key ON pgtask.limit_checks (key_id);
 -- limited job holds a slot only while admitted and queued or started; the
 -- BEFORE trigger unmarks one that leaves those, and the AFTER triggers
 -- hand its slot on or give it back. Their WHEN clauses keep every other
--- job's updates free of them; a batch of successes (settle_jobs), which
--- notes the slots it frees itself, keeps jobs_limit_release quiet
--- (pgtask.slots_quiet).
+-- job's updates free of them.
 CREATE FUNCTION pgtask.limit_unadmit() RETURNS trigger
 LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END; $$;
 
@@ -533,8 +531,7 @@ CREATE TRIGGER jobs_limit_release
     AFTER UPDATE ON pgtask.jobs
     FOR EACH ROW
     WHEN (OLD.limit_id IS NOT NULL AND OLD.is_head AND OLD.status = ANY ('{queued,started}'::pgtask.job_status[])
-          AND NOT (NEW.is_head AND NEW.status = ANY ('{queued,started}'::pgtask.job_status[]))
-          AND current_setting('pgtask.slots_quiet', true) IS DISTINCT FROM 'on')
+          AND NOT (NEW.is_head AND NEW.status = ANY ('{queued,started}'::pgtask.job_status[])))
     EXECUTE FUNCTION pgtask.limit_release();
 
 CREATE TRIGGER jobs_limit_release_deleted

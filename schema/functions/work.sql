@@ -1,4 +1,4 @@
--- revision: 65
+-- revision: 66
 -- Working jobs: claiming a batch, holding it in the job transaction, and
 -- recording each attempt's outcome.
 --
@@ -723,7 +723,6 @@ DECLARE
     announced bigint[];
     steps bigint[];
     quiet text;
-    slots text;
 BEGIN
     -- A slot of a limit this frees and hands on (see functions/limits.sql)
     -- is left for the claim that follows, like a group's next head.
@@ -797,33 +796,23 @@ BEGIN
     -- row trigger the update fires, to the end of its statement: none of
     -- them finishes or unfinishes another job (limit_release only notes a
     -- slot while defer_slots is on), and one that did would go unheard.
-    --
-    -- The slots the successes free are noted below too, all at once, as
-    -- limit_release notes each (key and claim token), with that trigger
-    -- kept quiet: a success's job held one when it was admitted before
-    -- this update (is_head in its row as this statement found it, which
-    -- the subquery reads; only a limited job's row is read again).
     quiet := current_setting('pgtask.wf_quiet', true);
     PERFORM set_config('pgtask.defer_slots', 'on', true), set_config('pgtask.wf_defer', 'on', true),
-            set_config('pgtask.wf_quiet', 'on', true), set_config('pgtask.slots_quiet', 'on', true);
+            set_config('pgtask.wf_quiet', 'on', true);
     WITH done AS (
         UPDATE pgtask.jobs j
            SET status = 'succeeded', result = d.result, finished_at = clock_timestamp(),
                is_head = (j.is_head AND j.group_key IS NOT NULL), owner_pid = NULL
           FROM unnest(p_ids, p_attempts, p_results, p_errors) AS d(id, attempt, result, error)
          WHERE d.error IS NULL AND j.id = d.id AND j.status::text = 'started' AND j.attempts = d.attempt
-        RETURNING j.id, j.group_key, d.result IS NOT NULL AS announce, j.workflow_id IS NOT NULL AS step,
-                  CASE WHEN j.limit_id IS NOT NULL AND (SELECT o.is_head FROM pgtask.jobs o WHERE o.id = j.id)
-                       THEN j.limit_id || ':' || coalesce(j.claim_token::text, '') END AS slot
+        RETURNING j.id, j.group_key, d.result IS NOT NULL AS announce, j.workflow_id IS NOT NULL AS step
     )
     SELECT count(*), coalesce(array_agg(group_key) FILTER (WHERE group_key IS NOT NULL), '{}'),
            coalesce(array_agg(id), '{}'), coalesce(array_agg(id) FILTER (WHERE announce), '{}'),
-           coalesce(array_agg(id) FILTER (WHERE step), '{}'), string_agg(slot, ',')
-      INTO recorded, groups, done_ids, announced, steps, slots
+           coalesce(array_agg(id) FILTER (WHERE step), '{}')
+      INTO recorded, groups, done_ids, announced, steps
       FROM done;
-    PERFORM set_config('pgtask.wf_quiet', coalesce(quiet, ''), true), set_config('pgtask.slots_quiet', 'off', true),
-            set_config('pgtask.deferred_slots',
-                       concat_ws(',', nullif(current_setting('pgtask.deferred_slots', true), ''), slots), true);
+    PERFORM set_config('pgtask.wf_quiet', coalesce(quiet, ''), true);
     IF cardinality(steps) > 0 AND quiet IS DISTINCT FROM 'on' THEN
         PERFORM pgtask.workflow_steps_changed(steps, 's');
     END IF;
