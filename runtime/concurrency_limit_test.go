@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/internal/testdb"
 )
@@ -662,5 +665,123 @@ func TestLimitSlotsAddUpWhileClaimsAndSettlesRace(t *testing.T) {
 			t.Logf("%d samples", samples)
 			waitLimitsIdle(t, b, "race", limits)
 		})
+	}
+}
+
+// A batch of successes that waits for another transaction's change to one
+// of its jobs gives back the slot that job holds once that change commits:
+// the slot of a run's head, whose success is recorded meanwhile, passes to
+// the run's next job, which the waiting batch then records as a success. The key ends
+// with every slot free. A batch that judged the slot by the job's row as
+// its own snapshot saw it (not admitted, before the head's success) would
+// lose it for good.
+func TestBatchWaitingForASlotPassedOnGivesItBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const queue = "passon"
+	lim := func() runtime.JobID {
+		return enqueue(t, b.pool, "lim.passon", map[string]any{}, runtime.WithQueue(queue), runtime.WithLimit("k", 2))
+	}
+	claim := func(tok int64, max int) []gen.ClaimJobsRow {
+		t.Helper()
+		rows, err := b.gen.ClaimJobs(ctx, gen.ClaimJobsParams{Queue: queue, Max: int32(max), WorkerID: 1,
+			Token: pgtype.Int8{Int64: tok, Valid: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	// Two jobs take both slots as they are enqueued, and two more wait.
+	first, other := lim(), lim()
+	head, next := lim(), lim()
+	attempt, token := map[int64]int32{}, map[int64]int64{}
+	got := claim(5, 1)
+	if len(got) != 1 || got[0].ID != int64(first) {
+		t.Fatalf("the first claim took %+v, want job %d", got, first)
+	}
+	if _, err := b.gen.SettleJobs(ctx, gen.SettleJobsParams{Queue: queue, Ids: []int64{got[0].ID},
+		Attempts: []int32{got[0].Attempts}, Results: []json.RawMessage{nil}, Errors: []json.RawMessage{nil},
+		RetryInUs: []int64{0}, SnoozeCaps: []int32{0}, Tokens: []int64{5}}); err != nil {
+		t.Fatal(err)
+	}
+	// The slot it gave back admits the head of the waiting two, with the
+	// next in its run (started on the head's slot); the other job holds
+	// the other slot.
+	for _, tok := range []int64{11, 12} {
+		for _, r := range claim(tok, 3) {
+			attempt[r.ID], token[r.ID] = r.Attempts, tok
+		}
+	}
+	for _, id := range []runtime.JobID{head, next, other} {
+		if _, ok := attempt[int64(id)]; !ok {
+			t.Fatalf("job %d was not claimed: %v", id, attempt)
+		}
+	}
+	slots, err := b.q.LimitSlots(ctx, queue)
+	if err != nil || len(slots) != 1 || slots[0].Free != 0 || slots[0].Started != 2 {
+		t.Fatalf("after the claim: %+v, %v; want both slots taken by two started jobs", slots, err)
+	}
+
+	// The head's success is recorded alone, in a transaction left open:
+	// its slot passes to the next job of its run, whose row that
+	// transaction holds.
+	op := beginTx(t, b)
+	if r, err := gen.New(op).SettleJobs(ctx, gen.SettleJobsParams{Queue: queue, Ids: []int64{int64(head)},
+		Attempts: []int32{attempt[int64(head)]}, Results: []json.RawMessage{nil}, Errors: []json.RawMessage{nil},
+		RetryInUs: []int64{0}, SnoozeCaps: []int32{0}, Tokens: []int64{token[int64(head)]}}); err != nil || r.Recorded != 1 {
+		t.Fatalf("record job %d's success: %+v, %v", head, r, err)
+	}
+	if n, err := testdb.New(op).GetJob(ctx, int64(next)); err != nil || !n.IsHead {
+		t.Fatalf("job %d after its run's head succeeded: head %v, %v; want the head's slot passed to it", next, n.IsHead, err)
+	}
+	settler, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer settler.Release()
+	spid := int32(settler.Conn().PgConn().PID())
+	done := make(chan error, 1)
+	go func() {
+		p := gen.SettleJobsParams{Queue: queue}
+		for _, id := range []runtime.JobID{next, other} {
+			p.Ids, p.Attempts = append(p.Ids, int64(id)), append(p.Attempts, attempt[int64(id)])
+			p.Results, p.Errors = append(p.Results, nil), append(p.Errors, nil)
+			p.RetryInUs, p.SnoozeCaps, p.Tokens = append(p.RetryInUs, 0), append(p.SnoozeCaps, 0), append(p.Tokens, token[int64(id)])
+		}
+		r, err := gen.New(settler).SettleJobs(ctx, p)
+		if err == nil && r.Recorded != 2 {
+			err = fmt.Errorf("recorded %d of 2", r.Recorded)
+		}
+		done <- err
+	}()
+	oppid, err := testdb.New(op).BackendPID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		k, err := b.q.CountBlockedBy(ctx, oppid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the batch (session %d) never waited for the hand-back", spid)
+		}
+	}
+	if err := op.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	slots, err = b.q.LimitSlots(ctx, queue)
+	if err != nil || len(slots) != 1 {
+		t.Fatalf("limit keys: %+v, %v", slots, err)
+	}
+	if s := slots[0]; s.Free+int32(s.Started)+int32(s.Queued)+int32(s.Noted) != 2 {
+		t.Fatalf("key k of limit 2 after the race: %+v; its slots do not add up to 2", s)
 	}
 }
