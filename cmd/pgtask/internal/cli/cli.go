@@ -31,7 +31,7 @@ commands:
   stats     jobs per queue and status (runnable, on a limit, on a rate), oldest wait, blocked groups, paused queues
   jobs      list jobs by filter, or show one (pgtask jobs list|show)
   batches   show a batch: its jobs' counts and its callbacks (pgtask batches show)
-  workflows show a workflow: its state, its steps' counts and a page of its steps (pgtask workflows show)
+  workflows list workflows, or show one: its state, its steps' counts and a page of its steps (pgtask workflows list|show)
   retry     retry the failed and cancelled jobs a filter matches
   cancel    cancel the jobs a filter matches, running ones included
   purge     delete the finished jobs a filter matches

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -263,5 +264,62 @@ func TestWorkflowsShow(t *testing.T) {
 	}
 	if code, _, errOut = run(t, "workflows", "show", "999", "-database-url", url); code != 1 || !strings.Contains(errOut, "workflow not found") {
 		t.Fatalf("workflows show of no workflow: code %d, stderr %q", code, errOut)
+	}
+}
+
+// workflows list shows the workflows newest first, a page at a time, with
+// the command for the next page, and a cancelled one's cancel.
+func TestWorkflowsList(t *testing.T) {
+	t.Parallel()
+	url := pgtasktest.NewDatabase(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var ids []runtime.WorkflowID
+	for _, name := range []string{"import", "export", "report"} {
+		wf := runtime.NewWorkflow(name)
+		first := wf.Add(runtime.EnqueueRequest{Kind: "fetch", Payload: []byte(`{}`)})
+		wf.Add(runtime.EnqueueRequest{Kind: "merge", Payload: []byte(`{}`)}, runtime.After(first))
+		id, err := wf.Enqueue(ctx, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if ok, err := runtime.CancelWorkflowByID(ctx, pool, ids[2]); err != nil || !ok {
+		t.Fatalf("cancel workflow %d: %v, %v", ids[2], ok, err)
+	}
+	code, out, errOut := run(t, "workflows", "list", "-limit", "2", "-database-url", url)
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if code != 0 || len(lines) != 4 || !strings.HasPrefix(lines[0], "id ") ||
+		!strings.HasPrefix(lines[1], fmt.Sprintf("%d ", ids[2])) || !strings.Contains(lines[1], " report ") ||
+		strings.Count(lines[1], "T") < 2 || // created and cancelled, both as RFC 3339
+		!strings.HasPrefix(lines[2], fmt.Sprintf("%d ", ids[1])) ||
+		lines[3] != fmt.Sprintf("more: pgtask workflows list -before %d", ids[1]) {
+		t.Fatalf("workflows list -limit 2: code %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+	code, out, errOut = run(t, "workflows", "list", "-before", fmt.Sprint(ids[1]), "-database-url", url)
+	lines = strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[1], fmt.Sprintf("%d ", ids[0])) || !strings.Contains(lines[1], " import ") {
+		t.Fatalf("workflows list -before: code %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+	code, out, _ = run(t, "workflows", "list", "-json", "-database-url", url)
+	var list []struct {
+		ID          int64      `json:"id"`
+		Name        string     `json:"name"`
+		Steps       int        `json:"steps"`
+		CancelledAt *time.Time `json:"cancelled_at"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); code != 0 || err != nil || len(list) != 3 ||
+		list[0].ID != int64(ids[2]) || list[0].Steps != 2 || list[0].CancelledAt == nil || list[1].CancelledAt != nil {
+		t.Fatalf("workflows list -json: code %d, %v, stdout:\n%s", code, err, out)
+	}
+	for _, bad := range [][]string{{"-limit", "0"}, {"-limit", "1001"}, {"-before", "-1"}} {
+		if code, _, _ := run(t, append([]string{"workflows", "list", "-database-url", url}, bad...)...); code != 2 {
+			t.Errorf("workflows list %v: code %d, want 2", bad, code)
+		}
 	}
 }

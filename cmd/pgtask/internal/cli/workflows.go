@@ -6,16 +6,21 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
+	pgtaskdb "github.com/pgtask/pgtask/gen"
 	"github.com/pgtask/pgtask/runtime"
 )
 
-// workflows runs pgtask workflows show.
+// workflows runs pgtask workflows list and pgtask workflows show.
 func workflows(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "show" {
-		fmt.Fprintln(stderr, "usage: pgtask workflows show [flags] ID")
+	if len(args) == 0 || (args[0] != "show" && args[0] != "list") {
+		fmt.Fprintln(stderr, "usage: pgtask workflows list [flags] | pgtask workflows show [flags] ID")
 		return errUsage
+	}
+	if args[0] == "list" {
+		return listWorkflows(ctx, args[1:], stdout, stderr)
 	}
 	c := newCommand("workflows show", "usage: pgtask workflows show [-json] [-after JOB] [-limit N] ID\n\n"+
 		"Shows a workflow: its state, its steps' counts by status, and a page of its steps in id order,\n"+
@@ -111,6 +116,67 @@ func workflows(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if len(steps) == min(max(*limit, 1), 1000) {
 		fmt.Fprintf(stdout, "more: pgtask workflows show -after %d %d\n", steps[len(steps)-1].JobID, w.ID)
+	}
+	return nil
+}
+
+// listWorkflows runs pgtask workflows list: the workflows newest first, a
+// page at a time, from their own rows (a workflow's state takes a look at
+// each of its steps: workflows show reads it, for one).
+func listWorkflows(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("workflows list", "usage: pgtask workflows list [-before ID] [-limit N] [-json]\n\n"+
+		"Lists workflows newest first, a page at a time: pass the last id shown as -before for the next page.\n"+
+		"pgtask workflows show ID shows one's state and steps.", stderr)
+	before := c.fs.Int64("before", 0, "only workflows with a lower id")
+	limit := c.fs.Int("limit", 50, "at most this many workflows (at most 1000)")
+	if err := c.parse(args, 0, stderr); err != nil {
+		return err
+	}
+	if *limit < 1 || *limit > 1000 {
+		fmt.Fprintf(stderr, "pgtask workflows list: -limit %d: want 1 to 1000\n", *limit)
+		return errUsage
+	}
+	if *before < 0 {
+		fmt.Fprintf(stderr, "pgtask workflows list: -before %d: want a workflow id\n", *before)
+		return errUsage
+	}
+	conn, err := connect(ctx, *c.url, true)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := pgtaskdb.New(conn).ListWorkflows(ctx, pgtaskdb.ListWorkflowsParams{BeforeID: *before, Max: int32(*limit)})
+	if err != nil {
+		return fmt.Errorf("list workflows: %w", err)
+	}
+	if *c.asJSON {
+		type workflowJSON struct {
+			ID          int64      `json:"id"`
+			Name        string     `json:"name"`
+			Steps       int        `json:"steps"`
+			CreatedAt   time.Time  `json:"created_at"`
+			CancelledAt *time.Time `json:"cancelled_at,omitempty"`
+		}
+		out := make([]workflowJSON, 0, len(rows))
+		for _, r := range rows {
+			out = append(out, workflowJSON{r.ID, r.Name, int(r.Steps), r.CreatedAt, r.CancelledAt})
+		}
+		return printJSON(stdout, out)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "id\tname\tsteps\tcreated\tcancelled")
+	for _, r := range rows {
+		cancelled := ""
+		if r.CancelledAt != nil {
+			cancelled = r.CancelledAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", r.ID, r.Name, r.Steps, r.CreatedAt.UTC().Format(time.RFC3339), cancelled)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(rows) == *limit {
+		fmt.Fprintf(stdout, "more: pgtask workflows list -before %d\n", rows[len(rows)-1].ID)
 	}
 	return nil
 }
