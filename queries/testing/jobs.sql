@@ -449,3 +449,12 @@ SELECT s.relname::text AS table_name, coalesce(s.n_tup_upd, 0)::bigint AS update
   FROM pg_catalog.pg_stat_xact_user_tables s
  WHERE s.relid IN ('pgtask.workflow_edges'::regclass, 'pgtask.workflow_waits'::regclass)
  ORDER BY s.relname;
+
+-- name: TenantsInClaimOrder :many
+-- The tenants of queue @queue's jobs in the order their last attempts were
+-- claimed: by the claim's time (started_at, one for all the jobs of a
+-- claim), then by turn, the order a fair claim takes them in.
+SELECT coalesce(tenant, '')::text AS tenant
+  FROM pgtask.jobs
+ WHERE queue = @queue::text AND started_at IS NOT NULL
+ ORDER BY started_at, fair_seq, id;

@@ -1073,6 +1073,36 @@ func (q *Queries) StartJobAsLeased(ctx context.Context, id int64) (int64, error)
 	return result.RowsAffected(), nil
 }
 
+const tenantsInClaimOrder = `-- name: TenantsInClaimOrder :many
+SELECT coalesce(tenant, '')::text AS tenant
+  FROM pgtask.jobs
+ WHERE queue = $1::text AND started_at IS NOT NULL
+ ORDER BY started_at, fair_seq, id
+`
+
+// The tenants of queue @queue's jobs in the order their last attempts were
+// claimed: by the claim's time (started_at, one for all the jobs of a
+// claim), then by turn, the order a fair claim takes them in.
+func (q *Queries) TenantsInClaimOrder(ctx context.Context, queue string) ([]string, error) {
+	rows, err := q.db.Query(ctx, tenantsInClaimOrder, queue)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var tenant string
+		if err := rows.Scan(&tenant); err != nil {
+			return nil, err
+		}
+		items = append(items, tenant)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const terminateBackend = `-- name: TerminateBackend :one
 SELECT pg_catalog.pg_terminate_backend($1::integer) AS terminated
 `
