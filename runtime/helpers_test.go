@@ -130,6 +130,7 @@ func newWorkerWith(t *testing.T, url string, cfg runtime.Config, prepare func(*r
 	if cfg.MaintenanceInterval == 0 {
 		cfg.MaintenanceInterval = 50 * time.Millisecond
 	}
+	cfg.ConnectionCheck = crowdedCheck(cfg.ConnectionCheck)
 	w, err := runtime.NewWorker(context.Background(), pc, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -163,12 +164,26 @@ func idleWorker(t *testing.T, url string, cfg runtime.Config) *runtime.Worker {
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}
+	cfg.ConnectionCheck = crowdedCheck(cfg.ConnectionCheck)
 	w, err := runtime.NewWorker(context.Background(), pc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Close)
 	return w
+}
+
+// crowdedCheck is the connection check of the tests' workers, unless a
+// test chose one: against max_connections, not the sessions open now. The
+// suite runs packages side by side against one server, and their workers
+// and pools come and go: a moment's crowd is the case CheckMax is for. The
+// tests of the checks themselves (start_test.go) build their workers
+// without these helpers.
+func crowdedCheck(c runtime.ConnectionCheck) runtime.ConnectionCheck {
+	if c == "" {
+		return runtime.CheckMax
+	}
+	return c
 }
 
 func mustJSON(t *testing.T, v any) json.RawMessage {
