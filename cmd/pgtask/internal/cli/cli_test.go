@@ -246,13 +246,9 @@ func TestGenWritesThenLeavesAlone(t *testing.T) {
 // JSON, and their exit codes.
 func TestJobCommands(t *testing.T) {
 	t.Parallel()
-	url := pgtasktest.NewDatabase(t)
+	pool := pgtasktest.NewPool(t)
+	url := pool.Config().ConnString()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	reqs := []runtime.EnqueueRequest{}
 	for range 3 {
 		reqs = append(reqs, runtime.EnqueueRequest{Kind: "mail", Payload: []byte(`{"to":"a"}`), EnqueueOptions: runtime.EnqueueOptions{Queue: "emails"}})

@@ -150,13 +150,9 @@ func TestJobsShowShowsProgress(t *testing.T) {
 // and callbacks, and says so for an id with no batch.
 func TestBatchesShow(t *testing.T) {
 	t.Parallel()
-	url := pgtasktest.NewDatabase(t)
+	pool := pgtasktest.NewPool(t)
+	url := pool.Config().ConnString()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	job := runtime.EnqueueRequest{Kind: "mail", Payload: []byte(`{}`)}
 	done := runtime.EnqueueRequest{Kind: "mailed", Payload: []byte(`{}`)}
 	bid, ids, err := runtime.EnqueueBatch(ctx, pool, []runtime.EnqueueRequest{job, job}, runtime.BatchOptions{OnFinish: &done})
@@ -225,13 +221,9 @@ func TestJobsShowShowsPriorityAging(t *testing.T) {
 // workflow.
 func TestWorkflowsShow(t *testing.T) {
 	t.Parallel()
-	url := pgtasktest.NewDatabase(t)
+	pool := pgtasktest.NewPool(t)
+	url := pool.Config().ConnString()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	step := runtime.EnqueueRequest{Kind: "fetch", Payload: []byte(`{}`)}
 	wf := runtime.NewWorkflow("import")
 	a, b := wf.Add(step), wf.Add(step)
@@ -271,13 +263,9 @@ func TestWorkflowsShow(t *testing.T) {
 // the command for the next page, and a cancelled one's cancel.
 func TestWorkflowsList(t *testing.T) {
 	t.Parallel()
-	url := pgtasktest.NewDatabase(t)
+	pool := pgtasktest.NewPool(t)
+	url := pool.Config().ConnString()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	var ids []runtime.WorkflowID
 	for _, name := range []string{"import", "export", "report"} {
 		wf := runtime.NewWorkflow(name)

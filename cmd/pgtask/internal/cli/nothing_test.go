@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/pgtasktest"
 )
@@ -16,13 +14,9 @@ import (
 // that names no job, a filter that matches none, a queue nothing has used.
 func TestActingOnNothingFails(t *testing.T) {
 	t.Parallel()
-	url := pgtasktest.NewDatabase(t)
+	pool := pgtasktest.NewPool(t)
+	url := pool.Config().ConnString()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	id, err := runtime.Enqueue(ctx, pool, runtime.EnqueueRequest{Kind: "mail", Payload: []byte(`{}`),
 		EnqueueOptions: runtime.EnqueueOptions{Queue: "emails"}})
 	if err != nil {

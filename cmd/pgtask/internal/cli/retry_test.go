@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pgtask/pgtask/runtime"
 	"github.com/pgtask/pgtask/runtime/pgtasktest"
 )
@@ -19,13 +17,9 @@ import (
 // exits 1 (0 with -allow-none) for the jobs it left.
 func TestRetryNamesTheJobsWhoseUniqueKeysAreHeld(t *testing.T) {
 	t.Parallel()
-	url := pgtasktest.NewDatabase(t)
+	pool := pgtasktest.NewPool(t)
+	url := pool.Config().ConnString()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	enq := func(key string, delay time.Duration) runtime.JobID {
 		t.Helper()
 		id, err := runtime.Enqueue(ctx, pool, runtime.EnqueueRequest{Kind: "sync", Payload: []byte(`{}`),
