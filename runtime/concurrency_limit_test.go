@@ -700,9 +700,9 @@ func TestBatchWaitingForASlotPassedOnGivesItBack(t *testing.T) {
 	if len(got) != 1 || got[0].ID != int64(first) {
 		t.Fatalf("the first claim took %+v, want job %d", got, first)
 	}
-	if _, err := b.gen.SettleJobs(ctx, gen.SettleJobsParams{Queue: queue, Ids: []int64{got[0].ID},
-		Attempts: []int32{got[0].Attempts}, Results: []json.RawMessage{nil}, Errors: []json.RawMessage{nil},
-		RetryInUs: []int64{0}, SnoozeCaps: []int32{0}, Tokens: []int64{5}}); err != nil {
+	firstDone := gen.SettleJobsParams{Queue: queue}
+	addSuccess(&firstDone, got[0].ID, got[0].Attempts, 5)
+	if _, err := b.gen.SettleJobs(ctx, firstDone); err != nil {
 		t.Fatal(err)
 	}
 	// The slot it gave back admits the head of the waiting two, with the
@@ -727,9 +727,9 @@ func TestBatchWaitingForASlotPassedOnGivesItBack(t *testing.T) {
 	// its slot passes to the next job of its run, whose row that
 	// transaction holds.
 	op := beginTx(t, b)
-	if r, err := gen.New(op).SettleJobs(ctx, gen.SettleJobsParams{Queue: queue, Ids: []int64{int64(head)},
-		Attempts: []int32{attempt[int64(head)]}, Results: []json.RawMessage{nil}, Errors: []json.RawMessage{nil},
-		RetryInUs: []int64{0}, SnoozeCaps: []int32{0}, Tokens: []int64{token[int64(head)]}}); err != nil || r.Recorded != 1 {
+	headDone := gen.SettleJobsParams{Queue: queue}
+	addSuccess(&headDone, int64(head), attempt[int64(head)], token[int64(head)])
+	if r, err := gen.New(op).SettleJobs(ctx, headDone); err != nil || r.Recorded != 1 {
 		t.Fatalf("record job %d's success: %+v, %v", head, r, err)
 	}
 	if n, err := testdb.New(op).GetJob(ctx, int64(next)); err != nil || !n.IsHead {
@@ -745,9 +745,7 @@ func TestBatchWaitingForASlotPassedOnGivesItBack(t *testing.T) {
 	go func() {
 		p := gen.SettleJobsParams{Queue: queue}
 		for _, id := range []runtime.JobID{next, other} {
-			p.Ids, p.Attempts = append(p.Ids, int64(id)), append(p.Attempts, attempt[int64(id)])
-			p.Results, p.Errors = append(p.Results, nil), append(p.Errors, nil)
-			p.RetryInUs, p.SnoozeCaps, p.Tokens = append(p.RetryInUs, 0), append(p.SnoozeCaps, 0), append(p.Tokens, token[int64(id)])
+			addSuccess(&p, int64(id), attempt[int64(id)], token[int64(id)])
 		}
 		r, err := gen.New(settler).SettleJobs(ctx, p)
 		if err == nil && r.Recorded != 2 {

@@ -294,3 +294,11 @@ func stubbornOnce(release <-chan struct{}) runtime.Registration {
 		},
 	}
 }
+
+// addSuccess adds to p, as a worker records it, the success of attempt
+// attempt of job id, claimed with token (0: none).
+func addSuccess(p *gen.SettleJobsParams, id int64, attempt int32, token int64) {
+	p.Ids, p.Attempts = append(p.Ids, id), append(p.Attempts, attempt)
+	p.Results, p.Errors = append(p.Results, nil), append(p.Errors, nil)
+	p.RetryInUs, p.SnoozeCaps, p.Tokens = append(p.RetryInUs, 0), append(p.SnoozeCaps, 0), append(p.Tokens, token)
+}

@@ -624,9 +624,7 @@ func TestWorkflowSettleReadsOnlyTheEdgesOfItsSteps(t *testing.T) {
 	}
 	p := gen.SettleJobsParams{Queue: runtime.DefaultQueue}
 	for _, c := range claimed {
-		p.Ids, p.Attempts = append(p.Ids, c.ID), append(p.Attempts, c.Attempts)
-		p.Results, p.Errors = append(p.Results, nil), append(p.Errors, nil)
-		p.RetryInUs, p.SnoozeCaps, p.Tokens = append(p.RetryInUs, 0), append(p.SnoozeCaps, 0), append(p.Tokens, 0)
+		addSuccess(&p, c.ID, c.Attempts, 0)
 	}
 	before, err := q.WorkflowEdgeRowsReadHere(ctx)
 	if err != nil {
@@ -680,9 +678,7 @@ func TestWorkflowBatchSettleCostsNoCallPerStep(t *testing.T) {
 			}
 			p := gen.SettleJobsParams{Queue: queue}
 			for _, c := range claimed {
-				p.Ids, p.Attempts = append(p.Ids, c.ID), append(p.Attempts, c.Attempts)
-				p.Results, p.Errors = append(p.Results, nil), append(p.Errors, nil)
-				p.RetryInUs, p.SnoozeCaps, p.Tokens = append(p.RetryInUs, 0), append(p.SnoozeCaps, 0), append(p.Tokens, 0)
+				addSuccess(&p, c.ID, c.Attempts, 0)
 			}
 			if r, err := g.SettleJobs(ctx, p); err != nil || r.Recorded != int32(n) {
 				t.Fatalf("settle: %+v, %v", r, err)
@@ -767,14 +763,12 @@ func TestWorkflowBatchOfSuccessesAndAFailureTellsEveryChild(t *testing.T) {
 		t.Fatalf("claim: %d jobs, %v", len(claimed), err)
 	}
 	p := gen.SettleJobsParams{Queue: runtime.DefaultQueue}
-	for _, c := range claimed {
-		var failure json.RawMessage
+	for i, c := range claimed {
+		addSuccess(&p, c.ID, c.Attempts, 0)
 		if c.ID == int64(bad.JobID()) {
-			failure = json.RawMessage(fmt.Sprintf(`{"attempt": %d, "error": "boom"}`, c.Attempts))
+			p.Errors[i] = json.RawMessage(fmt.Sprintf(`{"attempt": %d, "error": "boom"}`, c.Attempts))
+			p.RetryInUs[i] = -1
 		}
-		p.Ids, p.Attempts = append(p.Ids, c.ID), append(p.Attempts, c.Attempts)
-		p.Results, p.Errors = append(p.Results, nil), append(p.Errors, failure)
-		p.RetryInUs, p.SnoozeCaps, p.Tokens = append(p.RetryInUs, -1), append(p.SnoozeCaps, 0), append(p.Tokens, 0)
 	}
 	if r, err := g.SettleJobs(ctx, p); err != nil || r.Recorded != 3 {
 		t.Fatalf("settle: %+v, %v", r, err)
