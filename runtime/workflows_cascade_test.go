@@ -55,13 +55,21 @@ func TestWorkflowCascadeCostsNoCallPerStep(t *testing.T) {
 		}
 		return calls
 	}
-	small, large := cascade(40), cascade(400)
-	t.Logf("PL/pgSQL calls of the cascade: %d for 40 dependents, %d for 400", small, large)
-	if small == 0 {
-		t.Fatal("no PL/pgSQL call counted for the cascade: the count measures nothing")
+	callsDoNotGrow(t, "the cascade", "dependents", 40, 400, cascade)
+}
+
+// callsDoNotGrow fails t unless what, done over large units, makes no more
+// PL/pgSQL calls (calls counts them, see plCallsCommitted) than over small
+// units, and some: a step at a time, they would grow with the units.
+func callsDoNotGrow(t *testing.T, what, units string, small, large int, calls func(n int) int64) {
+	t.Helper()
+	s, l := calls(small), calls(large)
+	t.Logf("PL/pgSQL calls of %s: %d for %d %s, %d for %d", what, s, small, units, l, large)
+	if s == 0 {
+		t.Fatalf("no PL/pgSQL call counted for %s: the count measures nothing", what)
 	}
-	if large > small {
-		t.Fatalf("the cascade through 400 dependents made %d PL/pgSQL calls, through 40 %d: it works a step at a time", large, small)
+	if l > s {
+		t.Fatalf("%s of %d %s made %d PL/pgSQL calls, of %d %d: it works a step at a time", what, large, units, l, small, s)
 	}
 }
 
@@ -154,14 +162,7 @@ func TestWorkflowRestoreCostsNoCallPerStep(t *testing.T) {
 		}
 		return calls
 	}
-	small, large := restore(40), restore(400)
-	t.Logf("PL/pgSQL calls of the restore: %d for 40 dependents, %d for 400", small, large)
-	if small == 0 {
-		t.Fatal("no PL/pgSQL call counted for the restore: the count measures nothing")
-	}
-	if large > small {
-		t.Fatalf("the restore of 400 dependents made %d PL/pgSQL calls, of 40 %d: it works a step at a time", large, small)
-	}
+	callsDoNotGrow(t, "the restore", "dependents", 40, 400, restore)
 }
 
 // A wide fan-out whose root fails for good while three workers of each
@@ -689,14 +690,7 @@ func TestWorkflowBatchSettleCostsNoCallPerStep(t *testing.T) {
 		}
 		return calls
 	}
-	small, large := settle(20), settle(80)
-	t.Logf("PL/pgSQL calls of a settle: %d for 20 steps, %d for 80", small, large)
-	if small == 0 {
-		t.Fatal("no PL/pgSQL call counted for the settle: the count measures nothing")
-	}
-	if large > small {
-		t.Fatalf("the settle of 80 steps made %d PL/pgSQL calls, of 20 %d: it works a step at a time", large, small)
-	}
+	callsDoNotGrow(t, "a settle", "steps", 20, 80, settle)
 }
 
 // A cascade writes each edge's outcome and each waits row in place: the
